@@ -1,0 +1,48 @@
+"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`.
+
+    prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
+    prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
+    prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
+    prorl-bench report suite                            # regenerate report.md from saved logs
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+USAGE = """usage: prorl-bench {run,suite,plot,report} ...
+
+commands:
+  run      train one run (see `prorl-bench run --help`)
+  suite    run an ablation matrix in parallel and write report.md (see `prorl-bench suite --help`)
+  plot     summary.png and ref_cost.png from run directories (see `prorl-bench plot --help`)
+  report   regenerate a suite's report.md from its saved logs (see `prorl-bench report --help`)
+"""
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        from .run import main as run_main
+        return run_main(rest, prog="prorl-bench run")
+    if cmd == "suite":
+        from .suite import main as suite_main
+        return suite_main(rest)
+    if cmd == "plot":
+        from .plots import main as plot_main
+        return plot_main(rest, prog="prorl-bench plot")
+    if cmd == "report":
+        from .report import main as report_main
+        return report_main(rest)
+    print(USAGE, file=sys.stderr)
+    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from run, suite, plot, report)",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Hugging Face causal LMs from a local directory as policies (``--model hf:PATH``).
+
+``load_hf_policy(path, device, dtype)`` loads ``AutoModelForCausalLM`` and ``AutoTokenizer``
+with ``local_files_only=True`` (never the hub) and returns ``(HFPolicy, HFTokenizerAdapter)``.
+Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tokenizer) are
+``ValueError`` with a one-line message; the CLI turns them into exit code 2.
+
+``HFPolicy`` implements the Policy protocol of docs/ARCHITECTURE.md on top of the HF model:
+
+* Left padding. ``attention_mask = (tokens != pad_id).cumsum(1) > 0`` masks the leading PADs
+  only (a PAD or EOS inside the response is an ordinary, attended token), and
+  ``position_ids = clamp(mask.cumsum(1) - 1, min=0)`` starts every prompt at position 0.
+  ``forward``, ``prefill`` and ``decode`` build them the same way, so incremental decoding
+  equals the teacher-forced forward (tested for Llama and Qwen2 with left padding).
+* KV cache. ``prefill`` runs the prompt with ``use_cache=True`` and keeps the model's own
+  cache (``DynamicCache``); each ``decode`` feeds one token, the attention mask grown by one
+  column, and the next position id.
+* Precision. The model computes in its dtype (``float32`` or ``bfloat16``); returned logits are
+  upcast to float32, so all log-probabilities downstream are float32.
+* No dropout. Every ``*dropout*`` / ``*_pdrop`` config field is set to 0 before loading and
+  every ``nn.Dropout`` has ``p = 0``; ``train()`` and ``eval()`` therefore compute the same
+  function and the trainer may leave the module in either mode.
+
+Shapes: N sequences, L full length, P prompt length, S tokens seen so far, V logits width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ----------------------------------------------------------------------------- masks and positions
+
+def left_pad_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """tokens[N, L] -> mask[N, L] (long): 0 on leading PADs, 1 from the first real token on."""
+    return ((tokens != pad_id).long().cumsum(1) > 0).long()
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """mask[N, L] -> position_ids[N, L]: 0 at the first real token, PADs clamped to 0."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+# ----------------------------------------------------------------------------- policy
+
+@dataclass
+class HFState:
+    """Decoding state: the model's KV cache, the attention mask so far and the next positions."""
+
+    cache: Any                 # transformers Cache (DynamicCache)
+    mask: torch.Tensor         # [N, S] long
+    next_pos: torch.Tensor     # [N] position id of the next token
+
+
+class HFPolicy(nn.Module):
+    """A Hugging Face causal LM behind the Policy protocol (forward / prefill / decode)."""
+
+    def __init__(self, model: nn.Module, pad_id: int):
+        super().__init__()
+        self.model = model
+        self.pad_id = int(pad_id)
+        head = model.get_output_embeddings()
+        self.vocab_size = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+        disable_dropout(self.model)
+
+    def forward(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        """Teacher forcing: tokens[N, L] -> float32 logits[N, L, V].
+
+        ``keep_last=k > 0`` returns only the last k positions [N, k, V] (HF ``logits_to_keep``),
+        which avoids materialising [N, L, V] for a long prompt and a large vocabulary.
+        """
+        mask = left_pad_mask(tokens, self.pad_id)
+        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask),
+                         use_cache=False, logits_to_keep=keep_last)
+        return out.logits.float()  # [N, L or k, V]
+
+    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, HFState]:
+        """tokens[N, P] (left-padded) -> (float32 logits of the last position [N, V], state)."""
+        mask = left_pad_mask(tokens, self.pad_id)
+        pos = positions_from_mask(mask)
+        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float(), HFState(out.past_key_values, mask, pos[:, -1] + 1)
+
+    def decode(self, tok: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
+        """One step: tok[N] -> (float32 logits[N, V], state with one more cached position)."""
+        mask = torch.cat([state.mask, state.mask.new_ones(state.mask.shape[0], 1)], dim=1)  # [N, S+1]
+        out = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=state.next_pos[:, None],
+                         past_key_values=state.cache, use_cache=True)
+        return out.logits[:, -1].float(), HFState(out.past_key_values, mask, state.next_pos + 1)
+
+
+def disable_dropout(model: nn.Module) -> int:
+    """Set p = 0 on every nn.Dropout in ``model``; returns how many modules were touched."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+            n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+class HFTokenizerAdapter:
+    """An HF tokenizer with the interface of ``tasks.base.CharTokenizer``.
+
+    ``encode_prompts`` left-pads with ``pad_id`` (the tokenizer's pad token, or EOS when it has
+    none, as for Llama); the tokenizer's own special tokens (e.g. Llama's BOS) are kept.
+    With ``chat=True`` each prompt is wrapped as one user turn by the tokenizer's chat
+    template (for instruct models) before encoding.
+    """
+
+    def __init__(self, tokenizer: Any, chat: bool = False):
+        self.tokenizer = tokenizer
+        self.chat = chat
+        if tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer has no EOS token; cannot end responses")
+        self.eos_id = int(tokenizer.eos_token_id)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_id
+        self.vocab_size = len(tokenizer)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """One prompt -> token ids (special tokens as the tokenizer adds them)."""
+        if self.chat:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+
+    def encode_prompts(self, prompts: Sequence[str], P: int | None = None) -> torch.Tensor:
+        """prompts -> LongTensor[N, P], left-padded with ``pad_id`` (P: longest prompt if None)."""
+        rows = [self.prompt_ids(p) for p in prompts]
+        P = P or max(len(r) for r in rows)
+        too_long = [len(r) for r in rows if len(r) > P]
+        if too_long:
+            raise ValueError(f"prompt of {max(too_long)} tokens is longer than P={P}")
+        return torch.tensor([[self.pad_id] * (P - len(r)) + r for r in rows], dtype=torch.long)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Response ids -> text: stops at the first EOS, skips special and out-of-vocabulary ids."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if 0 <= i < self.vocab_size:  # a model's logits may be wider than its tokenizer
+                out.append(i)
+        return self.tokenizer.decode(out, skip_special_tokens=True)
+
+
+# ----------------------------------------------------------------------------- loading
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'float32' | 'bfloat16' | 'float16' | torch.dtype -> torch.dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    return DTYPES[dtype]
+
+
+def _first_line(e: Exception) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def _check_model_dir(path: str | Path):
+    """Validate ``path`` and return its config (dropouts zeroed); ValueError on user errors."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"hf model path does not exist: {p}")
+    if not p.is_dir():
+        raise ValueError(f"hf model path is not a directory: {p}")
+    if not (p / "config.json").is_file():
+        raise ValueError(f"no config.json in {p}: not a Hugging Face model directory")
+    try:
+        config = AutoConfig.from_pretrained(p, local_files_only=True)
+    except Exception as e:  # noqa: BLE001  (malformed or unknown config: report, don't trace)
+        raise ValueError(f"cannot read the model config in {p}: {_first_line(e)}") from e
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"{p} holds a {config.model_type!r} model, which is not a causal LM "
+                         "(AutoModelForCausalLM cannot load it)")
+    for key, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in key or key.endswith("_pdrop")):
+            setattr(config, key, 0.0)
+    return p, config
+
+
+def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
+                   dtype: str | torch.dtype = "float32", chat: bool = False,
+                   ) -> tuple[HFPolicy, HFTokenizerAdapter]:
+    """Load a local HF causal LM and its tokenizer -> (HFPolicy on ``device``, adapter).
+
+    ``device``: 'cpu' | 'cuda' | 'auto' | torch.device. ``dtype``: parameter dtype (logits are
+    float32 regardless). Never contacts the hub. ValueError for a missing path, a directory
+    without ``config.json``, a model that is not a causal LM, or a missing tokenizer.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    p, config = _check_model_dir(path)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"cannot load a tokenizer from {p}: {_first_line(e)}") from e
+    try:
+        model = AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype, local_files_only=True)
+    except OSError as e:  # missing or unreadable weight files
+        raise ValueError(f"cannot load model weights from {p}: {_first_line(e)}") from e
+    model.to(device)
+    model.eval()
+    adapter = HFTokenizerAdapter(tokenizer, chat=chat)
+    return HFPolicy(model, adapter.pad_id), adapter

@@ -1,0 +1,299 @@
+"""Figures from saved run directories: `summary.png`, `ref_cost.png` and per-run plots.
+
+Everything here reads runs through `runlog` (saved logs only) and builds matplotlib `Figure`
+objects without pyplot, so it works headless (Agg) and tests can inspect panels before saving:
+
+    fig = summary_figure(runs)       # 2x2: train reward, validation reward, KL, throughput
+    fig = ref_cost_figure(runs)      # 3 panels: ref forwards/step, ref time/step, stage times
+    save_summary(runs, "runs/summary.png")     # also writes runs/ref_cost.png
+    run_plots("runs/A1")             # runs/A1/plots/{summary,ref_cost,diagnostics}.png
+
+In every time-series panel each run is one line labelled with `Run.label` (with
+`by_config=True`: one line per configuration, the mean over its seeds, with a min–max band);
+reference/optimizer resets are vertical dotted lines and growth events vertical dashed lines in
+the entry's colour (their Line2D labels start with "_", so `run_lines(ax)` returns data lines).
+The command line entry (`plot_main`) backs `scripts/plot_runs.py` and `prorl-bench plot`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from .runlog import RESET_EVENTS, Run, group_runs, kl_loss_key, load_run, load_runs, smooth
+
+STAGES = ("rollout", "ref", "train", "eval", "other")
+STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
+                "other": "#8c8c8c"}
+
+
+# ---------------------------------------------------------------- helpers
+
+#: A plotted entry: (legend label, the runs it averages; one run = that run's own line).
+Entry = tuple[str, list[Run]]
+
+
+def smooth_window(n_steps: int) -> int:
+    """Window used for noisy per-step curves: about 2% of the run, at least 1."""
+    return max(1, n_steps // 50)
+
+
+def run_lines(ax) -> list[Line2D]:
+    """The data lines of a panel (event markers and style keys excluded)."""
+    return [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+
+
+def entries(runs: Sequence[Run], by_config: bool = False) -> list[Entry]:
+    """One entry per run, or (by_config) one per configuration averaging its seeds."""
+    if not by_config:
+        return [(r.label, [r]) for r in runs]
+    groups = group_runs(list(runs))
+    return [(f"{g} ({len(rs)} seeds)" if len(rs) > 1 else g, rs) for g, rs in groups.items()]
+
+
+def curve(runs: Sequence[Run], key: str, window: int = 1):
+    """(steps, mean, min, max) across `runs` of the (trailing-mean smoothed) series `key`,
+    on the union of steps where any run logged it."""
+    series = [r.series(key) for r in runs]
+    steps = np.unique(np.concatenate([s for s, _ in series])) if series else np.zeros(0, int)
+    table = np.full((len(series), steps.size), np.nan)
+    for row, (s, v) in zip(table, series):
+        row[np.searchsorted(steps, s)] = smooth(v, window)
+    if steps.size == 0:
+        return steps, *(np.zeros(0),) * 3
+    return steps, np.nanmean(table, 0), np.nanmin(table, 0), np.nanmax(table, 0)
+
+
+def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, **kw) -> None:
+    steps, mean, lo, hi = curve(runs, key, window)
+    ax.plot(steps, mean, color=color, label=label, **kw)
+    if len(runs) > 1 and steps.size:
+        ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
+
+
+def _colors(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _mark_events(ax, ents: Sequence[Entry], colors: Sequence) -> None:
+    for (_, runs), color in zip(ents, colors):
+        for kinds, style, name in ((RESET_EVENTS, ":", "_reset"), (("growth",), "--", "_growth")):
+            for step in sorted({s for r in runs for s in r.event_steps(*kinds)}):
+                ax.axvline(step, color=color, linestyle=style, linewidth=0.9, alpha=0.7,
+                           label=name)
+
+
+def _panel(ax, title: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def _legend(fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D]) -> int:
+    """Figure legend below the panels; returns its number of rows."""
+    handles = [Line2D([], [], color=c, label=lab) for (lab, _), c in zip(ents, colors)]
+    handles += list(extra)
+    fig.legend(handles=handles, loc="lower center", ncol=min(3, max(1, len(handles))),
+               fontsize=8, frameon=False)
+    return -(-len(handles) // 3)
+
+
+def _event_keys(ents: Sequence[Entry]) -> list[Line2D]:
+    runs = [r for _, rs in ents for r in rs]
+    keys = []
+    if any(r.event_steps(*RESET_EVENTS) for r in runs):
+        keys.append(Line2D([], [], color="k", linestyle=":", label="reset (dotted)"))
+    if any(r.event_steps("growth") for r in runs):
+        keys.append(Line2D([], [], color="k", linestyle="--", label="growth (dashed)"))
+    if any(len(rs) > 1 for _, rs in ents):
+        keys.append(Patch(color="gray", alpha=0.3, label="min–max over seeds"))
+    return keys
+
+
+def _finish(fig: Figure, title: str, legend_rows: int) -> None:
+    """Title, and a layout leaving about 0.18 in per legend row at the bottom."""
+    fig.suptitle(title, fontsize=12)
+    fig.tight_layout(rect=(0, (0.25 + 0.18 * legend_rows) / fig.get_figheight(), 1, 0.96))
+
+
+# ---------------------------------------------------------------- summary figure
+
+KL_STYLES = (("kl/k1", "-."), ("kl/k3", (0, (4, 1, 1, 1, 1, 1))))
+
+
+def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
+    """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
+    over seeds with a min–max band): train reward (trailing mean), validation reward, KL
+    (solid: the estimate in the loss; dash-dot k1, dash-dot-dot k3; for B the anchor is the
+    old policy) and throughput (tokens/s, trailing mean). Resets dotted, growth dashed.
+    An entry that never logged a panel's key still gets an (empty) line there."""
+    ents = entries(runs, by_config)
+    colors = _colors(len(ents))
+    n_legend = len(ents) + len(_event_keys(ents)) + 3
+    fig = Figure(figsize=(12, 8 + 0.18 * -(-n_legend // 3)))
+    axes = fig.subplots(2, 2, sharex=True).ravel()
+    w = smooth_window(max((len(r.steps) for r in runs), default=0))
+    avg = f" (trailing mean of {w})" if w > 1 else ""
+    _panel(axes[0], "Train reward" + avg, "reward/mean")
+    _panel(axes[1], "Validation reward", "reward/val")
+    _panel(axes[2], "KL in the loss (A: to reference; B: to old policy)", "KL estimate")
+    _panel(axes[3], "Throughput" + avg, "tokens/s")
+    for (label, rs), color in zip(ents, colors):
+        _draw(axes[0], label, rs, "reward/mean", color, w)
+        _draw(axes[1], label, rs, "reward/val", color, marker="o", markersize=3)
+        key = kl_loss_key(rs[0])
+        _draw(axes[2], label, rs, key, color)
+        for other, style in KL_STYLES:
+            if other != key and rs[0].has(other):
+                steps, mean, _, _ = curve(rs, other)
+                axes[2].plot(steps, mean, color=color, linestyle=style, linewidth=0.8,
+                             alpha=0.6, label=f"_{other}")
+        _draw(axes[3], label, rs, "perf/tokens_per_s", color, w)
+    for ax in axes:
+        _mark_events(ax, ents, colors)
+    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (solid)")]
+    kl_keys += [Line2D([], [], color="gray", linestyle=st, label=k[3:]) for k, st in KL_STYLES]
+    rows = _legend(fig, ents, colors, _event_keys(ents) + kl_keys)
+    _finish(fig, "Training summary", rows)
+    return fig
+
+
+# ---------------------------------------------------------------- reference cost figure
+
+
+def stage_means(run: Run) -> dict[str, float]:
+    """Mean seconds per step (over all steps) in rollout / ref / train / eval (0 where a stage
+    was never logged) and `other` = step - the four, floored at 0."""
+    means = {}
+    for stage in ("rollout", "ref", "train", "eval", "step"):
+        _, v = run.series(f"time/{stage}")
+        means[stage] = float(v.sum() / max(len(run.steps), 1)) if v.size else 0.0
+    parts = sum(means[s] for s in STAGES[:-1])
+    means["other"] = max(0.0, means["step"] - parts)
+    return means
+
+
+def ref_cost_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
+    """Three panels: reference forwards per step and reference seconds per step against step
+    (one line per run, or per configuration with a seed band), and below them one horizontal
+    stacked bar per run (configuration: mean over seeds) of mean rollout / ref / train /
+    eval / other seconds per step."""
+    ents = entries(runs, by_config)
+    colors = _colors(len(ents))
+    bar_h = 1.0 + 0.3 * len(ents)
+    n_legend = len(ents) + len(_event_keys(ents))
+    fig = Figure(figsize=(13, 4.2 + bar_h + 0.18 * -(-n_legend // 3)))
+    grid = fig.add_gridspec(2, 2, height_ratios=(4.0, bar_h))
+    axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])]
+    _panel(axes[0], "Reference forwards per step", "count/ref_fwd")
+    _panel(axes[1], "Reference time per step", "time/ref (s)")
+    for (label, rs), color in zip(ents, colors):
+        _draw(axes[0], label, rs, "count/ref_fwd", color, drawstyle="steps-mid")
+        _draw(axes[1], label, rs, "time/ref", color)
+    for ax in axes[:2]:
+        _mark_events(ax, ents, colors)
+    _stage_bars(axes[2], ents)
+    rows = _legend(fig, ents, colors, _event_keys(ents))
+    _finish(fig, "Reference cost", rows)
+    return fig
+
+
+def _stage_bars(ax, ents: Sequence[Entry]) -> None:
+    ax.set_title("Mean stage time per step", fontsize=10)
+    ax.set_xlabel("seconds per step")
+    ax.grid(alpha=0.3, axis="x")
+    y = np.arange(len(ents))
+    left = np.zeros(len(ents))
+    means = [[stage_means(r) for r in rs] for _, rs in ents]
+    for stage in STAGES:
+        w = np.array([np.mean([m[stage] for m in ms]) for ms in means])
+        ax.barh(y, w, left=left, color=STAGE_COLORS[stage], label=stage)
+        left += w
+    ax.set_yticks(y, [lab for lab, _ in ents], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.3 * max(float(left.max(initial=0.0)), 1e-9))
+    ax.legend(fontsize=8, loc="lower right")
+
+
+# ---------------------------------------------------------------- per-run diagnostics
+
+DIAGNOSTIC_KEYS = (("loss/total", "loss/pg", "loss/kl"), ("clip/frac",), ("policy/entropy",),
+                   ("optim/grad_norm",), ("optim/lr", "kl/beta"), ("adapter/rank", "reset/steps_since"))
+
+
+def diagnostics_figure(run: Run) -> Figure:
+    """2x3 panels of one run's optimisation diagnostics (losses, clipping, entropy, grad norm,
+    lr/beta, adapter rank and steps since reset); a key never logged leaves its panel empty."""
+    fig = Figure(figsize=(13, 7))
+    axes = fig.subplots(2, 3, sharex=True).ravel()
+    for ax, keys in zip(axes, DIAGNOSTIC_KEYS):
+        _panel(ax, " / ".join(keys), "")
+        for key in keys:
+            s, v = run.series(key)
+            if v.size:
+                ax.plot(s, v, label=key)
+        if run_lines(ax):
+            ax.legend(fontsize=7)
+        _mark_events(ax, [(run.label, [run])], ["k"])
+    fig.suptitle(f"Diagnostics: {run.label} ({run.path.name})", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+# ---------------------------------------------------------------- saving
+
+
+def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
+                 by_config: bool = False) -> tuple[Path, Path]:
+    """Write `summary_figure` to `out_png` and `ref_cost_figure` to `ref_cost.png` beside it."""
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ref_png = out.parent / "ref_cost.png"
+    summary_figure(runs, by_config).savefig(out, dpi=dpi)
+    ref_cost_figure(runs, by_config).savefig(ref_png, dpi=dpi)
+    return out, ref_png
+
+
+def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
+    """Per-run plots under `run_dir/plots/`: summary.png, ref_cost.png, diagnostics.png."""
+    run = load_run(run_dir)
+    plots = run.path / "plots"
+    written = list(save_summary([run], plots / "summary.png", dpi=dpi))
+    diag = plots / "diagnostics.png"
+    diagnostics_figure(run).savefig(diag, dpi=dpi)
+    return written + [diag]
+
+
+def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """`--runs DIR... --out PATH.png`: write PATH.png and ref_cost.png beside it. Exit 2 on a
+    missing directory or one that is not a run."""
+    parser = argparse.ArgumentParser(prog=prog, description=(
+        "Plot saved runs: writes OUT (summary: reward, validation reward, KL, throughput) "
+        "and ref_cost.png in the same folder (reference forwards/time, stage times)."))
+    parser.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories")
+    parser.add_argument("--out", required=True, metavar="PATH.png", help="summary figure path")
+    parser.add_argument("--by-config", action="store_true",
+                        help="one line per configuration (mean over seeds, min-max band)")
+    parser.add_argument("--dpi", type=int, default=110)
+    args = parser.parse_args(argv)
+    try:
+        runs = load_runs(args.runs)
+    except (OSError, ValueError) as err:
+        parser.error(f"--runs: {err}")
+    summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
+    print(f"wrote {summary}\nwrote {ref_cost}", file=sys.stdout)
+    return 0
+
+
+main = plot_main  # `prorl-bench plot` (cli.py) calls plots.main(argv, prog=...)

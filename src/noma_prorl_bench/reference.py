@@ -1,0 +1,200 @@
+"""The reference policy pi_ref (S1) and its log-probabilities logp_ref (S4), with exact counts.
+
+Legend: N sequences in the step's batch, n in a minibatch, P prompt length, T response
+length, L = P + T. `ReferenceHolder` owns a frozen, eval-mode deep copy of the policy and
+hands the trainer `logp_ref` under one of four modes (`--ref_compute`):
+
+  naive_epoch  A0: one reference forward per `minibatch` call, i.e. E*M per step for
+               E PPO epochs x M minibatches (the intentionally wasteful baseline)
+  cached       A1: one forward over the whole batch in `prepare`; minibatches are views
+  ring         A2: like cached, but written into a buffer [max_seqs, max_resp_len]
+               allocated once at construction and never reallocated; minibatches are views
+               of that buffer (same numbers as cached, bit for bit)
+  none         Variant B: no reference is ever built; asking for logp_ref raises
+
+Call `prepare(tokens, P)` once per rollout batch, then `minibatch(tokens[sl], P, sl)` for
+each contiguous minibatch slice (any epoch order); `minibatch(tokens, P, slice(None))` gives
+the whole batch. Counters are exact per step: `pop_counts()` -> {"count/ref_fwd",
+"count/tokens_ref"} (tokens fed through the reference, N*L per batch forward) and
+`pop_time()` -> seconds spent in reference forwards; both reset on pop.
+
+Reference updates (`reset_to`): `hard` copies the policy bit for bit; `polyak` mixes
+ref <- alpha * pi + (1 - alpha) * ref in place, the same arithmetic as TRL's
+SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from noma_prorl_bench.models.base import response_logprobs
+
+REF_MODES = ("naive_epoch", "cached", "ring", "none")
+REF_UPDATES = ("hard", "polyak")
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for t in model.parameters():
+        return t.device
+    return torch.device("cpu")
+
+
+def _state_of(policy_or_state: nn.Module | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return policy_or_state.state_dict() if isinstance(policy_or_state, nn.Module) else policy_or_state
+
+
+class ReferenceHolder:
+    """Frozen reference policy + logp_ref provider; see the module docstring for the modes."""
+
+    def __init__(self, policy: nn.Module | None, mode: str, temperature: float = 1.0,
+                 max_seqs: int = 0, max_resp_len: int = 0):
+        if mode not in REF_MODES:
+            raise ValueError(f"ref_compute must be one of {REF_MODES}, got {mode!r}")
+        self.mode = mode
+        self.temperature = float(temperature)
+        self.model: nn.Module | None = None
+        self._buf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len]
+        self._cache: torch.Tensor | None = None      # cached: [N, T]
+        self._n: int | None = None                   # rows of the prepared batch
+        self._t: int | None = None                   # response length of the prepared batch
+        self.fwd_calls = 0
+        self.tokens = 0
+        self.seconds = 0.0
+        if mode == "none":
+            return
+        if policy is None:
+            raise ValueError(f"ref_compute={mode!r} needs a policy to copy")
+        self.model = copy.deepcopy(policy).eval().requires_grad_(False)
+        if mode == "ring":
+            if max_seqs < 1 or max_resp_len < 1:
+                raise ValueError("ring needs max_seqs >= 1 and max_resp_len >= 1")
+            self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32,
+                                    device=_model_device(self.model))
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def enabled(self) -> bool:
+        """False for Variant B (mode none): there is no reference to read or reset."""
+        return self.model is not None
+
+    @property
+    def buffer(self) -> torch.Tensor | None:
+        """The ring buffer `[max_seqs, max_resp_len]` (None unless mode == ring)."""
+        return self._buf
+
+    def _require(self) -> nn.Module:
+        if self.model is None:
+            raise RuntimeError("ref_compute='none' (Variant B): there is no reference policy / logp_ref")
+        return self.model
+
+    # ------------------------------------------------------------ forwards
+
+    @torch.no_grad()
+    def _forward(self, tokens: torch.Tensor, P: int) -> torch.Tensor:
+        """One counted, timed reference forward: tokens[n, L] -> logp_ref[n, T] (float32)."""
+        model = self._require()
+        t0 = time.perf_counter()
+        logp, _, _ = response_logprobs(model, tokens, P, self.temperature)    # [n, T]
+        if logp.is_cuda:
+            torch.cuda.synchronize(logp.device)
+        self.seconds += time.perf_counter() - t0
+        self.fwd_calls += 1
+        self.tokens += tokens.numel()
+        return logp
+
+    def prepare(self, tokens: torch.Tensor, P: int) -> None:
+        """Start a rollout batch tokens[N, L]: cached/ring run exactly one forward; naive none."""
+        self._require()
+        n, t = tokens.shape[0], tokens.shape[1] - P
+        self._n, self._t, self._cache = n, t, None
+        if self.mode == "cached":
+            self._cache = self._forward(tokens, P)                           # [N, T]
+        elif self.mode == "ring":
+            buf = self._buf
+            if n > buf.shape[0] or t > buf.shape[1]:
+                raise ValueError(f"batch [{n}, {t}] exceeds the ring buffer {list(buf.shape)}")
+            logp = self._forward(tokens, P)                                  # [N, T]
+            t0 = time.perf_counter()
+            buf[:n, :t].copy_(logp)                                          # in place, no realloc
+            self.seconds += time.perf_counter() - t0
+
+    def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
+        """logp_ref[n, T] for rows `sl` (a contiguous slice) of the prepared batch.
+
+        naive_epoch: one reference forward over tokens_mb; cached: a view of the cache;
+        ring: a view of the ring buffer.
+        """
+        self._require()
+        if self._n is None:
+            raise RuntimeError("ReferenceHolder.minibatch before prepare() for this batch")
+        if not isinstance(sl, slice):
+            raise TypeError(f"minibatches are contiguous slices of the batch, got {type(sl).__name__}")
+        start, stop, stride = sl.indices(self._n)
+        if stride != 1 or tokens_mb.shape[0] != max(0, stop - start):
+            raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
+        if self.mode == "naive_epoch":
+            return self._forward(tokens_mb, P)                               # [n, T]
+        if self.mode == "cached":
+            return self._cache[start:stop]                                   # view [n, T]
+        return self._buf[start:stop, : self._t]                              # view [n, T]
+
+    # ------------------------------------------------------------ counters
+
+    def pop_counts(self) -> dict[str, int]:
+        """This step's exact counters, then zero them: count/ref_fwd, count/tokens_ref."""
+        out = {"count/ref_fwd": self.fwd_calls, "count/tokens_ref": self.tokens}
+        self.fwd_calls = self.tokens = 0
+        return out
+
+    def pop_time(self) -> float:
+        """Seconds spent in reference forwards (and the ring write) since the last pop."""
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+    # ------------------------------------------------------------ updates and checkpoints
+
+    @torch.no_grad()
+    def reset_to(self, policy_or_state: nn.Module | dict[str, torch.Tensor], rule: str = "hard",
+                 alpha: float = 1.0) -> dict[str, Any]:
+        """Update pi_ref from the policy (or a state dict): `hard` copy or `polyak` mix.
+
+        polyak: ref <- alpha * pi + (1 - alpha) * ref on floating tensors (non-float
+        buffers are copied). Returns {"ref_update", "ref_mix_alpha"} for the reset event.
+        """
+        model = self._require()
+        if rule not in REF_UPDATES:
+            raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
+        src = _state_of(policy_or_state)
+        self._n = self._t = self._cache = None       # a prepared batch is stale now
+        if rule == "hard":
+            model.load_state_dict(src)
+            return {"ref_update": "hard", "ref_mix_alpha": None}
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
+        dst = model.state_dict()
+        if set(dst) != set(src):
+            raise KeyError(f"state dict keys differ: {sorted(set(dst) ^ set(src))[:5]}")
+        for name, ref_t in dst.items():
+            pi_t = src[name].to(ref_t.device)
+            if ref_t.is_floating_point():
+                ref_t.mul_(1.0 - alpha).add_(pi_t, alpha=alpha)
+            else:
+                ref_t.copy_(pi_t)
+        return {"ref_update": "polyak", "ref_mix_alpha": float(alpha)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The reference parameters (None in Variant B) for checkpoints; buffers are not saved."""
+        return {"mode": self.mode, "model": None if self.model is None else self.model.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["mode"] != self.mode and "none" in (state["mode"], self.mode):
+            raise ValueError(f"checkpoint ref mode {state['mode']!r} vs this run's {self.mode!r}")
+        if self.model is not None:
+            with torch.no_grad():
+                self.model.load_state_dict(state["model"])

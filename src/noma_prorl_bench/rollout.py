@@ -1,0 +1,120 @@
+"""Sampling: G responses per prompt with per-token behaviour log-probs, masks, EOS, truncation.
+
+Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response length.
+
+`generate` runs the policy incrementally (prefill, then one `decode` per token) under
+no_grad, samples from softmax(logits / temperature) with a dedicated torch.Generator, and
+records `logp_old` = log pi_old(token) under the same temperature. The response length is
+trimmed to the longest response in the batch (<= max_new_tokens), so every shape is fixed
+within a step. `collect` builds a scored `RolloutBatch`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollouts (see docs/ARCHITECTURE.md)."""
+
+    tokens: torch.Tensor        # [N, L] prompt (left-padded) + response
+    mask: torch.Tensor          # [N, T] 1.0 on generated tokens up to and including EOS
+    logp_old: torch.Tensor      # [N, T] behaviour log-probs
+    rewards: torch.Tensor       # [N]
+    truncated: torch.Tensor     # [N] bool: no EOS within max_new_tokens
+    group: torch.Tensor         # [N] prompt index 0..B-1
+    prompt_len: int
+    prompts: list = field(default_factory=list)
+    answers: list = field(default_factory=list)
+    responses: list = field(default_factory=list)
+    logp_ref: Optional[torch.Tensor] = None     # [N, T]
+    advantages: Optional[torch.Tensor] = None   # [N]
+    version: int = 0
+
+    @property
+    def n(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.mask.shape[1]
+
+
+@dataclass
+class GenStats:
+    """Exact counts of one `generate` call."""
+
+    fwd_calls: int = 0   # prefill + decode calls
+    tokens: int = 0      # token positions pushed through the policy
+
+
+@torch.no_grad()
+def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
+             pad_id: int, generator: Optional[torch.Generator] = None, greedy: bool = False):
+    """prompts[N, P] -> (response[N, T], logp_old[N, T], mask[N, T], truncated[N], GenStats)."""
+    N, P = prompts.shape
+    stats = GenStats()
+    logits, state = policy.prefill(prompts)                     # [N, V]
+    stats.fwd_calls, stats.tokens = 1, N * P
+    done = torch.zeros(N, dtype=torch.bool)
+    toks, logps, masks = [], [], []
+    for t in range(max_new_tokens):
+        logp_all = F.log_softmax(logits.float() / temperature, dim=-1)         # [N, V]
+        if greedy:
+            tok = logp_all.argmax(-1)                                          # [N]
+        else:
+            tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+        live = ~done
+        logps.append(torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0))
+        tok = torch.where(live, tok, torch.full_like(tok, pad_id))
+        toks.append(tok)
+        masks.append(live.float())
+        done = done | (tok == eos_id)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        logits, state = policy.decode(tok, state)
+        stats.fwd_calls += 1
+        stats.tokens += N
+    response = torch.stack(toks, 1)                              # [N, T]
+    return response, torch.stack(logps, 1), torch.stack(masks, 1), ~done, stats
+
+
+def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: int,
+            temperature: float, generator: torch.Generator, prompt_len: Optional[int] = None):
+    """Sample `group_size` responses for each example and score them -> (RolloutBatch, GenStats)."""
+    B, G = len(examples), group_size
+    prompts = [e.prompt for e in examples for _ in range(G)]
+    answers = [e.answer for e in examples for _ in range(G)]
+    prompt_ids = tokenizer.encode_prompts(prompts, prompt_len)                # [N, P]
+    resp, logp_old, mask, truncated, stats = generate(
+        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator)
+    texts = [tokenizer.decode(r) for r in resp.tolist()]
+    rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32)
+    batch = RolloutBatch(
+        tokens=torch.cat([prompt_ids, resp], 1), mask=mask, logp_old=logp_old, rewards=rewards,
+        truncated=truncated, group=torch.arange(B).repeat_interleave(G), prompt_len=prompt_ids.shape[1],
+        prompts=prompts, answers=answers, responses=texts)
+    return batch, stats
+
+
+@torch.no_grad()
+def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
+             chunk: int = 256):
+    """Greedy decoding on `examples` -> (mean reward, responses, GenStats)."""
+    total, texts, stats = 0.0, [], GenStats()
+    for i in range(0, len(examples), chunk):
+        ex = examples[i:i + chunk]
+        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len)
+        resp, _, _, _, st = generate(policy, ids, max_new_tokens, 1.0, tokenizer.eos_id, tokenizer.pad_id,
+                                     greedy=True)
+        stats.fwd_calls += st.fwd_calls
+        stats.tokens += st.tokens
+        for r, e in zip(resp.tolist(), ex):
+            s = tokenizer.decode(r)
+            texts.append(s)
+            total += task.reward(s, e.answer)
+    return total / max(len(examples), 1), texts, stats

@@ -1,0 +1,356 @@
+"""Read saved run directories (the output contract in DESIGN.md) into plain numpy data.
+
+A run directory holds `config.json`, `metrics.jsonl`, `events.jsonl`, optionally
+`samples.jsonl` and, once the run finished, `summary.json` with `"complete": true`.
+Plots and reports read runs only through this module, never through a live process.
+
+    run = load_run("runs/A1")
+    steps, val = run.series("reward/val")      # finite points only
+    runs = load_runs(["runs/A0", "runs/A1"])   # labels name what varies between runs
+
+Per-run numbers (one value per run; `report` aggregates them over seeds):
+  final_val      last logged `reward/val`
+  steps_to_thr   first step where the source curve >= threshold; source "val" (`reward/val`) or
+                 "train" (trailing mean of `reward/mean` over `window` steps)
+  kl_mean/kl_max mean / max of the KL estimate in the loss (`kl_loss_key`)
+  kl_spike       max over resets at step s of the max KL over steps s+1..s+k (NaN without resets)
+  ref_fwd        mean `count/ref_fwd`;  step_time  median `time/step` (s)
+  tokens_per_s   median `perf/tokens_per_s`;  peak_mem  max `perf/peak_rss_mb`
+
+JSONL files are read tolerantly: a partial last line (a run killed mid-write) is dropped;
+an unparseable line elsewhere is dropped with a warning. Both are recorded in `Run.dropped`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+#: ref_compute -> variant code used in labels (DESIGN.md vocabulary).
+REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
+
+#: Config keys that never distinguish configurations (per-run bookkeeping).
+NOT_CONFIG = frozenset({
+    "seed", "outdir", "out_dir", "versions", "git", "git_commit", "commit", "run_id",
+    "command", "argv", "hostname", "started", "start_time", "timestamp", "resume",
+    "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints",
+    "ray_address", "actor_timeout",
+})
+
+#: kl_estimator config value -> metric key of the estimate used in the loss.
+KL_LOSS_KEY = {"simple": "kl/k1", "k1": "kl/k1", "k2": "kl/k2", "k3": "kl/k3", "full": "kl/full"}
+
+#: Events that mark a reset (plotted dotted; "spike after reset" windows start at them).
+RESET_EVENTS = ("ref_reset", "opt_reset")
+
+#: Keys shown in labels (in this order) when they vary between runs; others follow sorted.
+LABEL_ORDER = ("opt_reset", "reset_every", "growth", "beta", "kl_estimator", "task",
+               "ppo_epochs", "minibatches", "steps")
+
+
+@dataclass
+class Run:
+    """One saved run. `metrics[key]` is a float array aligned with `steps` (NaN = not logged)."""
+
+    path: Path
+    config: dict[str, Any]
+    steps: np.ndarray                       # [S] int, sorted, 1-based step numbers
+    metrics: dict[str, np.ndarray]          # key -> [S] float
+    events: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+    label: str = ""                         # set by load_run / load_runs
+    group: str = ""                         # label without the seed (configuration label)
+    dropped: list[str] = field(default_factory=list)   # "file:line" of unparseable lines
+
+    @property
+    def complete(self) -> bool:
+        """True when `summary.json` says the run finished."""
+        return bool(self.summary and self.summary.get("complete"))
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) where `key` was logged with a finite value; empty arrays if never."""
+        if key not in self.metrics:
+            return np.zeros(0, dtype=int), np.zeros(0)
+        vals = self.metrics[key]
+        ok = np.isfinite(vals)
+        return self.steps[ok], vals[ok]
+
+    def has(self, key: str) -> bool:
+        return key in self.metrics and bool(np.isfinite(self.metrics[key]).any())
+
+    def event_steps(self, *kinds: str) -> list[int]:
+        """Sorted distinct steps of events whose `event` is in `kinds`."""
+        return sorted({int(e["step"]) for e in self.events
+                       if e.get("event") in kinds and e.get("step") is not None})
+
+
+def kl_loss_key(run: Run) -> str:
+    """Metric key of the KL estimate the run puts in its loss (`kl_estimator` in the config);
+    if that key was never logged, the first of kl/k3, kl/k1, kl/k2 that was."""
+    key = KL_LOSS_KEY.get(str(run.config.get("kl_estimator", "k3")).lower(), "kl/k3")
+    if run.has(key):
+        return key
+    return next((k for k in ("kl/k3", "kl/k1", "kl/k2") if run.has(k)), key)
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, Any]]:
+    """Parse a JSONL file; drop a partial last line and (with a warning) bad middle lines."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows: list[dict[str, Any]] = []
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            if dropped is not None:
+                dropped.append(f"{path.name}:{i + 1}")
+            if i != last:
+                warnings.warn(f"{path}: line {i + 1} is not a JSON object; dropped", stacklevel=2)
+            continue
+        rows.append(obj)
+    return rows
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def align_metrics(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Rows with a "step" -> (steps[S], key -> values[S]); a repeated step keeps its last row."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        step = row.get("step")
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
+            by_step.setdefault(int(step), {}).update(row)
+    steps = np.array(sorted(by_step), dtype=int)
+    index = {s: i for i, s in enumerate(steps.tolist())}
+    metrics: dict[str, np.ndarray] = {}
+    for step, row in by_step.items():
+        for key, value in row.items():
+            num = _as_float(value)
+            if key == "step" or num is None:
+                continue
+            if key not in metrics:
+                metrics[key] = np.full(len(steps), np.nan)
+            metrics[key][index[step]] = num
+    return steps, metrics
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Load one run directory. FileNotFoundError if absent; ValueError if not a run."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a run directory (it is a file)")
+    missing = [n for n in ("config.json", "metrics.jsonl") if not (path / n).is_file()]
+    if missing:
+        raise ValueError(f"{path} is not a run directory: missing {', '.join(missing)}")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}/config.json is not valid JSON: {err}") from err
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}/config.json is not a JSON object")
+    dropped: list[str] = []
+    steps, metrics = align_metrics(read_jsonl(path / "metrics.jsonl", dropped))
+    events = read_jsonl(path / "events.jsonl", dropped)
+    samples = read_jsonl(path / "samples.jsonl", dropped)
+    summary = None
+    if (path / "summary.json").is_file():
+        try:
+            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            dropped.append("summary.json")
+    run = Run(path, config, steps, metrics, events, samples,
+              summary if isinstance(summary, dict) else None, dropped=dropped)
+    run.label = run.group = base_label(config)
+    return run
+
+
+# ---------------------------------------------------------------- labels and groups
+
+
+def base_label(config: dict[str, Any]) -> str:
+    """'A0 naive_epoch', 'A1 cached', 'A2 ring' or 'B no-ref' from variant/ref_compute."""
+    if str(config.get("variant", "A")).upper() == "B":
+        return "B no-ref"
+    ref = str(config.get("ref_compute", "cached"))
+    return f"{REF_CODES.get(ref, 'A?')} {ref}"
+
+
+def config_key(config: dict[str, Any]) -> dict[str, str]:
+    """The configuration a run belongs to (everything but per-run bookkeeping and the seed),
+    normalised so fields that do not apply (B's ref_compute, migration without growth) drop out.
+    Values are JSON strings so they can be compared and hashed."""
+    cfg = {k: v for k, v in config.items() if k not in NOT_CONFIG}
+    cfg["variant"] = base_label(config)
+    cfg.pop("ref_compute", None)
+    growth = bool(cfg.pop("enable_growth", False))
+    migration = cfg.pop("growth_migration", None)
+    cfg["growth"] = f"grow:{migration}" if growth else "no-grow"
+    if not growth:
+        for k in [k for k in cfg if k.startswith("grow_") or k == "rank_step"]:
+            cfg.pop(k)
+    return {k: json.dumps(v, sort_keys=True) for k, v in cfg.items()}
+
+
+def _fmt_field(key: str, raw: str) -> str:
+    value = json.loads(raw)
+    if key == "growth":
+        return str(value)
+    if key == "opt_reset":
+        return f"opt={value}"
+    if key == "reset_every":
+        return "no-reset" if not value else f"K={value}"
+    return f"{key}={value}"
+
+
+def varying_keys(keys: Sequence[dict[str, str]]) -> list[str]:
+    """Config fields (other than the variant) taking more than one value among the `keys` that
+    have them (so a growth-only field like grow_every shows only when growth runs differ)."""
+    names = sorted({k for key in keys for k in key} - {"variant"})
+    vary = [n for n in names if len({key[n] for key in keys if n in key}) > 1]
+    return [n for n in LABEL_ORDER if n in vary] + [n for n in vary if n not in LABEL_ORDER]
+
+
+def group_label(key: dict[str, str], vary: Sequence[str]) -> str:
+    """Human label of one configuration: the variant plus the varying fields it has."""
+    parts = [json.loads(key["variant"])]
+    parts += [_fmt_field(n, key[n]) for n in vary if n in key]
+    return ", ".join(parts)
+
+
+def assign_labels(runs: Sequence[Run]) -> None:
+    """Set `group` (configuration label) and `label` (plus seed when seeds vary) on `runs`;
+    two runs that would still share a label get their directory name appended."""
+    keys = [config_key(r.config) for r in runs]
+    vary = varying_keys(keys)
+    seeds_vary = len({json.dumps(r.seed) for r in runs}) > 1
+    for run, key in zip(runs, keys):
+        run.group = group_label(key, vary)
+        run.label = f"{run.group}, seed {run.seed}" if seeds_vary else run.group
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.label] = counts.get(run.label, 0) + 1
+    for run in runs:
+        if counts[run.label] > 1:
+            run.label = f"{run.label} [{run.path.name}]"
+
+
+def load_runs(run_dirs: Sequence[str | Path]) -> list[Run]:
+    """Load several runs and label them by what varies between them."""
+    runs = [load_run(d) for d in run_dirs]
+    assign_labels(runs)
+    return runs
+
+
+def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """Runs grouped by configuration (all seeds of a config together), in first-seen order.
+    Labels come from `assign_labels` over all `runs`."""
+    assign_labels(runs)
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.group, []).append(run)
+    return groups
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """Run directories at or below `root` (those holding config.json and metrics.jsonl)."""
+    root = Path(root)
+    found = {p.parent for p in root.rglob("config.json") if (p.parent / "metrics.jsonl").is_file()}
+    return sorted(found)
+
+
+# ---------------------------------------------------------------- per-run numbers
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last `window` finite values' positions (NaN ignored)."""
+    x = np.asarray(values, dtype=float)
+    if window <= 1 or x.size == 0:
+        return x.copy()
+    ok = np.isfinite(x)
+    csum = np.concatenate([[0.0], np.cumsum(np.where(ok, x, 0.0))])
+    ccnt = np.concatenate([[0], np.cumsum(ok)])
+    hi = np.arange(1, x.size + 1)
+    lo = np.maximum(hi - window, 0)
+    cnt = ccnt[hi] - ccnt[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, (csum[hi] - csum[lo]) / np.maximum(cnt, 1), np.nan)
+
+
+
+def last_value(run: Run, key: str) -> float:
+    """Last finite value of `key`; NaN if never logged."""
+    _, v = run.series(key)
+    return float(v[-1]) if v.size else math.nan
+
+
+def reduce_key(run: Run, key: str, fn) -> float:
+    """`fn` (np.mean, np.median, np.max, ...) over the finite values of `key`; NaN if none."""
+    _, v = run.series(key)
+    return float(fn(v)) if v.size else math.nan
+
+
+def threshold_curve(run: Run, source: str, window: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """The curve `steps_to_threshold` scans: val reward, or trailing-mean train reward."""
+    if source == "val":
+        return run.series("reward/val")
+    steps, v = run.series("reward/mean")
+    return steps, smooth(v, window)
+
+
+def steps_to_threshold(run: Run, threshold: float, source: str, window: int = 10) -> float:
+    """First step whose source value reaches `threshold`; NaN if never."""
+    steps, v = threshold_curve(run, source, window)
+    hit = np.nonzero(v >= threshold)[0]
+    return float(steps[hit[0]]) if hit.size else math.nan
+
+
+def kl_spike(run: Run, k: int) -> float:
+    """Max over reset steps s of the max KL (loss estimate) over steps s+1..s+k."""
+    steps, v = run.series(kl_loss_key(run))
+    peaks = [v[(steps > s) & (steps <= s + k)].max() for s in run.event_steps(*RESET_EVENTS)
+             if ((steps > s) & (steps <= s + k)).any()]
+    return float(max(peaks)) if peaks else math.nan
+
+
+def run_stats(run: Run, *, threshold: float, source: str, window: int = 10,
+              k: int = 10) -> dict[str, float]:
+    """Every per-run number of the result matrix (definitions in the module docstring)."""
+    kl = kl_loss_key(run)
+    return {
+        "final_val": last_value(run, "reward/val"),
+        "steps_to_thr": steps_to_threshold(run, threshold, source, window),
+        "kl_mean": reduce_key(run, kl, np.mean), "kl_max": reduce_key(run, kl, np.max),
+        "kl_spike": kl_spike(run, k),
+        "ref_fwd": reduce_key(run, "count/ref_fwd", np.mean),
+        "step_time": reduce_key(run, "time/step", np.median),
+        "tokens_per_s": reduce_key(run, "perf/tokens_per_s", np.median),
+        "peak_mem": reduce_key(run, "perf/peak_rss_mb", np.max),
+    }

@@ -1,0 +1,289 @@
+"""The training loop, reading top to bottom.
+
+One step = sample (rollout) -> score (rewards) -> reference (logp_ref, Variant A) ->
+advantages -> `ppo_epochs` x `minibatches` optimizer steps -> resets / evaluation / logging.
+
+Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response length,
+L = P + T, V vocabulary, E ppo_epochs, M minibatches.
+
+Counters are exact per step: `count/ref_fwd` is E*M for naive_epoch (A0), 1 for cached (A1)
+and ring (A2), 0 for Variant B (which never constructs a reference model).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from . import advantages as adv_lib
+from . import kl as kl_lib
+from . import losses as loss_lib
+from .config import RunConfig
+from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
+from .models import build_policy
+from .models.base import response_logprobs
+from .optim_state import apply_reset_semantics, make_lr_scheduler
+from .reference import ReferenceHolder
+from .rollout import RolloutBatch, collect, evaluate
+from .tasks import make_task
+
+REF_OVER_OLD_CLAMP = 10.0  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
+COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "policy_fwd_eval")
+
+
+def set_determinism(cfg: RunConfig) -> None:
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+
+
+class Trainer:
+    """Owns the policy, the optional reference, the optimizer and the RNG streams of one run."""
+
+    def __init__(self, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None):
+        self.cfg = cfg
+        self.metrics_sink = metrics_sink or NullSink()
+        self.events_sink = events_sink or NullSink()
+        self.samples_sink = samples_sink or NullSink()
+        set_determinism(cfg)
+        # ------------------------------------------------------------ task, model, RNG streams
+        self.task = make_task(cfg.task, n_val=cfg.n_val)
+        self.policy, self.tok = build_policy(cfg)
+        self.T_max = cfg.max_new_tokens or self.task.max_new_tokens
+        self.P = getattr(self.task, "prompt_len", None)
+        self.data_rng = np.random.default_rng([cfg.seed, 1])
+        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 2)
+        self.order_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
+        self.val_set = self.task.validation_set()
+        self.counters = Counters(COUNTER_KEYS)
+        self.timer = StageTimer()
+        self.step_idx = 0
+        self.warmstart_info = self.warm_start()
+        # ------------------------------------------------------------ reference (Variant A only)
+        N_max = cfg.batch_size * cfg.group_size
+        mode = "none" if cfg.variant == "B" else cfg.ref_compute
+        self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max)
+        # ------------------------------------------------------------ optimizer, schedule, KL coef
+        self.optimizer = self.make_optimizer()
+        self.scheduler = make_lr_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps,
+                                           cfg.steps * cfg.ppo_epochs * cfg.minibatches)
+        self.kl_ctrl = (kl_lib.AdaptiveKLController(cfg.beta, cfg.target_kl, cfg.kl_horizon)
+                        if cfg.target_kl > 0 else None)
+
+    # ================================================================ set-up pieces
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        cls = torch.optim.AdamW if self.cfg.optimizer == "adamw" else torch.optim.Adam
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        return cls(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+    def warm_start(self) -> dict:
+        """Supervised teacher forcing on correct answers so RL starts from a policy that is
+        sometimes right. Its cost is reported separately (the `warmstart` event)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([cfg.seed, 3])
+        opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.warmstart_lr)
+        for _ in range(cfg.warmstart_steps):
+            ex = self.task.sample(rng, 64)
+            prompts = self.tok.encode_prompts([e.prompt for e in ex], self.P)          # [n, P]
+            answers = [self.tok.encode_answer(e.answer) for e in ex]
+            T = max(len(a) for a in answers)
+            ans = torch.full((len(ex), T), self.tok.pad_id, dtype=torch.long)
+            mask = torch.zeros(len(ex), T)
+            for i, a in enumerate(answers):
+                ans[i, :len(a)] = torch.tensor(a)
+                mask[i, :len(a)] = 1.0
+            logp, _, _ = response_logprobs(self.policy, torch.cat([prompts, ans], 1), prompts.shape[1])
+            loss = -(logp * mask).sum() / mask.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        val, _, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
+        info = {"steps": cfg.warmstart_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
+        self.event("warmstart", "supervised warm start", **info)
+        return info
+
+    def event(self, event: str, reason: str, **values) -> None:
+        self.events_sink.write({"step": self.step_idx, "event": event, "reason": reason, **values})
+
+    # ================================================================ one step
+    def train_step(self) -> dict:
+        cfg = self.cfg
+        self.step_idx += 1
+        t_step = time.perf_counter()
+        # ------------------------------------------------------------ 1. rollout + rewards
+        with self.timer("rollout"):
+            batch = self.rollout()
+        # ------------------------------------------------------------ 2. reference (A1/A2: once)
+        if cfg.variant == "A":
+            with self.timer("ref"):
+                self.ref.prepare(batch.tokens, batch.prompt_len)
+        # ------------------------------------------------------------ 3. advantages
+        rewards = batch.rewards.view(cfg.batch_size, cfg.group_size)               # [B, G]
+        adv, adv_metrics = adv_lib.ADVANTAGES[cfg.adv](rewards)
+        batch.advantages = adv.reshape(-1)                                          # [N]
+        # ------------------------------------------------------------ 4. PPO epochs x minibatches
+        with self.timer("train"):
+            upd = self.update(batch)
+        # ------------------------------------------------------------ 5. metrics
+        m = {"step": self.step_idx, "reward/mean": float(batch.rewards.mean()),
+             "reward/std": float(batch.rewards.std()), **adv_metrics, **upd}
+        m["response/len_mean"] = float(batch.mask.sum(1).mean())
+        m["response/truncated_frac"] = float(batch.truncated.float().mean())
+        m["kl/beta"] = self.beta
+        m["optim/lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.kl_ctrl is not None:
+            self.kl_ctrl.update(upd.get(f"kl/{self.loss_kl_key}", 0.0), 1)
+        # ------------------------------------------------------------ 6. resets, evaluation
+        self.after_update(m)
+        if self.step_idx % cfg.eval_every == 0 or self.step_idx == cfg.steps:
+            with self.timer("eval"):
+                m.update(self.run_eval(batch))
+        m.update(self.pop_step_stats(time.perf_counter() - t_step))
+        self.metrics_sink.write(m)
+        return m
+
+    def rollout(self) -> RolloutBatch:
+        cfg = self.cfg
+        examples = self.task.sample(self.data_rng, cfg.batch_size)
+        batch, gs = collect(self.policy, self.task, self.tok, examples, cfg.group_size, self.T_max,
+                            cfg.temperature, self.sample_gen, self.P)
+        self.counters.add("policy_fwd_rollout", gs.fwd_calls)
+        self.counters.add("tokens_policy", gs.tokens)
+        return batch
+
+    @property
+    def beta(self) -> float:
+        return self.kl_ctrl.value if self.kl_ctrl is not None else self.cfg.beta
+
+    @property
+    def loss_kl_key(self) -> str:
+        return {"simple": "k1", "k2": "k2", "k3": "k3", "full": "full"}[self.cfg.kl_estimator]
+
+    # ================================================================ the update
+    def update(self, batch: RolloutBatch) -> dict:
+        cfg = self.cfg
+        N, M = batch.n, cfg.minibatches
+        bounds = np.linspace(0, N, M + 1).astype(int)
+        slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        sums: dict[str, float] = {}
+        n_pass = 0
+        self._anchor = torch.zeros_like(batch.logp_old)                 # logp_ref seen by the loss
+        self.policy.train()
+        for _epoch in range(cfg.ppo_epochs):
+            for j in torch.randperm(M, generator=self.order_gen).tolist():
+                mb = self.minibatch_step(batch, slices[j])
+                for k, v in mb.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                n_pass += 1
+        out = {k: v / n_pass for k, v in sums.items()}
+        if cfg.variant == "A":
+            out["kl/ref_over_old_k2"] = self.ref_over_old_k2(batch)
+        return out
+
+    def minibatch_step(self, batch: RolloutBatch, sl: slice) -> dict:
+        cfg = self.cfg
+        P, tokens, mask = batch.prompt_len, batch.tokens[sl], batch.mask[sl]
+        logp, ent, _ = response_logprobs(self.policy, tokens, P, cfg.temperature, with_entropy=True)
+        self.counters.add("policy_fwd_train", 1)
+        self.counters.add("tokens_policy", tokens.numel())
+        if cfg.variant == "A":
+            with self.timer("ref_in_train"):
+                anchor = self.ref.minibatch(tokens, P, sl)             # A0 runs a forward here
+            self._anchor[sl] = anchor.detach()
+        else:
+            anchor = batch.logp_old[sl]                                 # B: trust region to pi_old
+        pg, metrics = loss_lib.LOSSES[cfg.loss](
+            logp, batch.logp_old[sl], batch.advantages[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
+            dual_clip_c=cfg.dual_clip_c or None)
+        kl = kl_lib.kl_terms(logp, anchor)
+        kl_tok = self.kl_in_loss(kl, batch.logp_old[sl], anchor)
+        loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+              if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
+        self.optimizer.step()
+        self.scheduler.step()
+        with torch.no_grad():
+            out = {f"kl/{k}": float(loss_lib.masked_mean(v, mask)) for k, v in kl.items()}
+            out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
+                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg, norm_const=self.T_max)),
+                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)),
+                        "policy/entropy": float(loss_lib.masked_mean(ent, mask))})
+        out.update(metrics)
+        return out
+
+    def kl_in_loss(self, kl: dict, logp_old: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """The per-token KL term that enters the loss, per --kl_estimator/--k2_mode."""
+        cfg = self.cfg
+        if cfg.kl_estimator == "k2" and cfg.k2_mode == "ref_over_old":
+            # The blog's k2 as written, x = exp(clamp(log pi_ref/pi_old)): constant in theta
+            # inside a rollout, so this term has no gradient (documented in --help).
+            return kl_lib.kl_terms(logp_old, anchor, clamp=REF_OVER_OLD_CLAMP)["k2"].detach()
+        return kl[self.loss_kl_key]
+
+    @torch.no_grad()
+    def ref_over_old_k2(self, batch: RolloutBatch) -> float:
+        """Diagnostic: the ProRL-v2 blog's k2 with x = exp(clamp(log pi_ref/pi_old)), batch mean."""
+        k2 = kl_lib.kl_terms(batch.logp_old, self._anchor, clamp=REF_OVER_OLD_CLAMP)["k2"]
+        return float(loss_lib.masked_mean(k2, batch.mask))
+
+    # ================================================================ resets
+    def after_update(self, m: dict) -> None:
+        cfg = self.cfg
+        if cfg.variant == "A" and cfg.reset_every and self.step_idx % cfg.reset_every == 0:
+            self.reference_reset("periodic", {"every": cfg.reset_every})
+
+    def reference_reset(self, reason: str, values: dict) -> None:
+        cfg = self.cfg
+        self.ref.reset_to(self.policy, cfg.ref_update, cfg.ref_mix_alpha)
+        self.event("ref_reset", reason, target=cfg.reset_to, rule=cfg.ref_update, **values)
+        changed = apply_reset_semantics(
+            self.optimizer, self.scheduler, self.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
+            reset_opt_step=bool(cfg.reset_opt_step), reset_lr_schedule=bool(cfg.reset_lr_schedule),
+            reset_kl_coef=bool(cfg.reset_kl_coef))
+        self.event("opt_reset", reason, **{"mode": cfg.opt_reset, "soft_factor": cfg.soft_factor, **_jsonable(changed)})
+
+    # ================================================================ evaluation and stats
+    def run_eval(self, batch: RolloutBatch) -> dict:
+        val, texts, gs = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
+        self.counters.add("policy_fwd_eval", gs.fwd_calls)
+        for e, s in list(zip(self.val_set, texts))[:4]:
+            self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
+                                     "answer": e.answer, "reward": self.task.reward(s, e.answer)})
+        return {"reward/val": val}
+
+    def pop_step_stats(self, step_seconds: float) -> dict:
+        out = {}
+        out.update(self.counters.pop())
+        ref_counts = self.ref.pop_counts()
+        out.update(ref_counts)
+        times = self.timer.pop()
+        ref_in_train = times.get("time/ref_in_train", 0.0)
+        out.update({"time/rollout": times.get("time/rollout", 0.0),
+                    "time/ref": times.get("time/ref", 0.0) + ref_in_train,
+                    "time/train": times.get("time/train", 0.0) - ref_in_train,
+                    "time/eval": times.get("time/eval", 0.0), "time/step": step_seconds})
+        tokens = out["count/tokens_policy"] + out["count/tokens_ref"]
+        out["perf/tokens_per_s"] = tokens / max(step_seconds, 1e-9)
+        out["perf/peak_rss_mb"] = peak_rss_mb()
+        return out
+
+
+def _grad_norm(model) -> torch.Tensor:
+    norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
+    return torch.stack(norms).norm() if norms else torch.tensor(0.0)
+
+
+def _jsonable(d: dict) -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = _jsonable(v)
+        else:
+            out[k] = str(v)
+    return out
