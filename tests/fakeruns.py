@@ -88,6 +88,7 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
     rng = np.random.default_rng(zlib.crc32(json.dumps(cfg_kw, sort_keys=True).encode()))
     rows, events, samples = [], [], []
     last_reset, rank = 0, 4
+    has_ref = cfg["variant"] != "B"          # B has no reference, so no reference resets
     for t in range(1, cfg["steps"] + 1):
         row = _step_row(cfg, t, t - last_reset, quality, rng, rank)
         rows.append(row)
@@ -95,7 +96,7 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
             for i in range(2):
                 samples.append({"step": t, "prompt": f"12{i}{t % 10}", "response": f"{t % 10}{i}21",
                                 "answer": f"{t % 10}{i}21", "reward": row["reward/val"]})
-        if cfg["reset_every"] and t % cfg["reset_every"] == 0 and t < cfg["steps"]:
+        if has_ref and cfg["reset_every"] and t % cfg["reset_every"] == 0 and t < cfg["steps"]:
             events.append({"step": t, "event": "ref_reset", "reason": "periodic"})
             if cfg["opt_reset"] != "keep":
                 events.append({"step": t, "event": "opt_reset", "reason": cfg["opt_reset"]})

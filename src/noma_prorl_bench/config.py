@@ -84,7 +84,7 @@ class RunConfig:
     """Device: cpu, cuda, or auto (cuda when available)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Model parameter dtype (log-probabilities are always computed in float32)."""
-    warmstart_steps: int = 150
+    warmstart_steps: int = 50
     """Supervised warm-start steps before RL so the policy is sometimes right (0 disables; cost reported in events)."""
     warmstart_lr: float = 3e-3
     """Learning rate of the supervised warm start."""
@@ -359,8 +359,9 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
             raise ConfigError(n, f"invalid choice: {getattr(cfg, n)} (choose from 0, 1)")
     if cfg.minibatches > cfg.batch_size * cfg.group_size:
         raise ConfigError("minibatches", f"must be <= batch_size*group_size = {cfg.batch_size * cfg.group_size}")
-    if cfg.group_size < 2 and cfg.adv in ("grpo", "rloo"):
-        raise ConfigError("group_size", f"must be >= 2 for --adv {cfg.adv} (group baselines need 2 samples)")
+    if cfg.group_size < 2:
+        raise ConfigError("group_size", f"must be >= 2 for --adv {cfg.adv} (advantages are group functions "
+                                        "rewards[B,G] with an unbiased std)")
     model = cfg.model
     if not (model in ("gru", "transformer") or (model.startswith("hf:") and len(model) > 3)):
         raise ConfigError("model", f"invalid choice: {model!r} (choose from gru, transformer, hf:PATH)")
@@ -386,8 +387,26 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
             raise ConfigError("preset", "reset presets need a reference model; Variant B (--variant B) has none")
     if cfg.kl_in == "reward" and cfg.kl_estimator == "full":
         raise ConfigError("kl_estimator", "full (exact KL) is only available with --kl_in loss")
+    if cfg.kl_in == "reward" and cfg.variant == "B":
+        raise ConfigError("kl_in", "reward subtracts beta*KL(pi_old || pi_ref) from the rewards and needs a "
+                                   "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A")
+    if cfg.kl_in == "reward" and cfg.ref_compute == "naive_epoch":
+        raise ConfigError("kl_in", "reward needs logp_ref for the whole batch before the advantages, but "
+                                   "--ref_compute naive_epoch computes it per minibatch. Use --ref_compute cached or ring")
+    if cfg.k2_mode != "theta_over_ref" and cfg.kl_estimator != "k2":
+        raise ConfigError("k2_mode", f"{cfg.k2_mode} only applies to --kl_estimator k2 (got {cfg.kl_estimator})")
+    _validate_loss(cfg)
     if cfg.target_kl > 0 and cfg.beta <= 0:
         raise ConfigError("beta", "the adaptive KL controller (--target_kl) needs an initial --beta > 0")
+
+
+def _validate_loss(cfg: RunConfig) -> None:
+    """Loss flags that the chosen --loss would ignore are errors, not no-ops."""
+    if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce"):
+        raise ConfigError("dual_clip_c", f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
+    for n in ("eps_low", "eps_high"):
+        if getattr(cfg, n) != -1.0 and cfg.loss == "reinforce":
+            raise ConfigError(n, "--loss reinforce has no ratio and no clip; drop the flag or pick a clipped loss")
 
 
 def parse_config(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_bench.run") -> RunConfig:

@@ -77,6 +77,7 @@ class AdaptiveKLController:
     def __init__(self, init_beta: float, target: float, horizon: float):
         if target <= 0 or horizon <= 0:
             raise ValueError(f"target and horizon must be positive, got {target}, {horizon}")
+        self.init_beta = float(init_beta)
         self.value = float(init_beta)
         self.target = float(target)
         self.horizon = float(horizon)
@@ -88,9 +89,10 @@ class AdaptiveKLController:
         return self.value
 
     def state_dict(self) -> dict[str, float]:
-        return {"value": self.value, "target": self.target, "horizon": self.horizon}
+        return {"value": self.value, "init_beta": self.init_beta, "target": self.target, "horizon": self.horizon}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.value = float(state["value"])
+        self.init_beta = float(state.get("init_beta", state["value"]))
         self.target = float(state["target"])
         self.horizon = float(state["horizon"])

@@ -27,7 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .runlog import RESET_EVENTS, Run, group_runs, kl_loss_key, load_run, load_runs, smooth
+from .runlog import (RESET_EVENTS, THROUGHPUT_KEY, Run, group_runs, kl_loss_key, load_run,
+                     load_runs, smooth)
 
 STAGES = ("rollout", "ref", "train", "eval", "other")
 STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
@@ -136,7 +137,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
     """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
     over seeds with a min–max band): train reward (trailing mean), validation reward, KL
     (solid: the estimate in the loss; dash-dot k1, dash-dot-dot k3; for B the anchor is the
-    old policy) and throughput (tokens/s, trailing mean). Resets dotted, growth dashed.
+    old policy) and throughput (policy tokens/s, `runlog.THROUGHPUT_KEY`, trailing mean). Resets dotted, growth dashed.
     An entry that never logged a panel's key still gets an (empty) line there."""
     ents = entries(runs, by_config)
     colors = _colors(len(ents))
@@ -148,7 +149,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
     _panel(axes[0], "Train reward" + avg, "reward/mean")
     _panel(axes[1], "Validation reward", "reward/val")
     _panel(axes[2], "KL in the loss (A: to reference; B: to old policy)", "KL estimate")
-    _panel(axes[3], "Throughput" + avg, "tokens/s")
+    _panel(axes[3], "Throughput: policy tokens / step time" + avg, "tokens/s")
     for (label, rs), color in zip(ents, colors):
         _draw(axes[0], label, rs, "reward/mean", color, w)
         _draw(axes[1], label, rs, "reward/val", color, marker="o", markersize=3)
@@ -159,7 +160,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
                 steps, mean, _, _ = curve(rs, other)
                 axes[2].plot(steps, mean, color=color, linestyle=style, linewidth=0.8,
                              alpha=0.6, label=f"_{other}")
-        _draw(axes[3], label, rs, "perf/tokens_per_s", color, w)
+        _draw(axes[3], label, rs, THROUGHPUT_KEY, color, w)
     for ax in axes:
         _mark_events(ax, ents, colors)
     kl_keys = [Line2D([], [], color="gray", label="KL in the loss (solid)")]

@@ -18,6 +18,13 @@ the whole batch. Counters are exact per step: `pop_counts()` -> {"count/ref_fwd"
 "count/tokens_ref"} (tokens fed through the reference, N*L per batch forward) and
 `pop_time()` -> seconds spent in reference forwards; both reset on pop.
 
+Exact KL (`--kl_estimator full`): construct with `keep_logits=True` and call
+`minibatch_logits(tokens[sl], P, sl)` -> the reference's raw logits [n, T, V] (divide by the
+temperature before use). cached keeps the batch's logits next to logp_ref; ring writes them
+into a second buffer [max_seqs, max_resp_len, V] allocated once; naive_epoch returns the
+logits of the forward that `minibatch` just ran for the same slice (so a minibatch is still
+exactly one reference forward) and runs a counted forward otherwise. Memory is N*T*V floats.
+
 Reference updates (`reset_to`): `hard` copies the policy bit for bit; `polyak` mixes
 ref <- alpha * pi + (1 - alpha) * ref in place, the same arithmetic as TRL's
 SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py).
@@ -52,7 +59,7 @@ class ReferenceHolder:
     """Frozen reference policy + logp_ref provider; see the module docstring for the modes."""
 
     def __init__(self, policy: nn.Module | None, mode: str, temperature: float = 1.0,
-                 max_seqs: int = 0, max_resp_len: int = 0):
+                 max_seqs: int = 0, max_resp_len: int = 0, keep_logits: bool = False):
         if mode not in REF_MODES:
             raise ValueError(f"ref_compute must be one of {REF_MODES}, got {mode!r}")
         self.mode = mode
@@ -62,6 +69,11 @@ class ReferenceHolder:
         self._cache: torch.Tensor | None = None      # cached: [N, T]
         self._n: int | None = None                   # rows of the prepared batch
         self._t: int | None = None                   # response length of the prepared batch
+        self.keep_logits = bool(keep_logits)
+        self._fwd_logits: torch.Tensor | None = None  # logits of the last forward (keep_logits)
+        self._logits: torch.Tensor | None = None      # cached: [N, T, V]
+        self._lbuf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len, V]
+        self._naive_last: tuple[int, int] | None = None  # naive: rows of the last minibatch forward
         self.fwd_calls = 0
         self.tokens = 0
         self.seconds = 0.0
@@ -75,6 +87,9 @@ class ReferenceHolder:
                 raise ValueError("ring needs max_seqs >= 1 and max_resp_len >= 1")
             self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32,
                                     device=_model_device(self.model))
+            if self.keep_logits:
+                self._lbuf = torch.empty(max_seqs, max_resp_len, int(policy.vocab_size), dtype=torch.float32,
+                                         device=_model_device(self.model))
 
     # ------------------------------------------------------------ properties
 
@@ -100,7 +115,8 @@ class ReferenceHolder:
         """One counted, timed reference forward: tokens[n, L] -> logp_ref[n, T] (float32)."""
         model = self._require()
         t0 = time.perf_counter()
-        logp, _, _ = response_logprobs(model, tokens, P, self.temperature)    # [n, T]
+        logp, _, logits = response_logprobs(model, tokens, P, self.temperature)  # [n, T], [n, T, V]
+        self._fwd_logits = logits if self.keep_logits else None
         if logp.is_cuda:
             torch.cuda.synchronize(logp.device)
         self.seconds += time.perf_counter() - t0
@@ -115,6 +131,7 @@ class ReferenceHolder:
         self._n, self._t, self._cache = n, t, None
         if self.mode == "cached":
             self._cache = self._forward(tokens, P)                           # [N, T]
+            self._logits = self._fwd_logits                                  # [N, T, V] | None
         elif self.mode == "ring":
             buf = self._buf
             if n > buf.shape[0] or t > buf.shape[1]:
@@ -122,6 +139,8 @@ class ReferenceHolder:
             logp = self._forward(tokens, P)                                  # [N, T]
             t0 = time.perf_counter()
             buf[:n, :t].copy_(logp)                                          # in place, no realloc
+            if self._lbuf is not None:
+                self._lbuf[:n, :t].copy_(self._fwd_logits)                   # [N, T, V]
             self.seconds += time.perf_counter() - t0
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
@@ -139,10 +158,34 @@ class ReferenceHolder:
         if stride != 1 or tokens_mb.shape[0] != max(0, stop - start):
             raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
         if self.mode == "naive_epoch":
+            self._naive_last = (start, stop)
             return self._forward(tokens_mb, P)                               # [n, T]
         if self.mode == "cached":
             return self._cache[start:stop]                                   # view [n, T]
         return self._buf[start:stop, : self._t]                              # view [n, T]
+
+    def minibatch_logits(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
+        """Raw reference logits[n, T, V] for rows `sl` (needs keep_logits=True).
+
+        cached/ring: a view; naive_epoch: the logits of the forward `minibatch` just ran for
+        this slice (no second forward), else one counted forward.
+        """
+        if not self.keep_logits:
+            raise RuntimeError("ReferenceHolder(keep_logits=False) keeps no reference logits")
+        self._require()
+        if self._n is None:
+            raise RuntimeError("ReferenceHolder.minibatch_logits before prepare() for this batch")
+        start, stop, _ = sl.indices(self._n)
+        if tokens_mb.shape[0] != max(0, stop - start):
+            raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
+        if self.mode == "naive_epoch":
+            if self._naive_last != (start, stop):
+                self._forward(tokens_mb, P)
+            self._naive_last = None
+            return self._fwd_logits                                          # [n, T, V]
+        if self.mode == "cached":
+            return self._logits[start:stop]                                  # view [n, T, V]
+        return self._lbuf[start:stop, : self._t]                             # view [n, T, V]
 
     # ------------------------------------------------------------ counters
 
@@ -172,6 +215,7 @@ class ReferenceHolder:
             raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
         src = _state_of(policy_or_state)
         self._n = self._t = self._cache = None       # a prepared batch is stale now
+        self._logits = self._fwd_logits = self._naive_last = None
         if rule == "hard":
             model.load_state_dict(src)
             return {"ref_update": "hard", "ref_mix_alpha": None}

@@ -33,11 +33,15 @@ COLUMNS = {
     "final_val": "final val reward", "steps_to_thr": "steps to threshold",
     "kl_mean": "KL mean", "kl_max": "KL max", "kl_spike": "KL spike after reset",
     "ref_fwd": "ref fwd / step", "step_time": "median step time (s)",
-    "tokens_per_s": "tokens/s", "peak_mem": "peak RSS (MB)",
+    "tokens_per_s": "policy tokens/s", "peak_mem": "peak RSS (MB)",
 }
-#: fields not compared when pairing B with an A configuration (B has no reference KL term)
+#: fields not counted as differences when pairing B with an A configuration: B has no reference,
+#: so neither its KL term nor reference resets apply (they only break ties between A configs)
 B_IGNORE = frozenset({"variant", "beta", "kl_estimator", "k2_mode", "kl_in", "target_kl",
-                      "kl_horizon"})
+                      "kl_horizon", "reset_every", "opt_reset", "soft_factor", "reset_to",
+                      "ref_update", "ref_mix_alpha", "reset_kl_above", "reset_kl_min_gap",
+                      "reset_on_stall", "stall_min_delta", "reset_opt_step",
+                      "reset_lr_schedule", "reset_kl_coef", "preset"})
 
 
 @dataclass
@@ -111,19 +115,27 @@ def _variant(key: dict[str, str]) -> str:
 
 def closest(key: dict[str, str], candidates: dict[str, dict[str, str]],
             ignore: frozenset = frozenset({"variant"})) -> tuple[str, list[str]] | None:
-    """Candidate label differing from `key` in the fewest fields (outside `ignore`), and those
-    fields; ties go to the first candidate. None without candidates."""
-    best = None
+    """Candidate label differing from `key` in the fewest fields outside `ignore` (ties: fewest
+    differing ignored fields, then the first candidate), and those non-ignored fields.
+    None without candidates."""
+    best, best_score = None, None
     for label, other in candidates.items():
-        diff = sorted(n for n in set(key) | set(other)
-                      if n not in ignore and key.get(n) != other.get(n))
-        if best is None or len(diff) < len(best[1]):
-            best = (label, diff)
+        diff = sorted(n for n in set(key) | set(other) if key.get(n) != other.get(n))
+        counted = [n for n in diff if n not in ignore]
+        score = (len(counted), len(diff) - len(counted))
+        if best_score is None or score < best_score:
+            best, best_score = (label, counted), score
     return best
 
 
 def _group_means(runs: Sequence[Run], key: str) -> float:
     return Stat.of([reduce_key(r, key, np.mean) for r in runs]).mean
+
+
+def _sem(runs: Sequence[Run], key: str) -> float:
+    """Standard error of the mean of `key` over all logged steps of `runs` (pooled)."""
+    v = np.concatenate([r.series(key)[1] for r in runs])
+    return float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
 
 
 def cost_model_check(groups: dict[str, list[Run]]) -> list[dict[str, Any]]:
@@ -132,6 +144,8 @@ def cost_model_check(groups: dict[str, list[Run]]) -> list[dict[str, Any]]:
       predicted A0 step = A1 (rollout + train + other) + A0 count/tokens_ref × f_tok,
                   other = step − rollout − ref − train
       predicted ratio = predicted A0 step ÷ A1 step;  measured ratio = A0 step ÷ A1 step.
+    `ratio_noise` = 2 × the pooled per-step standard error of (A0 step − A1 step) ÷ A1 step,
+    a rough timing-noise scale (steps are not independent, so it understates the noise).
     Tokens make the model independent of how forwards are chunked (A0 runs E×M forwards over
     minibatches, E×N×T tokens); without token counters it falls back to forwards (count/ref_fwd)."""
     keys = _keys(groups)
@@ -154,7 +168,9 @@ def cost_model_check(groups: dict[str, list[Run]]) -> list[dict[str, Any]]:
                         ref_fwd_a0=_group_means(r0, "count/ref_fwd"),
                         ref_fwd_a1=_group_means(r1, "count/ref_fwd"), **m,
                         predicted_a0_step=pred_step, predicted_ratio=pred_step / m["step1"],
-                        measured_ratio=m["step0"] / m["step1"]))
+                        measured_ratio=m["step0"] / m["step1"],
+                        ratio_noise=2 * math.hypot(_sem(r0, "time/step"), _sem(r1, "time/step"))
+                        / m["step1"]))
     return out
 
 
@@ -216,16 +232,21 @@ def reset_ranking(groups: dict[str, list[Run]], matrix: dict[str, dict[str, Stat
 # ---------------------------------------------------------------- conclusion
 
 
-def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
-               groups: dict[str, list[Run]]) -> list[str]:
-    """Short statements, each backed by a number computed above."""
+def _cost_sentences(cost: list[dict]) -> list[str]:
     lines = []
     for c in cost:
         r, p = c["measured_ratio"], c["predicted_ratio"]
-        size = "no measurable difference" if abs(r - 1) < 0.02 else f"{r:.2f}× the step time"
-        lines.append(f"Reference cost: A0 (reference recomputed {c['ref_fwd_a0']:.3g}× per step) "
-                     f"took {size} of A1 ({c['ref_fwd_a1']:.3g}×); the stage-time cost model "
+        size = (f"took {r:.2f}× A1's step time" if abs(r - 1) > max(c["ratio_noise"], 0.02) else
+                f"showed no measurable step-time difference from A1 ({r:.2f}×, timing noise "
+                f"±{c['ratio_noise']:.2f})")
+        lines.append(f"Reference cost: A0 ({c['ref_fwd_a0']:.3g} reference forwards per step "
+                     f"against A1's {c['ref_fwd_a1']:.3g}) {size}; the stage-time cost model "
                      f"predicted {p:.2f}× ({p / r - 1:+.0%} off).")
+    return lines
+
+
+def _bva_sentences(bva: list[dict]) -> list[str]:
+    lines = []
     for b in bva:
         if not math.isfinite(b["fraction"]):
             lines.append(f"B vs A: cannot be judged ({b['a']} has no positive final val reward).")
@@ -236,7 +257,15 @@ def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
                  f"{b['step_change']:.0%} higher (B was not faster)")
         lines.append(f"No-reference (B) kept {b['fraction']:.0%} of {b['a']}'s final validation "
                      f"reward with {speed} median step time: the success criterion {verdict}.")
-    sep_any = False
+    if bva:
+        held = any(b["held_80"] for b in bva)
+        lines.append(f"Wedge A (\"no-ref preserves most gains\"): "
+                     f"{'supported' if held else 'not supported'} by these runs.")
+    return lines
+
+
+def _ranking_sentences(ranking: list[dict]) -> list[str]:
+    lines, sep_any = [], False
     for bucket in ranking:
         rows = bucket["members"]
         seps = [r["separated_from_best"] for r in rows[1:]]
@@ -251,13 +280,16 @@ def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
         else:
             lines.append(f"Reset semantics ({order}): differences between reset semantics "
                          "are within seed noise (seed ranges overlap).")
-    if bva:
-        held = any(b["held_80"] for b in bva)
-        lines.append(f"Wedge A (\"no-ref preserves most gains\"): "
-                     f"{'supported' if held else 'not supported'} by these runs.")
     if ranking:
         lines.append(f"Wedge B (\"optimizer reset semantics matter\"): "
                      f"{'supported' if sep_any else 'not supported'} by these runs.")
+    return lines
+
+
+def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
+               groups: dict[str, list[Run]]) -> list[str]:
+    """Short statements, each backed by a number computed above, plus caveats."""
+    lines = _cost_sentences(cost) + _bva_sentences(bva) + _ranking_sentences(ranking)
     n_seeds = min(len(rs) for rs in groups.values()) if groups else 0
     if n_seeds < 3:
         lines.append(f"Caveat: as few as {n_seeds} seed(s) per configuration; spreads are rough.")
@@ -274,6 +306,10 @@ def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
 def _cell(text: Any, limit: int = 60) -> str:
     s = " ".join(str(text).split()).replace("|", "\\|")
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _num(x: Any) -> Any:
+    return f"{x:.4g}" if isinstance(x, float) else x
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -295,7 +331,7 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
             for s in [s for s in run.samples if s.get("step") == step][:per_end]:
                 rows.append([_cell(label, 40), step, _cell(s.get("prompt", "")),
                              _cell(s.get("response", "")), _cell(s.get("answer", "")),
-                             _cell(s.get("reward", ""))])
+                             _cell(_num(s.get("reward", "")))])
     return rows
 
 
@@ -323,7 +359,9 @@ def _matrix_lines(groups, matrix, threshold, source, window, k) -> list[str]:
              f"Mean ± std (min–max) over seeds; `[n/N]` = seeds that reached the threshold. "
              f"Steps to threshold: {reach}. KL = the estimate used in the loss (for B: to the "
              f"old policy, not a reference); spike = max KL within {k} steps after a reset. "
-             "Step time and tokens/s are per-run medians; peak RSS is the per-run max.", ""]
+             "Step time and policy tokens/s (`count/tokens_policy` ÷ `time/step`; reference "
+             "tokens are not counted as throughput) are per-run medians; peak RSS is the per-run "
+             "max.", ""]
     header = ["configuration", "seeds", "complete"] + list(COLUMNS.values())
     rows = []
     for label, runs in groups.items():
@@ -332,48 +370,51 @@ def _matrix_lines(groups, matrix, threshold, source, window, k) -> list[str]:
     return lines + _table(header, rows) + [""]
 
 
-def _cost_lines(cost: list[dict]) -> list[str]:
-    lines = ["## Cost model check (A0 vs A1)", "",
-             "predicted A0 step = A1 (rollout + train + other) + A0 reference units per step × "
-             "(A1 `time/ref` ÷ A1 reference units per step), with units = `count/tokens_ref` "
-             "(or `count/ref_fwd` when token counters are missing) and other = step − rollout − "
-             "ref − train; predicted ratio = predicted A0 step ÷ measured A1 step; measured "
-             "ratio = A0 step ÷ A1 step (means over steps, then over seeds).", ""]
-    if not cost:
-        return lines + ["No A0/A1 pair in these runs.", ""]
-    rows = [[_cell(c["a0"], 40), _cell(c["a1"], 40), c["unit"], c["expected_ref_fwd"],
-             f"{c['ref_fwd_a0']:.3g}", f"{c['predicted_ratio']:.3f}", f"{c['measured_ratio']:.3f}",
-             ", ".join(c["differs_in"]) or "—"] for c in cost]
-    return lines + _table(["A0", "A1", "unit", "E×M", "A0 ref fwd/step", "predicted ratio",
-                           "measured ratio", "configs also differ in"], rows) + [""]
+def _section(title: str, intro: str, header: Sequence[str], rows: list, empty: str) -> list[str]:
+    body = _table(header, rows) if rows else [empty]
+    return [f"## {title}", "", intro, ""] + body + [""]
 
 
-def _bva_lines(bva: list[dict]) -> list[str]:
-    lines = ["## B (no reference) vs A", "",
-             "Criterion (seed 000): B keeps ≥ 80% (and ≥ 90%) of A's final validation reward at "
-             "lower median step time.", ""]
-    if not bva:
-        return lines + ["No B run in these runs.", ""]
-    rows = [[_cell(b["b"], 40), _cell(b["a"], 40), f"{b['val_b']:.4g}", f"{b['val_a']:.4g}",
-             f"{b['fraction']:.1%}", f"{b['step_change']:+.1%}", "yes" if b["held_80"] else "no",
-             "yes" if b["held_90"] else "no", ", ".join(b["differs_in"]) or "—"] for b in bva]
-    return lines + _table(["B", "A", "B final val", "A final val", "kept", "step time change",
-                           "≥80% held", "≥90% held", "configs also differ in"], rows) + [""]
+def _yes(flag: bool | None) -> str:
+    return {None: "too few seeds", True: "yes", False: "no"}[flag]
 
 
-def _ranking_lines(ranking: list[dict]) -> list[str]:
-    lines = ["## Reset semantics ranking", "",
-             "By mean final validation reward; 'beyond seed spread' = the seed ranges of this "
-             "semantics and the best one do not overlap.", ""]
-    if not ranking:
-        return lines + ["No configurations differing only in `opt_reset`.", ""]
-    for bucket in ranking:
-        rows = [[i + 1, m["semantics"], _cell(m["label"], 60), m["final_val"].fmt(),
-                 "best" if i == 0 else {None: "too few seeds", True: "yes", False: "no"}[
-                     m["separated_from_best"]]] for i, m in enumerate(bucket["members"])]
-        lines += _table(["rank", "opt_reset", "configuration", "final val reward",
-                         "below best beyond seed spread"], rows) + [""]
-    return lines
+def _comparison_lines(cost: list[dict], bva: list[dict], ranking: list[dict]) -> list[str]:
+    """The cost-model, B-vs-A and reset-ranking sections."""
+    lines = _section(
+        "Cost model check (A0 vs A1)",
+        "predicted A0 step = A1 (rollout + train + other) + A0 reference units per step × "
+        "(A1 `time/ref` ÷ A1 reference units per step), with units = `count/tokens_ref` (or "
+        "`count/ref_fwd` when token counters are missing) and other = step − rollout − ref − "
+        "train; predicted ratio = predicted A0 step ÷ measured A1 step; measured ratio = A0 "
+        "step ÷ A1 step (means over steps, then over seeds).",
+        ["A0", "A1", "unit", "E×M", "A0 ref fwd/step", "predicted ratio", "measured ratio",
+         "timing noise (2 SE)", "configs also differ in"],
+        [[_cell(c["a0"], 40), _cell(c["a1"], 40), c["unit"], c["expected_ref_fwd"],
+          f"{c['ref_fwd_a0']:.3g}", f"{c['predicted_ratio']:.3f}", f"{c['measured_ratio']:.3f}",
+          f"±{c['ratio_noise']:.3f}", ", ".join(c["differs_in"]) or "—"] for c in cost],
+        "No A0/A1 pair in these runs.")
+    lines += _section(
+        "B (no reference) vs A",
+        "Criterion (seed 000): B keeps ≥ 80% (and ≥ 90%) of A's final validation reward at "
+        "lower median step time.",
+        ["B", "A", "B final val", "A final val", "kept", "step time change", "≥80% held",
+         "≥90% held", "configs also differ in"],
+        [[_cell(b["b"], 40), _cell(b["a"], 40), f"{b['val_b']:.4g}", f"{b['val_a']:.4g}",
+          f"{b['fraction']:.1%}", f"{b['step_change']:+.1%}", _yes(b["held_80"]),
+          _yes(b["held_90"]), ", ".join(b["differs_in"]) or "—"] for b in bva],
+        "No B run in these runs.")
+    rows = [[i + 1, m["semantics"], _cell(m["label"], 60), m["final_val"].fmt(),
+             "best" if i == 0 else _yes(m["separated_from_best"])]
+            for bucket in ranking for i, m in enumerate(bucket["members"])]
+    return lines + _section(
+        "Reset semantics ranking",
+        "By mean final validation reward within each set of configurations that differ only in "
+        "`opt_reset`; 'beyond seed spread' = the seed ranges of this semantics and the best one "
+        "do not overlap.",
+        ["rank", "opt_reset", "configuration", "final val reward",
+         "below best beyond seed spread"], rows,
+        "No configurations differing only in `opt_reset`.")
 
 
 def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir: str | Path,
@@ -385,7 +426,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("write_report: no run directories given")
-    groups = group_runs(runs)
+    groups = dict(sorted(group_runs(runs).items()))       # A0, A1, A2, B, ... by label
     window, k = int(settings.get("smooth_window", 10)), int(settings.get("spike_window", 10))
     source = threshold_source(runs)
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
@@ -401,7 +442,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     lines += ["", f"![Training summary]({rel(summary_png)})", "",
               f"![Reference cost]({rel(ref_png)})", ""]
     lines += _matrix_lines(groups, matrix, threshold, source, window, k)
-    lines += _cost_lines(cost) + _bva_lines(bva) + _ranking_lines(ranking)
+    lines += _comparison_lines(cost, bva, ranking)
     lines += ["## Sample rollouts (earliest and latest logged step)", ""]
     samples = sample_rows(groups)
     lines += (_table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)

@@ -15,7 +15,14 @@ Per-run numbers (one value per run; `report` aggregates them over seeds):
   kl_mean/kl_max mean / max of the KL estimate in the loss (`kl_loss_key`)
   kl_spike       max over resets at step s of the max KL over steps s+1..s+k (NaN without resets)
   ref_fwd        mean `count/ref_fwd`;  step_time  median `time/step` (s)
-  tokens_per_s   median `perf/tokens_per_s`;  peak_mem  max `perf/peak_rss_mb`
+  tokens_per_s   median of THROUGHPUT_KEY (policy tokens per second of step time, see below)
+  peak_mem       max `perf/peak_rss_mb`
+
+Derived series (computed here, never logged): THROUGHPUT_KEY = `count/tokens_policy` ÷
+`time/step` per step. The trainer's `perf/tokens_per_s` also counts reference tokens, so it
+rises when A0 wastes work on extra reference forwards; policy tokens do not (same E, M, N, T),
+which makes this the fair cross-variant throughput. Runs without those keys fall back to
+`perf/tokens_per_s`.
 
 JSONL files are read tolerantly: a partial last line (a run killed mid-write) is dropped;
 an unparseable line elsewhere is dropped with a warning. Both are recorded in `Run.dropped`.
@@ -39,12 +46,15 @@ REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
 NOT_CONFIG = frozenset({
     "seed", "outdir", "out_dir", "versions", "git", "git_commit", "commit", "run_id",
     "command", "argv", "hostname", "started", "start_time", "timestamp", "resume",
-    "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints",
+    "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints", "derived",
     "ray_address", "actor_timeout",
 })
 
 #: kl_estimator config value -> metric key of the estimate used in the loss.
 KL_LOSS_KEY = {"simple": "kl/k1", "k1": "kl/k1", "k2": "kl/k2", "k3": "kl/k3", "full": "kl/full"}
+
+#: Derived per-step throughput (see the module docstring).
+THROUGHPUT_KEY = "derived/policy_tokens_per_s"
 
 #: Events that mark a reset (plotted dotted; "spike after reset" windows start at them).
 RESET_EVENTS = ("ref_reset", "opt_reset")
@@ -189,7 +199,18 @@ def load_run(run_dir: str | Path) -> Run:
     run = Run(path, config, steps, metrics, events, samples,
               summary if isinstance(summary, dict) else None, dropped=dropped)
     run.label = run.group = base_label(config)
+    add_derived(run)
     return run
+
+
+def add_derived(run: Run) -> None:
+    """Add THROUGHPUT_KEY = count/tokens_policy / time/step (or a copy of perf/tokens_per_s)."""
+    tokens, step_s = run.metrics.get("count/tokens_policy"), run.metrics.get("time/step")
+    if tokens is not None and step_s is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            run.metrics[THROUGHPUT_KEY] = np.where(step_s > 0, tokens / step_s, np.nan)
+    elif "perf/tokens_per_s" in run.metrics:
+        run.metrics[THROUGHPUT_KEY] = run.metrics["perf/tokens_per_s"].copy()
 
 
 # ---------------------------------------------------------------- labels and groups
@@ -350,7 +371,7 @@ def run_stats(run: Run, *, threshold: float, source: str, window: int = 10,
         "kl_mean": reduce_key(run, kl, np.mean), "kl_max": reduce_key(run, kl, np.max),
         "kl_spike": kl_spike(run, k),
         "ref_fwd": reduce_key(run, "count/ref_fwd", np.mean),
-        "step_time": reduce_key(run, "time/step", np.median),
-        "tokens_per_s": reduce_key(run, "perf/tokens_per_s", np.median),
+        "step_time": reduce_key(run, "time/step", np.mean),
+        "tokens_per_s": reduce_key(run, THROUGHPUT_KEY, np.median),
         "peak_mem": reduce_key(run, "perf/peak_rss_mb", np.max),
     }

@@ -20,6 +20,7 @@ import torch
 from . import advantages as adv_lib
 from . import kl as kl_lib
 from . import losses as loss_lib
+from . import objective
 from .config import RunConfig
 from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from .models import build_policy
@@ -63,7 +64,8 @@ class Trainer:
         # ------------------------------------------------------------ reference (Variant A only)
         N_max = cfg.batch_size * cfg.group_size
         mode = "none" if cfg.variant == "B" else cfg.ref_compute
-        self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max)
+        self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max,
+                                   keep_logits=cfg.kl_estimator == "full")
         # ------------------------------------------------------------ optimizer, schedule, KL coef
         self.optimizer = self.make_optimizer()
         self.scheduler = make_lr_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps,
@@ -120,9 +122,10 @@ class Trainer:
             with self.timer("ref"):
                 self.ref.prepare(batch.tokens, batch.prompt_len)
         # ------------------------------------------------------------ 3. advantages
-        rewards = batch.rewards.view(cfg.batch_size, cfg.group_size)               # [B, G]
-        adv, adv_metrics = adv_lib.ADVANTAGES[cfg.adv](rewards)
-        batch.advantages = adv.reshape(-1)                                          # [N]
+        rewards, shape_metrics = self.shaped_rewards(batch)                         # [N]
+        adv, adv_metrics = adv_lib.ADVANTAGES[cfg.adv](rewards.view(cfg.batch_size, cfg.group_size))
+        batch.advantages = adv.reshape(-1)                                          # [B, G] -> [N]
+        adv_metrics.update({**self._rollout_metrics, **shape_metrics})
         # ------------------------------------------------------------ 4. PPO epochs x minibatches
         with self.timer("train"):
             upd = self.update(batch)
@@ -145,6 +148,24 @@ class Trainer:
         return m
 
     def rollout(self) -> RolloutBatch:
+        """B prompts x G samples, scored. --dynamic_sampling 1 (DAPO): while fewer than B groups
+        have a nonzero reward spread, sample another round of B prompts (at most
+        objective.DS_MAX_EXTRA_ROUNDS extra), then keep B groups (objective.assemble_groups)."""
+        cfg = self.cfg
+        rounds = [self.sample_round()]
+        self._rollout_metrics = {}
+        if not cfg.dynamic_sampling:
+            return rounds[0]
+        n_informative = int(objective.informative_groups(rounds[0], cfg.group_size).sum())
+        while n_informative < cfg.batch_size and len(rounds) <= objective.DS_MAX_EXTRA_ROUNDS:
+            rounds.append(self.sample_round())
+            n_informative += int(objective.informative_groups(rounds[-1], cfg.group_size).sum())
+        batch, self._rollout_metrics = objective.assemble_groups(rounds, cfg.batch_size, cfg.group_size,
+                                                                 self.tok.pad_id)
+        return batch
+
+    def sample_round(self) -> RolloutBatch:
+        """One round of B fresh prompts x G samples; every policy forward is counted."""
         cfg = self.cfg
         examples = self.task.sample(self.data_rng, cfg.batch_size)
         batch, gs = collect(self.policy, self.task, self.tok, examples, cfg.group_size, self.T_max,
@@ -152,6 +173,17 @@ class Trainer:
         self.counters.add("policy_fwd_rollout", gs.fwd_calls)
         self.counters.add("tokens_policy", gs.tokens)
         return batch
+
+    def shaped_rewards(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict]:
+        """The rewards[N] the advantages see (--overlong shape, --kl_in reward); see objective.py.
+        --kl_in reward uses the loss estimator between logp_old and logp_ref at rollout time."""
+        cfg = self.cfg
+        kl_tok = None
+        if cfg.kl_in == "reward":
+            ref = self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))    # [N, T] view (A1/A2)
+            kl_tok = self.kl_in_loss(kl_lib.kl_terms(batch.logp_old, ref), batch.logp_old, ref)
+        return objective.shape_rewards(batch.rewards, batch.mask, overlong=cfg.overlong, T_max=self.T_max,
+                                       kl_tok=kl_tok, beta=self.beta)
 
     @property
     def beta(self) -> float:
@@ -171,34 +203,62 @@ class Trainer:
         n_pass = 0
         self._anchor = torch.zeros_like(batch.logp_old)                 # logp_ref seen by the loss
         self.policy.train()
+        inp, out_once = self.update_inputs(batch)
         for _epoch in range(cfg.ppo_epochs):
             for j in torch.randperm(M, generator=self.order_gen).tolist():
-                mb = self.minibatch_step(batch, slices[j])
+                mb = self.minibatch_step(batch, slices[j], inp)
                 for k, v in mb.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_pass += 1
         out = {k: v / n_pass for k, v in sums.items()}
+        out.update(out_once)
         if cfg.variant == "A":
             out["kl/ref_over_old_k2"] = self.ref_over_old_k2(batch)
         return out
 
-    def minibatch_step(self, batch: RolloutBatch, sl: slice) -> dict:
+    def update_inputs(self, batch: RolloutBatch) -> tuple[objective.UpdateInputs, dict]:
+        """The loss mask (--overlong filter) and, for --tis_cap or Variant B's exact KL, one no_grad
+        forward of the pre-update policy over the batch (counted in count/policy_fwd_train):
+        the learner's own logp_old (the ratio's denominator; TIS weights it against the
+        sampler's) and the old logits [N, T, V]."""
         cfg = self.cfg
-        P, tokens, mask = batch.prompt_len, batch.tokens[sl], batch.mask[sl]
-        logp, ent, _ = response_logprobs(self.policy, tokens, P, cfg.temperature, with_entropy=True)
+        mask, metrics = objective.loss_mask(batch.mask, batch.truncated, cfg.overlong)
+        inp = objective.UpdateInputs(mask=mask, logp_old=batch.logp_old)
+        b_full = cfg.variant == "B" and cfg.kl_estimator == "full"
+        if cfg.tis_cap > 0 or b_full:
+            with torch.no_grad():
+                logp, _, logits = response_logprobs(self.policy, batch.tokens, batch.prompt_len, cfg.temperature)
+            self.counters.add("policy_fwd_train", 1)
+            self.counters.add("tokens_policy", batch.tokens.numel())
+            if cfg.tis_cap > 0:
+                inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, cfg.tis_cap)   # [N, T]
+                inp.logp_old = logp
+            inp.old_logits = logits if b_full else None                                  # [N, T, V]
+        return inp, metrics
+
+    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective.UpdateInputs) -> dict:
+        cfg = self.cfg
+        P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
+        logp, ent, logits = response_logprobs(self.policy, tokens, P, cfg.temperature, with_entropy=True)
         self.counters.add("policy_fwd_train", 1)
         self.counters.add("tokens_policy", tokens.numel())
+        logits_anchor = None                                            # [n, T, V]: --kl_estimator full
         if cfg.variant == "A":
             with self.timer("ref_in_train"):
                 anchor = self.ref.minibatch(tokens, P, sl)             # A0 runs a forward here
+                if cfg.kl_estimator == "full":
+                    logits_anchor = self.ref.minibatch_logits(tokens, P, sl)   # A0: that same forward
             self._anchor[sl] = anchor.detach()
         else:
-            anchor = batch.logp_old[sl]                                 # B: trust region to pi_old
+            anchor = inp.logp_old[sl]                                   # B: trust region to pi_old
+            logits_anchor = None if inp.old_logits is None else inp.old_logits[sl]
         pg, metrics = loss_lib.LOSSES[cfg.loss](
-            logp, batch.logp_old[sl], batch.advantages[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
-            dual_clip_c=cfg.dual_clip_c or None)
-        kl = kl_lib.kl_terms(logp, anchor)
-        kl_tok = self.kl_in_loss(kl, batch.logp_old[sl], anchor)
+            logp, inp.logp_old[sl], batch.advantages[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
+            dual_clip_c=cfg.dual_clip_c or None, tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl])
+        kl = objective.kl_per_token(logp, anchor, logits=logits, logits_anchor=logits_anchor,
+                                    temperature=cfg.temperature)
+        kl_tok = (self.kl_in_loss(kl, batch.logp_old[sl], anchor) if cfg.kl_in == "loss"
+                  else torch.zeros_like(logp))                         # --kl_in reward: KL is in the rewards
         loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -207,11 +267,12 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         with torch.no_grad():
-            out = {f"kl/{k}": float(loss_lib.masked_mean(v, mask)) for k, v in kl.items()}
+            resp = batch.mask[sl]                                       # KL/entropy over all responses
+            out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
             out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
                         "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg, norm_const=self.T_max)),
                         "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)),
-                        "policy/entropy": float(loss_lib.masked_mean(ent, mask))})
+                        "policy/entropy": float(loss_lib.masked_mean(ent, resp))})
         out.update(metrics)
         return out
 

@@ -97,6 +97,7 @@ def test_tokenizer_adapter_round_trip(loaded):
     body = ids[1:] if ids[0] == vocab["<s>"] else ids
     assert tok.decode(body + [tok.eos_id] + body) == text  # stops at EOS
     assert tok.decode([vocab["<s>"]] + body + [tok.pad_id, 9999]) == text  # specials, OOV skipped
+    assert tok.encode_answer("5</answer>") == body[-10:] + [tok.eos_id]  # no BOS, EOS appended
     enc = tok.encode_prompts(["ab", "abcd"], P=6)
     assert enc.shape == (2, 6) and enc[0, :6 - len(tok.prompt_ids("ab"))].eq(tok.pad_id).all()
     with pytest.raises(ValueError, match="longer than P"):

@@ -145,6 +145,10 @@ class HFTokenizerAdapter:
             raise ValueError(f"prompt of {max(too_long)} tokens is longer than P={P}")
         return torch.tensor([[self.pad_id] * (P - len(r)) + r for r in rows], dtype=torch.long)
 
+    def encode_answer(self, answer: str) -> list[int]:
+        """A target response -> ids + EOS (no BOS): the teacher-forcing target of a warm start."""
+        return list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [self.eos_id]
+
     def decode(self, ids: Sequence[int]) -> str:
         """Response ids -> text: stops at the first EOS, skips special and out-of-vocabulary ids."""
         out = []

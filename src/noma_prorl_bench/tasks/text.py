@@ -11,6 +11,8 @@ with ``<think>`` and the response must close it and answer as ``</think> <answer
 Graded by ``rewards.r1_zero_reward_fn``. Validation problems are excluded from training.
 
 Both follow the Task protocol of ``tasks/base.py``; examples are deterministic in the rng.
+``demonstration(example)`` gives one correct response (what a supervised warm start can
+teach a random model); ``answer`` itself is what the reward checks against.
 
 >>> t = KeywordInclusionTask()
 >>> ex = t.sample(np.random.default_rng(0), 2)
@@ -18,12 +20,18 @@ Both follow the Task protocol of ``tasks/base.py``; examples are deterministic i
 True
 >>> t.reward("The red apple fell from the tree.", "apple, red")
 1.0
+>>> t.demonstration(Example("...", "apple, red"))
+'I saw the apple and the red.'
 >>> a = ArithmeticTask()
+>>> a.demonstration(Example("Compute 3 + 4. ...", "7"))
+'3 + 4 = 7 </think> <answer>7</answer>'
 >>> a.reward("3 plus 4 is 7 </think> <answer>7</answer>", "7"), a.reward("<answer>7</answer>", "7")
 (1.0, 0.0)
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -110,6 +118,10 @@ class KeywordInclusionTask:
     def validation_set(self) -> list[Example]:
         return list(self._val)
 
+    def demonstration(self, ex: Example) -> str:
+        """A response that earns reward 1: every keyword in one short sentence."""
+        return "I saw the " + " and the ".join(ex.answer.split(", ")) + "."
+
     def reward(self, response: str, answer: str) -> float:
         """answer: the comma-separated keywords, e.g. "apple, red"."""
         return keyword_inclusion_reward_fn(response, answer)["reward"]
@@ -125,6 +137,9 @@ ARITHMETIC_TEMPLATES = {
         "User: What is {a} {op} {b}?\nAssistant: <think>"
     ),
 }
+
+
+_EXPR = re.compile(r"(\d+) ([+-]) (\d+)")
 
 
 class ArithmeticTask:
@@ -155,6 +170,12 @@ class ArithmeticTask:
 
     def validation_set(self) -> list[Example]:
         return list(self._val)
+
+    def demonstration(self, ex: Example) -> str:
+        """A response that earns reward 1: the sum written out, then the R1-Zero answer tags."""
+        m = _EXPR.search(ex.prompt)
+        work = f"{m.group(1)} {m.group(2)} {m.group(3)} = {ex.answer}" if m else ex.answer
+        return f"{work} </think> <answer>{ex.answer}</answer>"
 
     def reward(self, response: str, answer: str) -> float:
         return r1_zero_reward_fn(response, answer)["reward"]

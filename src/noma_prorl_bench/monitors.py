@@ -1,0 +1,188 @@
+"""Drift monitors (seed 004, Problem 6): exact KL of the policy to its initial and previous self.
+
+Legend: N evaluation sequences, P prompt length, T response length, L = P + T, V vocabulary.
+
+On a fixed evaluation batch (tokens[N, L] with response mask[N, T]) the monitor reports
+    kl/to_init  masked mean over response tokens of KL(pi_theta || pi_init)
+    kl/to_prev  the same against the policy of the previous step
+where each per-position KL is the exact full-vocabulary sum of `kl.kl_full` on the
+temperature-scaled logits. The other policies are kept as parameter snapshots (a state-dict
+clone, not a second module) and evaluated through `torch.func.functional_call` on the
+policy's own module. Monitor forwards are counted in their own counters
+(`count/monitor_fwd`, `count/tokens_monitor`), never in `count/ref_fwd`.
+
+Trainer use: build `DriftMonitor(policy, eval_tokens, P, eval_mask, temperature)` before the
+first update; at the start of a step whose end will be measured, `remember(policy)`; after
+the update, `measure(policy)` -> {"kl/to_init", "kl/to_prev"}; `pop_counts()` once a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from noma_prorl_bench.kl import kl_full
+from noma_prorl_bench.models.base import response_logits
+from noma_prorl_bench.resets import clone_state_dict
+
+Params = dict[str, torch.Tensor]
+
+
+class MonitorCounter:
+    """Exact count of monitor forwards and the tokens they processed, plus their time."""
+
+    def __init__(self) -> None:
+        self.fwd_calls = 0
+        self.tokens = 0
+        self.seconds = 0.0
+
+    def add(self, tokens: torch.Tensor, seconds: float) -> None:
+        self.fwd_calls += 1
+        self.tokens += tokens.numel()
+        self.seconds += seconds
+
+    def pop_counts(self) -> dict[str, int]:
+        """{"count/monitor_fwd", "count/tokens_monitor"} since the last pop, then zero them."""
+        out = {"count/monitor_fwd": self.fwd_calls, "count/tokens_monitor": self.tokens}
+        self.fwd_calls = self.tokens = 0
+        return out
+
+    def pop_time(self) -> float:
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+
+@contextlib.contextmanager
+def _eval_mode(module: nn.Module) -> Iterator[None]:
+    """Evaluate deterministically (dropout off), then restore the module's train/eval flag."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def _scaled_logits(policy: nn.Module, params: Params | None, tokens: torch.Tensor, P: int,
+                   temperature: float, counter: MonitorCounter | None) -> torch.Tensor:
+    """logits[N, T, V] / temperature of `policy`, or of its architecture with `params`."""
+    t0 = time.perf_counter()
+    # strict: every parameter/buffer must come from `params`; tie_weights=False because a
+    # state dict names each tied tensor separately (equal values, maybe distinct tensors).
+    model = policy if params is None else (
+        lambda toks: functional_call(policy, params, (toks,), tie_weights=False, strict=True))
+    logits = response_logits(model, tokens, P) / temperature            # [N, T, V]
+    if counter is not None:
+        counter.add(tokens, time.perf_counter() - t0)
+    return logits
+
+
+def _masked_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Tensor) -> float:
+    """Masked mean over response tokens of KL(p || q): [N,T,V], [N,T,V], [N,T] -> float."""
+    kl = kl_full(logits_p, logits_q)                                     # [N, T]
+    m = mask.to(kl.dtype)
+    return float((kl * m).sum() / m.sum().clamp_min(1.0))
+
+
+@torch.no_grad()
+def drift_kl(policy: nn.Module, other: nn.Module | Params, tokens: torch.Tensor, P: int,
+             mask: torch.Tensor, temperature: float = 1.0,
+             counter: MonitorCounter | None = None) -> float:
+    """KL(pi_policy || pi_other) averaged over response tokens (mask[N, T]); 2 counted forwards.
+
+    `other` is a module with the same vocabulary, or a parameter snapshot of `policy`'s
+    own architecture (e.g. from `clone_state_dict`).
+    """
+    with _eval_mode(policy):
+        lp = _scaled_logits(policy, None, tokens, P, temperature, counter)
+        if isinstance(other, nn.Module):
+            with _eval_mode(other):
+                lq = _scaled_logits(other, None, tokens, P, temperature, counter)
+        else:
+            lq = _scaled_logits(policy, other, tokens, P, temperature, counter)
+    return _masked_kl(lp, lq, mask)
+
+
+def _clone_params(params: Params) -> Params:
+    """Detached clones of a parameter dict; entries that were one tensor stay one tensor."""
+    out: Params = {}
+    seen: dict[int, torch.Tensor] = {}
+    for k, v in params.items():
+        if id(v) not in seen:
+            seen[id(v)] = v.detach().clone()
+        out[k] = seen[id(v)]
+    return out
+
+
+class PrevPolicySnapshot:
+    """The previous step's parameters, kept as one state-dict clone refreshed in place."""
+
+    def __init__(self) -> None:
+        self.params: Params | None = None
+        self.step: int | None = None
+
+    def capture(self, policy: nn.Module, step: int | None = None) -> None:
+        """Copy `policy`'s current parameters and buffers (reusing storage when shapes match)."""
+        sd = policy.state_dict()
+        same = self.params is not None and self.params.keys() == sd.keys() and all(
+            self.params[k].shape == v.shape and self.params[k].dtype == v.dtype for k, v in sd.items())
+        if same:
+            for k, v in sd.items():
+                self.params[k].copy_(v)
+        else:
+            self.params = clone_state_dict(policy)
+        self.step = step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        params = state["params"]
+        self.params = None if params is None else _clone_params(params)
+        self.step = state["step"]
+
+
+class DriftMonitor:
+    """kl/to_init and kl/to_prev on a fixed evaluation batch, with their own forward counter."""
+
+    def __init__(self, policy: nn.Module, tokens: torch.Tensor, P: int, mask: torch.Tensor,
+                 temperature: float = 1.0):
+        if mask.shape != (tokens.shape[0], tokens.shape[1] - P):
+            raise ValueError(f"mask {tuple(mask.shape)} does not match tokens {tuple(tokens.shape)} with P={P}")
+        self.tokens, self.P, self.mask, self.temperature = tokens, P, mask, float(temperature)
+        self.init_params: Params = clone_state_dict(policy)
+        self.prev = PrevPolicySnapshot()
+        self.counter = MonitorCounter()
+
+    def remember(self, policy: nn.Module, step: int | None = None) -> None:
+        """Snapshot the policy as 'previous' (call at the start of the step to be measured)."""
+        self.prev.capture(policy, step)
+
+    @torch.no_grad()
+    def measure(self, policy: nn.Module) -> dict[str, float]:
+        """{"kl/to_init", "kl/to_prev"}: 2 forwards, 3 once a previous snapshot exists."""
+        args = (self.tokens, self.P, self.temperature, self.counter)
+        with _eval_mode(policy):
+            lp = _scaled_logits(policy, None, *args)                          # [N, T, V]
+            out = {"kl/to_init": _masked_kl(lp, _scaled_logits(policy, self.init_params, *args), self.mask)}
+            if self.prev.params is not None:
+                out["kl/to_prev"] = _masked_kl(lp, _scaled_logits(policy, self.prev.params, *args), self.mask)
+        return out
+
+    def pop_counts(self) -> dict[str, int]:
+        return self.counter.pop_counts()
+
+    def pop_time(self) -> float:
+        return self.counter.pop_time()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"init_params": self.init_params, "prev": self.prev.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.init_params = _clone_params(state["init_params"])
+        self.prev.load_state_dict(state["prev"])
