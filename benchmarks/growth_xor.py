@@ -183,7 +183,7 @@ def plot(results: list[dict], args) -> None:
     colors = {"preserve": "C0", "reset": "C1", "naive": "C3", "noma_flat": "C2", "nogrow": "0.5",
               "scratch16": "C4"}
     colors.update({k: "C5" for k in results[0]["modes"] if k.startswith("reset_lr")})
-    g, fig = args.grow_at, plt.figure(figsize=(12, 4.2))
+    g, fig = args.grow_at, plt.figure(figsize=(14, 4.2))
     axes = fig.subplots(1, 2)
     pre = torch.tensor([r["pre"] for r in results])                              # [S, grow_at]
     for ax, zoom in zip(axes, (False, True)):
@@ -205,8 +205,9 @@ def plot(results: list[dict], args) -> None:
         ax.set_ylabel("train cross-entropy")
         ax.set_title(("zoom: first %d steps after growth" % args.zoom) if zoom else
                      f"{args.task}: median and min-max over {len(results)} seeds")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.81, 1))
     os.makedirs(os.path.dirname(args.fig) or ".", exist_ok=True)
     fig.savefig(args.fig, dpi=120)
 

@@ -33,7 +33,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         from .suite import main as suite_main
         return suite_main(rest)
     if cmd == "plot":
-        from .plots import main as plot_main
+        from .plots import plot_main
         return plot_main(rest, prog="prorl-bench plot")
     if cmd == "report":
         from .report import main as report_main

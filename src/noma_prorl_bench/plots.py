@@ -137,7 +137,8 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
     """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
     over seeds with a min–max band): train reward (trailing mean), validation reward, KL
     (solid: the estimate in the loss; dash-dot k1, dash-dot-dot k3; for B the anchor is the
-    old policy) and throughput (policy tokens/s, `runlog.THROUGHPUT_KEY`, trailing mean). Resets dotted, growth dashed.
+    old policy) and throughput (policy tokens/s, `runlog.THROUGHPUT_KEY`, trailing mean).
+    Resets dotted, growth dashed.
     An entry that never logged a panel's key still gets an (empty) line there."""
     ents = entries(runs, by_config)
     colors = _colors(len(ents))
@@ -230,7 +231,8 @@ def _stage_bars(ax, ents: Sequence[Entry]) -> None:
 # ---------------------------------------------------------------- per-run diagnostics
 
 DIAGNOSTIC_KEYS = (("loss/total", "loss/pg", "loss/kl"), ("clip/frac",), ("policy/entropy",),
-                   ("optim/grad_norm",), ("optim/lr", "kl/beta"), ("adapter/rank", "reset/steps_since"))
+                   ("optim/grad_norm",), ("optim/lr", "kl/beta"),
+                   ("adapter/rank", "reset/steps_since"))
 
 
 def diagnostics_figure(run: Run) -> Figure:
@@ -246,6 +248,8 @@ def diagnostics_figure(run: Run) -> Figure:
                 ax.plot(s, v, label=key)
         if run_lines(ax):
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged", transform=ax.transAxes, ha="center", color="gray")
         _mark_events(ax, [(run.label, [run])], ["k"])
     fig.suptitle(f"Diagnostics: {run.label} ({run.path.name})", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.96))

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .plots import save_summary
-from .runlog import (Run, config_key, find_run_dirs, group_runs, load_runs, reduce_key,
+from .runlog import (NOT_CONFIG, Run, config_key, find_run_dirs, group_runs, load_runs, reduce_key,
                      run_stats, threshold_curve)
 
 #: per-run metric (runlog.run_stats) -> matrix column header
@@ -84,8 +84,11 @@ def threshold_source(runs: Sequence[Run]) -> str:
 def default_threshold(groups: dict[str, list[Run]], source: str, window: int = 10) -> float:
     """0.8 x the best configuration's mean (over seeds) last value of the threshold curve
     (final val reward, or final trailing-mean train reward); NaN if none is positive."""
-    finals = [Stat.of([float(threshold_curve(r, source, window)[1][-1]) if len(r.steps) else
-                       math.nan for r in rs]).mean for rs in groups.values()]
+    def final(run: Run) -> float:
+        values = threshold_curve(run, source, window)[1]
+        return float(values[-1]) if values.size else math.nan
+
+    finals = [Stat.of([final(r) for r in rs]).mean for rs in groups.values()]
     finals = [f for f in finals if math.isfinite(f)]
     best = max(finals, default=math.nan)
     return round(0.8 * best, 4) if math.isfinite(best) and best > 0 else math.nan
@@ -147,7 +150,8 @@ def cost_model_check(groups: dict[str, list[Run]]) -> list[dict[str, Any]]:
     `ratio_noise` = 2 × the pooled per-step standard error of (A0 step − A1 step) ÷ A1 step,
     a rough timing-noise scale (steps are not independent, so it understates the noise).
     Tokens make the model independent of how forwards are chunked (A0 runs E×M forwards over
-    minibatches, E×N×T tokens); without token counters it falls back to forwards (count/ref_fwd)."""
+    minibatches, E×N×T tokens); without token counters it falls back to forwards
+    (count/ref_fwd)."""
     keys = _keys(groups)
     a1 = {lab: k for lab, k in keys.items() if _variant(k) == "A1"}
     out = []
@@ -257,7 +261,7 @@ def _bva_sentences(bva: list[dict]) -> list[str]:
                  f"{b['step_change']:.0%} higher (B was not faster)")
         lines.append(f"No-reference (B) kept {b['fraction']:.0%} of {b['a']}'s final validation "
                      f"reward with {speed} median step time: the success criterion {verdict}.")
-    if bva:
+    if any(math.isfinite(b["fraction"]) for b in bva):
         held = any(b["held_80"] for b in bva)
         lines.append(f"Wedge A (\"no-ref preserves most gains\"): "
                      f"{'supported' if held else 'not supported'} by these runs.")
@@ -340,7 +344,7 @@ def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     if settings:
         lines += _table(["setting", "value"], [[_cell(k), f"`{_cell(json.dumps(v), 200)}`"]
                                                for k, v in settings.items()]) + [""]
-    common = {k: v for k, v in runs[0].config.items() if k not in ("versions", "outdir", "seed")
+    common = {k: v for k, v in runs[0].config.items() if k not in NOT_CONFIG
               and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)}
     lines += ["Configuration shared by every run (the matrix labels name what varies):", ""]
     lines += [f"`{_cell(json.dumps(common, sort_keys=True), 10_000)}`", ""]
@@ -427,11 +431,13 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     if not runs:
         raise ValueError("write_report: no run directories given")
     groups = dict(sorted(group_runs(runs).items()))       # A0, A1, A2, B, ... by label
+    runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     window, k = int(settings.get("smooth_window", 10)), int(settings.get("spike_window", 10))
     source = threshold_source(runs)
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=k)
-    cost, bva, ranking = cost_model_check(groups), b_vs_a(groups, matrix), reset_ranking(groups, matrix)
+    cost, bva = cost_model_check(groups), b_vs_a(groups, matrix)
+    ranking = reset_ranking(groups, matrix)
     out = Path(out_md)
     out.parent.mkdir(parents=True, exist_ok=True)
     summary_png, ref_png = save_summary(runs, Path(figures_dir) / "summary.png",
@@ -448,9 +454,10 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     lines += (_table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)
               if samples else ["No samples.jsonl in these runs."]) + [""]
     lines += _settings_lines(runs, settings)
-    lines += ["## Runs", ""] + _table(["directory", "label", "steps", "complete", "dropped lines"], [
-        [f"`{rel(r.path)}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
-        for r in runs]) + [""]
+    lines += ["## Runs", ""] + _table(
+        ["directory", "label", "steps", "complete", "dropped lines"],
+        [[f"`{rel(r.path)}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
+         for r in runs]) + [""]
     out.write_text("\n".join(lines), encoding="utf-8")
     numbers = dict(threshold=threshold, threshold_source=source, smooth_window=window,
                    spike_window=k, matrix={g: {m: asdict(s) for m, s in row.items()}

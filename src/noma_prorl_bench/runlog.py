@@ -371,7 +371,7 @@ def run_stats(run: Run, *, threshold: float, source: str, window: int = 10,
         "kl_mean": reduce_key(run, kl, np.mean), "kl_max": reduce_key(run, kl, np.max),
         "kl_spike": kl_spike(run, k),
         "ref_fwd": reduce_key(run, "count/ref_fwd", np.mean),
-        "step_time": reduce_key(run, "time/step", np.mean),
+        "step_time": reduce_key(run, "time/step", np.median),
         "tokens_per_s": reduce_key(run, THROUGHPUT_KEY, np.median),
         "peak_mem": reduce_key(run, "perf/peak_rss_mb", np.max),
     }

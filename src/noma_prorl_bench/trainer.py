@@ -25,13 +25,15 @@ from .config import RunConfig
 from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from .models import build_policy
 from .models.base import response_logprobs
-from .optim_state import apply_reset_semantics, make_lr_scheduler
+from .optim_state import make_lr_scheduler
 from .reference import ReferenceHolder
+from .reset_loop import EvalMonitors, ResetManager
 from .rollout import RolloutBatch, collect, evaluate
 from .tasks import make_task
 
 REF_OVER_OLD_CLAMP = 10.0  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
-COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "policy_fwd_eval")
+COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
+                "policy_fwd_eval")
 
 
 def set_determinism(cfg: RunConfig) -> None:
@@ -72,6 +74,9 @@ class Trainer:
                                            cfg.steps * cfg.ppo_epochs * cfg.minibatches)
         self.kl_ctrl = (kl_lib.AdaptiveKLController(cfg.beta, cfg.target_kl, cfg.kl_horizon)
                         if cfg.target_kl > 0 else None)
+        # ------------------------------------------------------------ resets and drift monitors
+        self.resets = ResetManager(cfg, self)        # triggers, best checkpoint, recovery (reset_loop.py)
+        self.monitors = EvalMonitors(cfg, self)      # kl/to_init, kl/to_prev, policy/delta_logp
 
     # ================================================================ set-up pieces
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -114,6 +119,8 @@ class Trainer:
         cfg = self.cfg
         self.step_idx += 1
         t_step = time.perf_counter()
+        if self.is_eval_step():
+            self.monitors.before_step()                                 # snapshot for kl/to_prev
         # ------------------------------------------------------------ 1. rollout + rewards
         with self.timer("rollout"):
             batch = self.rollout()
@@ -139,10 +146,10 @@ class Trainer:
         if self.kl_ctrl is not None:
             self.kl_ctrl.update(upd.get(f"kl/{self.loss_kl_key}", 0.0), 1)
         # ------------------------------------------------------------ 6. resets, evaluation
-        self.after_update(m)
-        if self.step_idx % cfg.eval_every == 0 or self.step_idx == cfg.steps:
+        if self.is_eval_step():
             with self.timer("eval"):
                 m.update(self.run_eval(batch))
+        self.after_update(m)                                            # sees this step's reward/val
         m.update(self.pop_step_stats(time.perf_counter() - t_step))
         self.metrics_sink.write(m)
         return m
@@ -293,28 +300,28 @@ class Trainer:
 
     # ================================================================ resets
     def after_update(self, m: dict) -> None:
-        cfg = self.cfg
-        if cfg.variant == "A" and cfg.reset_every and self.step_idx % cfg.reset_every == 0:
-            self.reference_reset("periodic", {"every": cfg.reset_every})
+        """Reset bookkeeping after the update and this step's eval (reset_loop.ResetManager): best
+        checkpoint, recovery events, triggers (periodic, KL spike, stall) and `reset/steps_since`."""
+        m.update(self.resets.after_step(self.step_idx, m))
 
-    def reference_reset(self, reason: str, values: dict) -> None:
-        cfg = self.cfg
-        self.ref.reset_to(self.policy, cfg.ref_update, cfg.ref_mix_alpha)
-        self.event("ref_reset", reason, target=cfg.reset_to, rule=cfg.ref_update, **values)
-        changed = apply_reset_semantics(
-            self.optimizer, self.scheduler, self.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
-            reset_opt_step=bool(cfg.reset_opt_step), reset_lr_schedule=bool(cfg.reset_lr_schedule),
-            reset_kl_coef=bool(cfg.reset_kl_coef))
-        self.event("opt_reset", reason, **{"mode": cfg.opt_reset, "soft_factor": cfg.soft_factor, **_jsonable(changed)})
+    def reference_reset(self, decision) -> dict:
+        """One reset (a resets.Decision): target -> pi_ref -> optimizer side; writes the
+        `ref_reset` and `opt_reset` events and returns the `ref_reset` record."""
+        return self.resets.reset(decision)
 
     # ================================================================ evaluation and stats
+    def is_eval_step(self) -> bool:
+        return self.step_idx % self.cfg.eval_every == 0 or self.step_idx == self.cfg.steps
+
     def run_eval(self, batch: RolloutBatch) -> dict:
+        """Greedy validation reward, then the drift monitors (kl/to_init, kl/to_prev,
+        policy/delta_logp; their forwards are in count/monitor_fwd), then sample texts."""
         val, texts, gs = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
         self.counters.add("policy_fwd_eval", gs.fwd_calls)
         for e, s in list(zip(self.val_set, texts))[:4]:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
-        return {"reward/val": val}
+        return {"reward/val": val, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:
         out = {}

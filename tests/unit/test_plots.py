@@ -147,8 +147,9 @@ def test_plot_script_writes_both_pngs(suite, tmp_path):
 
 @pytest.mark.smoke
 def test_plot_script_exits_2_on_bad_dirs(suite, tmp_path):
-    res = _script("--runs", str(suite[0]), str(tmp_path / "missing"), "--out", str(tmp_path / "s.png"))
+    out = str(tmp_path / "s.png")
+    res = _script("--runs", str(suite[0]), str(tmp_path / "missing"), "--out", out)
     assert res.returncode == 2 and "--runs" in res.stderr and "missing" in res.stderr
-    res = _script("--runs", str(tmp_path), "--out", str(tmp_path / "s.png"))
+    res = _script("--runs", str(tmp_path), "--out", out)
     assert res.returncode == 2 and "not a run directory" in res.stderr
     assert not (tmp_path / "s.png").exists()
