@@ -43,6 +43,9 @@ NOT_YET: dict[str, str] = {
 }
 
 
+DAPO_EPS_HIGH = 0.28  # Yu et al. 2025 (DAPO) clip-higher upper range
+
+
 @dataclass
 class RunConfig:
     """Resolved configuration of one training run (written to OUTDIR/config.json)."""
@@ -127,7 +130,7 @@ class RunConfig:
     eps_low: float = -1.0
     """Lower clip range (ratio >= 1 - eps_low); -1 means --clip_eps."""
     eps_high: float = -1.0
-    """Upper clip range (ratio <= 1 + eps_high; DAPO clip-higher uses e.g. 0.28); -1 means --clip_eps."""
+    """Upper clip range (ratio <= 1 + eps_high); -1 means --clip_eps, except with --loss dapo where it means DAPO's clip-higher 0.28."""
     dual_clip_c: float = 0.0
     """Dual-clip constant c > 1 for negative advantages (Ye et al. 2020); 0 disables."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
@@ -159,13 +162,13 @@ class RunConfig:
 
     # ---------------------------------------------------------------- resets
     preset: Literal["none", "prorl_v1", "prorl_v2", "trl_sync", "noma_soft"] = "none"
-    """Reset-semantics preset; explicit flags override what it sets (see README)."""
+    """Reset-semantics preset, applied first; explicit flags override what it sets (docs/resets.md, "Presets"). Each sets:"""
     reset_every: int = 0
     """Periodic reference reset every N steps (0: never)."""
     reset_kl_above: float = 0.0
-    """Reset when the KL estimate exceeds X (0: off)."""
+    """Reset after a step whose mean KL to pi_ref, by the --kl_estimator in use (kl/k1 for simple, kl/k2, kl/k3, kl/full), exceeds X (0: off)."""
     reset_kl_min_gap: int = 20
-    """Minimum steps between a KL-spike reset and the previous reset."""
+    """A KL-spike reset needs at least this many steps since the previous reset of any reason (or the start)."""
     reset_on_stall: int = 0
     """Reset after PATIENCE validations without improvement (0: off)."""
     stall_min_delta: float = 0.0
@@ -242,7 +245,9 @@ class RunConfig:
     @property
     def eps_hi(self) -> float:
         """Effective upper clip range."""
-        return self.clip_eps if self.eps_high < 0 else self.eps_high
+        if self.eps_high >= 0:
+            return self.eps_high
+        return DAPO_EPS_HIGH if self.loss == "dapo" else self.clip_eps
 
     @property
     def variant_label(self) -> str:
@@ -288,6 +293,9 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
         tp, helptext = hints[f.name], docs.get(f.name, "")
         if f.name in NOT_YET:
             helptext += f" [not supported yet: {NOT_YET[f.name]}]"
+        if f.name == "preset":
+            from .presets import describe_all  # noqa: PLC0415  (the presets' own text, one per preset)
+            helptext += " " + " || ".join(describe_all().splitlines())
         flag = f"--{f.name}"
         choices = _choices(tp)
         if tp is bool:
@@ -392,7 +400,8 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
                                    "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A")
     if cfg.kl_in == "reward" and cfg.ref_compute == "naive_epoch":
         raise ConfigError("kl_in", "reward needs logp_ref for the whole batch before the advantages, but "
-                                   "--ref_compute naive_epoch computes it per minibatch. Use --ref_compute cached or ring")
+                                   "--ref_compute naive_epoch computes it per minibatch. "
+                                   "Use --ref_compute cached or ring")
     if cfg.k2_mode != "theta_over_ref" and cfg.kl_estimator != "k2":
         raise ConfigError("k2_mode", f"{cfg.k2_mode} only applies to --kl_estimator k2 (got {cfg.kl_estimator})")
     _validate_loss(cfg)
@@ -403,7 +412,8 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
 def _validate_loss(cfg: RunConfig) -> None:
     """Loss flags that the chosen --loss would ignore are errors, not no-ops."""
     if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce"):
-        raise ConfigError("dual_clip_c", f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
+        raise ConfigError("dual_clip_c",
+                          f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
     for n in ("eps_low", "eps_high"):
         if getattr(cfg, n) != -1.0 and cfg.loss == "reinforce":
             raise ConfigError(n, "--loss reinforce has no ratio and no clip; drop the flag or pick a clipped loss")

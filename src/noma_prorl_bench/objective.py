@@ -131,16 +131,16 @@ def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> 
         rows = list(range(g * G, (g + 1) * G))                                    # G row indices
         p_pad, t_pad = P - b.prompt_len, T - b.T
         tok = b.tokens[rows]                                                      # [G, L_r]
-        tok = torch.cat([torch.full((G, p_pad), pad_id, dtype=tok.dtype), tok,
-                         torch.full((G, t_pad), pad_id, dtype=tok.dtype)], 1)     # [G, P + T]
-        zeros = torch.zeros(G, t_pad)
+        tok = torch.cat([tok.new_full((G, p_pad), pad_id), tok, tok.new_full((G, t_pad), pad_id)], 1)  # [G, P+T]
+        zeros = b.mask.new_zeros(G, t_pad)
         parts.append((tok, torch.cat([b.mask[rows], zeros], 1), torch.cat([b.logp_old[rows], zeros], 1),
                       b.rewards[rows], b.truncated[rows],
                       [b.prompts[i] for i in rows], [b.answers[i] for i in rows], [b.responses[i] for i in rows]))
     cols = list(zip(*parts))
     batch = RolloutBatch(
         tokens=torch.cat(cols[0]), mask=torch.cat(cols[1]), logp_old=torch.cat(cols[2]),
-        rewards=torch.cat(cols[3]), truncated=torch.cat(cols[4]), group=torch.arange(B).repeat_interleave(G),
+        rewards=torch.cat(cols[3]), truncated=torch.cat(cols[4]),
+        group=torch.arange(B, device=rounds[0].group.device).repeat_interleave(G),
         prompt_len=P, prompts=sum(cols[5], []), answers=sum(cols[6], []), responses=sum(cols[7], []),
         version=rounds[0].version)
     metrics = {"dapo/dropped_groups": float(n_zero - n_fill), "dapo/filler_groups": float(n_fill),

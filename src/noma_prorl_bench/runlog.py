@@ -247,7 +247,7 @@ def _fmt_field(key: str, raw: str) -> str:
     if key == "opt_reset":
         return f"opt={value}"
     if key == "reset_every":
-        return "no-reset" if not value else f"K={value}"
+        return "no-reset" if not value else f"reset every {value}"
     return f"{key}={value}"
 
 

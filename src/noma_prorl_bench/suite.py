@@ -169,6 +169,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = {"preset": args.preset, "runs": len(specs), "jobs": args.jobs,
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
                 "machine": f"{os.cpu_count()} cores, {sys.platform}"}
+    with open(os.path.join(args.outdir, "settings.json"), "w") as f:
+        json.dump(settings, f, indent=2)
     out = os.path.join(args.outdir, "report.md")
     write_report(dirs, out, os.path.join(args.outdir, "figures"), settings)
     print(f"suite: report written to {out}" + (f"; {len(failures)} runs failed: {failures}" if failures else ""),

@@ -169,3 +169,19 @@ def test_hf_policy_is_a_module_with_the_protocol(loaded):
     assert isinstance(policy, HFPolicy) and policy.vocab_size == 260
     names = {n for n, _ in policy.named_modules()}
     assert {"model.model.layers.0.self_attn.q_proj", "model.model.layers.1.mlp.down_proj"} <= names
+
+
+@pytest.mark.unit
+def test_backward_through_left_padded_forward_is_finite(loaded):
+    from noma_prorl_bench.models.base import response_logprobs
+
+    policy, tok = loaded
+    prompts = tok.encode_prompts(PROMPTS)  # fully masked query rows at the leading PADs
+    tokens = torch.cat([prompts, prompts[:, -4:]], 1)
+    policy.zero_grad()
+    logp, _, _ = response_logprobs(policy, tokens, prompts.shape[1])  # [N, 4] float32
+    assert logp.dtype == torch.float32 and logp.shape == (3, 4)
+    logp.sum().backward()
+    grads = [p.grad for p in policy.parameters() if p.grad is not None]
+    assert len(grads) == sum(1 for _ in policy.parameters()) and all(g.isfinite().all() for g in grads)
+    policy.zero_grad()

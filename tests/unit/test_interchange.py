@@ -6,7 +6,6 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
