@@ -12,6 +12,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import math
 import textwrap
 import typing
 from dataclasses import dataclass, fields
@@ -20,14 +21,6 @@ from typing import Literal, Optional
 # Flags that exist in the CLI but whose behaviour has not landed yet. Setting one to a
 # non-default value is an error ("not supported yet"), never silently ignored.
 NOT_YET: dict[str, str] = {
-    "enable_growth": "topology growth (issue 5)",
-    "grow_every": "topology growth (issue 5)",
-    "rank_step": "topology growth (issue 5)",
-    "initial_rank": "topology growth (issue 5)",
-    "max_rank": "topology growth (issue 5)",
-    "grow_on": "topology growth (issue 5)",
-    "growth_migration": "topology growth (issue 5)",
-    "adapter_targets": "topology growth (issue 5)",
     "engine": "Ray engines (issue 7)",
     "ref_placement": "Ray engines (issue 7)",
     "steps_per_rollout": "Ray engines (issue 7)",
@@ -36,11 +29,13 @@ NOT_YET: dict[str, str] = {
     "ray_address": "Ray engines (issue 7)",
     "actor_timeout": "Ray engines (issue 7)",
     "weight_sync": "Ray engines (issue 7)",
-    "save_every": "checkpoints (issue 9)",
-    "keep_checkpoints": "checkpoints (issue 9)",
-    "resume": "checkpoints (issue 9)",
-    "on_nan": "numerical guards (issue 9)",
 }
+
+# Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
+# other change). None of them changes what the next step computes, except `steps` (a longer run:
+# the cosine-schedule horizon follows it) and `threads` (float reductions may round differently).
+RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "steps", "threads", "plots",
+                                       "save_every", "keep_checkpoints", "on_nan")
 
 
 DAPO_EPS_HIGH = 0.28  # Yu et al. 2025 (DAPO) clip-higher upper range
@@ -190,23 +185,27 @@ class RunConfig:
     reset_kl_coef: int = 0
     """1: reset the adaptive KL coefficient to its initial value at a reset."""
 
-    # ---------------------------------------------------------------- growth (issue 5)
+    # ---------------------------------------------------------------- growth (issue 5; docs/growth.md)
     enable_growth: int = 0
-    """1: attach a low-rank adapter and grow its rank during training."""
+    """1: after the warm start, wrap the --adapter_targets layers in LoRA adapters (W x + s B A x, s = lora_alpha / initial_rank fixed) and FREEZE the base model: only the adapters train, so RL capacity is the adapter rank. The rank grows during training (--grow_on); the reference (Variant A) is a copy of the adapted policy."""
     grow_every: int = 0
-    """Grow the adapter rank every N steps (--grow_on schedule)."""
+    """Grow the adapter rank after every N-th step (--grow_on schedule; required > 0 there, must stay 0 otherwise). Never after the last step."""
     rank_step: int = 4
-    """Rank added at each growth."""
+    """Rank added at each growth (capped at --max_rank)."""
     initial_rank: int = 4
     """Adapter rank at the start."""
     max_rank: int = 64
-    """Adapter rank cap."""
+    """Adapter rank cap; growth stops there (equal to --initial_rank: fixed-rank adapters, no growth)."""
     grow_on: Literal["schedule", "reset", "stall"] = "schedule"
-    """When to grow: on a schedule, at each reference reset, or when validation stalls."""
+    """When to grow: schedule (every --grow_every steps); reset (right after each reference reset, which needs a reset trigger: --reset_every, --reset_kl_above, --reset_on_stall or a preset); stall (after --grow_patience validations without beating the best by --stall_min_delta)."""
+    grow_patience: int = 3
+    """--grow_on stall: validations (every --eval_every steps) without improvement before a growth; the count then restarts."""
     growth_migration: Literal["preserve", "reset", "naive", "noma_flat"] = "preserve"
-    """Optimizer-state migration at growth."""
+    """Optimizer state at growth: preserve (old block of every Adam moment copied, new block zero, step kept); reset (same optimizer, all state cleared); naive (new parameters and a new optimizer: state lost, the common PyTorch mistake; the LR scheduler is rebuilt at the same step); noma_flat (NOMA's flat-prefix copy of values and moments: scrambles B [out, r])."""
     adapter_targets: str = "head"
-    """Comma-separated module names (or suffix globs like *proj) that get adapters."""
+    """Comma-separated nn.Linear names that get adapters: exact dotted names (head), dotted suffixes (q_proj matches blocks.*.attn.q_proj) or globs (*proj)."""
+    lora_alpha: float = 16.0
+    """Adapter scale numerator: s = lora_alpha / initial_rank, fixed when the rank grows (so growth leaves the policy unchanged)."""
 
     # ---------------------------------------------------------------- engines (issue 7)
     engine: Literal["local", "ray_colocated", "ray_async"] = "local"
@@ -380,6 +379,8 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     if model.startswith("hf:") and cfg.task in ("reverse_digits", "parity", "sort_digits"):
         pass  # toy tasks are plain strings too; the HF tokenizer encodes them
     _validate_variant(cfg, explicit or set())
+    _validate_growth(cfg)
+    _validate_reliability(cfg)
 
 
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:
@@ -407,6 +408,56 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
     _validate_loss(cfg)
     if cfg.target_kl > 0 and cfg.beta <= 0:
         raise ConfigError("beta", "the adaptive KL controller (--target_kl) needs an initial --beta > 0")
+
+
+GROWTH_FLAGS = ("grow_every", "rank_step", "initial_rank", "max_rank", "grow_on", "grow_patience",
+                "growth_migration", "adapter_targets", "lora_alpha")
+
+
+def _validate_growth(cfg: RunConfig) -> None:
+    """Growth flags: only with --enable_growth 1, and each --grow_on needs its own trigger."""
+    defaults = RunConfig()
+    if not cfg.enable_growth:
+        for n in GROWTH_FLAGS:
+            if getattr(cfg, n) != getattr(defaults, n):
+                raise ConfigError(n, "only applies with --enable_growth 1")
+        return
+    _positive(cfg, ["initial_rank", "rank_step", "grow_patience"])
+    _nonneg(cfg, ["grow_every"])
+    if cfg.max_rank < cfg.initial_rank:
+        raise ConfigError("max_rank", f"must be >= --initial_rank {cfg.initial_rank}, got {cfg.max_rank}")
+    if not cfg.lora_alpha > 0:
+        raise ConfigError("lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
+    if not [t for t in cfg.adapter_targets.split(",") if t.strip()]:
+        raise ConfigError("adapter_targets", "needs at least one module name")
+    if cfg.grow_on == "schedule" and cfg.grow_every <= 0:
+        raise ConfigError("grow_every", "--grow_on schedule needs --grow_every N > 0")
+    if cfg.grow_on != "schedule" and cfg.grow_every:
+        raise ConfigError("grow_every", f"only applies to --grow_on schedule (got --grow_on {cfg.grow_on})")
+    if cfg.grow_on != "stall" and cfg.grow_patience != defaults.grow_patience:
+        raise ConfigError("grow_patience", f"only applies to --grow_on stall (got --grow_on {cfg.grow_on})")
+    if cfg.grow_on == "reset":
+        if cfg.variant == "B":
+            raise ConfigError("grow_on", "reset grows at reference resets; Variant B (--variant B) has none")
+        if not (cfg.reset_every or cfg.reset_kl_above or cfg.reset_on_stall):
+            raise ConfigError("grow_on", "reset needs a reset trigger: --reset_every, --reset_kl_above, "
+                                         "--reset_on_stall or a --preset that sets one")
+
+
+def _validate_reliability(cfg: RunConfig) -> None:
+    """Checkpoint flags, and values that would only fail (or poison the run) later: a negative
+    seed (NumPy rejects it mid-run), NaN or infinite floats."""
+    _nonneg(cfg, ["seed", "save_every"])
+    if cfg.keep_checkpoints < 1:
+        raise ConfigError("keep_checkpoints", f"must be >= 1 (the newest checkpoint is always kept), "
+                                              f"got {cfg.keep_checkpoints}")
+    if cfg.resume and cfg.overwrite:
+        raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
+    hints = typing.get_type_hints(RunConfig)
+    for f in fields(RunConfig):
+        v = getattr(cfg, f.name)
+        if hints[f.name] is float and not math.isfinite(v):
+            raise ConfigError(f.name, f"must be a finite number, got {v}")
 
 
 def _validate_loss(cfg: RunConfig) -> None:

@@ -18,10 +18,12 @@ import numpy as np
 import torch
 
 from . import advantages as adv_lib
+from . import checkpoint, guards
 from . import kl as kl_lib
 from . import losses as loss_lib
 from . import objective
 from .config import RunConfig
+from .growth_loop import GrowthManager
 from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from .models import build_policy
 from .models.base import response_logprobs
@@ -63,6 +65,7 @@ class Trainer:
         self.timer = StageTimer()
         self.step_idx = 0
         self.warmstart_info = self.warm_start()
+        self.growth = GrowthManager(cfg, self)       # --enable_growth: LoRA adapters, base frozen (growth_loop.py)
         # ------------------------------------------------------------ reference (Variant A only)
         N_max = cfg.batch_size * cfg.group_size
         mode = "none" if cfg.variant == "B" else cfg.ref_compute
@@ -150,6 +153,7 @@ class Trainer:
             with self.timer("eval"):
                 m.update(self.run_eval(batch))
         self.after_update(m)                                            # sees this step's reward/val
+        m.update(self.growth.after_step(self.step_idx, m))              # adapter/rank; grows if due
         m.update(self.pop_step_stats(time.perf_counter() - t_step))
         self.metrics_sink.write(m)
         return m
@@ -267,19 +271,24 @@ class Trainer:
         kl_tok = (self.kl_in_loss(kl, batch.logp_old[sl], anchor) if cfg.kl_in == "loss"
                   else torch.zeros_like(logp))                         # --kl_in reward: KL is in the rewards
         loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)
+        loss = guards.inject_nan(loss, self.step_idx)                  # test hook, see guards.py
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
               if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
-        self.optimizer.step()
-        self.scheduler.step()
+        skipped = guards.nan_guard(self, sl, loss=loss, grad_norm=gn, logp=logp, kl=kl_tok,
+                                   mask=batch.mask[sl])                 # --on_nan: NaN/Inf -> no step
+        if not skipped:
+            self.optimizer.step()
+            self.scheduler.step()
         with torch.no_grad():
             resp = batch.mask[sl]                                       # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
             out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
                         "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg, norm_const=self.T_max)),
                         "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)),
-                        "policy/entropy": float(loss_lib.masked_mean(ent, resp))})
+                        "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
+                        "guard/nan_skip_frac": float(skipped)})
         out.update(metrics)
         return out
 
@@ -297,6 +306,15 @@ class Trainer:
         """Diagnostic: the ProRL-v2 blog's k2 with x = exp(clamp(log pi_ref/pi_old)), batch mean."""
         k2 = kl_lib.kl_terms(batch.logp_old, self._anchor, clamp=REF_OVER_OLD_CLAMP)["k2"]
         return float(loss_lib.masked_mean(k2, batch.mask))
+
+    # ================================================================ checkpoints (checkpoint.py)
+    def state_dict(self) -> dict:
+        """Every component's state, the RNG streams and step_idx (see checkpoint.trainer_state)."""
+        return checkpoint.trainer_state(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Overwrite this freshly built Trainer with a saved state (RNG states included)."""
+        checkpoint.load_trainer_state(self, state)
 
     # ================================================================ resets
     def after_update(self, m: dict) -> None:

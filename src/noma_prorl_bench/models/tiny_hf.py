@@ -5,9 +5,9 @@ The result is an ordinary Hugging Face model directory (``config.json``, ``model
 and ``AutoTokenizer.from_pretrained`` load with ``local_files_only=True``. Tests, benchmarks and
 the docs use it as a stand-in for a real model such as Qwen2.5-0.5B: same code path, no hub.
 
-The tokenizer has one token per printable ASCII character (plus newline) and four specials
-(``<pad>`` ``<s>`` ``</s>`` ``<unk>``), so any prompt of the text tasks, and tags such as
-``<think>`` or ``</answer>``, are spelled character by character. The Llama flavour prepends
+The tokenizer has one token per byte (ids 4..259, byte ``b`` -> ``4 + b``) and four specials
+(``<pad>`` ``<s>`` ``</s>`` ``<unk>`` = 0..3), so any ASCII prompt of the text tasks, and tags
+such as ``<think>`` or ``</answer>``, are spelled character by character. The Llama flavour prepends
 ``<s>`` like Llama tokenizers do; the Qwen2 flavour adds nothing, like Qwen2 tokenizers.
 
 Run:

@@ -1,0 +1,425 @@
+"""Checkpoints for exact resume: atomic save, validated load, pruning, JSONL truncation.
+
+Layout (one directory per checkpoint, the newest `--keep_checkpoints` kept):
+
+    OUTDIR/checkpoints/step_000006/
+        tensors.safetensors   every tensor, flat names: policy/<param>, ref/model/<param>,
+                              optimizer/state/<idx>/exp_avg, rng/torch/sample_gen, ...
+        state.json            format tag, step, config (+ hash), versions, and the state tree
+                              with tensors replaced by {"__t__": name} (scalars, RNG states)
+        COMPLETE              written last
+
+A checkpoint is written into `checkpoints/.tmp_step_XXXXXX_*` (files fsynced, COMPLETE last)
+and then `os.replace`d to its final name, so a directory named `step_*` is always whole; a
+`kill -9` mid-save leaves only a `.tmp_*` directory, which the next save or resume deletes.
+
+What is saved (`trainer_state`): every attribute of the Trainer that has `state_dict()` and
+`load_state_dict()` (policy, reference holder, optimizer, LR scheduler, adaptive-KL
+controller, reset and monitor bookkeeping, ... whatever the Trainer owns), the adapter rank
+and growth count of every LoRA adapter, every torch / NumPy Generator attribute (the data
+sampler position is the NumPy Generator's `bit_generator.state`), plain JSON-able attributes
+(`step_idx`, ...), and the global Python, NumPy and torch RNG states. See docs/reliability.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
+
+FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
+CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
+JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
+NOT_STATE = ("cfg", "metrics_sink", "events_sink", "samples_sink")   # never saved
+
+
+class CheckpointError(Exception):
+    """An unreadable, foreign or mismatching checkpoint (reported without a traceback)."""
+
+
+# ============================================================================ state tree <-> JSON + tensors
+def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) -> Any:
+    """JSON-able tree for `obj`; tensors go to `tensors` under their path (aliases share one)."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if key in seen:                                   # same tensor twice (tied weights): store once
+            return {"__t__": seen[key]}
+        dev = str(t.device)
+        t = t.cpu()
+        if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            t = t.contiguous().clone()                    # safetensors wants whole, unshared storages
+        if any(t.untyped_storage().data_ptr() == u.untyped_storage().data_ptr() for u in tensors.values()):
+            t = t.clone()
+        tensors[path] = t
+        seen[key] = path
+        return {"__t__": path} if dev == "cpu" else {"__t__": path, "dev": dev}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+            return {k: encode(v, f"{path}/{k}" if path else k, tensors, seen) for k, v in obj.items()}
+        return {"__dict__": [[encode(k, f"{path}/key", tensors, seen), encode(v, f"{path}/{k}", tensors, seen)]
+                             for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]
+    if isinstance(obj, np.ndarray):
+        return {"__nd__": obj.tolist(), "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise CheckpointError(f"cannot checkpoint {path!r}: unsupported type {type(obj).__name__}")
+
+
+def decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of `encode`: tensors come back from `tensors` (on their saved device if present)."""
+    if isinstance(obj, list):
+        return [decode(v, tensors) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__t__" in obj:
+        if obj["__t__"] not in tensors:
+            raise CheckpointError(f"{TENSORS} lacks tensor {obj['__t__']!r}")
+        t = tensors[obj["__t__"]]
+        dev = obj.get("dev")
+        return t.to(dev) if dev and dev.startswith("cuda") and torch.cuda.is_available() else t
+    if "__dict__" in obj:
+        return {decode(k, tensors): decode(v, tensors) for k, v in obj["__dict__"]}
+    if "__tuple__" in obj:
+        return tuple(decode(v, tensors) for v in obj["__tuple__"])
+    if "__nd__" in obj:
+        return np.asarray(obj["__nd__"], dtype=obj["dtype"])
+    return {k: decode(v, tensors) for k, v in obj.items()}
+
+
+def _jsonable(v: Any) -> bool:
+    if _has_tensor(v):
+        return False
+    try:
+        encode(v, "", {}, {})
+        return True
+    except CheckpointError:
+        return False
+
+
+def _has_tensor(v: Any) -> bool:
+    if isinstance(v, torch.Tensor):
+        return True
+    if isinstance(v, dict):
+        return any(_has_tensor(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_has_tensor(x) for x in v)
+    return False
+
+
+# ============================================================================ what a Trainer is made of
+def _stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+def components(trainer) -> dict[str, Any]:
+    """The Trainer's stateful attributes, policy first, then in attribute order."""
+    out = {name: obj for name, obj in vars(trainer).items() if name not in NOT_STATE and _stateful(obj)}
+    return {**({"policy": out.pop("policy")} if "policy" in out else {}), **out}
+
+
+def _modules(trainer) -> dict[str, nn.Module]:
+    mods = {n: m for n, m in components(trainer).items() if isinstance(m, nn.Module)}
+    ref = getattr(getattr(trainer, "ref", None), "model", None)
+    if isinstance(ref, nn.Module):
+        mods["ref"] = ref
+    return mods
+
+
+def _adapters(module: nn.Module) -> dict[str, dict[str, int]]:
+    from .models.lora import adapters  # noqa: PLC0415
+    return {name: {"rank": int(m.rank), "grow_count": int(m.grow_count)} for name, m in adapters(module)}
+
+
+def _resize_adapters(module: nn.Module, saved: dict[str, dict[str, int]], optimizer=None) -> None:
+    """Grow `module`'s LoRA adapters to the saved rank (resume across a rank growth), then
+    restore each adapter's growth count (it seeds the next growth's new rows)."""
+    from .growth import grow_adapters  # noqa: PLC0415
+    from .models.lora import adapters  # noqa: PLC0415
+    mods = dict(adapters(module))
+    if set(mods) != set(saved):
+        raise CheckpointError(f"adapters differ: checkpoint {sorted(saved)}, this run {sorted(mods)}")
+    ranks = {v["rank"] for v in saved.values()}
+    if len(ranks) == 1 and any(m.rank != v["rank"] for m, v in zip(mods.values(), saved.values())):
+        grow_adapters(module, optimizer, ranks.pop(), mode="preserve")
+    for name, m in mods.items():
+        m.grow_count = saved[name]["grow_count"]
+
+
+def trainer_state(trainer) -> dict[str, Any]:
+    """Everything a resumed run needs, as a tree of dicts / scalars / tensors."""
+    comps = components(trainer)
+    state: dict[str, Any] = {
+        "step": int(trainer.step_idx),
+        "components": {n: obj.state_dict() for n, obj in comps.items()},
+        "adapters": {n: a for n, m in _modules(trainer).items() if (a := _adapters(m))},
+        "generators": {}, "scalars": {},
+        "global_rng": {"python": random.getstate(), "numpy": np.random.get_state(legacy=False),
+                       "torch": torch.get_rng_state()}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["global_rng"]["cuda"] = torch.cuda.get_rng_state_all()
+    for name, v in vars(trainer).items():
+        if name in NOT_STATE or name in comps:
+            continue
+        if isinstance(v, torch.Generator):
+            state["generators"][name] = {"torch": v.get_state()}
+        elif isinstance(v, np.random.Generator):
+            state["generators"][name] = {"numpy": v.bit_generator.state}
+        elif v is not None and _jsonable(v):
+            state["scalars"][name] = v
+    return state
+
+
+def load_trainer_state(trainer, state: dict[str, Any]) -> None:
+    """Overwrite a freshly built Trainer with `state` (from `trainer_state`): after this the
+    Trainer continues exactly like the one that was saved. Mismatches raise CheckpointError."""
+    comps = components(trainer)
+    if set(comps) != set(state["components"]):
+        raise CheckpointError(f"checkpoint components {sorted(state['components'])} do not match this "
+                              f"run's {sorted(comps)}")
+    mods = _modules(trainer)
+    for name, saved in state["adapters"].items():
+        if name not in mods:
+            raise CheckpointError(f"checkpoint has adapters on {name!r}, which this run lacks")
+        _resize_adapters(mods[name], saved, trainer.optimizer if name == "policy" else None)
+    sched = getattr(trainer, "scheduler", None)
+    horizons = [getattr(f, "total_steps", None) for f in getattr(sched, "lr_lambdas", [])]
+    for name in ["policy"] + [n for n in state["components"] if n != "policy"]:
+        if name not in state["components"]:
+            continue
+        try:
+            comps[name].load_state_dict(state["components"][name])
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
+            raise CheckpointError(f"checkpoint does not fit this run's {name!r}: {str(e)[:300]}") from e
+    for f, total in zip(getattr(sched, "lr_lambdas", []), horizons):
+        if total is not None:               # the schedule horizon follows the (possibly new) --steps
+            f.total_steps = total
+    for name, v in state["scalars"].items():
+        if not _stateful(getattr(trainer, name, None)):
+            setattr(trainer, name, v)
+    for name, g in state["generators"].items():
+        cur = getattr(trainer, name, None)
+        if "torch" in g and isinstance(cur, torch.Generator):
+            cur.set_state(g["torch"])
+        elif "numpy" in g and isinstance(cur, np.random.Generator):
+            cur.bit_generator.state = g["numpy"]
+        else:
+            raise CheckpointError(f"checkpoint has a random generator {name!r} that this run lacks")
+    trainer.step_idx = int(state["step"])
+    rng = state["global_rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+# ============================================================================ files
+def config_hash(cfg: dict) -> str:
+    """Hash of the fields that must not change on resume."""
+    core = {k: v for k, v in sorted(cfg.items()) if k not in RESUME_SAFE_FIELDS}
+    return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
+    """Write the trainer's checkpoint for its current step atomically; keep the newest `keep`."""
+    from safetensors.torch import save_file  # noqa: PLC0415
+    from . import __version__  # noqa: PLC0415
+    step, cfg = int(trainer.step_idx), trainer.cfg.to_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    tree = encode(trainer_state(trainer), "", tensors, {})
+    root = os.path.join(outdir, CKPT_DIR)
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root)
+    save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
+            "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
+            "n_tensors": len(tensors), "extra": extra or {}, "state": tree}
+    with open(os.path.join(tmp, STATE), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(tmp, MARKER), "w") as f:
+        f.write(f"{step}\n")
+    for name in (TENSORS, STATE, MARKER, ""):
+        _fsync(os.path.join(tmp, name) if name else tmp)
+    final = os.path.join(root, f"step_{step:06d}")
+    if os.path.isdir(final):
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync(root)
+    prune(outdir, keep)
+    return final
+
+
+def list_checkpoints(outdir: str) -> list[tuple[int, str]]:
+    """(step, path) of every complete checkpoint, oldest first."""
+    root = os.path.join(outdir, CKPT_DIR)
+    out = []
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        path = os.path.join(root, name)
+        if name.startswith("step_") and name[5:].isdigit() and os.path.isfile(os.path.join(path, MARKER)):
+            out.append((int(name[5:]), path))
+    return sorted(out)
+
+
+def prune(outdir: str, keep: int, after_step: Optional[int] = None) -> None:
+    """Delete leftovers of interrupted saves, all but the newest `keep` complete checkpoints,
+    incomplete step directories and (resume) checkpoints newer than `after_step`."""
+    root = os.path.join(outdir, CKPT_DIR)
+    if not os.path.isdir(root):
+        return
+    complete = {p for _, p in list_checkpoints(outdir)}
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and (name.startswith(".tmp_") or (name.startswith("step_") and path not in complete)):
+            shutil.rmtree(path)
+    ckpts = [(s, p) for s, p in list_checkpoints(outdir) if after_step is None or s <= after_step]
+    for _, path in [c for c in list_checkpoints(outdir) if c not in ckpts] + ckpts[:-keep]:
+        shutil.rmtree(path)
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    step: int
+    config: dict
+    extra: dict
+    state: dict
+
+
+def read(path: str) -> Checkpoint:
+    """Load and validate one checkpoint directory; CheckpointError says what is wrong."""
+    from safetensors.torch import load_file  # noqa: PLC0415
+    if not os.path.isfile(os.path.join(path, MARKER)):
+        raise CheckpointError(f"{path} is incomplete (no {MARKER} marker)")
+    try:
+        with open(os.path.join(path, STATE)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}/{STATE} is unreadable: {e}") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a noma_prorl_bench checkpoint (no format tag {FORMAT!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format {meta.get('format_version')}; this version reads "
+                              f"{FORMAT_VERSION}")
+    if not isinstance(meta.get("config"), dict) or meta.get("config_hash") != config_hash(meta["config"]):
+        raise CheckpointError(f"{path}/{STATE} is corrupt: its config does not match its config_hash")
+    try:
+        tensors = load_file(os.path.join(path, TENSORS))
+    except Exception as e:  # noqa: BLE001  (safetensors raises its own error types)
+        raise CheckpointError(f"{path}/{TENSORS} is unreadable: {str(e)[:200]}") from e
+    if len(tensors) != meta.get("n_tensors"):
+        raise CheckpointError(f"{path}/{TENSORS} holds {len(tensors)} tensors, {STATE} expects {meta.get('n_tensors')}")
+    try:
+        state = decode(meta["state"], tensors)
+        step = int(state["step"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}/{STATE} is corrupt: {e!r}") from e
+    if step != meta.get("step"):
+        raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
+    return Checkpoint(path, step, meta["config"], meta.get("extra") or {}, state)
+
+
+# ============================================================================ resume
+def truncate_jsonl(path: str, step: int) -> dict[str, int]:
+    """Keep the records with "step" <= `step`; drop a partial last line and unparseable lines.
+    Rewritten atomically. Returns {"kept", "dropped", "partial"}."""
+    if not os.path.isfile(path):
+        return {"kept": 0, "dropped": 0, "partial": 0}
+    with open(path, "rb") as f:
+        raw = f.read()
+    lines = raw.split(b"\n")
+    partial = int(lines[-1] != b"")                     # no trailing newline: killed mid-write
+    kept, dropped = [], 0
+    for line in lines[:-1]:
+        try:
+            rec = json.loads(line)
+            ok = isinstance(rec, dict) and not (isinstance(rec.get("step"), (int, float)) and rec["step"] > step)
+        except ValueError:
+            ok = False
+        kept.append(line) if ok else None
+        dropped += not ok
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(x + b"\n" for x in kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return {"kept": len(kept), "dropped": dropped, "partial": partial}
+
+
+def find_resumable(outdir: str) -> str:
+    """Path of the newest complete checkpoint in `outdir`, or a ConfigError saying why not."""
+    if not os.path.isdir(outdir):
+        raise ConfigError("resume", f"{outdir!r} does not exist: there is no run to resume")
+    ckpts = list_checkpoints(outdir)
+    if ckpts:
+        return ckpts[-1][1]
+    if not os.path.isfile(os.path.join(outdir, "config.json")):
+        raise ConfigError("resume", f"{outdir!r} is not a run directory (no config.json, no {CKPT_DIR}/)")
+    raise ConfigError("resume", f"{outdir!r} has no complete checkpoint (checkpoints are written every "
+                                "--save_every steps and at the end); start it again with --overwrite")
+
+
+def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
+    """The config of a resumed run: the checkpoint's config, then the flags given now. Refused
+    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS."""
+    if not explicit.get("outdir"):
+        raise ConfigError("outdir", "is required")
+    if explicit.get("overwrite"):
+        raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
+    try:
+        ckpt = read(find_resumable(explicit["outdir"]))
+    except CheckpointError as e:
+        raise ConfigError("resume", f"{e} (delete that checkpoint directory to resume from an older one)") from e
+    known = {f.name: f.default for f in fields(RunConfig)}
+    unknown = sorted(set(ckpt.config) - set(known))
+    if unknown:
+        raise ConfigError("resume", f"the checkpoint's config has fields this version does not know: {unknown}")
+    saved = {**known, **ckpt.config}
+    changed = {k: (saved[k], v) for k, v in explicit.items() if k in known and saved[k] != v}
+    unsafe = [k for k in changed if k not in RESUME_SAFE_FIELDS]
+    if unsafe:
+        diffs = ", ".join(f"--{k} (checkpoint {changed[k][0]!r}, now {changed[k][1]!r})" for k in unsafe)
+        raise ConfigError("resume", f"refusing to resume with a different config: {diffs}. Fields safe to change "
+                                    f"on resume: {', '.join('--' + f for f in RESUME_SAFE_FIELDS)}")
+    cfg = RunConfig(**{**saved, **explicit, "resume": True, "overwrite": False})
+    validate(cfg, set(explicit))
+    if ckpt.step > cfg.steps:
+        raise ConfigError("steps", f"the last checkpoint is at step {ckpt.step}, beyond --steps {cfg.steps}")
+    return cfg, ckpt
+
+
+def prepare_outdir_for_resume(outdir: str, step: int, keep: int) -> dict[str, dict]:
+    """Cut the run's JSONL files back to `step`, drop summary.json and newer or partial
+    checkpoints. Returns what was dropped per file."""
+    dropped = {f: truncate_jsonl(os.path.join(outdir, f), step) for f in JSONL_FILES
+               if os.path.isfile(os.path.join(outdir, f))}
+    summary = os.path.join(outdir, "summary.json")
+    if os.path.isfile(summary):
+        os.remove(summary)
+    prune(outdir, keep, after_step=step)
+    return dropped

@@ -1,0 +1,408 @@
+"""The Ray engines' actors: Generator, Learner, ReferenceScorer (plain classes; the driver wraps them).
+
+Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response length, L = P + T.
+
+Versions. The policy version `v` is the number of learner steps done (0 = the warm-started
+policy). Every weight pack, generator and rollout batch carries one: `batch.version` is the
+version whose weights sampled it. The reference version `r` counts reference resets; a batch
+scored remotely carries the `ref_version` that scored it and the learner refuses a mismatch.
+`struct_version` counts changes of the policy's state-dict structure (adapter growth): the
+learner ships the whole module once per structure version, weights as numpy otherwise.
+
+  Learner          a `Trainer` (the local engine's loop, unchanged) whose `rollout()` returns
+                   the batch the driver hands it, so every metric, reset, eval and counter is
+                   the local code path; it publishes weight packs through the object store.
+  Generator        samples with `Trainer.rollout` / `Trainer.sample_round` themselves (bound to
+                   a `RolloutCore`), with the learner's RNG streams handed over at start, so a
+                   generator at version v draws exactly what the local trainer would. With
+                   `--ref_placement generator` it also scores logp_ref right after sampling.
+  ReferenceScorer  `--ref_placement own_actor`: a `ReferenceHolder` (A1, cached) in its own actor.
+
+With the reference outside the learner, the learner's `trainer.ref` is a `RemoteReference`:
+it serves the received logp_ref to the unchanged loss code and turns `reset_to` into a
+pending update (the packed policy state + rule) that the driver sends to every holder.
+Each call returns its stage spans (timeline.py) and the CPU seconds its process used since
+the previous call (`time.process_time`, all threads of the actor process).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from ..metrics import Counters, NullSink
+from ..reference import REF_UPDATES, ReferenceHolder
+from ..rollout import RolloutBatch
+from ..tasks import make_task
+from ..trainer import Trainer
+from .timeline import SpanRecorder
+from .weights import WeightPack, load_state, pack_state, structure, unpack_state
+
+ROLLOUT_COUNTERS = ("policy_fwd_rollout", "tokens_policy")
+
+
+def _ray_put(obj):
+    import ray  # noqa: PLC0415  (only inside actors)
+    return ray.put(obj)
+
+
+def _ray_get(ref):
+    import ray  # noqa: PLC0415
+    return ray.get(ref)
+
+
+class CpuClock:
+    """CPU seconds of this process (all threads) since the previous `lap()`."""
+
+    def __init__(self):
+        self.last = time.process_time()
+
+    def lap(self) -> float:
+        now = time.process_time()
+        out, self.last = now - self.last, now
+        return out
+
+
+class ListSink:
+    """A metrics/events sink that keeps records until `drain()` (returned to the driver)."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(dict(record))
+
+    def drain(self) -> list[dict]:
+        out, self.records = self.records, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+# ============================================================================ generator side
+class RolloutCore:
+    """Exactly the attributes `Trainer.rollout`/`Trainer.sample_round` read, without a Trainer
+    (no warm start, optimizer or reference): the generator runs the local sampling code."""
+
+    rollout = Trainer.rollout
+    sample_round = Trainer.sample_round
+
+    def __init__(self, cfg, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen):
+        self.cfg, self.task, self.tok, self.policy = cfg, task, tok, policy
+        self.T_max, self.P = T_max, P
+        self.data_rng, self.sample_gen = data_rng, sample_gen
+        self.counters = Counters(ROLLOUT_COUNTERS)
+        self._rollout_metrics: dict = {}
+
+
+def rng_streams(payload: dict, index: int, seed: int):
+    """(data_rng, sample_gen) of generator `index`: generator 0 continues the learner's own
+    streams (so it matches the local engine), the others get independent seeded streams."""
+    if index == 0:
+        data_rng = np.random.default_rng()
+        data_rng.bit_generator.state = payload["data_rng_state"]
+        sample_gen = torch.Generator()
+        sample_gen.set_state(payload["sample_gen_state"])
+        return data_rng, sample_gen
+    return (np.random.default_rng([seed, 1, 1000 + index]),
+            torch.Generator().manual_seed(seed * 1000 + 2 + 7919 * index))
+
+
+class _RefSide:
+    """A ReferenceHolder (A1) that scores batches and applies reset updates by version."""
+
+    def _init_ref(self, cfg, module, N_max: int, T_max: int):
+        self.ref = ReferenceHolder(module, "cached", cfg.temperature, N_max, T_max)
+        self.ref_version = 0
+        self.ref_struct_version = 0
+
+    def _score(self, batch: RolloutBatch) -> dict:
+        """logp_ref[N, T] onto the batch: one counted forward over the whole batch."""
+        self.ref.prepare(batch.tokens, batch.prompt_len)
+        batch.logp_ref = self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))   # [N, T]
+        return {"ref_version": self.ref_version, "ref_counts": self.ref.pop_counts(), "ref_s": self.ref.pop_time()}
+
+    def reset_ref(self, update: dict, step: int = 0) -> dict:
+        """Apply a learner reference reset (hard copy or Polyak mix of the packed policy state)."""
+        t = self.rec.now()
+        if update["struct_version"] != self.ref_struct_version:
+            if update["rule"] != "hard":
+                raise ValueError("a Polyak reference update across a policy structure change is undefined")
+            module = _ray_get(update["module"][0])
+            self.ref.model = module.eval().requires_grad_(False)
+            self.ref_struct_version = update["struct_version"]
+        state = unpack_state(_ray_get(update["arrays"][0]))
+        self.ref.reset_to(state, update["rule"], update["alpha"])
+        self.ref_version = update["ref_version"]
+        self.rec.add("sync", t, self.rec.now(), step)
+        return {"ref_version": self.ref_version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
+    def score(self, batch: RolloutBatch, step: int):
+        """(meta, batch with logp_ref): the driver calls it with num_returns=2."""
+        with self.rec.span("ref", step):
+            info = self._score(batch)
+        return {**info, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}, batch
+
+
+class Generator(_RefSide):
+    """Holds a policy copy at some version, samples B x G rollouts with behaviour logprobs."""
+
+    def __init__(self, cfg, index: int, t0: float, payload: dict, ref_here: bool, fault: Optional[str] = None):
+        self.cpu = CpuClock()
+        torch.set_num_threads(cfg.threads)
+        self.cfg, self.index, self.fault, self.calls = cfg, index, fault, 0
+        self.rec = SpanRecorder(f"generator/{index}", t0)
+        policy = payload["module"]
+        data_rng, sample_gen = rng_streams(payload, index, cfg.seed)
+        self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val), payload["tok"], policy,
+                                payload["T_max"], payload["P"], data_rng, sample_gen)
+        self.version, self.struct_version = 0, payload["struct_version"]
+        if ref_here:
+            self._init_ref(cfg, policy, cfg.batch_size * cfg.group_size, payload["T_max"])
+        else:
+            self.ref = None
+
+    def ready(self) -> dict:
+        return {"pid": os.getpid(), "version": self.version, "cpu_s": self.cpu.lap()}
+
+    def set_weights(self, pub: dict, step: int = 0) -> dict:
+        """Load a weight pack (and, on a structure change, the shipped module) -> its version."""
+        t, t_wall = self.rec.now(), time.perf_counter()
+        if pub["struct_version"] != self.struct_version:
+            self.core.policy = _ray_get(pub["module"][0])
+            self.struct_version = pub["struct_version"]
+        load_state(self.core.policy, _ray_get(pub["arrays"][0]))
+        self.version = pub["version"]
+        load_s = time.perf_counter() - t_wall
+        self.rec.add("sync", t, self.rec.now(), step)
+        return {"version": self.version, "load_s": load_s, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
+    def generate(self, k: int, step: int):
+        """k step-batches with the current weights -> (meta, batch_1, ..., batch_k).
+
+        Each batch is one `Trainer.rollout()` (B prompts x G samples, scored), in order; with
+        the reference here, it is scored right after sampling (seed 000's "Option 2")."""
+        self.calls += 1
+        self._maybe_fault()
+        infos, batches = [], []
+        for i in range(k):
+            t_wall = time.perf_counter()
+            with self.rec.span("generate", step + i):
+                batch = self.core.rollout()
+            batch.version = self.version
+            info = {"counts": self.core.counters.pop(), "rollout_metrics": dict(self.core._rollout_metrics),
+                    "gen_s": time.perf_counter() - t_wall, "version": self.version, "generator": self.index}
+            if self.ref is not None:
+                with self.rec.span("ref", step + i):
+                    info.update(self._score(batch))
+            infos.append(info)
+            batches.append(batch)
+        meta = {"batches": infos, "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+        return (meta, *batches)
+
+    def _maybe_fault(self) -> None:
+        """Test hook (NOMA_PRORL_FAULT, read by the driver): `generator_exit@K` ends this process
+        at its K-th generate call, `generator_hang@K` never returns from it."""
+        if not self.fault or self.index != 0:
+            return
+        kind, _, at = self.fault.partition("@")
+        if self.calls != int(at or 1):
+            return
+        if kind == "generator_exit":
+            os._exit(1)
+        if kind == "generator_hang":
+            time.sleep(10 ** 6)
+
+
+class ReferenceScorer(_RefSide):
+    """`--ref_placement own_actor`: the reference policy in an actor of its own."""
+
+    def __init__(self, cfg, t0: float, payload: dict):
+        self.cpu = CpuClock()
+        torch.set_num_threads(cfg.threads)
+        self.rec = SpanRecorder("reference", t0)
+        self._init_ref(cfg, payload["module"], cfg.batch_size * cfg.group_size, payload["T_max"])
+        self.ref_struct_version = payload["struct_version"]
+
+    def ready(self) -> dict:
+        return {"pid": os.getpid(), "ref_version": self.ref_version, "cpu_s": self.cpu.lap()}
+
+
+# ============================================================================ learner side
+class RemoteReference:
+    """Stands in for `ReferenceHolder` inside the learner when pi_ref lives in another actor.
+
+    `receive` takes the batch's logp_ref (checked against this side's ref_version); `prepare`,
+    `minibatch` serve it as A1 (cached) does; `reset_to` packs the policy state and leaves a
+    pending update for the driver (`pop_update`) instead of touching weights here."""
+
+    enabled = True
+    mode = "cached"
+
+    def __init__(self, put: Callable = _ray_put):
+        self._put = put
+        self.ref_version = 0
+        self.struct_version = 0
+        self._sig = None
+        self._module_ref = None
+        self._logp: Optional[torch.Tensor] = None
+        self._n: Optional[int] = None
+        self._counts = {"count/ref_fwd": 0, "count/tokens_ref": 0}
+        self.seconds = 0.0
+        self.pending: Optional[dict] = None
+
+    def bind(self, policy) -> None:
+        """The structure the holders start with (the learner's policy at version 0)."""
+        self._sig = structure(policy)
+
+    def receive(self, logp_ref: torch.Tensor, ref_version: int, counts: dict, seconds: float) -> None:
+        if ref_version != self.ref_version:
+            raise RuntimeError(f"batch scored by reference version {ref_version}, the learner is at "
+                               f"{self.ref_version} (a reset did not reach the reference holder)")
+        self._logp = logp_ref
+        for k, v in counts.items():
+            self._counts[k] += int(v)
+        self.seconds += seconds
+
+    def prepare(self, tokens: torch.Tensor, P: int) -> None:
+        if self._logp is None or self._logp.shape[0] != tokens.shape[0]:
+            raise RuntimeError("RemoteReference.prepare: no logp_ref received for this batch")
+        self._n = tokens.shape[0]
+
+    def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
+        if self._n is None:
+            raise RuntimeError("RemoteReference.minibatch before prepare() for this batch")
+        start, stop, _ = sl.indices(self._n)
+        if tokens_mb.shape[0] != stop - start:
+            raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
+        return self._logp[start:stop]                                        # view [n, T]
+
+    def minibatch_logits(self, tokens_mb, P, sl):
+        raise RuntimeError("--kl_estimator full needs the reference in the learner (--ref_placement learner)")
+
+    def pop_counts(self) -> dict:
+        out = dict(self._counts)
+        self._counts = {k: 0 for k in self._counts}
+        return out
+
+    def pop_time(self) -> float:
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+    @torch.no_grad()
+    def reset_to(self, policy_or_state, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:
+        if rule not in REF_UPDATES:
+            raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
+        if rule == "polyak" and not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
+        sig = structure(policy_or_state)
+        if sig != self._sig:
+            if not isinstance(policy_or_state, torch.nn.Module):
+                raise ValueError("a reference reset across a structure change needs the policy module")
+            self._sig, self.struct_version = sig, self.struct_version + 1
+            self._module_ref = self._put(policy_or_state)
+        self.ref_version += 1
+        self.pending = {"ref_version": self.ref_version, "rule": rule, "alpha": float(alpha),
+                        "arrays": [self._put(pack_state(policy_or_state))],
+                        "struct_version": self.struct_version, "module": [self._module_ref]}
+        self._logp = self._n = None
+        return {"ref_update": rule, "ref_mix_alpha": float(alpha) if rule == "polyak" else None}
+
+    def pop_update(self) -> Optional[dict]:
+        out, self.pending = self.pending, None
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mode": "remote", "model": None, "ref_version": self.ref_version}
+
+
+class LearnerTrainer(Trainer):
+    """The local Trainer, except that `rollout()` returns the batch the driver handed in."""
+
+    _injected: Optional[tuple] = None
+
+    def inject(self, batch: RolloutBatch, info: dict) -> None:
+        self._injected = (batch, info)
+
+    def rollout(self) -> RolloutBatch:
+        if self._injected is None:
+            raise RuntimeError("LearnerTrainer.rollout without an injected batch")
+        batch, info = self._injected
+        self._injected = None
+        self._rollout_metrics = dict(info["rollout_metrics"])
+        for k, v in info["counts"].items():
+            self.counters.add(k.removeprefix("count/"), v)
+        if isinstance(self.ref, RemoteReference):
+            self.ref.receive(batch.logp_ref, info["ref_version"], info["ref_counts"], info["ref_s"])
+        return batch
+
+
+class Learner:
+    """Owns the trainable policy, the optimizer and (with --ref_placement learner) pi_ref."""
+
+    def __init__(self, cfg, t0: float, ref_remote: bool):
+        self.cpu = CpuClock()
+        self.rec = SpanRecorder("learner", t0)
+        self.events, self.samples = ListSink(), ListSink()
+        self.trainer = LearnerTrainer(cfg, NullSink(), self.events, self.samples)
+        if ref_remote:
+            self.trainer.ref = RemoteReference()
+            self.trainer.ref.bind(self.trainer.policy)
+        self.version = 0
+        self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None
+
+    def init_payload(self) -> dict:
+        """What generators and the reference scorer start from (the version-0 policy module,
+        tokenizer, shapes, the learner's RNG streams) plus the warm-start info."""
+        tr = self.trainer
+        return {"module": tr.policy, "tok": tr.tok, "T_max": tr.T_max, "P": tr.P,
+                "data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state(),
+                "struct_version": self.struct_version, "warmstart": dict(tr.warmstart_info),
+                "events": self.events.drain(), "samples": self.samples.drain(), "pid": os.getpid(),
+                "cpu_s": self.cpu.lap()}
+
+    def publish(self, step: int = 0) -> dict:
+        """The current weights into the object store: {version, arrays: [ref], struct_version,
+        module: [ref], bytes, pack_s}. Refs travel inside lists so Ray does not resolve them
+        on the way; the receiver fetches (and times) the transfer itself."""
+        t, t_wall = self.rec.now(), time.perf_counter()
+        policy = self.trainer.policy
+        sig = structure(policy)
+        if sig != self._sig:
+            self._sig, self.struct_version = sig, self.struct_version + 1
+            self._module_ref = _ray_put(policy)
+        pack: WeightPack = pack_state(policy)
+        pub = {"version": self.version, "arrays": [_ray_put(pack)], "struct_version": self.struct_version,
+               "module": [self._module_ref], "bytes": pack.nbytes}
+        pub["pack_s"] = time.perf_counter() - t_wall
+        self.rec.add("sync", t, self.rec.now(), step)
+        return pub
+
+    def train_step(self, batch: RolloutBatch, info: dict, publish: bool) -> dict:
+        """One local-engine step on the given batch; optionally publish the new weights."""
+        tr = self.trainer
+        step = tr.step_idx + 1
+        start = self.rec.now()
+        tr.inject(batch, info)
+        m = tr.train_step()
+        self.version += 1
+        self._train_spans(start, m, step)
+        ref = tr.ref.pop_update() if isinstance(tr.ref, RemoteReference) else None
+        pub = self.publish(step) if publish else None
+        return {"metrics": m, "events": self.events.drain(), "samples": self.samples.drain(), "pub": pub,
+                "ref_update": ref, "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
+    def _train_spans(self, start: float, m: dict, step: int) -> None:
+        """The step's span split by the trainer's stage timers in loop order (ref, train, eval)."""
+        end = self.rec.now()
+        t = start
+        for stage, key in (("ref", "time/ref"), ("train", None), ("eval", "time/eval")):
+            dur = (m.get(key, 0.0) if key else
+                   max(0.0, (end - start) - m.get("time/ref", 0.0) - m.get("time/eval", 0.0)))
+            if dur > 0:
+                self.rec.add(stage, t, min(end, t + dur), step)
+                t += dur

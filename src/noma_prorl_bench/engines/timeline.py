@@ -1,0 +1,127 @@
+"""Stage spans of every actor -> `OUTDIR/timeline.jsonl` -> a Gantt plot `OUTDIR/plots/timeline.png`.
+
+A span is one line `{"actor", "stage", "start", "end", "step"}`: seconds relative to the
+run start (the driver's `time.time()` at launch, handed to every actor; one machine shares
+one clock, on a multi-node cluster the spans carry the nodes' clock offsets). Stages:
+`generate` (sampling + rewards), `ref` (reference forward), `train` (the learner's update,
+reference-in-train included), `eval` (validation + monitors), `sync` (packing, fetching or
+loading weights, reference resets included) and `idle` (the gap between two spans of one
+actor, recorded when the next span starts). `step` is the RL step the span works for.
+
+`SpanRecorder` lives in each actor; its `drain()` is returned with each call's result and the
+driver appends the spans to timeline.jsonl. Plots read only the saved file:
+
+    spans = load_timeline("runs/async")
+    timeline_figure(spans).savefig("t.png")      # or save_timeline_plot("runs/async")
+    stage_seconds(spans)                         # {(actor, stage): seconds}
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+STAGES = ("generate", "ref", "train", "eval", "sync", "idle")
+COLORS = {"generate": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
+          "sync": "#8172b3", "idle": "#e5e5e5"}
+MIN_IDLE = 1e-4   # gaps shorter than this are not recorded as idle
+
+
+class SpanRecorder:
+    """Per-actor span log with times relative to `t0` (seconds since the epoch, shared)."""
+
+    def __init__(self, actor: str, t0: float):
+        self.actor, self.t0 = actor, t0
+        self.spans: list[dict] = []
+        self.last_end: float | None = None
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    def add(self, stage: str, start: float, end: float, step: int) -> None:
+        """Record [start, end] (relative seconds); the gap since the previous span is `idle`."""
+        if self.last_end is not None and start - self.last_end > MIN_IDLE:
+            self.spans.append({"actor": self.actor, "stage": "idle", "start": self.last_end, "end": start,
+                               "step": step})
+        self.spans.append({"actor": self.actor, "stage": stage, "start": start, "end": end, "step": step})
+        self.last_end = max(end, self.last_end or end)
+
+    @contextmanager
+    def span(self, stage: str, step: int):
+        start = self.now()
+        try:
+            yield
+        finally:
+            self.add(stage, start, self.now(), step)
+
+    def drain(self) -> list[dict]:
+        out, self.spans = self.spans, []
+        return out
+
+
+def load_timeline(run_dir: str | Path) -> list[dict]:
+    """The spans of a run directory (a partial last line is dropped)."""
+    spans = []
+    with open(Path(run_dir) / "timeline.jsonl", encoding="utf-8") as f:
+        for line in f:
+            try:
+                spans.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return spans
+
+
+def stage_seconds(spans: list[dict]) -> dict[tuple[str, str], float]:
+    """Total seconds per (actor, stage)."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for s in spans:
+        out[(s["actor"], s["stage"])] += s["end"] - s["start"]
+    return dict(out)
+
+
+def _actor_order(name: str) -> tuple:
+    rank = {"learner": 0, "reference": 2}
+    base = name.split("/")[0]
+    return (rank.get(base, 1), name)
+
+
+def timeline_figure(spans: list[dict], title: str = "timeline") -> Figure:
+    """Gantt chart: one row per actor, one coloured bar per span, busy fraction per row."""
+    actors = sorted({s["actor"] for s in spans}, key=_actor_order)
+    fig = Figure(figsize=(11, 1.2 + 0.7 * max(len(actors), 1)))
+    ax = fig.add_subplot(1, 1, 1)
+    end = max((s["end"] for s in spans), default=1.0)
+    start = min((s["start"] for s in spans), default=0.0)
+    for row, actor in enumerate(actors):
+        mine = [s for s in spans if s["actor"] == actor]
+        for stage in STAGES:
+            bars = [(s["start"], s["end"] - s["start"]) for s in mine if s["stage"] == stage]
+            if bars:
+                ax.broken_barh(bars, (row - 0.38, 0.76), facecolors=COLORS[stage],
+                               edgecolor="none" if stage == "idle" else "white", linewidth=0.3)
+        busy = sum(s["end"] - s["start"] for s in mine if s["stage"] != "idle")
+        ax.text(end, row, f" busy {busy / max(end - start, 1e-9):.0%}", va="center", fontsize=8)
+    ax.set_yticks(range(len(actors)), actors)
+    ax.set_ylim(len(actors) - 0.5, -0.5)
+    ax.set_xlim(start, end * 1.08)
+    ax.set_xlabel("seconds since run start")
+    ax.set_title(title)
+    used = [st for st in STAGES if any(s["stage"] == st for s in spans)]
+    ax.legend(handles=[Patch(color=COLORS[st], label=st) for st in used], loc="upper center",
+              bbox_to_anchor=(0.5, -0.25 if len(actors) < 3 else -0.15), ncol=len(used), frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def save_timeline_plot(run_dir: str | Path, dpi: int = 110, title: str | None = None) -> Path:
+    """OUTDIR/plots/timeline.png from OUTDIR/timeline.jsonl."""
+    run_dir = Path(run_dir)
+    out = run_dir / "plots" / "timeline.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    timeline_figure(load_timeline(run_dir), title or f"timeline: {run_dir.name}").savefig(out, dpi=dpi)
+    return out

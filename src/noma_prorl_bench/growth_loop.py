@@ -1,0 +1,203 @@
+"""Topology growth inside a run: LoRA adapters on the policy, grown at chosen moments (issue 5).
+
+The Trainer holds one `GrowthManager` as `trainer.growth` (a no-op unless `--enable_growth 1`).
+
+Set-up (`GrowthManager(cfg, trainer)`, called after the warm start and *before* the reference
+copy and the optimizer are built): wrap the `nn.Linear`s named by `--adapter_targets` in
+`models.lora.LoRALinear` at `--initial_rank` with scale `--lora_alpha / --initial_rank` (fixed
+for the run). The base model is frozen; only the adapters train (PEFT's convention), so the
+adapter rank is the policy's whole RL capacity and growing it matters. Variant A's reference
+is a deep copy of this adapted policy, so reference resets copy adapters too.
+
+Each step, after the update, the evaluation and the reset bookkeeping, `after_step(step, m)`:
+  1. returns `adapter/rank` (the rank the step's update used, i.e. before any growth below);
+  2. decides whether to grow (`--grow_on`):
+       schedule  step % grow_every == 0
+       reset     a reference reset happened at this step (any trigger; the reset runs first,
+                 so the reference copies the policy at the old rank, then both are grown)
+       stall     `--grow_patience` validations in a row without beating the best
+                 validation reward by more than `--stall_min_delta` (then re-armed)
+     never on the last step (`--steps`) and never past `--max_rank`;
+  3. grows by `--rank_step` (capped at `--max_rank`), in this order:
+       policy     `growth.grow_adapters(policy, optimizer, new_rank, --growth_migration)`; the
+                  optimizer it returns replaces `trainer.optimizer` (a new object under `naive`,
+                  in which case `trainer.scheduler` is rebuilt for it with the same step count)
+       reference  grown with `preserve` semantics and no optimizer: same new A rows as the
+                  policy (same seeds), zero B columns, so pi_ref is unchanged as a function
+       snapshots  the best checkpoint (`--reset_to best`), the initial and previous policies
+                  of the drift monitors: lora_A gets the policy's new rows, lora_B zero columns
+                  (`migrate_snapshot`), so each is the same function as before and restoring
+                  the best checkpoint leaves the new capacity trainable
+     and writes a `growth` event {step, event, reason, old_rank, new_rank, migration,
+     stale_state_problems} (`growth.check_no_stale_state` of the policy and the optimizer;
+     `[]` when clean).
+
+Checkpoints: `state_dict()` / `load_state_dict()`. On resume call `load_state_dict` *first*: it
+grows the policy and the reference to the saved rank (and re-arms the growth seeds), after
+which the policy, reference and optimizer state dicts fit; then rebuild or load the
+optimizer and scheduler as usual.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .growth import MODES, check_no_stale_state, grow_adapters, grow_block
+from .models.lora import adapter_parameters, adapter_rank, adapters, attach_lora
+from .optim_state import make_lr_scheduler
+from .resets import ResetTrigger
+
+GROW_ON = ("schedule", "reset", "stall")
+
+
+def parse_targets(text: str) -> list[str]:
+    """`"head, *proj"` -> `["head", "*proj"]`."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+@torch.no_grad()
+def migrate_snapshot(params: dict[str, torch.Tensor] | None, model: torch.nn.Module) -> int:
+    """Grow a state-dict snapshot of `model` (in place) to the model's current adapter shapes.
+
+    Entries whose shape differs from the model's: the old block is kept; outside it `lora_A`
+    takes the model's current values (the freshly drawn rows) and everything else (`lora_B`)
+    zeros. With zero new B columns the snapshot computes the same function as before.
+    Returns how many entries were grown.
+    """
+    if params is None:
+        return 0
+    current = model.state_dict()
+    n = 0
+    for name, old in list(params.items()):
+        new = current.get(name)
+        if new is None or new.shape == old.shape:
+            continue
+        fill = (new.detach().to(old.device, old.dtype, copy=True) if name.endswith("lora_A")
+                else torch.zeros(new.shape, dtype=old.dtype, device=old.device))
+        params[name] = grow_block(old, new.shape, fill)
+        n += 1
+    return n
+
+
+def rebuild_scheduler(old, optimizer: torch.optim.Optimizer, cfg):
+    """A scheduler like `old` (the run's `make_lr_scheduler`) driving `optimizer`, at the same
+    step: `last_epoch`, base LRs and the current LRs carried over, so the LR trajectory is
+    the one the old scheduler would have produced."""
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    new = make_lr_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps,
+                            cfg.steps * cfg.ppo_epochs * cfg.minibatches)
+    new.load_state_dict(old.state_dict())
+    for g, lr in zip(optimizer.param_groups, lrs):
+        g["lr"] = lr
+    return new
+
+
+class GrowthManager:
+    """Adapters, growth triggers and the growth itself (see the module docstring)."""
+
+    def __init__(self, cfg, trainer):
+        self.cfg, self.trainer = cfg, trainer
+        self.enabled = bool(cfg.enable_growth)
+        self.n_growths = 0
+        self.resets_seen = 0
+        self.stall = (ResetTrigger(stall_patience=cfg.grow_patience, stall_min_delta=cfg.stall_min_delta)
+                      if self.enabled and cfg.grow_on == "stall" else None)
+        self.targets: list[str] = []
+        if not self.enabled:
+            return
+        if cfg.growth_migration not in MODES:
+            raise ValueError(f"growth_migration must be one of {MODES}")
+        self.targets = attach_lora(trainer.policy, parse_targets(cfg.adapter_targets), cfg.initial_rank,
+                                   alpha=cfg.lora_alpha, freeze_base=True, seed=cfg.seed)
+        n_train = sum(p.numel() for p in adapter_parameters(trainer.policy))
+        n_total = sum(p.numel() for p in trainer.policy.parameters())
+        trainer.event("adapters", "LoRA adapters attached after the warm start; base frozen",
+                      targets=self.targets, rank=cfg.initial_rank, lora_alpha=cfg.lora_alpha,
+                      scale=cfg.lora_alpha / cfg.initial_rank, trainable_params=n_train, total_params=n_total)
+
+    @property
+    def rank(self) -> int:
+        """The policy's adapter rank (0 without adapters)."""
+        return adapter_rank(self.trainer.policy) if self.enabled else 0
+
+    # ------------------------------------------------------------ per step
+    def after_step(self, step: int, m: dict) -> dict:
+        """Call once per step after the reset bookkeeping; grows if due. Returns
+        {"adapter/rank": rank used by this step's update} ({} without growth)."""
+        if not self.enabled:
+            return {}
+        out = {"adapter/rank": self.rank}
+        reason = self.due(step, m)
+        if reason is not None and step < self.cfg.steps and self.rank < self.cfg.max_rank:
+            self.grow(step, reason)
+        return out
+
+    def due(self, step: int, m: dict) -> str | None:
+        """The --grow_on reason if growth is due after step `step`, else None (updates the
+        reset counter and the stall detector every step, so they stay in sync)."""
+        cfg = self.cfg
+        if cfg.grow_on == "schedule":
+            return "schedule" if step % cfg.grow_every == 0 else None
+        if cfg.grow_on == "reset":
+            n = self.trainer.resets.trigger.n_resets
+            fired, self.resets_seen = n > self.resets_seen, n
+            return "reset" if fired else None
+        return "stall" if self.stall.check(step, None, m.get("reward/val")) is not None else None
+
+    # ------------------------------------------------------------ the growth
+    def grow(self, step: int, reason: str, new_rank: int | None = None) -> dict[str, Any]:
+        """Grow policy, optimizer, scheduler, reference and snapshots; write the `growth` event."""
+        cfg, tr = self.cfg, self.trainer
+        old_rank = self.rank
+        new_rank = min(old_rank + cfg.rank_step, cfg.max_rank) if new_rank is None else new_rank
+        old_opt = tr.optimizer
+        tr.optimizer = grow_adapters(tr.policy, old_opt, new_rank, cfg.growth_migration)
+        scheduler_rebuilt = tr.optimizer is not old_opt
+        if scheduler_rebuilt:
+            tr.scheduler = rebuild_scheduler(tr.scheduler, tr.optimizer, cfg)
+        if tr.ref.enabled:
+            grow_adapters(tr.ref.model, None, new_rank, "preserve")
+        migrated = self.migrate_snapshots()
+        self.n_growths += 1
+        record = {"step": step, "event": "growth", "reason": reason, "old_rank": old_rank,
+                  "new_rank": new_rank, "migration": cfg.growth_migration,
+                  "stale_state_problems": check_no_stale_state(tr.policy, tr.optimizer),
+                  "scheduler_rebuilt": scheduler_rebuilt, "snapshots_migrated": migrated,
+                  "n_growths": self.n_growths}
+        tr.events_sink.write(record)
+        return record
+
+    def migrate_snapshots(self) -> int:
+        """Grow every parameter snapshot the trainer keeps (see `migrate_snapshot`)."""
+        tr, n = self.trainer, 0
+        best = getattr(getattr(tr, "resets", None), "best", None)
+        if best is not None:
+            n += migrate_snapshot(best.params, tr.policy)
+        drift = getattr(getattr(tr, "monitors", None), "drift", None)
+        if drift is not None:
+            n += migrate_snapshot(drift.init_params, tr.policy)
+            n += migrate_snapshot(drift.prev.params, tr.policy)
+        return n
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "n_growths": self.n_growths, "resets_seen": self.resets_seen,
+                "grow_counts": [m.grow_count for _, m in adapters(self.trainer.policy)],
+                "stall": None if self.stall is None else self.stall.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Grow policy (and its optimizer's state, preserve) and reference to the saved rank,
+        then restore counters and growth seeds. Call before loading the model state dicts."""
+        tr = self.trainer
+        if self.enabled and state["rank"] > self.rank:
+            tr.optimizer = grow_adapters(tr.policy, tr.optimizer, state["rank"], "preserve")
+            if tr.ref.enabled:
+                grow_adapters(tr.ref.model, None, state["rank"], "preserve")
+            self.migrate_snapshots()
+        for model in [tr.policy] + ([tr.ref.model] if tr.ref.enabled else []):
+            for (_, m), count in zip(adapters(model), state["grow_counts"]):
+                m.grow_count = int(count)
+        self.n_growths, self.resets_seen = int(state["n_growths"]), int(state["resets_seen"])
+        if self.stall is not None and state["stall"] is not None:
+            self.stall.load_state_dict(state["stall"])

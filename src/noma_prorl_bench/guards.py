@@ -1,0 +1,133 @@
+"""Run guards: the NaN/Inf guard of the minibatch update and graceful SIGINT/SIGTERM.
+
+NaN guard (`nan_guard`, called by Trainer.minibatch_step after backward and gradient
+clipping, before `optimizer.step()`): if the loss, the gradient norm (any non-finite gradient
+makes it non-finite), the policy log-probs or the loss's KL term (both on response tokens)
+is NaN or Inf, the gradients are dropped and neither the optimizer nor the LR scheduler
+steps; a `nan_guard` event lists the offending quantities. `--on_nan skip` then goes on with
+the next minibatch (each is checked); `--on_nan stop` raises `NonFiniteError`, which
+`run.main` turns into exit code 3 after closing (flushing) the output files.
+
+Test hook: the environment variable NOMA_PRORL_INJECT_NAN_STEP=k multiplies the loss of
+every minibatch of step k by NaN (read on every call; unset in normal runs).
+
+Signals (`GracefulStop`): the first SIGINT/SIGTERM sets a flag that the training loop reads
+after each step (it then writes a checkpoint and exits 128 + signal number); a second one
+aborts at once (KeyboardInterrupt).
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+import torch
+
+INJECT_NAN_ENV = "NOMA_PRORL_INJECT_NAN_STEP"
+MAX_PARAM_NAMES = 8          # parameters with non-finite gradients named in the event
+
+
+class NonFiniteError(RuntimeError):
+    """NaN/Inf in an update under --on_nan stop."""
+
+    def __init__(self, step: int, bad: list[str]):
+        super().__init__(f"non-finite {', '.join(bad)} at step {step} (see the nan_guard event in events.jsonl; "
+                         "--on_nan skip drops such minibatches and goes on)")
+        self.step, self.bad = step, bad
+
+
+# ============================================================================ NaN guard
+def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
+    """Test hook: NaN loss at step NOMA_PRORL_INJECT_NAN_STEP (identity otherwise)."""
+    target = os.environ.get(INJECT_NAN_ENV)
+    if target and target.strip().isdigit() and int(target) == step:
+        return loss * float("nan")
+    return loss
+
+
+def _describe(t: torch.Tensor) -> dict:
+    """{"nonfinite": count, "numel": n} plus the value itself for a scalar (as a string if non-finite)."""
+    t = t.detach()
+    out = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": int(t.numel())}
+    if t.numel() == 1:
+        v = float(t)
+        out["value"] = v if math.isfinite(v) else str(v)
+    return out
+
+
+def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Tensor, kl: torch.Tensor,
+                     mask: torch.Tensor, model: Optional[torch.nn.Module] = None) -> dict:
+    """{} when loss, grad_norm, logp[mask] and kl[mask] are all finite, else a description of
+    each offending quantity (and the names of parameters whose gradient is non-finite)."""
+    on = mask > 0                                                  # [n, T] response tokens
+    quantities = {"loss": loss.detach().reshape(1), "grad_norm": torch.as_tensor(grad_norm).detach().reshape(1),
+                  "logp": logp.detach()[on], "kl": kl.detach()[on]}
+    if bool(torch.stack([torch.isfinite(q).all() for q in quantities.values()]).all()):   # one sync
+        return {}
+    report = {k: _describe(q) for k, q in quantities.items() if not bool(torch.isfinite(q).all())}
+    if model is not None:
+        names = [n for n, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+        if names:
+            report["grads"] = {"params": names[:MAX_PARAM_NAMES], "n_params": len(names)}
+    return report
+
+
+def nan_guard(trainer, sl: slice, *, loss, grad_norm, logp, kl, mask) -> bool:
+    """True when this minibatch's update must be skipped (gradients already dropped); writes the
+    `nan_guard` event; raises NonFiniteError under --on_nan stop."""
+    report = nonfinite_report(loss, grad_norm, logp, kl, mask, trainer.policy)
+    if not report:
+        return False
+    trainer.optimizer.zero_grad(set_to_none=True)
+    action = trainer.cfg.on_nan
+    bad = [k for k in report if k != "grads"] + (["gradients"] if "grads" in report else [])
+    trainer.event("nan_guard", f"non-finite {', '.join(bad)}", action=action,
+                  rows=[sl.start, sl.stop], **report)
+    if action == "stop":
+        raise NonFiniteError(trainer.step_idx, bad)
+    return True
+
+
+# ============================================================================ signals
+class GracefulStop:
+    """Context manager: SIGINT/SIGTERM request a stop after the current step (`.signum`).
+
+    Handlers are only installed from the main thread (elsewhere signals stay as they were).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, quiet: bool = False):
+        self.signum: Optional[int] = None
+        self.quiet = quiet
+        self._old: dict = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM)."""
+        return 128 + int(self.signum or 0)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
+        self.signum = signum
+        print(f"\nreceived {self.name}: finishing the current step, then writing a checkpoint "
+              f"(send it again to abort at once)", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "GracefulStop":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        self._old = {}
