@@ -18,7 +18,8 @@ What is saved (`trainer_state`): every attribute of the Trainer that has `state_
 controller, reset and monitor bookkeeping, ... whatever the Trainer owns), the adapter rank
 and growth count of every LoRA adapter, every torch / NumPy Generator attribute (the data
 sampler position is the NumPy Generator's `bit_generator.state`), plain JSON-able attributes
-(`step_idx`, ...), and the global Python, NumPy and torch RNG states. See docs/reliability.md.
+(`step_idx`, ...), and the global Python, NumPy and torch RNG states. Resuming a run from a
+checkpoint is resume.py. See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -27,19 +28,17 @@ import json
 import os
 import random
 import shutil
-import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from .config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
+from .config import RESUME_SAFE_FIELDS
 
 FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
 CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
-JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
 NOT_STATE = ("cfg", "metrics_sink", "events_sink", "samples_sink")   # never saved
 
 
@@ -48,6 +47,10 @@ class CheckpointError(Exception):
 
 
 # ============================================================================ state tree <-> JSON + tensors
+def _join(path: str, key: Any) -> str:
+    return f"{path}/{key}" if path else str(key)
+
+
 def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) -> Any:
     """JSON-able tree for `obj`; tensors go to `tensors` under their path (aliases share one)."""
     if isinstance(obj, torch.Tensor):
@@ -66,13 +69,13 @@ def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) ->
         return {"__t__": path} if dev == "cpu" else {"__t__": path, "dev": dev}
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in obj):
-            return {k: encode(v, f"{path}/{k}" if path else k, tensors, seen) for k, v in obj.items()}
-        return {"__dict__": [[encode(k, f"{path}/key", tensors, seen), encode(v, f"{path}/{k}", tensors, seen)]
+            return {k: encode(v, _join(path, k), tensors, seen) for k, v in obj.items()}
+        return {"__dict__": [[encode(k, _join(path, "key"), tensors, seen), encode(v, _join(path, k), tensors, seen)]
                              for k, v in obj.items()]}
     if isinstance(obj, tuple):
-        return {"__tuple__": [encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]}
+        return {"__tuple__": [encode(v, _join(path, i), tensors, seen) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
-        return [encode(v, f"{path}/{i}", tensors, seen) for i, v in enumerate(obj)]
+        return [encode(v, _join(path, i), tensors, seen) for i, v in enumerate(obj)]
     if isinstance(obj, np.ndarray):
         return {"__nd__": obj.tolist(), "dtype": str(obj.dtype)}
     if isinstance(obj, np.generic):
@@ -237,6 +240,12 @@ def config_hash(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -254,8 +263,12 @@ def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     tree = encode(trainer_state(trainer), "", tensors, {})
     root = os.path.join(outdir, CKPT_DIR)
     os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root)
+    tmp = os.path.join(root, f".tmp_step_{step:06d}_{os.getpid()}")
+    if os.path.isdir(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
+    os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
             "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
             "n_tensors": len(tensors), "extra": extra or {}, "state": tree}
@@ -298,7 +311,9 @@ def prune(outdir: str, keep: int, after_step: Optional[int] = None) -> None:
             shutil.rmtree(path)
     ckpts = [(s, p) for s, p in list_checkpoints(outdir) if after_step is None or s <= after_step]
     for _, path in [c for c in list_checkpoints(outdir) if c not in ckpts] + ckpts[:-keep]:
-        shutil.rmtree(path)
+        doomed = os.path.join(root, f".tmp_del_{os.path.basename(path)}")
+        os.replace(path, doomed)                # atomic: a kill mid-delete leaves no half checkpoint
+        shutil.rmtree(doomed)
 
 
 @dataclass
@@ -341,85 +356,3 @@ def read(path: str) -> Checkpoint:
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
     return Checkpoint(path, step, meta["config"], meta.get("extra") or {}, state)
-
-
-# ============================================================================ resume
-def truncate_jsonl(path: str, step: int) -> dict[str, int]:
-    """Keep the records with "step" <= `step`; drop a partial last line and unparseable lines.
-    Rewritten atomically. Returns {"kept", "dropped", "partial"}."""
-    if not os.path.isfile(path):
-        return {"kept": 0, "dropped": 0, "partial": 0}
-    with open(path, "rb") as f:
-        raw = f.read()
-    lines = raw.split(b"\n")
-    partial = int(lines[-1] != b"")                     # no trailing newline: killed mid-write
-    kept, dropped = [], 0
-    for line in lines[:-1]:
-        try:
-            rec = json.loads(line)
-            ok = isinstance(rec, dict) and not (isinstance(rec.get("step"), (int, float)) and rec["step"] > step)
-        except ValueError:
-            ok = False
-        kept.append(line) if ok else None
-        dropped += not ok
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(b"".join(x + b"\n" for x in kept))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return {"kept": len(kept), "dropped": dropped, "partial": partial}
-
-
-def find_resumable(outdir: str) -> str:
-    """Path of the newest complete checkpoint in `outdir`, or a ConfigError saying why not."""
-    if not os.path.isdir(outdir):
-        raise ConfigError("resume", f"{outdir!r} does not exist: there is no run to resume")
-    ckpts = list_checkpoints(outdir)
-    if ckpts:
-        return ckpts[-1][1]
-    if not os.path.isfile(os.path.join(outdir, "config.json")):
-        raise ConfigError("resume", f"{outdir!r} is not a run directory (no config.json, no {CKPT_DIR}/)")
-    raise ConfigError("resume", f"{outdir!r} has no complete checkpoint (checkpoints are written every "
-                                "--save_every steps and at the end); start it again with --overwrite")
-
-
-def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
-    """The config of a resumed run: the checkpoint's config, then the flags given now. Refused
-    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS."""
-    if not explicit.get("outdir"):
-        raise ConfigError("outdir", "is required")
-    if explicit.get("overwrite"):
-        raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
-    try:
-        ckpt = read(find_resumable(explicit["outdir"]))
-    except CheckpointError as e:
-        raise ConfigError("resume", f"{e} (delete that checkpoint directory to resume from an older one)") from e
-    known = {f.name: f.default for f in fields(RunConfig)}
-    unknown = sorted(set(ckpt.config) - set(known))
-    if unknown:
-        raise ConfigError("resume", f"the checkpoint's config has fields this version does not know: {unknown}")
-    saved = {**known, **ckpt.config}
-    changed = {k: (saved[k], v) for k, v in explicit.items() if k in known and saved[k] != v}
-    unsafe = [k for k in changed if k not in RESUME_SAFE_FIELDS]
-    if unsafe:
-        diffs = ", ".join(f"--{k} (checkpoint {changed[k][0]!r}, now {changed[k][1]!r})" for k in unsafe)
-        raise ConfigError("resume", f"refusing to resume with a different config: {diffs}. Fields safe to change "
-                                    f"on resume: {', '.join('--' + f for f in RESUME_SAFE_FIELDS)}")
-    cfg = RunConfig(**{**saved, **explicit, "resume": True, "overwrite": False})
-    validate(cfg, set(explicit))
-    if ckpt.step > cfg.steps:
-        raise ConfigError("steps", f"the last checkpoint is at step {ckpt.step}, beyond --steps {cfg.steps}")
-    return cfg, ckpt
-
-
-def prepare_outdir_for_resume(outdir: str, step: int, keep: int) -> dict[str, dict]:
-    """Cut the run's JSONL files back to `step`, drop summary.json and newer or partial
-    checkpoints. Returns what was dropped per file."""
-    dropped = {f: truncate_jsonl(os.path.join(outdir, f), step) for f in JSONL_FILES
-               if os.path.isfile(os.path.join(outdir, f))}
-    summary = os.path.join(outdir, "summary.json")
-    if os.path.isfile(summary):
-        os.remove(summary)
-    prune(outdir, keep, after_step=step)
-    return dropped

@@ -20,16 +20,7 @@ from typing import Literal, Optional
 
 # Flags that exist in the CLI but whose behaviour has not landed yet. Setting one to a
 # non-default value is an error ("not supported yet"), never silently ignored.
-NOT_YET: dict[str, str] = {
-    "engine": "Ray engines (issue 7)",
-    "ref_placement": "Ray engines (issue 7)",
-    "steps_per_rollout": "Ray engines (issue 7)",
-    "max_staleness": "Ray engines (issue 7)",
-    "num_generators": "Ray engines (issue 7)",
-    "ray_address": "Ray engines (issue 7)",
-    "actor_timeout": "Ray engines (issue 7)",
-    "weight_sync": "Ray engines (issue 7)",
-}
+NOT_YET: dict[str, str] = {}
 
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
 # other change). None of them changes what the next step computes, except `steps` (a longer run:
@@ -38,6 +29,7 @@ RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet",
                                        "save_every", "keep_checkpoints", "on_nan")
 
 
+WARMSTART_AUTO_STEPS = 50  # --warmstart_steps -1 (auto) for the toy models (gru, transformer)
 DAPO_EPS_HIGH = 0.28  # Yu et al. 2025 (DAPO) clip-higher upper range
 
 
@@ -82,8 +74,8 @@ class RunConfig:
     """Device: cpu, cuda, or auto (cuda when available)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Model parameter dtype (log-probabilities are always computed in float32)."""
-    warmstart_steps: int = 50
-    """Supervised warm-start steps before RL so the policy is sometimes right (0 disables; cost reported in events)."""
+    warmstart_steps: int = -1
+    """Supervised warm-start steps before RL so the policy is sometimes right (0 disables; cost reported in events). Targets: the task's demonstration(example) when it has one (text tasks), else the answer. -1 (auto): 50 for gru/transformer, 0 for hf:PATH (a pretrained model needs none, and --warmstart_lr would damage it); the resolved count is config.json's derived.warmstart_steps."""
     warmstart_lr: float = 3e-3
     """Learning rate of the supervised warm start."""
 
@@ -209,21 +201,21 @@ class RunConfig:
 
     # ---------------------------------------------------------------- engines (issue 7)
     engine: Literal["local", "ray_colocated", "ray_async"] = "local"
-    """Execution engine."""
+    """Execution engine: local (one process, no Ray); ray_colocated (Generator and Learner actors on one node, generate -> train -> sync in turn); ray_async (generation of the next batches overlaps training, bounded by --max_staleness). See docs/ray.md."""
     ref_placement: Literal["learner", "generator", "own_actor"] = "learner"
-    """Where the reference scorer runs (Ray engines)."""
+    """Ray engines, Variant A: where pi_ref scores logp_ref. learner: inside the learner's update (as the local engine); generator: on the rollout workers right after sampling; own_actor: a separate ReferenceScorer actor. Remote placements compute it once per batch (needs --ref_compute cached)."""
     steps_per_rollout: int = 1
-    """Optimizer steps per rollout batch (Ray colocated off-policy, K)."""
+    """ray_colocated, K: the generator samples K step-batches with one policy version, then the learner takes K steps (one per batch, each ppo_epochs x minibatches clipped updates, logp_old from the sampling version) before the next weight sync. With --ppo_epochs 1 --minibatches 1 this is K optimizer steps per rollout (seed 004 Problem 7); K=1 equals --engine local."""
     max_staleness: int = 1
-    """Max policy versions a training batch may lag (ray_async)."""
+    """ray_async, S: a batch sampled by policy version w is trained at learner version <= w + S; the driver delays generation (never discards) to keep it. 0 = synchronous."""
     num_generators: int = 1
-    """Generator actors (ray_async)."""
+    """ray_async: Generator actors sampling in parallel (useful up to --max_staleness + 1)."""
     ray_address: str = ""
-    """Join an existing Ray cluster at this address (empty: start a local one)."""
+    """Ray engines: join an existing cluster at this address (e.g. auto, or HOST:6379 after `ray start --head`); empty starts a private local one."""
     actor_timeout: float = 120.0
-    """Seconds before a silent actor is declared dead."""
+    """Ray engines: seconds an actor call may take before the actor is declared hung; a dead or hung actor ends the run with exit code 1."""
     weight_sync: Literal["object_store", "nccl"] = "object_store"
-    """Weight transport from learner to generators."""
+    """Ray engines: weight transport from learner to generators. object_store (numpy arrays, CPU); nccl needs CUDA GPUs (one per actor) and is not available in this build."""
 
     # ---------------------------------------------------------------- reliability (issue 9)
     save_every: int = 0
@@ -247,6 +239,13 @@ class RunConfig:
         if self.eps_high >= 0:
             return self.eps_high
         return DAPO_EPS_HIGH if self.loss == "dapo" else self.clip_eps
+
+    @property
+    def warmstart_steps_resolved(self) -> int:
+        """Warm-start steps after resolving -1 (auto): 0 for hf:PATH models, 50 otherwise."""
+        if self.warmstart_steps >= 0:
+            return self.warmstart_steps
+        return 0 if self.model.startswith("hf:") else WARMSTART_AUTO_STEPS
 
     @property
     def variant_label(self) -> str:
@@ -336,7 +335,9 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
         raise ConfigError("outdir", "is required")
     _positive(cfg, ["steps", "threads", "batch_size", "group_size", "ppo_epochs", "minibatches",
                     "eval_every", "n_val", "hidden", "d_model", "n_layers", "n_heads", "kl_horizon"])
-    _nonneg(cfg, ["max_new_tokens", "warmstart_steps", "warmup_steps", "weight_decay", "max_grad_norm",
+    if cfg.warmstart_steps < -1:
+        raise ConfigError("warmstart_steps", f"must be >= 0, or -1 for auto, got {cfg.warmstart_steps}")
+    _nonneg(cfg, ["max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
                   "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
                   "reset_on_stall", "stall_min_delta", "dual_clip_c"])
     if cfg.lr <= 0:
@@ -381,6 +382,42 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     _validate_variant(cfg, explicit or set())
     _validate_growth(cfg)
     _validate_reliability(cfg)
+    _validate_engine(cfg)
+
+
+def _validate_engine(cfg: RunConfig) -> None:
+    """Engine flags only where they act (a flag the chosen engine ignores is an error)."""
+    d = RunConfig()
+    only = {"steps_per_rollout": ("ray_colocated",), "max_staleness": ("ray_async",),
+            "num_generators": ("ray_async",), "ref_placement": ("ray_colocated", "ray_async"),
+            "ray_address": ("ray_colocated", "ray_async"), "actor_timeout": ("ray_colocated", "ray_async"),
+            "weight_sync": ("ray_colocated", "ray_async")}
+    for n, engines in only.items():
+        if getattr(cfg, n) != getattr(d, n) and cfg.engine not in engines:
+            raise ConfigError(n, f"applies to --engine {' or '.join(engines)}, not {cfg.engine}")
+    _positive(cfg, ["steps_per_rollout", "num_generators"])
+    _nonneg(cfg, ["max_staleness"])
+    if not cfg.actor_timeout > 0:
+        raise ConfigError("actor_timeout", f"must be > 0 seconds, got {cfg.actor_timeout}")
+    if cfg.weight_sync == "nccl":
+        raise ConfigError("weight_sync", "nccl needs CUDA GPUs (one per actor) and is not implemented in this "
+                                         "build; use object_store")
+    if cfg.engine == "local":
+        return
+    if cfg.device == "cuda":
+        raise ConfigError("device", f"--engine {cfg.engine} places its actors on CPUs in this build; use --device cpu")
+    if cfg.save_every or cfg.resume:
+        raise ConfigError("save_every" if cfg.save_every else "resume",
+                          f"checkpoints are written by --engine local only (not {cfg.engine})")
+    if cfg.ref_placement != "learner":
+        if cfg.variant == "B":
+            raise ConfigError("ref_placement", "Variant B (--variant B) has no reference model to place")
+        if cfg.ref_compute != "cached":
+            raise ConfigError("ref_placement", f"{cfg.ref_placement} scores logp_ref once per batch outside the "
+                                               f"learner (A1); use --ref_compute cached (got {cfg.ref_compute})")
+        if cfg.kl_estimator == "full":
+            raise ConfigError("ref_placement", "--kl_estimator full needs the reference logits in the learner; "
+                                               "use --ref_placement learner")
 
 
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:

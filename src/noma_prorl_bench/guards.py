@@ -48,10 +48,9 @@ def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
     return loss
 
 
-def _describe(t: torch.Tensor) -> dict:
-    """{"nonfinite": count, "numel": n} plus the value itself for a scalar (as a string if non-finite)."""
-    t = t.detach()
-    out = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": int(t.numel())}
+def _describe(t: torch.Tensor, n: int) -> dict:
+    """{"nonfinite": count, "numel": n} plus the value itself for a scalar (a string if non-finite)."""
+    out = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": n}
     if t.numel() == 1:
         v = float(t)
         out["value"] = v if math.isfinite(v) else str(v)
@@ -60,14 +59,18 @@ def _describe(t: torch.Tensor) -> dict:
 
 def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Tensor, kl: torch.Tensor,
                      mask: torch.Tensor, model: Optional[torch.nn.Module] = None) -> dict:
-    """{} when loss, grad_norm, logp[mask] and kl[mask] are all finite, else a description of
-    each offending quantity (and the names of parameters whose gradient is non-finite)."""
+    """{} when loss, grad_norm, logp[n, T] and kl[n, T] (on tokens where mask[n, T] > 0) are all
+    finite, else a description of each offending quantity (and the names of parameters whose
+    gradient is non-finite). One host sync when everything is finite."""
     on = mask > 0                                                  # [n, T] response tokens
-    quantities = {"loss": loss.detach().reshape(1), "grad_norm": torch.as_tensor(grad_norm).detach().reshape(1),
-                  "logp": logp.detach()[on], "kl": kl.detach()[on]}
-    if bool(torch.stack([torch.isfinite(q).all() for q in quantities.values()]).all()):   # one sync
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    quantities = {"loss": loss.detach().reshape(1), "grad_norm": torch.as_tensor(grad_norm).detach().reshape(1).to(loss.device),
+                  "logp": torch.where(on, logp.detach(), zero), "kl": torch.where(on, kl.detach(), zero)}
+    if bool(torch.stack([torch.isfinite(q).all() for q in quantities.values()]).all()):
         return {}
-    report = {k: _describe(q) for k, q in quantities.items() if not bool(torch.isfinite(q).all())}
+    n_tok = int(on.sum())
+    report = {k: _describe(q, 1 if q.numel() == 1 else n_tok) for k, q in quantities.items()
+              if not bool(torch.isfinite(q).all())}
     if model is not None:
         names = [n for n, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
         if names:

@@ -27,7 +27,7 @@ from torch import nn
 from torch.func import functional_call
 
 from noma_prorl_bench.kl import kl_full
-from noma_prorl_bench.models.base import response_logits
+from noma_prorl_bench.models.base import response_logits, slices_logits
 from noma_prorl_bench.resets import clone_state_dict
 
 Params = dict[str, torch.Tensor]
@@ -68,14 +68,26 @@ def _eval_mode(module: nn.Module) -> Iterator[None]:
         module.train(was_training)
 
 
+def _functional(policy: nn.Module, params: Params):
+    """`policy`'s forward with `params`. strict: every parameter must come from `params`;
+    non-persistent buffers (HF rotary `inv_freq`) are not in a state dict, so the module's own
+    constants fill them in. tie_weights=False because a state dict names each tied tensor
+    separately (equal values, maybe distinct tensors). Keeps the policy's `slice_logits`."""
+    params = {**{n: b for n, b in policy.named_buffers() if n not in params}, **params}
+
+    def call(toks: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        kwargs = {"keep_last": keep_last} if keep_last else {}
+        return functional_call(policy, params, (toks,), kwargs, tie_weights=False, strict=True)
+
+    call.slice_logits = slices_logits(policy)
+    return call
+
+
 def _scaled_logits(policy: nn.Module, params: Params | None, tokens: torch.Tensor, P: int,
                    temperature: float, counter: MonitorCounter | None) -> torch.Tensor:
     """logits[N, T, V] / temperature of `policy`, or of its architecture with `params`."""
     t0 = time.perf_counter()
-    # strict: every parameter/buffer must come from `params`; tie_weights=False because a
-    # state dict names each tied tensor separately (equal values, maybe distinct tensors).
-    model = policy if params is None else (
-        lambda toks: functional_call(policy, params, (toks,), tie_weights=False, strict=True))
+    model = policy if params is None else _functional(policy, params)
     logits = response_logits(model, tokens, P) / temperature            # [N, T, V]
     if counter is not None:
         counter.add(tokens, time.perf_counter() - t0)

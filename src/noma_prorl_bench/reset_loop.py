@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from . import losses as loss_lib
-from .models.base import response_logprobs
+from .models.base import policy_device, response_logprobs
 from .monitors import DriftMonitor
 from .optim_state import apply_reset_semantics
 from .resets import BestTracker, Decision, RecoveryTracker, trigger_from_config
@@ -134,7 +134,7 @@ class EvalMonitors:
         """Greedy responses of the current policy to the first validation prompts, made once."""
         tr = self.trainer
         ex = tr.val_set[:MONITOR_PROMPTS]
-        prompts = tr.tok.encode_prompts([e.prompt for e in ex], tr.P)                  # [n, P]
+        prompts = tr.tok.encode_prompts([e.prompt for e in ex], tr.P).to(policy_device(tr.policy))  # [n, P]
         resp, _, mask, _, gs = generate(tr.policy, prompts, tr.T_max, 1.0, tr.tok.eos_id, tr.tok.pad_id,
                                         greedy=True)                                   # [n, T]
         return torch.cat([prompts, resp], 1), mask, gs.fwd_calls, gs.tokens             # [n, L], [n, T]

@@ -7,14 +7,23 @@ no_grad, samples from softmax(logits / temperature) with a dedicated torch.Gener
 records `logp_old` = log pi_old(token) under the same temperature. The response length is
 trimmed to the longest response in the batch (<= max_new_tokens), so every shape is fixed
 within a step. `collect` builds a scored `RolloutBatch`.
+
+Devices: `collect` and `evaluate` move the (CPU) prompt ids to the policy's device, and every
+tensor of a RolloutBatch lives there. The sampling generator must be on that device too
+(`torch.multinomial` requires it): a CPU generator for CPU runs, a CUDA one for CUDA runs.
+Policies whose `prefill` takes `capacity` (the transformer's preallocated KV cache) get
+`P + max_new_tokens - 1`, the positions a rollout writes (the last token is never fed back).
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
+
+from .models.base import policy_device
 
 
 @dataclass
@@ -58,9 +67,13 @@ def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: fl
     """prompts[N, P] -> (response[N, T], logp_old[N, T], mask[N, T], truncated[N], GenStats)."""
     N, P = prompts.shape
     stats = GenStats()
-    logits, state = policy.prefill(prompts)                     # [N, V]
+    if _prefill_takes_capacity(policy):
+        cap = P + max(max_new_tokens - 1, 0)                    # positions written: P + (T - 1) decodes
+        logits, state = policy.prefill(prompts, capacity=cap)   # [N, V]
+    else:
+        logits, state = policy.prefill(prompts)                 # [N, V]
     stats.fwd_calls, stats.tokens = 1, N * P
-    done = torch.zeros(N, dtype=torch.bool)
+    done = torch.zeros(N, dtype=torch.bool, device=prompts.device)
     toks, logps, masks = [], [], []
     for t in range(max_new_tokens):
         logp_all = F.log_softmax(logits.float() / temperature, dim=-1)         # [N, V]
@@ -83,20 +96,29 @@ def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: fl
     return response, torch.stack(logps, 1), torch.stack(masks, 1), ~done, stats
 
 
+def _prefill_takes_capacity(policy) -> bool:
+    try:
+        return "capacity" in inspect.signature(policy.prefill).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: int,
             temperature: float, generator: torch.Generator, prompt_len: Optional[int] = None):
     """Sample `group_size` responses for each example and score them -> (RolloutBatch, GenStats)."""
     B, G = len(examples), group_size
     prompts = [e.prompt for e in examples for _ in range(G)]
     answers = [e.answer for e in examples for _ in range(G)]
-    prompt_ids = tokenizer.encode_prompts(prompts, prompt_len)                # [N, P]
+    device = policy_device(policy)
+    prompt_ids = tokenizer.encode_prompts(prompts, prompt_len).to(device)     # [N, P]
     resp, logp_old, mask, truncated, stats = generate(
         policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator)
     texts = [tokenizer.decode(r) for r in resp.tolist()]
-    rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32)
+    rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32,
+                           device=device)
     batch = RolloutBatch(
         tokens=torch.cat([prompt_ids, resp], 1), mask=mask, logp_old=logp_old, rewards=rewards,
-        truncated=truncated, group=torch.arange(B).repeat_interleave(G), prompt_len=prompt_ids.shape[1],
+        truncated=truncated, group=torch.arange(B, device=device).repeat_interleave(G), prompt_len=prompt_ids.shape[1],
         prompts=prompts, answers=answers, responses=texts)
     return batch, stats
 
@@ -108,7 +130,7 @@ def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len:
     total, texts, stats = 0.0, [], GenStats()
     for i in range(0, len(examples), chunk):
         ex = examples[i:i + chunk]
-        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len)
+        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))
         resp, _, _, _, st = generate(policy, ids, max_new_tokens, 1.0, tokenizer.eos_id, tokenizer.pad_id,
                                      greedy=True)
         stats.fwd_calls += st.fwd_calls

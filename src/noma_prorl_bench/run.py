@@ -64,11 +64,18 @@ def resolved_config(cfg: RunConfig) -> dict:
     import numpy
     import torch
     d = cfg.to_dict()
-    d["derived"] = {"variant_label": cfg.variant_label, "eps_low": cfg.eps_lo, "eps_high": cfg.eps_hi}
+    d["derived"] = {"variant_label": cfg.variant_label, "eps_low": cfg.eps_lo, "eps_high": cfg.eps_hi,
+                    "warmstart_steps": cfg.warmstart_steps_resolved, "device": _resolved_device(cfg.device)}
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
                      "python": platform.python_version(), "git_commit": _git_commit()}
     d["argv"] = sys.argv[1:]
     return d
+
+
+def _resolved_device(name: str) -> str:
+    """--device with auto resolved (cuda when available, else cpu)."""
+    import torch
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def progress(cfg: RunConfig, total: int):
@@ -87,8 +94,12 @@ def check_inputs(cfg: RunConfig) -> Optional[str]:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
         return f"argument --outdir: cannot create or write {cfg.outdir!r} ({parent!r} is not a writable directory)"
-    if cfg.model.startswith("hf:") and not os.path.isfile(os.path.join(cfg.model[3:], "config.json")):
-        return f"argument --model: {cfg.model[3:]!r} is not a Hugging Face model directory (no config.json)"
+    if cfg.model.startswith("hf:"):
+        from .models.hf import check_model_dir       # path, config.json, a causal-LM config
+        try:
+            check_model_dir(cfg.model[3:])
+        except ValueError as e:
+            return f"argument --model: {e}"
     if cfg.device == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -134,20 +145,21 @@ def build_trainer(cfg: RunConfig, ckpt=None):
 
 def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
     """Create or (resume) cut back the run files, attach JSONL sinks to the trainer."""
-    from . import checkpoint
+    from . import resume
     from .metrics import JsonlSink
     config = resolved_config(cfg)
     if ckpt is None:
         os.makedirs(cfg.outdir, exist_ok=True)
         clear_run_files(cfg.outdir)
     else:
-        dropped = checkpoint.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
+        dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
         try:
             with open(os.path.join(cfg.outdir, "config.json")) as f:
                 config["resumes"] = json.load(f).get("resumes", [])
         except (OSError, ValueError, AttributeError):
             config["resumes"] = []
-        changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items() if ckpt.config.get(k) != v}
+        changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
+                   if ckpt.config.get(k) != v and k != "resume"}
         config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
     _write_json(os.path.join(cfg.outdir, "config.json"), config)
     sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
@@ -169,6 +181,9 @@ def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     checkpoint: the returned dict then has "complete": False, "signal" and "exit_code"."""
     from . import checkpoint
     from .guards import GracefulStop
+    if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver
+        from .engines import run_engine
+        return run_engine(cfg)
     t0 = time.perf_counter()
     if trainer is None:
         trainer, buffers = build_trainer(cfg, ckpt)
@@ -227,7 +242,7 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     explicit = vars(parser.parse_args(argv))
     try:
         if explicit.get("resume"):
-            from .checkpoint import resume_config
+            from .resume import resume_config
             return resume_config(explicit)
         return make_config(explicit), None
     except ConfigError as e:
@@ -243,11 +258,16 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    if cfg.engine != "local":
+        return main_ray(cfg, prog)
     try:
         try:
             trainer, buffers = build_trainer(cfg, ckpt)   # nothing is written before this succeeds
         except CheckpointError as e:
             print(f"{prog}: error: argument --resume: {e}", file=sys.stderr)
+            return 2
+        except ConfigError as e:                        # names its flag, e.g. --model (weights, tokenizer)
+            print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
         except (ValueError, OSError) as e:              # e.g. an HF model directory that does not load
             print(f"{prog}: error: cannot set up the run: {e}", file=sys.stderr)
@@ -264,6 +284,27 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
               f"{summary['checkpoint']}. Continue with: {prog} --outdir {cfg.outdir} --resume", file=sys.stderr)
         return summary["exit_code"]
+    if not cfg.quiet:
+        print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+def main_ray(cfg: RunConfig, prog: str) -> int:
+    """--engine ray_colocated | ray_async. Exit codes: 0 done; 1 an actor died, hung past
+    --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
+    learner (--on_nan stop); 130 interrupted."""
+    from .engines import EngineError, run_engine
+    try:
+        summary = run_engine(cfg)
+    except EngineError as e:
+        stop = e.cause_name == "NonFiniteError"
+        print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "
+              f"finished step are in {cfg.outdir}", file=sys.stderr)
+        return 3 if stop else 1
+    except KeyboardInterrupt:
+        print(f"{prog}: aborted (Ray engines write no checkpoints; outputs up to the last step are in "
+              f"{cfg.outdir})", file=sys.stderr)
+        return 130
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
     return 0

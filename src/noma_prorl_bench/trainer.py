@@ -26,7 +26,7 @@ from .config import RunConfig
 from .growth_loop import GrowthManager
 from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from .models import build_policy
-from .models.base import response_logprobs
+from .models.base import policy_device, response_logprobs
 from .optim_state import make_lr_scheduler
 from .reference import ReferenceHolder
 from .reset_loop import EvalMonitors, ResetManager
@@ -54,11 +54,15 @@ class Trainer:
         set_determinism(cfg)
         # ------------------------------------------------------------ task, model, RNG streams
         self.task = make_task(cfg.task, n_val=cfg.n_val)
-        self.policy, self.tok = build_policy(cfg)
         self.T_max = cfg.max_new_tokens or self.task.max_new_tokens
-        self.P = getattr(self.task, "prompt_len", None)
+        self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
+        L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
+        self.policy, self.tok = build_policy(cfg, max_len=L_max)
+        self.device = policy_device(self.policy)               # --device (auto resolved)
         self.data_rng = np.random.default_rng([cfg.seed, 1])
-        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 2)
+        # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
+        # stream; CUDA runs get a CUDA generator with the same seed (a different stream).
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(cfg.seed * 1000 + 2)
         self.order_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
         self.val_set = self.task.validation_set()
         self.counters = Counters(COUNTER_KEYS)
@@ -88,29 +92,36 @@ class Trainer:
         return cls(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def warm_start(self) -> dict:
-        """Supervised teacher forcing on correct answers so RL starts from a policy that is
-        sometimes right. Its cost is reported separately (the `warmstart` event)."""
+        """Supervised teacher forcing on correct responses (the task's `demonstration(example)`
+        when it has one, else the answer) so RL starts from a policy that is sometimes right.
+        --warmstart_steps -1 resolves to 50 for the toy models and 0 for hf:PATH. Its cost is
+        reported separately (the `warmstart` event)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         rng = np.random.default_rng([cfg.seed, 3])
         opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.warmstart_lr)
-        for _ in range(cfg.warmstart_steps):
+        demo = getattr(self.task, "demonstration", None)
+        n_steps = cfg.warmstart_steps_resolved
+        for _ in range(n_steps):
             ex = self.task.sample(rng, 64)
             prompts = self.tok.encode_prompts([e.prompt for e in ex], self.P)          # [n, P]
-            answers = [self.tok.encode_answer(e.answer) for e in ex]
+            answers = [self.tok.encode_answer(demo(e) if demo else e.answer) for e in ex]
             T = max(len(a) for a in answers)
             ans = torch.full((len(ex), T), self.tok.pad_id, dtype=torch.long)
             mask = torch.zeros(len(ex), T)
             for i, a in enumerate(answers):
                 ans[i, :len(a)] = torch.tensor(a)
                 mask[i, :len(a)] = 1.0
-            logp, _, _ = response_logprobs(self.policy, torch.cat([prompts, ans], 1), prompts.shape[1])
+            tokens = torch.cat([prompts, ans], 1).to(self.device)                    # [n, P + T]
+            logp, _, _ = response_logprobs(self.policy, tokens, prompts.shape[1])
+            mask = mask.to(self.device)
             loss = -(logp * mask).sum() / mask.sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        self.policy.zero_grad(set_to_none=True)     # no stale grads (frozen params would keep them)
         val, _, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
-        info = {"steps": cfg.warmstart_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
+        info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
         self.event("warmstart", "supervised warm start", **info)
         return info
 

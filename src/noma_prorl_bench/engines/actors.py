@@ -151,23 +151,27 @@ class _RefSide:
 class Generator(_RefSide):
     """Holds a policy copy at some version, samples B x G rollouts with behaviour logprobs."""
 
-    def __init__(self, cfg, index: int, t0: float, payload: dict, ref_here: bool, fault: Optional[str] = None):
+    def __init__(self, cfg, index: int, t0: float, ref_here: bool, fault: Optional[str] = None):
         self.cpu = CpuClock()
         torch.set_num_threads(cfg.threads)
-        self.cfg, self.index, self.fault, self.calls = cfg, index, fault, 0
+        self.cfg, self.index, self.ref_here, self.fault, self.calls = cfg, index, ref_here, fault, 0
         self.rec = SpanRecorder(f"generator/{index}", t0)
+        self.core = self.ref = None
+
+    def start(self, payload: dict) -> dict:
+        """Build from the learner's version-0 payload (separate from __init__ so that the
+        process start overlaps the learner's warm start)."""
+        cfg = self.cfg
+        start = self.rec.now()
         policy = payload["module"]
-        data_rng, sample_gen = rng_streams(payload, index, cfg.seed)
+        data_rng, sample_gen = rng_streams(payload, self.index, cfg.seed)
         self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val), payload["tok"], policy,
                                 payload["T_max"], payload["P"], data_rng, sample_gen)
         self.version, self.struct_version = 0, payload["struct_version"]
-        if ref_here:
+        if self.ref_here:
             self._init_ref(cfg, policy, cfg.batch_size * cfg.group_size, payload["T_max"])
-        else:
-            self.ref = None
-
-    def ready(self) -> dict:
-        return {"pid": os.getpid(), "version": self.version, "cpu_s": self.cpu.lap()}
+        self.rec.add("setup", start, self.rec.now(), 0)
+        return {"pid": os.getpid(), "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def set_weights(self, pub: dict, step: int = 0) -> dict:
         """Load a weight pack (and, on a structure change, the shipped module) -> its version."""
@@ -221,15 +225,19 @@ class Generator(_RefSide):
 class ReferenceScorer(_RefSide):
     """`--ref_placement own_actor`: the reference policy in an actor of its own."""
 
-    def __init__(self, cfg, t0: float, payload: dict):
+    def __init__(self, cfg, t0: float):
         self.cpu = CpuClock()
         torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
         self.rec = SpanRecorder("reference", t0)
-        self._init_ref(cfg, payload["module"], cfg.batch_size * cfg.group_size, payload["T_max"])
-        self.ref_struct_version = payload["struct_version"]
 
-    def ready(self) -> dict:
-        return {"pid": os.getpid(), "ref_version": self.ref_version, "cpu_s": self.cpu.lap()}
+    def start(self, payload: dict) -> dict:
+        start = self.rec.now()
+        self._init_ref(self.cfg, payload["module"], self.cfg.batch_size * self.cfg.group_size, payload["T_max"])
+        self.ref_struct_version = payload["struct_version"]
+        self.rec.add("setup", start, self.rec.now(), 0)
+        return {"pid": os.getpid(), "ref_version": self.ref_version, "spans": self.rec.drain(),
+                "cpu_s": self.cpu.lap()}
 
 
 # ============================================================================ learner side
@@ -347,6 +355,7 @@ class Learner:
     def __init__(self, cfg, t0: float, ref_remote: bool):
         self.cpu = CpuClock()
         self.rec = SpanRecorder("learner", t0)
+        start = self.rec.now()
         self.events, self.samples = ListSink(), ListSink()
         self.trainer = LearnerTrainer(cfg, NullSink(), self.events, self.samples)
         if ref_remote:
@@ -354,6 +363,7 @@ class Learner:
             self.trainer.ref.bind(self.trainer.policy)
         self.version = 0
         self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None
+        self.rec.add("setup", start, self.rec.now(), 0)
 
     def init_payload(self) -> dict:
         """What generators and the reference scorer start from (the version-0 policy module,
@@ -363,7 +373,7 @@ class Learner:
                 "data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state(),
                 "struct_version": self.struct_version, "warmstart": dict(tr.warmstart_info),
                 "events": self.events.drain(), "samples": self.samples.drain(), "pid": os.getpid(),
-                "cpu_s": self.cpu.lap()}
+                "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def publish(self, step: int = 0) -> dict:
         """The current weights into the object store: {version, arrays: [ref], struct_version,

@@ -3,7 +3,7 @@
 A span is one line `{"actor", "stage", "start", "end", "step"}`: seconds relative to the
 run start (the driver's `time.time()` at launch, handed to every actor; one machine shares
 one clock, on a multi-node cluster the spans carry the nodes' clock offsets). Stages:
-`generate` (sampling + rewards), `ref` (reference forward), `train` (the learner's update,
+`setup` (the actor's constructor: model build, the learner's warm start), `generate` (sampling + rewards), `ref` (reference forward), `train` (the learner's update,
 reference-in-train included), `eval` (validation + monitors), `sync` (packing, fetching or
 loading weights, reference resets included) and `idle` (the gap between two spans of one
 actor, recorded when the next span starts). `step` is the RL step the span works for.
@@ -26,8 +26,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-STAGES = ("generate", "ref", "train", "eval", "sync", "idle")
-COLORS = {"generate": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
+STAGES = ("setup", "generate", "ref", "train", "eval", "sync", "idle")
+COLORS = {"setup": "#937860", "generate": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
           "sync": "#8172b3", "idle": "#e5e5e5"}
 MIN_IDLE = 1e-4   # gaps shorter than this are not recorded as idle
 
@@ -90,31 +90,48 @@ def _actor_order(name: str) -> tuple:
     return (rank.get(base, 1), name)
 
 
-def timeline_figure(spans: list[dict], title: str = "timeline") -> Figure:
-    """Gantt chart: one row per actor, one coloured bar per span, busy fraction per row."""
-    actors = sorted({s["actor"] for s in spans}, key=_actor_order)
-    fig = Figure(figsize=(11, 1.2 + 0.7 * max(len(actors), 1)))
-    ax = fig.add_subplot(1, 1, 1)
-    end = max((s["end"] for s in spans), default=1.0)
-    start = min((s["start"] for s in spans), default=0.0)
+def _gantt(ax, spans: list[dict], actors: list[str], lo: float, hi: float) -> None:
     for row, actor in enumerate(actors):
-        mine = [s for s in spans if s["actor"] == actor]
+        mine = [s for s in spans if s["actor"] == actor and s["end"] >= lo and s["start"] <= hi]
         for stage in STAGES:
             bars = [(s["start"], s["end"] - s["start"]) for s in mine if s["stage"] == stage]
             if bars:
                 ax.broken_barh(bars, (row - 0.38, 0.76), facecolors=COLORS[stage],
                                edgecolor="none" if stage == "idle" else "white", linewidth=0.3)
-        busy = sum(s["end"] - s["start"] for s in mine if s["stage"] != "idle")
-        ax.text(end, row, f" busy {busy / max(end - start, 1e-9):.0%}", va="center", fontsize=8)
+        busy = sum(min(s["end"], hi) - max(s["start"], lo) for s in mine if s["stage"] != "idle")
+        ax.text(hi, row, f" busy {busy / max(hi - lo, 1e-9):.0%}", va="center", fontsize=8)
     ax.set_yticks(range(len(actors)), actors)
     ax.set_ylim(len(actors) - 0.5, -0.5)
-    ax.set_xlim(start, end * 1.08)
-    ax.set_xlabel("seconds since run start")
-    ax.set_title(title)
+    ax.set_xlim(lo, hi + 0.1 * (hi - lo))
+
+
+def zoom_window(spans: list[dict], last_steps: int) -> tuple[float, float]:
+    """(start, end) of the last `last_steps` steps' work spans (setup and idle excluded)."""
+    work = [s for s in spans if s["stage"] not in ("setup", "idle")]
+    if not work:
+        return 0.0, 1.0
+    top = max(s["step"] for s in work)
+    win = [s for s in work if s["step"] > top - last_steps]
+    return min(s["start"] for s in win), max(s["end"] for s in work)
+
+
+def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int = 6) -> Figure:
+    """Gantt chart, one row per actor and one bar per span, with each row's busy fraction:
+    the whole run on top, the last `zoom_steps` steps below (the steady state)."""
+    actors = sorted({s["actor"] for s in spans}, key=_actor_order)
+    fig = Figure(figsize=(11, 2.2 + 1.2 * max(len(actors), 1)))
+    ax_all, ax_zoom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    end = max((s["end"] for s in spans), default=1.0)
+    _gantt(ax_all, spans, actors, 0.0, end)
+    ax_all.set_title(f"{title}: whole run (setup included)", fontsize=10)
+    lo, hi = zoom_window(spans, zoom_steps)
+    _gantt(ax_zoom, spans, actors, lo, hi)
+    ax_zoom.set_title(f"last {zoom_steps} steps", fontsize=10)
+    ax_zoom.set_xlabel("seconds since run start")
     used = [st for st in STAGES if any(s["stage"] == st for s in spans)]
-    ax.legend(handles=[Patch(color=COLORS[st], label=st) for st in used], loc="upper center",
-              bbox_to_anchor=(0.5, -0.25 if len(actors) < 3 else -0.15), ncol=len(used), frameon=False, fontsize=8)
-    fig.tight_layout()
+    fig.legend(handles=[Patch(color=COLORS[st], label=st) for st in used], loc="lower center", ncol=len(used),
+               frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

@@ -1,10 +1,18 @@
 """Policies: GRU (default), transformer with KV cache, Hugging Face causal LMs; LoRA adapters.
 
-`build_policy(cfg)` returns `(policy, tokenizer)` for a RunConfig.
+`build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
+`--dtype`. Errors a user can fix (a bad `hf:PATH`, `--device cuda` without CUDA) are
+`config.ConfigError`s naming the flag, which the CLI reports with exit code 2.
 """
 from __future__ import annotations
 
 import torch
+
+TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# The transformer's position table holds max(P + T, MIN_MAX_LEN) rows. Its init draws come
+# before the blocks', so its size shapes the whole initialisation; the floor keeps every run
+# whose P + T fits in 64 (all toy-task defaults) initialised exactly as before max_len was derived.
+MIN_MAX_LEN = 64
 
 
 def resolve_device(name: str) -> torch.device:
@@ -16,16 +24,29 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_policy(cfg):
-    """(policy, tokenizer) for cfg.model in gru | transformer | hf:PATH."""
+def build_policy(cfg, max_len: int | None = None):
+    """(policy, tokenizer) for cfg.model in gru | transformer | hf:PATH, on cfg.device in cfg.dtype.
+
+    `max_len`: the longest sequence the transformer must handle, P + T of the task (its
+    position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
+    from ..config import ConfigError  # noqa: PLC0415
     from ..tasks.base import CharTokenizer  # noqa: PLC0415
+    try:
+        device = resolve_device(cfg.device)
+    except ValueError as e:
+        raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
     if cfg.model.startswith("hf:"):
         from .hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
-        return load_hf_policy(cfg.model[3:], device=cfg.device, dtype=cfg.dtype)
+        try:
+            return load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype)
+        except ValueError as e:
+            raise ConfigError("model", str(e)) from e
     tok = CharTokenizer()
     if cfg.model == "gru":
         from .gru import GRUPolicy  # noqa: PLC0415
-        return GRUPolicy(tok.vocab_size, hidden=cfg.hidden), tok
-    from .transformer import TransformerPolicy  # noqa: PLC0415
-    return TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                             n_heads=cfg.n_heads, max_len=64), tok
+        policy = GRUPolicy(tok.vocab_size, hidden=cfg.hidden)
+    else:
+        from .transformer import TransformerPolicy  # noqa: PLC0415
+        policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                                   n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
+    return policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype]), tok

@@ -27,10 +27,35 @@ class Policy(Protocol):
     def decode(self, tok: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
 
 
+def slices_logits(model) -> bool:
+    """True for policies that set `slice_logits = True`: `model(tokens, keep_last=k)` returns
+    only the last k positions' logits, and `response_logits` should ask for them (HF models,
+    whose vocabularies are large). The toy policies keep the full forward, whose float
+    rounding the recorded toy results were made with (slicing the head's input changes the
+    matmul shape and hence the last bits)."""
+    return bool(getattr(model, "slice_logits", False))
+
+
+def policy_device(model) -> torch.device:
+    """The device of a policy's parameters (cpu for a parameterless callable)."""
+    params = model.parameters() if isinstance(model, nn.Module) else ()
+    for p in params:
+        return p.device
+    return torch.device("cpu")
+
+
 def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Tensor:
-    """tokens[N, L] -> logits[N, T, V] (float32) at the positions that predict the response."""
-    logits = model(tokens)                      # [N, L, V]
-    return logits[:, P - 1:-1].float()          # [N, T, V]: position P-1+t predicts token P+t
+    """tokens[N, L] -> logits[N, T, V] (float32) at the positions that predict the response.
+
+    Policies with `slice_logits` (HF models) are asked for the last T + 1 positions only
+    (`keep_last`), so the output head never materialises the prompt's [N, P-1, V] logits
+    (on a 150k vocabulary that is most of the forward's memory)."""
+    T = tokens.shape[1] - P
+    if slices_logits(model):
+        logits = model(tokens, keep_last=T + 1)   # [N, T+1, V]: positions P-1 .. L-1
+        return logits[:, :-1].float()             # [N, T, V]
+    logits = model(tokens)                        # [N, L, V]
+    return logits[:, P - 1:-1].float()            # [N, T, V]: position P-1+t predicts token P+t
 
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

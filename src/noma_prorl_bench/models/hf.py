@@ -62,6 +62,8 @@ class HFState:
 class HFPolicy(nn.Module):
     """A Hugging Face causal LM behind the Policy protocol (forward / prefill / decode)."""
 
+    slice_logits = True   # models.base.response_logits asks for the response positions only
+
     def __init__(self, model: nn.Module, pad_id: int):
         super().__init__()
         self.model = model
@@ -177,11 +179,9 @@ def _first_line(e: Exception) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def _check_model_dir(path: str | Path):
-    """Validate ``path`` and return its config (dropouts zeroed); ValueError on user errors."""
-    from transformers import AutoConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
+def check_model_dir(path: str | Path):
+    """Validate ``path`` and return ``(path, config)`` (dropouts zeroed); ValueError on user
+    errors. The path checks come before importing transformers."""
     p = Path(path).expanduser()
     if not p.exists():
         raise ValueError(f"hf model path does not exist: {p}")
@@ -189,6 +189,9 @@ def _check_model_dir(path: str | Path):
         raise ValueError(f"hf model path is not a directory: {p}")
     if not (p / "config.json").is_file():
         raise ValueError(f"no config.json in {p}: not a Hugging Face model directory")
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
     try:
         config = AutoConfig.from_pretrained(p, local_files_only=True)
     except Exception as e:  # noqa: BLE001  (malformed or unknown config: report, don't trace)
@@ -214,7 +217,7 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
-    p, config = _check_model_dir(path)
+    p, config = check_model_dir(path)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:

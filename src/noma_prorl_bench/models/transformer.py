@@ -195,8 +195,8 @@ class NoCachePolicy(nn.Module):
         self.policy = policy
         self.vocab_size = policy.vocab_size
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.policy(tokens)
+    def forward(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        return self.policy(tokens, keep_last=keep_last)
 
     def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.policy(tokens, keep_last=1)[:, -1], tokens  # [N, V], [N, P]

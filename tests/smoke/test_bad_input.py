@@ -1,0 +1,109 @@
+"""Bad input everywhere: each invalid command line exits 2 with a message naming the flag, and
+writes nothing (the output directory is never created). In-process through run.main."""
+import os
+
+import pytest
+
+from noma_prorl_bench.run import main
+
+pytestmark = pytest.mark.smoke
+
+# (extra flags, the flag the message must name); every line also gets a fresh --outdir
+BAD = [
+    (["--steps", "x"], "--steps"),                                   # type
+    (["--steps", "1.5"], "--steps"),
+    (["--steps", "0"], "--steps"),                                   # range
+    (["--steps", "-5"], "--steps"),
+    (["--batch_size", "0"], "--batch_size"),
+    (["--group_size", "1"], "--group_size"),
+    (["--minibatches", "100"], "--minibatches"),                     # > batch_size * group_size
+    (["--ppo_epochs", "0"], "--ppo_epochs"),
+    (["--eval_every", "0"], "--eval_every"),
+    (["--threads", "0"], "--threads"),
+    (["--seed", "-1"], "--seed"),
+    (["--lr", "0"], "--lr"),
+    (["--lr", "-1e-3"], "--lr"),
+    (["--lr", "nan"], "--lr"),                                       # not finite
+    (["--beta", "inf"], "--beta"),
+    (["--beta", "-0.1"], "--beta"),
+    (["--warmstart_lr", "0"], "--warmstart_lr"),
+    (["--temperature", "0"], "--temperature"),
+    (["--weight_decay", "-1"], "--weight_decay"),
+    (["--max_grad_norm", "-1"], "--max_grad_norm"),
+    (["--clip_eps", "1.5"], "--clip_eps"),
+    (["--eps_low", "1.2"], "--eps_low"),
+    (["--dual_clip_c", "0.5"], "--dual_clip_c"),
+    (["--tis_cap", "0.5"], "--tis_cap"),
+    (["--soft_factor", "2"], "--soft_factor"),
+    (["--ref_mix_alpha", "0"], "--ref_mix_alpha"),
+    (["--reset_kl_min_gap", "-2"], "--reset_kl_min_gap"),
+    (["--plots", "2"], "--plots"),
+    (["--loss", "ppo2"], "--loss"),                                  # choices
+    (["--adv", "gae"], "--adv"),
+    (["--dtype", "float16"], "--dtype"),
+    (["--device", "tpu"], "--device"),
+    (["--on_nan", "ignore"], "--on_nan"),
+    (["--model", "lstm"], "--model"),
+    (["--model", "hf:/nonexistent/model/dir"], "--model"),           # checked before anything runs
+    (["--model", "transformer", "--n_heads", "3"], "--n_heads"),     # combinations
+    (["--task", "arithmetic"], "--task"),
+    (["--variant", "B", "--reset_every", "5"], "--reset_every"),
+    (["--variant", "B", "--ref_compute", "ring"], "--ref_compute"),
+    (["--kl_in", "reward", "--variant", "B"], "--kl_in"),
+    (["--kl_in", "reward", "--kl_estimator", "full"], "--kl_estimator"),
+    (["--k2_mode", "ref_over_old"], "--k2_mode"),
+    (["--target_kl", "0.1", "--beta", "0"], "--beta"),
+    (["--grow_every", "5"], "--grow_every"),                         # growth flag without --enable_growth 1
+    (["--enable_growth", "1"], "--grow_every"),                      # schedule growth needs --grow_every
+    (["--save_every", "-1"], "--save_every"),                        # reliability flags
+    (["--keep_checkpoints", "0"], "--keep_checkpoints"),
+    (["--resume", "--overwrite"], "--resume"),
+    (["--resume"], "--resume"),                                      # nothing to resume
+    (["--bogus_flag", "1"], "--bogus_flag"),                         # unknown flag
+]
+
+
+def _run(argv):
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.mark.parametrize("extra,flag", BAD, ids=[" ".join(x) for x, _ in BAD])
+def test_bad_command_line_exits_2_names_the_flag_writes_nothing(tmp_path, fast_flags, capsys, extra, flag):
+    outdir = tmp_path / "run"
+    assert _run(["--outdir", str(outdir), *fast_flags, *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in _error_line(err), err                           # in the message, not just the usage
+    assert "Traceback" not in err
+    assert not outdir.exists()
+
+
+def _error_line(err):
+    return "\n".join(line for line in err.splitlines() if "error:" in line)
+
+
+def test_table_is_large_enough():
+    assert len(BAD) >= 30 and len({tuple(x) for x, _ in BAD}) == len(BAD)
+
+
+def test_missing_outdir(fast_flags, capsys):
+    assert _run(list(fast_flags)) == 2
+    assert "--outdir" in _error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("where", ["is_a_file", "under_a_file"])
+def test_unusable_outdir(tmp_path, fast_flags, capsys, where):
+    f = tmp_path / "file"
+    f.write_text("x")
+    outdir = f if where == "is_a_file" else f / "sub"
+    assert _run(["--outdir", str(outdir), *fast_flags]) == 2
+    assert "--outdir" in _error_line(capsys.readouterr().err)
+    assert f.read_text() == "x" and sorted(os.listdir(tmp_path)) == ["file"]
+
+
+def test_non_empty_outdir_needs_overwrite(tmp_path, fast_flags, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert _run(["--outdir", str(tmp_path), *fast_flags]) == 2
+    assert "--overwrite" in capsys.readouterr().err and sorted(os.listdir(tmp_path)) == ["keep.txt"]

@@ -1,0 +1,135 @@
+"""The Ray engines' parts that need no Ray: exact weight packs, the generator's sampling core,
+the learner-side reference proxy, reference updates on a holder, spans, config validation."""
+import copy
+
+import pytest
+import torch
+
+from noma_prorl_bench.config import ConfigError, make_config
+from noma_prorl_bench.engines import actors
+from noma_prorl_bench.engines.timeline import SpanRecorder, stage_seconds, timeline_figure
+from noma_prorl_bench.engines.weights import load_state, pack_state, structure, unpack_state
+from noma_prorl_bench.models.gru import GRUPolicy
+from noma_prorl_bench.reference import ReferenceHolder
+from noma_prorl_bench.trainer import Trainer
+
+pytestmark = pytest.mark.unit
+
+
+def _gru(seed):
+    torch.manual_seed(seed)
+    return GRUPolicy(20, hidden=8)
+
+
+# ---------------------------------------------------------------- weights
+def test_weight_pack_round_trip_is_bit_exact():
+    a, b = _gru(0), _gru(1)
+    pack = pack_state(a)
+    assert all(arr.dtype.name == "float32" for arr in pack.arrays.values())
+    load_state(b, pack)
+    for (ka, ta), (kb, tb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(ta, tb)
+
+
+def test_weight_pack_bfloat16_travels_as_bits():
+    a, b = _gru(0).to(torch.bfloat16), _gru(1).to(torch.bfloat16)
+    pack = pack_state(a)
+    assert pack.bf16 and all(pack.arrays[k].dtype.name == "int16" for k in pack.bf16)
+    load_state(b, pack)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_weight_pack_refuses_a_different_structure():
+    a, b = _gru(0), GRUPolicy(20, hidden=16)
+    assert structure(a) != structure(b)
+    with pytest.raises(ValueError, match="does not match"):
+        load_state(b, pack_state(a))
+
+
+# ---------------------------------------------------------------- the generator samples what the trainer would
+def test_rollout_core_with_handed_over_streams_draws_the_trainers_batch():
+    cfg = make_config({"outdir": "/tmp/unused", "batch_size": 4, "group_size": 4, "warmstart_steps": 2,
+                       "n_val": 16})
+    tr = Trainer(cfg)
+    payload = {"data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state()}
+    data_rng, sample_gen = actors.rng_streams(payload, 0, cfg.seed)
+    policy = copy.deepcopy(tr.policy)
+    load_state(policy, pack_state(tr.policy))
+    core = actors.RolloutCore(cfg, tr.task, tr.tok, policy, tr.T_max, tr.P, data_rng, sample_gen)
+    for _ in range(2):
+        want, got = tr.rollout(), core.rollout()
+        for f in ("tokens", "mask", "logp_old", "rewards", "truncated"):
+            assert torch.equal(getattr(want, f), getattr(got, f)), f
+    mine, theirs = core.counters.pop(), tr.counters.pop()
+    assert mine == {k: theirs[k] for k in mine} and mine["count/policy_fwd_rollout"] > 0
+    other = actors.rng_streams(payload, 1, cfg.seed)                   # generator 1: its own streams
+    assert other[0].bit_generator.state != data_rng.bit_generator.state
+
+
+# ---------------------------------------------------------------- reference outside the learner
+def test_remote_reference_serves_received_logp_and_checks_versions():
+    puts = []
+    proxy = actors.RemoteReference(put=lambda obj: puts.append(obj) or len(puts))
+    policy = _gru(0)
+    proxy.bind(policy)
+    logp = torch.randn(6, 3)
+    proxy.receive(logp, 0, {"count/ref_fwd": 1, "count/tokens_ref": 60}, 0.5)
+    tokens = torch.zeros(6, 10, dtype=torch.long)
+    proxy.prepare(tokens, 7)
+    assert torch.equal(proxy.minibatch(tokens[2:4], 7, slice(2, 4)), logp[2:4])
+    assert proxy.pop_counts() == {"count/ref_fwd": 1, "count/tokens_ref": 60}
+    assert proxy.pop_counts() == {"count/ref_fwd": 0, "count/tokens_ref": 0}
+    rec = proxy.reset_to(policy, "polyak", 0.6)
+    assert rec == {"ref_update": "polyak", "ref_mix_alpha": 0.6}
+    upd = proxy.pop_update()
+    assert upd["ref_version"] == 1 and upd["rule"] == "polyak" and upd["struct_version"] == 0
+    assert proxy.pop_update() is None
+    with pytest.raises(RuntimeError, match="reference version 0, the learner is at 1"):
+        proxy.receive(logp, 0, {"count/ref_fwd": 1, "count/tokens_ref": 60}, 0.0)
+
+
+def test_reset_update_on_a_holder_matches_the_local_reference(monkeypatch):
+    monkeypatch.setattr(actors, "_ray_get", lambda x: x)                # refs are the objects here
+    policy, ref0 = _gru(0), _gru(1)
+    local = ReferenceHolder(ref0, "cached")
+    local.reset_to(policy, "polyak", 0.6)
+
+    side = actors.ReferenceScorer.__new__(actors.ReferenceScorer)
+    side.cpu, side.rec = actors.CpuClock(), SpanRecorder("reference", 0.0)
+    side._init_ref(make_config({"outdir": "/tmp/unused"}), ref0, 4, 4)
+    proxy = actors.RemoteReference(put=lambda obj: obj)
+    proxy.bind(policy)
+    proxy.reset_to(policy, "polyak", 0.6)
+    out = side.reset_ref(proxy.pop_update(), step=3)
+    assert out["ref_version"] == 1
+    for a, b in zip(local.model.state_dict().values(), side.ref.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- spans and the Gantt plot
+def test_span_recorder_fills_gaps_with_idle():
+    rec = SpanRecorder("generator/0", 0.0)
+    rec.add("generate", 0.0, 1.0, 1)
+    rec.add("sync", 1.5, 1.6, 2)
+    spans = rec.drain()
+    assert [s["stage"] for s in spans] == ["generate", "idle", "sync"]
+    assert spans[1]["start"] == 1.0 and spans[1]["end"] == 1.5
+    assert stage_seconds(spans)[("generator/0", "idle")] == pytest.approx(0.5)
+    fig = timeline_figure(spans + [{"actor": "learner", "stage": "train", "start": 0.2, "end": 1.4, "step": 1}])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["learner", "generator/0"]
+
+
+# ---------------------------------------------------------------- engine flags
+@pytest.mark.parametrize("flags,match", [
+    ({"weight_sync": "nccl", "engine": "ray_async"}, "needs CUDA GPUs"),
+    ({"steps_per_rollout": 2}, "applies to --engine ray_colocated"),
+    ({"max_staleness": 3, "engine": "ray_colocated"}, "applies to --engine ray_async"),
+    ({"engine": "ray_async", "max_staleness": -1}, "must be >= 0"),
+    ({"engine": "ray_async", "ref_placement": "generator", "ref_compute": "ring"}, "ref_compute cached"),
+    ({"engine": "ray_async", "ref_placement": "own_actor", "variant": "B"}, "no reference model"),
+    ({"engine": "ray_colocated", "actor_timeout": 0.0}, "must be > 0"),
+    ({"engine": "ray_colocated", "save_every": 5}, "checkpoints are written by --engine local only"),
+])
+def test_engine_flags_are_validated(flags, match):
+    with pytest.raises(ConfigError, match=match):
+        make_config({"outdir": "/tmp/unused", **flags})
