@@ -61,9 +61,11 @@ def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) ->
         dev = str(t.device)
         t = t.cpu()
         if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
-            t = t.contiguous().clone()                    # safetensors wants whole, unshared storages
-        if any(t.untyped_storage().data_ptr() == u.untyped_storage().data_ptr() for u in tensors.values()):
+            t = t.clone(memory_format=torch.contiguous_format)   # safetensors wants whole storages
+        storages = seen.setdefault(None, set())          # storages already in `tensors`
+        if t.untyped_storage().data_ptr() in storages:
             t = t.clone()
+        storages.add(t.untyped_storage().data_ptr())
         tensors[path] = t
         seen[key] = path
         return {"__t__": path} if dev == "cpu" else {"__t__": path, "dev": dev}

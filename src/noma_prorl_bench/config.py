@@ -219,13 +219,13 @@ class RunConfig:
 
     # ---------------------------------------------------------------- reliability (issue 9)
     save_every: int = 0
-    """Checkpoint every N steps (and at the end); 0: only at the end."""
+    """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM); 0: only at the end."""
     keep_checkpoints: int = 2
     """Keep the last N checkpoints."""
     resume: bool = False
-    """Continue the run in --outdir from its last complete checkpoint."""
+    """Continue the run in --outdir from its last complete checkpoint (its config; flags given now may only change the fields in RESUME_SAFE_FIELDS, see docs/reliability.md)."""
     on_nan: Literal["skip", "stop"] = "skip"
-    """On NaN/Inf in loss, gradients, logprobs or KL: skip the batch or stop the run."""
+    """On NaN/Inf in loss, gradients, logprobs or KL the update is not applied; then skip: go on with the next minibatch, stop: end the run (exit code 3)."""
 
     # ---------------------------------------------------------------- derived helpers
     @property

@@ -64,7 +64,8 @@ def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Te
     gradient is non-finite). One host sync when everything is finite."""
     on = mask > 0                                                  # [n, T] response tokens
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    quantities = {"loss": loss.detach().reshape(1), "grad_norm": torch.as_tensor(grad_norm).detach().reshape(1).to(loss.device),
+    gn = torch.as_tensor(grad_norm).detach().reshape(1).to(loss.device)
+    quantities = {"loss": loss.detach().reshape(1), "grad_norm": gn,
                   "logp": torch.where(on, logp.detach(), zero), "kl": torch.where(on, kl.detach(), zero)}
     if bool(torch.stack([torch.isfinite(q).all() for q in quantities.values()]).all()):
         return {}
@@ -72,7 +73,8 @@ def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Te
     report = {k: _describe(q, 1 if q.numel() == 1 else n_tok) for k, q in quantities.items()
               if not bool(torch.isfinite(q).all())}
     if model is not None:
-        names = [n for n, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+        names = [n for n, p in model.named_parameters()
+                 if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
         if names:
             report["grads"] = {"params": names[:MAX_PARAM_NAMES], "n_params": len(names)}
     return report

@@ -223,3 +223,19 @@ def test_on_nan_stop_exits_3_with_outputs_flushed(tmp_path, fast_flags, monkeypa
     assert [r["step"] for r in _records(d)] == [1]
     last = _records(d, "events.jsonl")[-1]
     assert last["event"] == "nan_guard" and last["action"] == "stop" and last["step"] == 2
+
+
+@pytest.mark.hf
+def test_hf_model_with_growing_adapters_resumes_exactly(tmp_path):
+    pytest.importorskip("transformers")
+    from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+    model = build_tiny_hf_model(tmp_path / "model", "qwen2", hidden=32, layers=2, heads=4, seed=0, init_std=0.1)
+    flags = ["--model", f"hf:{model}", "--batch_size", "2", "--group_size", "2", "--warmstart_steps", "2",
+             "--n_val", "4", "--eval_every", "2", "--quiet", "--max_new_tokens", "6", "--steps", "6",
+             "--enable_growth", "1", "--grow_every", "2", "--adapter_targets", "*proj", "--reset_every", "3"]
+    full, d = str(tmp_path / "full"), str(tmp_path / "killed")
+    assert main(["--outdir", full, *flags]) == 0
+    assert main(["--outdir", d, *flags, "--save_every", "3", "--keep_checkpoints", "3"]) == 0
+    shutil.rmtree(os.path.join(d, "checkpoints", "step_000006"))
+    assert main(["--outdir", d, "--resume"]) == 0
+    assert _stable(d) == _stable(full)

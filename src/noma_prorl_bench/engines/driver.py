@@ -40,6 +40,7 @@ from ..metrics import JsonlSink, open_run_files
 from .actors import CpuClock, Generator, Learner, ReferenceScorer
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
+SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
 
 
 class EngineError(RuntimeError):
@@ -59,6 +60,7 @@ class Call:
     deadline: float
     kind: str = ""
     data: Any = None
+    setup: bool = False
 
 
 class RunFiles:
@@ -138,7 +140,7 @@ class RayEngine:
         if pack:
             from ray.util.placement_group import placement_group  # noqa: PLC0415
             self.pg = placement_group([{"CPU": self.cpus_per_actor}] * n_actors, strategy="STRICT_PACK")
-            self.get(self.pg.ready(), "placement group (all actors on one node)")
+            self.get(self.pg.ready(), "placement group (all actors on one node)", setup=True)
 
     def spawn(self, cls, name: str, *args):
         import ray  # noqa: PLC0415
@@ -165,7 +167,7 @@ class RayEngine:
         self.gens = [self.spawn(Generator, f"generator/{i}", cfg, i, self.t0, place == "generator", fault)
                      for i in range(n_generators)]
         self.scorer = self.spawn(ReferenceScorer, "reference", cfg, self.t0) if place == "own_actor" else None
-        payload = self.get(payload_ref, "learner init (build, warm start)")
+        payload = self.get(payload_ref, "learner init (build, warm start)", setup=True)
         self.absorb(payload)
         self.warmstart = payload["warmstart"]
         self.last_val = self.warmstart.get("val_reward")
@@ -173,14 +175,16 @@ class RayEngine:
         names = [f"generator/{i}" for i in range(n_generators)]
         self.holders = {"generator": list(self.gens), "own_actor": [self.scorer]}.get(place, [])
         self.holder_names = {"generator": names, "own_actor": ["reference"]}.get(place, [])
-        starts = {h.start.remote(payload_ref): self.call(f"{name} start")
+        starts = {h.start.remote(payload_ref): self.call(f"{name} start", setup=True)
                   for name, h in zip(names + ["reference"], self.gens + [self.scorer]) if h is not None}
         while starts:
             self.absorb(self.wait_any(starts)[2])
 
     # ================================================================ calls with deadlines
-    def call(self, what: str, kind: str = "", data: Any = None) -> Call:
-        return Call(what, time.time() + self.cfg.actor_timeout, kind, data)
+    def call(self, what: str, kind: str = "", data: Any = None, setup: bool = False) -> Call:
+        """A deadline of --actor_timeout from now (start-up calls: at least SETUP_TIMEOUT_S)."""
+        timeout = max(self.cfg.actor_timeout, SETUP_TIMEOUT_S) if setup else self.cfg.actor_timeout
+        return Call(what, time.time() + timeout, kind, data, setup)
 
     def wait_any(self, pending: dict):
         """(ref, Call, value) of the first pending call to finish; EngineError on death or timeout."""
@@ -194,11 +198,15 @@ class RayEngine:
                 return ref, call, self.fetch(ref, call)
             late = [c for c in pending.values() if c.deadline <= time.time()]
             if late:
-                raise EngineError(f"{late[0].what} did not answer within --actor_timeout "
-                                  f"{self.cfg.actor_timeout:g} s (the actor hangs or is too slow)")
+                raise EngineError(f"{late[0].what} did not answer within "
+                                  f"{self.timeout_text(late[0])} (the actor hangs or is too slow)")
 
-    def get(self, ref, what: str):
-        return self.wait_any({ref: self.call(what)})[2]
+    def get(self, ref, what: str, setup: bool = False):
+        return self.wait_any({ref: self.call(what, setup=setup)})[2]
+
+    def timeout_text(self, call: Call) -> str:
+        return (f"the start-up timeout of {max(self.cfg.actor_timeout, SETUP_TIMEOUT_S):g} s" if call.setup
+                else f"--actor_timeout {self.cfg.actor_timeout:g} s")
 
     def fetch(self, ref, call: Call):
         import ray  # noqa: PLC0415
@@ -209,8 +217,7 @@ class RayEngine:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})") from None
         except rex.GetTimeoutError:
-            raise EngineError(f"{call.what} did not answer within --actor_timeout "
-                              f"{self.cfg.actor_timeout:g} s") from None
+            raise EngineError(f"{call.what} did not answer within {self.timeout_text(call)}") from None
         except rex.RayTaskError as e:
             text = str(e).strip()
             name = next((ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines())

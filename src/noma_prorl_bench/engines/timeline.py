@@ -23,9 +23,6 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-
 STAGES = ("setup", "generate", "ref", "train", "eval", "sync", "idle")
 COLORS = {"setup": "#937860", "generate": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
           "sync": "#8172b3", "idle": "#e5e5e5"}
@@ -115,9 +112,11 @@ def zoom_window(spans: list[dict], last_steps: int) -> tuple[float, float]:
     return min(s["start"] for s in win), max(s["end"] for s in work)
 
 
-def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int = 6) -> Figure:
-    """Gantt chart, one row per actor and one bar per span, with each row's busy fraction:
-    the whole run on top, the last `zoom_steps` steps below (the steady state)."""
+def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int = 6):
+    """Gantt chart (a matplotlib Figure, no pyplot), one row per actor and one bar per span,
+    with each row's busy fraction: the whole run on top, the last `zoom_steps` steps below."""
+    from matplotlib.figure import Figure  # noqa: PLC0415  (actors import this module; keep them light)
+    from matplotlib.patches import Patch  # noqa: PLC0415
     actors = sorted({s["actor"] for s in spans}, key=_actor_order)
     fig = Figure(figsize=(11, 2.2 + 1.2 * max(len(actors), 1)))
     ax_all, ax_zoom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)

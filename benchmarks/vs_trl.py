@@ -1,0 +1,266 @@
+"""Seconds per GRPO step: this harness vs `trl.GRPOTrainer` on the same model, prompts and reward.
+
+The same work on both sides, CPU, float32, one torch thread per process:
+  model       a tiny random Llama built offline (`models/tiny_hf.build_tiny_hf_model`), loaded
+              from its directory by both (TRL gets the path, so with beta > 0 it loads pi_ref too)
+  prompts     keyword_inclusion (seed 004), the exact sequence our trainer samples: B prompts per
+              step replayed from its data stream into a `datasets.Dataset` (TRL: shuffle off)
+  reward      `KeywordInclusionTask.reward` (= rewards.keyword_inclusion_reward_fn) on both
+  one step    B prompts x G samples of at most T tokens (temperature 1, no top-k/top-p) -> rewards
+              -> group-normalised advantages -> (beta > 0: one pi_ref forward over the batch) ->
+              ONE forward/backward over all B*G sequences -> ONE optimizer step (clip 0.2,
+              grad-norm clip 1.0, constant LR, k3 KL in the loss, token-mean loss).
+              Ours: --ppo_epochs 1 --minibatches 1 --kl_estimator k3 (beta 0: --variant B, no
+              reference model, like TRL). TRL: num_iterations=1, steps_per_generation=1,
+              gradient_accumulation_steps=1, per_device_train_batch_size=B*G, loss_type="dapo"
+              (token-level normalisation), no vLLM, bf16=False.
+Runs alternate (ours, TRL, ours, TRL, ...) in separate subprocesses; each reports the wall time
+between consecutive step ends (the first step, which pays one-off warm-up costs, is dropped).
+We report the median over all timed steps, the ratio TRL / ours, and generation tokens/s of
+each side's sampler (its generate call only), plus our sampler with and without the KV cache on
+the same model and shapes (`rollout_kv.py`'s timing, EOS disabled).
+
+Run (recorded in docs/models.md):
+    PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 3 --steps 8
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+
+
+# ============================================================================ shared set-up
+def replay_prompts(seed: int, B: int, steps: int) -> list:
+    """The Examples our Trainer samples, step by step (its data stream: default_rng([seed, 1]))."""
+    import numpy as np
+    from noma_prorl_bench.tasks import make_task
+    task, rng = make_task("keyword_inclusion", n_val=8), np.random.default_rng([seed, 1])
+    return [e for _ in range(steps) for e in task.sample(rng, B)]
+
+
+def _result(obj: dict) -> None:
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+# ============================================================================ workers
+def worker_ours(a) -> None:
+    """Our Trainer on the tiny model; times `train_step`, and the sampler's generate calls."""
+    import torch
+    from noma_prorl_bench import rollout
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.metrics import JsonlSink
+    from noma_prorl_bench.trainer import Trainer
+    torch.set_num_threads(1)
+    gen_s, gen_tok = [], []
+    generate = rollout.generate
+
+    def timed_generate(*args, **kw):
+        t0 = time.perf_counter()
+        out = generate(*args, **kw)
+        gen_s.append(time.perf_counter() - t0)
+        gen_tok.append(int(out[2].sum()))                                 # mask[N, T]: generated tokens
+        return out
+
+    rollout.generate = timed_generate
+    variant = {"variant": "A", "ref_compute": "cached"} if a.beta > 0 else {"variant": "B"}
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = make_config({
+            "outdir": tmp, "model": f"hf:{a.model_dir}", "task": "keyword_inclusion", "seed": a.seed,
+            "batch_size": a.B, "group_size": a.G, "max_new_tokens": a.T, "lr": a.lr, "ppo_epochs": 1,
+            "minibatches": 1, "beta": a.beta, "kl_estimator": "k3", "loss": "grpo_clip", "loss_agg": "token-mean",
+            "warmstart_steps": 0, "steps": a.steps + 1, "eval_every": 10 ** 6, "n_val": 8, "threads": 1,
+            "quiet": True, **variant})
+        sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
+        trainer = Trainer(cfg, *sinks)
+        gen_s.clear(), gen_tok.clear()                                     # drop the monitors' set-up rollout
+        ends, lens = [time.perf_counter()], []
+        for _ in range(a.steps):
+            m = trainer.train_step()
+            ends.append(time.perf_counter())
+            lens.append(m["response/len_mean"])
+        for s in sinks:
+            s.close()
+    _result({"side": "ours", "step_s": [b - e for e, b in zip(ends[1:], ends[2:])], "gen_s": gen_s[1:],
+             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens)})
+
+
+def worker_trl(a) -> None:
+    """trl.GRPOTrainer on the same model directory, prompts and reward."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    from noma_prorl_bench.tasks import make_task
+    torch.set_num_threads(1)
+    task = make_task("keyword_inclusion", n_val=8)
+    examples = replay_prompts(a.seed, a.B, a.steps)
+    ds = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
+
+    def keyword_reward(completions, answer, **_):
+        return [task.reward(c, k) for c, k in zip(completions, answer)]
+
+    ends, lens = [], []
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            ends.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            ends.append(time.perf_counter())
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                lens.append(logs["completions/mean_length"])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(
+            output_dir=tmp, seed=a.seed, use_cpu=True, bf16=False, fp16=False, report_to="none",
+            save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
+            model_init_kwargs={"dtype": torch.float32},
+            per_device_train_batch_size=a.B * a.G, num_generations=a.G, max_completion_length=a.T,
+            steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, max_steps=a.steps,
+            learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+            beta=a.beta, epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=1.0, top_p=1.0, top_k=0,
+            use_vllm=False, shuffle_dataset=False, log_completions=False, disable_dropout=True)
+        trainer = GRPOTrainer(model=a.model_dir, reward_funcs=keyword_reward, args=args, train_dataset=ds,
+                              callbacks=[StepClock()])
+        gen_s, gen_tok = [], []
+        generate = trainer._generate_single_turn
+
+        def timed_generate(*args_, **kw):
+            t0 = time.perf_counter()
+            out = generate(*args_, **kw)
+            gen_s.append(time.perf_counter() - t0)
+            gen_tok.append(sum(len(c) for c in out[0]))                  # completion ids, up to first EOS
+            return out
+
+        trainer._generate_single_turn = timed_generate
+        trainer.train()
+    _result({"side": "trl", "step_s": [b - e for e, b in zip(ends[1:], ends[2:])], "gen_s": gen_s[1:],
+             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None})
+
+
+def worker_rollout(a) -> None:
+    """Our sampler on the same model and shapes, KV cache vs full recompute (EOS disabled)."""
+    import torch
+    sys.path.insert(0, HERE)
+    from rollout_kv import time_rollout
+    from noma_prorl_bench.models.hf import load_hf_policy
+    from noma_prorl_bench.models.transformer import NoCachePolicy
+    torch.set_num_threads(1)
+    policy, tok = load_hf_policy(a.model_dir)
+    examples = replay_prompts(a.seed, a.B, 1)
+    prompts = tok.encode_prompts([e.prompt for e in examples for _ in range(a.G)])     # [N, P]
+    N, P = prompts.shape
+    out = {"side": "rollout", "N": N, "P": P, "T": a.T}
+    with torch.no_grad():
+        paths = {"cache": policy, "no_cache": NoCachePolicy(policy)}
+        for p in paths.values():
+            time_rollout(p, prompts, 4, tok.pad_id, seed=0)                # warm-up
+        times = {k: [] for k in paths}
+        for r in range(a.repeats):
+            for k in (paths if r % 2 == 0 else reversed(list(paths))):
+                times[k].append(time_rollout(paths[k], prompts, a.T, tok.pad_id, seed=r))
+    for k, v in times.items():
+        out[f"{k}_tok_s"] = N * a.T / statistics.median(v)
+    _result(out)
+
+
+# ============================================================================ driver
+def spawn(worker: str, a, beta: float) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--model_dir", a.model_dir,
+           "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
+           "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats)]
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{worker} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def summarise(runs: list[dict]) -> dict:
+    steps = [s for r in runs for s in r["step_s"]]
+    gen_s = sum(s for r in runs for s in r["gen_s"])
+    gen_tok = sum(t for r in runs for t in r["gen_tokens"])
+    return {"median_step_s": statistics.median(steps), "run_medians": [statistics.median(r["step_s"]) for r in runs],
+            "gen_tok_s": gen_tok / gen_s if gen_s else None,
+            "completion_len_mean": statistics.mean(r["completion_len_mean"] for r in runs
+                                                   if r["completion_len_mean"] is not None)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="seconds per GRPO step: noma_prorl_bench vs trl.GRPOTrainer (CPU)")
+    p.add_argument("--betas", type=float, nargs="+", default=[0.04, 0.0], help="KL coefficients (equal in both)")
+    p.add_argument("--repeats", type=int, default=3, help="alternating run pairs per beta")
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is not timed)")
+    p.add_argument("--B", type=int, default=4, help="prompts per step")
+    p.add_argument("--G", type=int, default=4, help="samples per prompt (group size)")
+    p.add_argument("--T", type=int, default=32, help="max completion tokens")
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--out", default=None, help="optional JSON file for every run")
+    p.add_argument("--worker", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)
+    p.add_argument("--model_dir", help=argparse.SUPPRESS)
+    p.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        {"ours": worker_ours, "trl": worker_trl, "rollout": worker_rollout}[a.worker](a)
+        return 0
+    import torch
+    import transformers
+    import trl
+    sys.path.insert(0, SRC)
+    from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+    print(f"# torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
+          f"{platform.machine()}, 1 thread per process; B={a.B} G={a.G} T={a.T} lr={a.lr}, "
+          f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; steps/run={a.steps} "
+          f"(first untimed), {a.repeats} alternating pairs per beta", flush=True)
+    results = {"args": vars(a), "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                                            "trl": trl.__version__}, "rows": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        a.model_dir = str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
+                                              layers=a.layers, heads=a.heads, seed=0))
+        print("| beta | ours s/step | TRL s/step | TRL / ours | ours gen tok/s | TRL gen tok/s "
+              "| completion len ours / TRL |")
+        print("|-----:|------------:|-----------:|-----------:|---------------:|--------------:|---------:|")
+        for beta in a.betas:
+            runs = {"ours": [], "trl": []}
+            for _ in range(a.repeats):
+                for side in ("ours", "trl"):
+                    runs[side].append(spawn(side, a, beta))
+            s = {k: summarise(v) for k, v in runs.items()}
+            row = {"beta": beta, "ours": s["ours"], "trl": s["trl"],
+                   "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"], "runs": runs}
+            results["rows"].append(row)
+            print(f"| {beta:g} | {s['ours']['median_step_s']:.3f} | {s['trl']['median_step_s']:.3f} "
+                  f"| {row['ratio_trl_over_ours']:.2f}x | {s['ours']['gen_tok_s']:,.0f} | {s['trl']['gen_tok_s']:,.0f} "
+                  f"| {s['ours']['completion_len_mean']:.1f} / {s['trl']['completion_len_mean']:.1f} |", flush=True)
+        ro = spawn("rollout", a, 0.0)
+        results["rollout_kv"] = ro
+        print(f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "
+              f"KV cache {ro['cache_tok_s']:,.0f} tok/s, no cache {ro['no_cache_tok_s']:,.0f} tok/s "
+              f"({ro['cache_tok_s'] / ro['no_cache_tok_s']:.2f}x)", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
