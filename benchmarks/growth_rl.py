@@ -37,7 +37,7 @@ VOLATILE = ("time/", "perf/")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--steps", type=int, default=240)
     p.add_argument("--grow_every", type=int, default=60)
@@ -51,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--json", default=os.path.join(ROOT, "runs", "growth_rl.json"))
     p.add_argument("--fig", default=os.path.join(ROOT, "docs", "figures", "growth_rl.png"))
     p.add_argument("--from_json", default="")
+    p.add_argument("--step_sizes", type=int, default=0,
+                   help="1: only the step-size diagnostic (in process, seed 0, preserve vs reset)")
     return p.parse_args(argv)
 
 
@@ -210,9 +212,48 @@ def plot(results: list[dict], args) -> None:
     print(f"figure: {os.path.relpath(args.fig, ROOT)}")
 
 
+def step_sizes(args, seed: int = 0, window: int = 20) -> None:
+    """Diagnostic (in process, one seed, preserve vs reset): mean |change| per optimizer step of
+    the head adapter's entries, in units of lr, over the `window` RL steps after each growth,
+    for the old block (A[:r_old], B[:, :r_old]) and the new block; `before`: the old block over
+    the `window` steps before the growth."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    import torch
+    from noma_prorl_bench.config import build_parser, make_config
+    from noma_prorl_bench.trainer import Trainer
+    print("\n| mode | growth step | rank | old block, before | old block, after | new block, after |")
+    print("|---|---|---|---|---|---|")
+    for mode in ("preserve", "reset"):
+        ns = vars(build_parser().parse_args(command(args, mode, seed)[3:]))
+        cfg = make_config({**ns, "outdir": "/dev/null"})
+        tr = Trainer(cfg)
+        unit = cfg.ppo_epochs * cfg.minibatches * cfg.lr            # optimizer steps per RL step x lr
+        deltas = []                                                  # per RL step: (|dA| [r, in], |dB| [out, r])
+        for _ in range(cfg.steps):
+            A0, B0 = tr.policy.head.lora_A.detach().clone(), tr.policy.head.lora_B.detach().clone()
+            tr.train_step()
+            r = A0.shape[0]
+            deltas.append(((tr.policy.head.lora_A.detach()[:r] - A0).abs(),
+                           (tr.policy.head.lora_B.detach()[:, :r] - B0).abs()))
+
+        def block(steps, lo, hi):
+            vals = [torch.cat([dA[lo:hi].flatten(), dB[:, lo:hi].flatten()]) for dA, dB in steps]
+            return float(torch.cat(vals).mean()) / unit
+
+        for g in growth_steps(args):
+            r_old, r_new = deltas[g - 1][0].shape[0], deltas[g][0].shape[0]
+            after = deltas[g:g + window]
+            print(f"| {mode} | {g} | {r_old} -> {r_new} | {block(deltas[g - window:g], 0, r_old):.2f} | "
+                  f"{block(after, 0, r_old):.2f} | {block(after, r_old, r_new):.2f} |")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     t0 = time.perf_counter()
+    if args.step_sizes:
+        step_sizes(args)
+        print(f"total wall time {time.perf_counter() - t0:.0f} s")
+        return
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)

@@ -2,6 +2,9 @@
 
 Run:  PYTHONPATH=src python benchmarks/reset_ablation.py [--scratch /tmp/reset_ablation] [--jobs 2]
       (--analyse_only re-reads saved runs; finished runs are skipped unless --fresh)
+Defaults: 15 runs x 500 steps, about 12 min on 2 shared cores at 2 runs at a time (a step
+is ~0.1-0.15 s at batch 8 x 8 with another job on the machine); docs/resets.md records the
+600-step run with --with_no_kl (18 runs).
 
 Every run is `python -m noma_prorl_bench.run` on reverse_digits with the same settings
 (COMMON below, printed with the commands), one torch thread, at most `--jobs` at a time; runs
@@ -9,8 +12,8 @@ are saved under --scratch/<condition>/seed<k>/ and everything below is computed 
 metrics.jsonl / events.jsonl only.
 
 (a) Phenomenon: a strong KL to a *fixed* reference (`--kl_estimator k3 --beta B`) against the
-    same beta with periodic reference resets (`--reset_every R`, optimizer kept), plus a
-    no-KL run (`--beta 0`) for context.
+    same beta with periodic reference resets (`--reset_every R`, optimizer kept); with
+    --with_no_kl also a no-KL run (`--beta 0`) for context.
 (b) Ablation at the same cadence R: `--opt_reset keep | hard | soft | asym` (f = 0.2).
     `keep` is the reset run of (a).
 
@@ -43,11 +46,11 @@ COMMON = ["--task", "reverse_digits", "--batch_size", "8", "--group_size", "8", 
           "--kl_estimator", "k3", "--eval_every", "20", "--n_val", "256", "--threads", "1", "--quiet"]
 
 
-def conditions(beta: float, every: int) -> dict[str, list[str]]:
+def conditions(beta: float, every: int, with_no_kl: bool) -> dict[str, list[str]]:
     """Condition name -> flags (on top of COMMON, --steps and --seed)."""
     reset = ["--beta", str(beta), "--reset_every", str(every)]
     return {
-        "no_kl": ["--beta", "0"],
+        **({"no_kl": ["--beta", "0"]} if with_no_kl else {}),
         "fixed_ref": ["--beta", str(beta)],
         "keep": [*reset, "--opt_reset", "keep"],
         "hard": [*reset, "--opt_reset", "hard"],
@@ -218,18 +221,20 @@ def plot(all_metrics: dict[str, list[list[dict]]], names: tuple[str, ...], path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scratch", default="/tmp/reset_ablation", help="where the runs are saved")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--beta", type=float, default=1.0)
     ap.add_argument("--reset_every", type=int, default=50)
     ap.add_argument("--threshold", type=float, default=0.45, help="val reward for steps-to-threshold")
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
     ap.add_argument("--figdir", default=os.path.join(ROOT, "docs", "figures"))
+    ap.add_argument("--with_no_kl", action="store_true", help="add the beta=0 context runs (3 more)")
     ap.add_argument("--fresh", action="store_true", help="re-run finished runs too")
     ap.add_argument("--analyse_only", action="store_true", help="only read saved runs")
     args = ap.parse_args(argv)
 
-    conds = conditions(args.beta, args.reset_every)
+    conds = conditions(args.beta, args.reset_every, args.with_no_kl)
+    phenomenon = tuple(n for n in PHENOMENON if n in conds)
     jobs, dirs = [], {}
     for name, flags in conds.items():
         for seed in range(args.seeds):
@@ -254,10 +259,10 @@ def main(argv=None) -> int:
     print(f"\n# warm-start val reward (mean over seeds): {warm:.3f}; final = mean val over the last "
           f"{FINAL_WINDOW} steps; {args.seeds} seeds; mean ± std (min..max)\n")
     print(f"## (a) phenomenon: fixed reference vs periodic resets (beta {args.beta}, k3, every {args.reset_every})\n")
-    print(table(stats, PHENOMENON, args.threshold))
+    print(table(stats, phenomenon, args.threshold))
     print(f"\n## (b) optimizer state at the reset (every {args.reset_every}, beta {args.beta})\n")
     print(table(stats, ABLATION, args.threshold))
-    plot(all_metrics, PHENOMENON, os.path.join(args.figdir, "resets_phenomenon.png"), args.reset_every,
+    plot(all_metrics, phenomenon, os.path.join(args.figdir, "resets_phenomenon.png"), args.reset_every,
          f"(a) beta={args.beta} k3: fixed reference vs reset every {args.reset_every} (keep); no_kl: beta=0")
     plot(all_metrics, ABLATION, os.path.join(args.figdir, "resets_ablation.png"), args.reset_every,
          f"(b) reset every {args.reset_every}, beta={args.beta} k3: optimizer state keep / hard / soft / asym",

@@ -15,13 +15,14 @@ The same work on both sides, CPU, float32, one torch thread per process:
               gradient_accumulation_steps=1, per_device_train_batch_size=B*G, loss_type="dapo"
               (token-level normalisation), no vLLM, bf16=False.
 Runs alternate (ours, TRL, ours, TRL, ...) in separate subprocesses; each reports the wall time
-between consecutive step ends (the first step, which pays one-off warm-up costs, is dropped).
-We report the median over all timed steps, the ratio TRL / ours, and generation tokens/s of
-each side's sampler (its generate call only), plus our sampler with and without the KV cache on
-the same model and shapes (`rollout_kv.py`'s timing, EOS disabled).
+and the process CPU time between consecutive step ends (the first step, which pays one-off
+warm-up costs, is dropped). We report the medians over all timed steps, the ratios TRL / ours
+(wall; CPU time, which a shared machine disturbs less; and the median of the per-pair ratios of
+run medians), generation tokens per CPU second of each side's generate call, and our sampler
+with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off).
 
 Run (recorded in docs/models.md):
-    PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 3 --steps 8
+    PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
 """
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def replay_prompts(seed: int, B: int, steps: int) -> list:
     return [e for _ in range(steps) for e in task.sample(rng, B)]
 
 
+def _diffs(ends: list) -> list:
+    """Per-step durations from step-end clock readings [start, end_1, ..., end_n], step 1 dropped."""
+    return [b - e for e, b in zip(ends[1:], ends[2:])]
+
+
 def _result(obj: dict) -> None:
     print("RESULT " + json.dumps(obj), flush=True)
 
@@ -65,9 +71,9 @@ def worker_ours(a) -> None:
     generate = rollout.generate
 
     def timed_generate(*args, **kw):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = generate(*args, **kw)
-        gen_s.append(time.perf_counter() - t0)
+        gen_s.append(time.process_time() - t0)
         gen_tok.append(int(out[2].sum()))                                 # mask[N, T]: generated tokens
         return out
 
@@ -83,14 +89,15 @@ def worker_ours(a) -> None:
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
         trainer = Trainer(cfg, *sinks)
         gen_s.clear(), gen_tok.clear()                                     # drop the monitors' set-up rollout
-        ends, lens = [time.perf_counter()], []
+        ends, cpu, lens = [time.perf_counter()], [time.process_time()], []
         for _ in range(a.steps):
             m = trainer.train_step()
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
             lens.append(m["response/len_mean"])
         for s in sinks:
             s.close()
-    _result({"side": "ours", "step_s": [b - e for e, b in zip(ends[1:], ends[2:])], "gen_s": gen_s[1:],
+    _result({"side": "ours", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
              "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens)})
 
 
@@ -109,14 +116,16 @@ def worker_trl(a) -> None:
     def keyword_reward(completions, answer, **_):
         return [task.reward(c, k) for c, k in zip(completions, answer)]
 
-    ends, lens = [], []
+    ends, cpu, lens = [], [], []
 
     class StepClock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
         def on_step_end(self, args, state, control, **kw):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
@@ -138,15 +147,15 @@ def worker_trl(a) -> None:
         generate = trainer._generate_single_turn
 
         def timed_generate(*args_, **kw):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             out = generate(*args_, **kw)
-            gen_s.append(time.perf_counter() - t0)
+            gen_s.append(time.process_time() - t0)
             gen_tok.append(sum(len(c) for c in out[0]))                  # completion ids, up to first EOS
             return out
 
         trainer._generate_single_turn = timed_generate
         trainer.train()
-    _result({"side": "trl", "step_s": [b - e for e, b in zip(ends[1:], ends[2:])], "gen_s": gen_s[1:],
+    _result({"side": "trl", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
              "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None})
 
 
@@ -192,10 +201,13 @@ def spawn(worker: str, a, beta: float) -> dict:
 
 
 def summarise(runs: list[dict]) -> dict:
-    steps = [s for r in runs for s in r["step_s"]]
+    """Medians over every timed step of every run: wall and CPU seconds; generation tokens per
+    CPU second of the generate calls."""
     gen_s = sum(s for r in runs for s in r["gen_s"])
     gen_tok = sum(t for r in runs for t in r["gen_tokens"])
-    return {"median_step_s": statistics.median(steps), "run_medians": [statistics.median(r["step_s"]) for r in runs],
+    return {"median_step_s": statistics.median(s for r in runs for s in r["step_s"]),
+            "median_step_cpu_s": statistics.median(s for r in runs for s in r["step_cpu_s"]),
+            "run_medians": [statistics.median(r["step_s"]) for r in runs],
             "gen_tok_s": gen_tok / gen_s if gen_s else None,
             "completion_len_mean": statistics.mean(r["completion_len_mean"] for r in runs
                                                    if r["completion_len_mean"] is not None)}
@@ -236,20 +248,26 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
                                               layers=a.layers, heads=a.heads, seed=0))
-        print("| beta | ours s/step | TRL s/step | TRL / ours | ours gen tok/s | TRL gen tok/s "
-              "| completion len ours / TRL |")
-        print("|-----:|------------:|-----------:|-----------:|---------------:|--------------:|---------:|")
+        print("| beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step | TRL / ours (CPU) "
+              "| pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL |")
+        print("|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|")
         for beta in a.betas:
             runs = {"ours": [], "trl": []}
             for _ in range(a.repeats):
                 for side in ("ours", "trl"):
                     runs[side].append(spawn(side, a, beta))
             s = {k: summarise(v) for k, v in runs.items()}
-            row = {"beta": beta, "ours": s["ours"], "trl": s["trl"],
-                   "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"], "runs": runs}
+            pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
+            row = {"beta": beta, "ours": s["ours"], "trl": s["trl"], "pairwise_ratios": pairs,
+                   "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
+                   "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
+                   "runs": runs}
             results["rows"].append(row)
             print(f"| {beta:g} | {s['ours']['median_step_s']:.3f} | {s['trl']['median_step_s']:.3f} "
-                  f"| {row['ratio_trl_over_ours']:.2f}x | {s['ours']['gen_tok_s']:,.0f} | {s['trl']['gen_tok_s']:,.0f} "
+                  f"| {row['ratio_trl_over_ours']:.2f}x | {s['ours']['median_step_cpu_s']:.3f} "
+                  f"| {s['trl']['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
+                  f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
+                  f"| {s['ours']['gen_tok_s']:,.0f} / {s['trl']['gen_tok_s']:,.0f} "
                   f"| {s['ours']['completion_len_mean']:.1f} / {s['trl']['completion_len_mean']:.1f} |", flush=True)
         ro = spawn("rollout", a, 0.0)
         results["rollout_kv"] = ro

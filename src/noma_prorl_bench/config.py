@@ -418,6 +418,9 @@ def _validate_engine(cfg: RunConfig) -> None:
         if cfg.kl_estimator == "full":
             raise ConfigError("ref_placement", "--kl_estimator full needs the reference logits in the learner; "
                                                "use --ref_placement learner")
+        if cfg.enable_growth:
+            raise ConfigError("ref_placement", "--enable_growth grows pi_ref together with the policy inside the "
+                                               "learner; use --ref_placement learner")
 
 
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:

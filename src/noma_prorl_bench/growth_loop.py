@@ -48,8 +48,6 @@ from .models.lora import adapter_parameters, adapter_rank, adapters, attach_lora
 from .optim_state import make_lr_scheduler
 from .resets import ResetTrigger
 
-GROW_ON = ("schedule", "reset", "stall")
-
 
 def parse_targets(text: str) -> list[str]:
     """`"head, *proj"` -> `["head", "*proj"]`."""

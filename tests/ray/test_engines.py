@@ -26,21 +26,30 @@ def _events(d):
 
 EQUIV = ["--steps", "4", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
          "--eval_every", "2", "--quiet", "--reset_every", "2", "--ref_update", "polyak"]
+GROWTH = ["--enable_growth", "1", "--grow_every", "2", "--initial_rank", "2", "--rank_step", "2"]
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("local") / "run"
-    assert main(["--outdir", str(out), *EQUIV]) == 0
-    return out
+def local_runs(tmp_path_factory):
+    """Local-engine runs, one per flag set, made once for the module."""
+    cache = {}
+
+    def get(extra):
+        key = tuple(extra)
+        if key not in cache:
+            cache[key] = tmp_path_factory.mktemp("local") / "run"
+            assert main(["--outdir", str(cache[key]), *EQUIV, *extra]) == 0
+        return cache[key]
+    return get
 
 
-@pytest.mark.parametrize("placement", ["learner", "generator"])
-def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_run, placement):
+@pytest.mark.parametrize("placement,extra", [("learner", GROWTH), ("generator", [])], ids=["learner+growth", "generator"])
+def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_runs, placement, extra):
     """Same code, same RNG streams, same weights (numpy float32 is exact): every metric but
-    time/perf is equal, resets included (with the reference on the generator, each reset must
-    reach it before the next batch is scored, or logp_ref and every KL metric would differ)."""
-    flags, local, ray_run = EQUIV, local_run, tmp_path / "ray"
+    time/perf is equal, with Polyak reference resets at steps 2 and 4 and (learner placement)
+    adapter growth after step 2, whose new tensor shapes reach the generator as a new module. With the reference on the generator each reset must reach it before the next
+    batch is scored, or logp_ref and every KL metric would differ."""
+    flags, local, ray_run = [*EQUIV, *extra], local_runs(extra), tmp_path / "ray"
     assert main(["--outdir", str(ray_run), *flags, "--engine", "ray_colocated", "--ref_placement", placement]) == 0
     a, b = _lines(local), _lines(ray_run)
     assert len(a) == len(b) == 4
@@ -51,6 +60,9 @@ def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_run, placeme
     assert _events(local) == _events(ray_run)
     if placement == "generator":
         assert [r["ref_version"] for r in b] == [0, 0, 1, 1]
+    else:                                   # grown after step 2: the generator got the new module
+        assert [r["adapter/rank"] for r in b] == [2, 2, 4, 4]
+        assert [r["sync/struct_version"] for r in b] == [0, 1, 1, 1]
     assert (ray_run / "timeline.jsonl").is_file() and (ray_run / "plots" / "timeline.png").is_file()
 
 
@@ -91,35 +103,38 @@ def test_async_never_trains_beyond_max_staleness(ray_cluster, tmp_path, fast_fla
     assert {s["actor"] for s in _lines(out, "timeline.jsonl")} >= {"learner", "generator/0", "generator/1"}
 
 
-def test_dead_generator_is_a_clear_error_with_flushed_outputs(ray_cluster, tmp_path, fast_flags, monkeypatch,
-                                                              capsys, alive_actors):
-    """The generator process exits at its 3rd generate call (test hook): exit 1 well within
-    --actor_timeout, two finished steps on disk, an error event, no actor left alive."""
-    monkeypatch.setenv("NOMA_PRORL_FAULT", "generator_exit@3")
+def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_path, fast_flags, alive_actors):
+    """The CLI in a subprocess joins the session cluster (--ray_address); the generator process
+    exits at its 3rd generate call (test hook). Exit 1 with the actor named, noticed at once
+    (well within --actor_timeout), two finished steps flushed, an error event, no actor alive."""
     out = tmp_path / "dies"
-    t0 = time.time()
-    rc = main(["--outdir", str(out), *fast_flags, "--steps", "5", "--engine", "ray_colocated",
-               "--actor_timeout", "30"])
-    assert rc == 1 and time.time() - t0 < 30
-    err = capsys.readouterr().err
-    assert "generator/0 generate (steps 3-3): the actor died" in err
+    env = {**os.environ, "NOMA_PRORL_FAULT": "generator_exit@3"}
+    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *fast_flags, "--steps", "5",
+           "--engine", "ray_colocated", "--ray_address", ray_cluster, "--actor_timeout", "30"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "error: --engine ray_colocated: generator/0 generate (steps 3-3): the actor died" in p.stderr
     assert [r["step"] for r in _lines(out)] == [1, 2]
     ev = _lines(out, "events.jsonl")[-1]
-    assert ev["event"] == "error" and "died" in ev["reason"]
+    assert ev["event"] == "error" and "the actor died" in ev["reason"] and ev["waited_s"] < 30
     assert json.loads((out / "summary.json").read_text())["complete"] is False
     assert alive_actors() == []
 
 
-def test_hung_generator_times_out_in_a_joined_cluster(ray_cluster, tmp_path, fast_flags, alive_actors):
-    """CLI in a subprocess that joins the session cluster (--ray_address): the generator hangs
-    at its 2nd call; the driver gives up after --actor_timeout, kills its actors, exits 1."""
-    out = tmp_path / "hangs"
-    env = {**os.environ, "NOMA_PRORL_FAULT": "generator_hang@2"}
-    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *fast_flags, "--steps", "4",
-           "--engine", "ray_async", "--max_staleness", "0", "--ray_address", ray_cluster, "--actor_timeout", "3"]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1, p.stderr[-2000:]
-    assert "generator/0 generate (step 2) did not answer within --actor_timeout 3 s" in p.stderr
-    assert [r["step"] for r in _lines(out)] == [1]
-    assert _lines(out, "events.jsonl")[-1]["event"] == "error"
+def test_hung_actor_call_times_out(ray_cluster, tmp_path, alive_actors):
+    """A generator that never returns: the driver's wait gives up after --actor_timeout."""
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.engines.actors import Generator
+    from noma_prorl_bench.engines.driver import EngineError, RayEngine
+    cfg = make_config({"outdir": str(tmp_path), "engine": "ray_async", "actor_timeout": 1.0})
+    engine = RayEngine(cfg, files=None)
+    engine.place(1, pack=False)
+    gen = engine.spawn(Generator, "generator/0", cfg, 0, time.time(), False, "generator_hang@1")
+    engine.get(gen.__ray_ready__.remote(), "generator/0 start", setup=True)
+    t0 = time.time()
+    with pytest.raises(EngineError, match=r"generator/0 generate \(step 1\) did not answer within "
+                                          r"--actor_timeout 1 s") as e:
+        engine.get(gen.generate.remote(1, 1), "generator/0 generate (step 1)")
+    assert 1.0 <= time.time() - t0 < 5.0 and 1.0 <= e.value.waited_s < 5.0
+    engine.stop()
     assert alive_actors() == []

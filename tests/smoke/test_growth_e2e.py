@@ -52,7 +52,7 @@ def test_each_migration_mode_runs(tmp_path, fast_flags, mode):
     (g,) = _growths(events)
     assert (g["step"], g["new_rank"], g["migration"], g["stale_state_problems"]) == (3, 8, mode, [])
     assert g["scheduler_rebuilt"] == (mode == "naive")
-    assert len(metrics) == 5 and all(m["optim/lr"] > 0 for m in metrics)
+    assert len(metrics) == 5 and len({m["optim/lr"] for m in metrics}) == 5   # the schedule still moves
 
 
 def test_naive_keeps_the_lr_schedule(tmp_path, fast_flags):
@@ -125,3 +125,25 @@ def test_growth_flags_without_enable_growth_exit_2(tmp_path, fast_flags, capsys)
         main(["--outdir", str(tmp_path / "x"), *fast_flags, "--grow_every", "3"])
     assert e.value.code == 2 and "--enable_growth 1" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("flags", [
+    ["--grow_on", "stall", "--grow_patience", "1", "--eval_every", "1", "--growth_migration", "naive",
+     "--lr_schedule", "cosine"],
+    ["--grow_on", "reset", "--reset_every", "3", "--reset_to", "best", "--growth_migration", "reset"],
+])
+def test_resume_across_growth_is_exact(tmp_path, fast_flags, flags):
+    """A checkpoint after growths, the run killed later, resumed: the same metrics and events."""
+    import shutil
+    common = [*fast_flags, "--enable_growth", "1", *flags, "--steps", "8"]
+    full, d = tmp_path / "full", tmp_path / "killed"
+    assert main(["--outdir", str(full), *common]) == 0
+    assert main(["--outdir", str(d), *common, "--save_every", "5", "--keep_checkpoints", "2"]) == 0
+    shutil.rmtree(d / "checkpoints" / "step_000008")
+    assert main(["--outdir", str(d), "--resume"]) == 0
+    volatile = ("time/", "perf/")
+    stable = [[{k: v for k, v in m.items() if not k.startswith(volatile)} for m in _read(x / "metrics.jsonl")]
+              for x in (full, d)]
+    assert stable[0] == stable[1]
+    grows = [[(e["step"], e["new_rank"]) for e in _growths(_read(x / "events.jsonl"))] for x in (full, d)]
+    assert grows[0] == grows[1] and grows[0]

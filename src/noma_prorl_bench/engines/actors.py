@@ -183,7 +183,8 @@ class Generator(_RefSide):
         self.version = pub["version"]
         load_s = time.perf_counter() - t_wall
         self.rec.add("sync", t, self.rec.now(), step)
-        return {"version": self.version, "load_s": load_s, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+        return {"version": self.version, "struct_version": self.struct_version, "load_s": load_s,
+                "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def generate(self, k: int, step: int):
         """k step-batches with the current weights -> (meta, batch_1, ..., batch_k).

@@ -47,9 +47,9 @@ class EngineError(RuntimeError):
     """A Ray engine failure (an actor died, hung past --actor_timeout, or raised).
     `cause_name`: the class name of the exception raised inside an actor, if any."""
 
-    def __init__(self, message: str, cause_name: str = ""):
+    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None):
         super().__init__(message)
-        self.cause_name = cause_name
+        self.cause_name, self.waited_s = cause_name, waited_s
 
 
 @dataclass
@@ -61,6 +61,10 @@ class Call:
     kind: str = ""
     data: Any = None
     setup: bool = False
+    submitted: float = 0.0
+
+    def waited(self) -> float:
+        return time.time() - self.submitted
 
 
 class RunFiles:
@@ -93,7 +97,7 @@ class RayEngine:
         self.ref_version = 0
         self.staleness: list[int] = []
         self.sync = {"pack_s": 0.0, "load_s": 0.0, "bytes": 0, "loads": 0}
-        self.sync_version = 0
+        self.sync_version = self.sync_struct = 0
         self.last_val = None
         self.warmstart: dict = {}
         self.t_first = self.t_last = None
@@ -184,7 +188,8 @@ class RayEngine:
     def call(self, what: str, kind: str = "", data: Any = None, setup: bool = False) -> Call:
         """A deadline of --actor_timeout from now (start-up calls: at least SETUP_TIMEOUT_S)."""
         timeout = max(self.cfg.actor_timeout, SETUP_TIMEOUT_S) if setup else self.cfg.actor_timeout
-        return Call(what, time.time() + timeout, kind, data, setup)
+        now = time.time()
+        return Call(what, now + timeout, kind, data, setup, now)
 
     def wait_any(self, pending: dict):
         """(ref, Call, value) of the first pending call to finish; EngineError on death or timeout."""
@@ -199,7 +204,8 @@ class RayEngine:
             late = [c for c in pending.values() if c.deadline <= time.time()]
             if late:
                 raise EngineError(f"{late[0].what} did not answer within "
-                                  f"{self.timeout_text(late[0])} (the actor hangs or is too slow)")
+                                  f"{self.timeout_text(late[0])} (the actor hangs or is too slow)",
+                                  waited_s=late[0].waited())
 
     def get(self, ref, what: str, setup: bool = False):
         return self.wait_any({ref: self.call(what, setup=setup)})[2]
@@ -215,16 +221,19 @@ class RayEngine:
             return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
         except (rex.RayActorError, rex.WorkerCrashedError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})") from None
+            raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})",
+                              waited_s=call.waited()) from None
         except rex.GetTimeoutError:
-            raise EngineError(f"{call.what} did not answer within {self.timeout_text(call)}") from None
+            raise EngineError(f"{call.what} did not answer within {self.timeout_text(call)}",
+                              waited_s=call.waited()) from None
         except rex.RayTaskError as e:
             text = str(e).strip()
             name = next((ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines())
                          if "Error" in ln.split(":")[0]), type(e.cause).__name__ if e.cause else "an error")
-            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name) from None
+            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited()) from None
         except rex.RayError as e:
-            raise EngineError(f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}") from None
+            raise EngineError(f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}",
+                              waited_s=call.waited()) from None
 
     # ================================================================ bookkeeping
     def absorb(self, result: dict) -> None:
@@ -247,6 +256,7 @@ class RayEngine:
             self.sync["load_s"] += ack["load_s"]
             self.sync["loads"] += 1
             self.sync_version = max(self.sync_version, ack["version"])
+            self.sync_struct = max(self.sync_struct, ack["struct_version"])
 
     def write_step(self, res: dict, info: dict) -> dict:
         """The learner's step metrics plus the driver's keys -> metrics.jsonl (one flushed line)."""
@@ -268,6 +278,7 @@ class RayEngine:
                   "time/sync": self.sync["pack_s"] + self.sync["load_s"], "sync/pack_s": self.sync["pack_s"],
                   "sync/load_s": self.sync["load_s"], "sync/bytes": self.sync["bytes"],
                   "sync/loads": self.sync["loads"], "sync/version": self.sync_version,
+                  "sync/struct_version": self.sync_struct,
                   "perf/samples_per_s": n / max(dt, 1e-9), "perf/tokens_per_s": tokens / max(dt, 1e-9),
                   "perf/cpu_s": cpu, "perf/cpu_s_total": self.cpu_total})
         if "ref_version" in info:
@@ -358,7 +369,8 @@ def run_engine(cfg) -> dict:
     except (EngineError, KeyboardInterrupt) as e:
         error = e
         msg = str(e) or type(e).__name__
-        files.events.write({"step": engine.steps_done, "event": "error", "reason": msg, "engine": cfg.engine})
+        files.events.write({"step": engine.steps_done, "event": "error", "reason": msg, "engine": cfg.engine,
+                            "waited_s": getattr(e, "waited_s", None)})
         summary = {"complete": False, "error": msg, "steps": engine.steps_done, "engine": cfg.engine}
     finally:
         if engine.bar is not None:
@@ -371,7 +383,7 @@ def run_engine(cfg) -> dict:
     if error is not None:
         if isinstance(error, KeyboardInterrupt):
             raise error
-        raise EngineError(f"--engine {cfg.engine}: {error}", cause_name=error.cause_name)
+        raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
     from .timeline import save_timeline_plot  # noqa: PLC0415
     save_timeline_plot(cfg.outdir, title=f"{cfg.engine}: {os.path.basename(cfg.outdir.rstrip('/'))}")
     if cfg.plots:
