@@ -2,9 +2,10 @@
 
 Run:  PYTHONPATH=src python benchmarks/reset_ablation.py [--scratch /tmp/reset_ablation] [--jobs 2]
       (--analyse_only re-reads saved runs; finished runs are skipped unless --fresh)
-Defaults: 15 runs x 500 steps, about 12 min on 2 shared cores at 2 runs at a time (a step
-is ~0.1-0.15 s at batch 8 x 8 with another job on the machine); docs/resets.md records the
-600-step run with --with_no_kl (18 runs).
+Defaults: 15 runs x 500 steps at 2 runs at a time: ~11 min on the 2 shared cores when they are
+lightly loaded (a 600-step run took ~110 s), ~16 min under heavy load (~150-190 s per
+600-step run). docs/resets.md records the 600-step run with --with_no_kl (18 runs, 22.5 min
+under a load average of 6-8).
 
 Every run is `python -m noma_prorl_bench.run` on reverse_digits with the same settings
 (COMMON below, printed with the commands), one torch thread, at most `--jobs` at a time; runs
@@ -19,12 +20,15 @@ metrics.jsonl / events.jsonl only.
 
 Reported per condition, over seeds (mean, std, min..max):
   final val     mean `reward/val` over the evaluations in the last FINAL_WINDOW steps
+  final train   mean `reward/mean` (sampled at temperature 1) over the last FINAL_WINDOW steps
   steps-to-thr  first eval step with `reward/val` >= --threshold (runs that never reach it
                 are counted, not averaged)
   KL spike      after each reset at step k: max over steps k+1..k+SPIKE_WINDOW of the loss
                 estimator's KL to the new reference (`kl/k3`), averaged over resets; and the
                 update-size jump: `policy/approx_kl_old` at step k+1 over its mean on steps
                 k-9..k (the 10 steps before the reset)
+  recover       mean `steps_to_recover` of the run's `recovery` events (train reward back to
+                its mean over the 10 steps before the reset)
 Figures: docs/figures/resets_phenomenon.png, docs/figures/resets_ablation.png.
 """
 from __future__ import annotations
@@ -119,7 +123,9 @@ def run_stats(metrics: list[dict], events: list[dict], threshold: float) -> dict
             spikes.append(max(after))
         if k + 1 in by_step and before and statistics.mean(before) > 0:
             jumps.append(by_step[k + 1]["policy/approx_kl_old"] / statistics.mean(before))
-    return {"final": final, "reach": reach, "spike": statistics.mean(spikes) if spikes else None,
+    recov = [e["steps_to_recover"] for e in events if e["event"] == "recovery" and e["recovered"]]
+    return {"final": final, "reach": reach, "recover": statistics.mean(recov) if recov else None,
+            "train": statistics.mean(m["reward/mean"] for m in metrics if m["step"] > last - FINAL_WINDOW), "spike": statistics.mean(spikes) if spikes else None,
             "jump": statistics.mean(jumps) if jumps else None, "n_resets": len(spikes),
             "kl_to_init": statistics.mean(m["kl/to_init"] for m in metrics
                                           if "kl/to_init" in m and m["step"] > last - FINAL_WINDOW)}
@@ -134,15 +140,17 @@ def _fmt(xs: list, digits: int = 3) -> str:
 
 
 def table(stats: dict[str, list[dict]], names: tuple[str, ...], threshold: float) -> str:
-    rows = ["| condition | final val reward | steps to val >= %.2f (reached) | kl/to_init (final) "
-            "| post-reset KL spike (max kl/k3, 5 steps) | update-size jump (approx_kl_old k+1 / before) |"
-            % threshold, "|---|---|---|---|---|---|"]
+    rows = ["| condition | final val reward | final train reward | steps to val >= %.2f (reached) "
+            "| kl/to_init (final) | post-reset KL spike (max kl/k3, 5 steps) "
+            "| update-size jump (approx_kl_old k+1 / before) | steps to recover |"
+            % threshold, "|---|---|---|---|---|---|---|---|"]
     for name in names:
         st = stats[name]
         reached = [s["reach"] for s in st if s["reach"] is not None]
         reach = f"{statistics.mean(reached):.0f} ({len(reached)}/{len(st)})" if reached else f"never (0/{len(st)})"
-        rows.append(f"| {name} | {_fmt([s['final'] for s in st])} | {reach} | {_fmt([s['kl_to_init'] for s in st])} "
-                    f"| {_fmt([s['spike'] for s in st])} | {_fmt([s['jump'] for s in st], 2)} |")
+        rows.append(f"| {name} | {_fmt([s['final'] for s in st])} | {_fmt([s['train'] for s in st])} | {reach} "
+                    f"| {_fmt([s['kl_to_init'] for s in st])} | {_fmt([s['spike'] for s in st])} "
+                    f"| {_fmt([s['jump'] for s in st], 2)} | {_fmt([s['recover'] for s in st], 1)} |")
     return "\n".join(rows)
 
 
@@ -202,6 +210,8 @@ def plot(all_metrics: dict[str, list[list[dict]]], names: tuple[str, ...], path:
             steps, mean, lo, hi = _curves(all_metrics[name], key)
             line, = ax.plot(steps, _smooth(mean, w), label=name, lw=1.5)
             ax.fill_between(steps, _smooth(lo, w), _smooth(hi, w), color=line.get_color(), alpha=0.15, lw=0)
+        if key == "kl/k3":
+            ax.set_yscale("log")
         if every:
             for x in range(every, max(steps) + 1, every):
                 ax.axvline(x, color="grey", lw=0.5, ls=":")
@@ -225,7 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--beta", type=float, default=1.0)
     ap.add_argument("--reset_every", type=int, default=50)
-    ap.add_argument("--threshold", type=float, default=0.45, help="val reward for steps-to-threshold")
+    ap.add_argument("--threshold", type=float, default=0.5, help="val reward for steps-to-threshold")
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
     ap.add_argument("--figdir", default=os.path.join(ROOT, "docs", "figures"))
     ap.add_argument("--with_no_kl", action="store_true", help="add the beta=0 context runs (3 more)")

@@ -292,8 +292,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
 def main_ray(cfg: RunConfig, prog: str) -> int:
     """--engine ray_colocated | ray_async. Exit codes: 0 done; 1 an actor died, hung past
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
-    learner (--on_nan stop); 130 interrupted."""
-    from .engines import EngineError, run_engine
+    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up, no checkpoint)."""
+    from .engines import EngineError, EngineStopped, run_engine
     try:
         summary = run_engine(cfg)
     except EngineError as e:
@@ -301,10 +301,10 @@ def main_ray(cfg: RunConfig, prog: str) -> int:
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "
               f"finished step are in {cfg.outdir}", file=sys.stderr)
         return 3 if stop else 1
-    except KeyboardInterrupt:
-        print(f"{prog}: aborted (Ray engines write no checkpoints; outputs up to the last step are in "
-              f"{cfg.outdir})", file=sys.stderr)
-        return 130
+    except EngineStopped as e:
+        print(f"{prog}: {e}; Ray engines write no checkpoints, outputs up to the last finished step are in "
+              f"{cfg.outdir}", file=sys.stderr)
+        return 128 + e.signum
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
     return 0

@@ -373,14 +373,3 @@ def _grad_norm(model) -> torch.Tensor:
     norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
     return torch.stack(norms).norm() if norms else torch.tensor(0.0)
 
-
-def _jsonable(d: dict) -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            out[k] = v
-        elif isinstance(v, dict):
-            out[k] = _jsonable(v)
-        else:
-            out[k] = str(v)
-    return out

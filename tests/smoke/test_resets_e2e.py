@@ -4,6 +4,7 @@ Polyak is exact, presets run and write their events, drift-monitor forwards have
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, eval every 2 steps, a few steps.
 """
 import json
+import shutil
 
 import pytest
 import torch
@@ -257,3 +258,35 @@ def test_reset_state_round_trips(tmp_path):
     assert sa["best"]["step"] == sb["best"]["step"] and _same_params(sa["best"]["params"], sb["best"]["params"])
     ma, mb = a.monitors.state_dict(), b.monitors.state_dict()
     assert torch.equal(ma["tokens"], mb["tokens"]) and _same_params(ma["drift"]["init_params"], mb["drift"]["init_params"])
+
+
+def test_resume_keeps_trigger_best_and_recovery_state(tmp_path, fast_flags):
+    """Stall + KL-spike + best target across a checkpoint: the resumed run makes the same
+    resets (same reasons, same restored step) and the same metrics as an uninterrupted one."""
+    flags = ["--steps", "9", "--eval_every", "3", "--kl_estimator", "k3", "--reset_to", "best", "--reset_on_stall", "1",
+             "--stall_min_delta", "100", "--reset_kl_above", "1e-12", "--reset_kl_min_gap", "4"]
+    full = tmp_path / "full"
+    assert main(["--outdir", str(full), *fast_flags, *flags]) == 0
+    part = tmp_path / "part"
+    assert main(["--outdir", str(part), *fast_flags, *flags, "--save_every", "5"]) == 0
+    ckpts = sorted((part / "checkpoints").iterdir())
+    for c in ckpts:
+        if c.name != "step_000005":
+            shutil.rmtree(c)
+    (part / "summary.json").unlink()
+    assert main(["--outdir", str(part), "--resume"]) == 0
+    drop = ("seconds",)
+
+    def resets(d):
+        return [{k: v for k, v in e.items() if k not in drop} for e in _read(d / "events.jsonl")
+                if e["event"] in ("ref_reset", "opt_reset", "recovery")]
+
+    assert resets(part) == resets(full)
+    # evals at 3, 6, 9: stall at 6 and 9; KL spike needs 4 steps since the start or the last
+    # reset of any reason: 4, then not before 10 (the stall reset at 6 re-starts the gap)
+    full_resets = _resets(_read(full / "events.jsonl"))
+    assert [(e["step"], e["reason"]) for e in full_resets] == [(4, "kl_spike"), (6, "stall"), (9, "stall")]
+    assert full_resets[0]["restored_step"] == 3
+    assert all(e["restored_step"] in (3, 6, 9) and e["restored_step"] <= e["step"] for e in full_resets)
+    stable = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in _read(part / "metrics.jsonl")]
+    assert stable == [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in _read(full / "metrics.jsonl")]

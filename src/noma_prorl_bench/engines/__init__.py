@@ -3,13 +3,16 @@ driven by one controller; see docs/ray.md.
 
   weights.py    state dicts as numpy arrays for the object store (exact), structure signatures
   timeline.py   per-actor stage spans -> timeline.jsonl -> plots/timeline.png (Gantt)
-  actors.py     Generator, Learner (a Trainer inside), ReferenceScorer, RemoteReference
-  driver.py     Ray lifecycle, placement, calls with deadlines, output files, `run_engine`
+  actors.py     Generator, Learner (a Trainer inside), ReferenceScorer
+  driver.py     Ray lifecycle, placement, calls with deadlines, per-step metrics (RayEngine)
+  launch.py     `run_engine(cfg)`: output files, failure and signal handling, summary, plot
+  remote_ref.py the learner's stand-in for the reference when it lives in another actor
   colocated.py  generate K batches -> K steps -> sync, in turn (--steps_per_rollout K)
   async_.py     generation overlaps training, FIFO batches, --max_staleness S enforced
 
 Ray is imported only when a Ray engine runs; the local engine never needs it.
 """
-from .driver import EngineError, run_engine
+from .driver import EngineError, EngineStopped
+from .launch import run_engine
 
-__all__ = ["EngineError", "run_engine"]
+__all__ = ["EngineError", "EngineStopped", "run_engine"]

@@ -18,9 +18,10 @@ learner ships the whole module once per structure version, weights as numpy othe
                    `--ref_placement generator` it also scores logp_ref right after sampling.
   ReferenceScorer  `--ref_placement own_actor`: a `ReferenceHolder` (A1, cached) in its own actor.
 
-With the reference outside the learner, the learner's `trainer.ref` is a `RemoteReference`:
-it serves the received logp_ref to the unchanged loss code and turns `reset_to` into a
-pending update (the packed policy state + rule) that the driver sends to every holder.
+With the reference outside the learner, the learner's `trainer.ref` is a `RemoteReference`
+(remote_ref.py): it serves the received logp_ref to the unchanged loss code and turns
+`reset_to` into a pending update (the packed policy state + rule) that the driver sends to
+every holder.
 Each call returns its stage spans (timeline.py) and the CPU seconds its process used since
 the previous call (`time.process_time`, all threads of the actor process).
 """
@@ -28,16 +29,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from ..metrics import Counters, NullSink
-from ..reference import REF_UPDATES, ReferenceHolder
+from ..reference import ReferenceHolder
 from ..rollout import RolloutBatch
 from ..tasks import make_task
 from ..trainer import Trainer
+from .remote_ref import RemoteReference
 from .timeline import SpanRecorder
 from .weights import WeightPack, load_state, pack_state, structure, unpack_state
 
@@ -242,93 +244,6 @@ class ReferenceScorer(_RefSide):
 
 
 # ============================================================================ learner side
-class RemoteReference:
-    """Stands in for `ReferenceHolder` inside the learner when pi_ref lives in another actor.
-
-    `receive` takes the batch's logp_ref (checked against this side's ref_version); `prepare`,
-    `minibatch` serve it as A1 (cached) does; `reset_to` packs the policy state and leaves a
-    pending update for the driver (`pop_update`) instead of touching weights here."""
-
-    enabled = True
-    mode = "cached"
-
-    def __init__(self, put: Callable = _ray_put):
-        self._put = put
-        self.ref_version = 0
-        self.struct_version = 0
-        self._sig = None
-        self._module_ref = None
-        self._logp: Optional[torch.Tensor] = None
-        self._n: Optional[int] = None
-        self._counts = {"count/ref_fwd": 0, "count/tokens_ref": 0}
-        self.seconds = 0.0
-        self.pending: Optional[dict] = None
-
-    def bind(self, policy) -> None:
-        """The structure the holders start with (the learner's policy at version 0)."""
-        self._sig = structure(policy)
-
-    def receive(self, logp_ref: torch.Tensor, ref_version: int, counts: dict, seconds: float) -> None:
-        if ref_version != self.ref_version:
-            raise RuntimeError(f"batch scored by reference version {ref_version}, the learner is at "
-                               f"{self.ref_version} (a reset did not reach the reference holder)")
-        self._logp = logp_ref
-        for k, v in counts.items():
-            self._counts[k] += int(v)
-        self.seconds += seconds
-
-    def prepare(self, tokens: torch.Tensor, P: int) -> None:
-        if self._logp is None or self._logp.shape[0] != tokens.shape[0]:
-            raise RuntimeError("RemoteReference.prepare: no logp_ref received for this batch")
-        self._n = tokens.shape[0]
-
-    def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
-        if self._n is None:
-            raise RuntimeError("RemoteReference.minibatch before prepare() for this batch")
-        start, stop, _ = sl.indices(self._n)
-        if tokens_mb.shape[0] != stop - start:
-            raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
-        return self._logp[start:stop]                                        # view [n, T]
-
-    def minibatch_logits(self, tokens_mb, P, sl):
-        raise RuntimeError("--kl_estimator full needs the reference in the learner (--ref_placement learner)")
-
-    def pop_counts(self) -> dict:
-        out = dict(self._counts)
-        self._counts = {k: 0 for k in self._counts}
-        return out
-
-    def pop_time(self) -> float:
-        out, self.seconds = self.seconds, 0.0
-        return out
-
-    @torch.no_grad()
-    def reset_to(self, policy_or_state, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:
-        if rule not in REF_UPDATES:
-            raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
-        if rule == "polyak" and not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
-        sig = structure(policy_or_state)
-        if sig != self._sig:
-            if not isinstance(policy_or_state, torch.nn.Module):
-                raise ValueError("a reference reset across a structure change needs the policy module")
-            self._sig, self.struct_version = sig, self.struct_version + 1
-            self._module_ref = self._put(policy_or_state)
-        self.ref_version += 1
-        self.pending = {"ref_version": self.ref_version, "rule": rule, "alpha": float(alpha),
-                        "arrays": [self._put(pack_state(policy_or_state))],
-                        "struct_version": self.struct_version, "module": [self._module_ref]}
-        self._logp = self._n = None
-        return {"ref_update": rule, "ref_mix_alpha": float(alpha) if rule == "polyak" else None}
-
-    def pop_update(self) -> Optional[dict]:
-        out, self.pending = self.pending, None
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"mode": "remote", "model": None, "ref_version": self.ref_version}
-
-
 class LearnerTrainer(Trainer):
     """The local Trainer, except that `rollout()` returns the batch the driver handed in."""
 

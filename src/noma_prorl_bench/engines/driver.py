@@ -1,17 +1,20 @@
 """The single-controller driver shared by `ray_colocated` and `ray_async`: Ray lifecycle, actor
-placement, calls with deadlines, and the run's output files.
+placement, calls with deadlines, and what each step writes.
 
-    summary = run_engine(cfg)        # what run.run(cfg) dispatches to for --engine ray_*
+    engine = ColocatedEngine(cfg, files); summary = engine.run()    # via launch.run_engine(cfg)
 
 Lifecycle. If Ray is already initialised in this process (a test session, the benchmark) the
 engine uses that cluster and only kills its own actors at the end; with `--ray_address` it
 joins that cluster and disconnects at the end; otherwise it starts a quiet local one (no
 dashboard, no log forwarding, a scratch `_temp_dir` under /tmp removed afterwards) and shuts
 it down. Every actor call is awaited with a deadline of `--actor_timeout` seconds from its
-submission; a dead actor (`RayActorError`), a hung one (deadline passed) or an exception
+submission (start-up calls, which build models and run the warm start: at least
+SETUP_TIMEOUT_S); a dead actor (`RayActorError`), a hung one (deadline passed) or an exception
 inside one (`RayTaskError`) becomes an `EngineError` naming the actor and the call. Before
-the error leaves `run_engine`, the outputs are flushed (an `error` event, `summary.json` with
-`"complete": false`), every actor is killed and Ray is shut down; `run.main` exits 1.
+the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
+`summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
+`run.main` exits 1. SIGINT / SIGTERM take the same path (`EngineStopped`, a `stopped` event,
+exit 130 / 143); Ray engines write no checkpoints.
 
 Placement. Each actor asks for min(1, cluster CPUs / actors) CPUs. `ray_colocated` puts all
 actors in one STRICT_PACK placement group (one node; on GPUs this is where they would share a
@@ -26,17 +29,17 @@ outside the learner), `time/sync`, `sync/*`, `perf/samples_per_s`, `perf/tokens_
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..metrics import JsonlSink, open_run_files
 from .actors import CpuClock, Generator, Learner, ReferenceScorer
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
@@ -67,25 +70,12 @@ class Call:
         return time.time() - self.submitted
 
 
-class RunFiles:
-    """metrics.jsonl, events.jsonl, samples.jsonl, timeline.jsonl of one run (flushed per line)."""
-
-    def __init__(self, outdir: str):
-        self.metrics, self.events = open_run_files(outdir)
-        self.samples = JsonlSink(os.path.join(outdir, "samples.jsonl"), "w")
-        self.timeline = JsonlSink(os.path.join(outdir, "timeline.jsonl"), "w")
-
-    def close(self) -> None:
-        for s in (self.metrics, self.events, self.samples, self.timeline):
-            s.close()
-
-
 class RayEngine:
     """Base driver: subclasses implement `loop()` (the schedule of generate/score/train/sync)."""
 
     name = "ray"
 
-    def __init__(self, cfg, files: RunFiles):
+    def __init__(self, cfg, files):
         self.cfg, self.files = cfg, files
         self.t0 = time.time()
         self.actors: dict[str, Any] = {}
@@ -329,13 +319,14 @@ class RayEngine:
     def run(self) -> dict:
         from ..run import progress  # noqa: PLC0415
         self.start_ray()
-        self.setup(self.n_generators())
-        self.bar = progress(self.cfg, self.cfg.steps)
-        self.cpu_setup = self.cpu_step + self.cpu.lap()       # Ray start, actors, warm start
-        self.cpu_total, self.cpu_step = self.cpu_setup, 0.0
-        self.t_first = self.t_last = time.perf_counter()
-        self.t_first_wall = time.time()
-        self.loop()
+        with stop_on_signals():             # after ray.init, which installs its own handlers
+            self.setup(self.n_generators())
+            self.bar = progress(self.cfg, self.cfg.steps)
+            self.cpu_setup = self.cpu_step + self.cpu.lap()       # Ray start, actors, warm start
+            self.cpu_total, self.cpu_step = self.cpu_setup, 0.0
+            self.t_first = self.t_last = time.perf_counter()
+            self.t_first_wall = time.time()
+            self.loop()
         train_s = time.perf_counter() - self.t_first
         n = self.cfg.batch_size * self.cfg.group_size * self.steps_done
         return {"complete": True, "steps": self.steps_done, "engine": self.name,
@@ -350,43 +341,28 @@ class RayEngine:
         return 1
 
 
-def run_engine(cfg) -> dict:
-    """Train one run with a Ray engine into cfg.outdir (same files as the local engine plus
-    timeline.jsonl and plots/timeline.png); raises EngineError after cleaning up on failure."""
-    from ..run import clear_run_files, resolved_config  # noqa: PLC0415
-    from .async_ import AsyncEngine  # noqa: PLC0415
-    from .colocated import ColocatedEngine  # noqa: PLC0415
-    t0 = time.perf_counter()
-    os.makedirs(cfg.outdir, exist_ok=True)
-    clear_run_files(cfg.outdir)
-    with open(os.path.join(cfg.outdir, "config.json"), "w") as f:
-        json.dump(resolved_config(cfg), f, indent=2)
-    files = RunFiles(cfg.outdir)
-    engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, files)
-    error = None
+class EngineStopped(Exception):
+    """SIGINT / SIGTERM reached the driver: the run stops, cleans up and exits 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_signals():
+    """SIGINT and SIGTERM raise EngineStopped in the driver (main thread only), so the run
+    cleans up instead of dying inside Ray with actors and daemons left behind."""
+    def handler(signum, _frame):
+        raise EngineStopped(signum)
+    old = {}
     try:
-        summary = engine.run()
-    except (EngineError, KeyboardInterrupt) as e:
-        error = e
-        msg = str(e) or type(e).__name__
-        files.events.write({"step": engine.steps_done, "event": "error", "reason": msg, "engine": cfg.engine,
-                            "waited_s": getattr(e, "waited_s", None)})
-        summary = {"complete": False, "error": msg, "steps": engine.steps_done, "engine": cfg.engine}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, handler)
+    except ValueError:                       # not the main thread: leave the handlers alone
+        pass
+    try:
+        yield
     finally:
-        if engine.bar is not None:
-            engine.bar.close()
-        engine.stop()
-        files.close()
-    summary["wall_seconds"] = time.perf_counter() - t0
-    with open(os.path.join(cfg.outdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    if error is not None:
-        if isinstance(error, KeyboardInterrupt):
-            raise error
-        raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
-    from .timeline import save_timeline_plot  # noqa: PLC0415
-    save_timeline_plot(cfg.outdir, title=f"{cfg.engine}: {os.path.basename(cfg.outdir.rstrip('/'))}")
-    if cfg.plots:
-        from ..plots import run_plots  # noqa: PLC0415
-        run_plots(cfg.outdir)
-    return summary
+        for sig, h in old.items():
+            signal.signal(sig, h)

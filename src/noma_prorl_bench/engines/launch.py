@@ -1,0 +1,74 @@
+"""Entry point of the Ray engines: `run_engine(cfg)`, what `run.run` / `run.main` call for
+`--engine ray_colocated | ray_async`.
+
+It prepares OUTDIR exactly as the local engine does (config.json, metrics.jsonl, events.jsonl,
+samples.jsonl) plus timeline.jsonl, runs the engine's driver, writes summary.json and
+plots/timeline.png. On failure or a signal it flushes what it has (an `error` / `stopped`
+event, summary.json with `"complete": false`), stops every actor (and Ray, if the engine
+started it), then raises EngineError / EngineStopped for `run.main_ray` to turn into an exit code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from ..metrics import JsonlSink, open_run_files
+from .driver import EngineError, EngineStopped
+
+
+class RunFiles:
+    """metrics.jsonl, events.jsonl, samples.jsonl, timeline.jsonl of one run (flushed per line)."""
+
+    def __init__(self, outdir: str):
+        self.metrics, self.events = open_run_files(outdir)
+        self.samples = JsonlSink(os.path.join(outdir, "samples.jsonl"), "w")
+        self.timeline = JsonlSink(os.path.join(outdir, "timeline.jsonl"), "w")
+
+    def close(self) -> None:
+        for s in (self.metrics, self.events, self.samples, self.timeline):
+            s.close()
+
+
+def run_engine(cfg) -> dict:
+    """Train one run with a Ray engine into cfg.outdir (same files as the local engine plus
+    timeline.jsonl and plots/timeline.png). On failure it flushes the outputs, stops every
+    actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
+    from ..run import clear_run_files, resolved_config  # noqa: PLC0415
+    from .async_ import AsyncEngine  # noqa: PLC0415
+    from .colocated import ColocatedEngine  # noqa: PLC0415
+    t0 = time.perf_counter()
+    os.makedirs(cfg.outdir, exist_ok=True)
+    clear_run_files(cfg.outdir)
+    with open(os.path.join(cfg.outdir, "config.json"), "w") as f:
+        json.dump(resolved_config(cfg), f, indent=2)
+    files = RunFiles(cfg.outdir)
+    engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, files)
+    error = None
+    try:
+        summary = engine.run()
+    except (EngineError, EngineStopped, KeyboardInterrupt) as e:
+        error = e if not isinstance(e, KeyboardInterrupt) else EngineStopped(signal.SIGINT)
+        msg = str(error)
+        files.events.write({"step": engine.steps_done, "event": "stopped" if isinstance(error, EngineStopped) else
+                            "error", "reason": msg, "engine": cfg.engine, "waited_s": getattr(e, "waited_s", None)})
+        summary = {"complete": False, "error": msg, "steps": engine.steps_done, "engine": cfg.engine}
+    finally:
+        if engine.bar is not None:
+            engine.bar.close()
+        engine.stop()
+        files.close()
+    summary["wall_seconds"] = time.perf_counter() - t0
+    with open(os.path.join(cfg.outdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if isinstance(error, EngineStopped):
+        raise error
+    if error is not None:
+        raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
+    from .timeline import save_timeline_plot  # noqa: PLC0415
+    save_timeline_plot(cfg.outdir, title=f"{cfg.engine}: {os.path.basename(cfg.outdir.rstrip('/'))}")
+    if cfg.plots:
+        from ..plots import run_plots  # noqa: PLC0415
+        run_plots(cfg.outdir)
+    return summary
