@@ -209,7 +209,7 @@ class RunConfig:
     max_staleness: int = 1
     """ray_async, S: a batch sampled by policy version w is trained at learner version <= w + S; the driver delays generation (never discards) to keep it. 0 = synchronous."""
     num_generators: int = 1
-    """ray_async: Generator actors sampling in parallel (useful up to --max_staleness + 1)."""
+    """ray_async: Generator actors sampling in parallel (at most max(1, --max_staleness) sample at once: S batches may run ahead of the one in training)."""
     ray_address: str = ""
     """Ray engines: join an existing cluster at this address (e.g. auto, or HOST:6379 after `ray start --head`); empty starts a private local one."""
     actor_timeout: float = 120.0
