@@ -133,6 +133,20 @@ def _finish(fig: Figure, title: str, legend_rows: int) -> None:
 KL_STYLES = (("kl/k1", "-."), ("kl/k3", (0, (4, 1, 1, 1, 1, 1))))
 
 
+def _clip_outliers(ax, q: float = 99.0, margin: float = 1.3) -> None:
+    """Cap the y-axis at `margin` x the q-th percentile of the plotted data, so a few k3
+    spikes (k3 = r - 1 - log r is heavy-tailed) do not flatten every other line; the title
+    says when it is capped."""
+    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    ys = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.array([])
+    if ys.size == 0:
+        return
+    top, peak = float(np.percentile(ys, q)) * margin, float(ys.max())
+    if peak > top > 0:
+        ax.set_ylim(min(0.0, float(ys.min())), top)
+        ax.set_title(ax.get_title() + f"\n(y capped at {top:.3g}; max {peak:.3g})", fontsize=9)
+
+
 def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
     """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
     over seeds with a min–max band): train reward (trailing mean), validation reward, KL
@@ -162,6 +176,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
                 axes[2].plot(steps, mean, color=color, linestyle=style, linewidth=0.8,
                              alpha=0.6, label=f"_{other}")
         _draw(axes[3], label, rs, THROUGHPUT_KEY, color, w)
+    _clip_outliers(axes[2])
     for ax in axes:
         _mark_events(ax, ents, colors)
     kl_keys = [Line2D([], [], color="gray", label="KL in the loss (solid)")]

@@ -3,7 +3,7 @@
 Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response length.
 
 `generate` runs the policy incrementally (prefill, then one `decode` per token) under
-no_grad, samples from softmax(logits / temperature) with a dedicated torch.Generator, and
+inference_mode, samples from softmax(logits / temperature) with a dedicated torch.Generator, and
 records `logp_old` = log pi_old(token) under the same temperature. The response length is
 trimmed to the longest response in the batch (<= max_new_tokens), so every shape is fixed
 within a step. `collect` builds a scored `RolloutBatch`.
@@ -129,8 +129,8 @@ def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: 
                            device=device)
     batch = RolloutBatch(
         tokens=torch.cat([prompt_ids, resp], 1), mask=mask, logp_old=logp_old, rewards=rewards,
-        truncated=truncated, group=torch.arange(B, device=device).repeat_interleave(G), prompt_len=prompt_ids.shape[1],
-        prompts=prompts, answers=answers, responses=texts)
+        truncated=truncated, group=torch.arange(B, device=device).repeat_interleave(G),
+        prompt_len=prompt_ids.shape[1], prompts=prompts, answers=answers, responses=texts)
     return batch, stats
 
 

@@ -14,7 +14,8 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   equals the teacher-forced forward (tested for Llama and Qwen2 with left padding).
 * KV cache. ``prefill`` runs the prompt with ``use_cache=True`` and keeps the model's own
   cache (``DynamicCache``); each ``decode`` feeds one token, the attention mask grown by one
-  column, and the next position id.
+  column (with ``sdpa`` attention, already as the 4D boolean mask transformers would build
+  from it), and the next position id.
 * Precision. The model computes in its dtype (``float32`` or ``bfloat16``); returned logits are
   upcast to float32, so all log-probabilities downstream are float32.
 * No dropout. Every ``*dropout*`` / ``*_pdrop`` config field is set to 0 before loading and
