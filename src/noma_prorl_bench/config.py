@@ -73,7 +73,7 @@ class RunConfig:
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     """Device: cpu, cuda, or auto (cuda when available)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Model parameter dtype (log-probabilities are always computed in float32)."""
+    """Model parameter dtype (log-probabilities are always computed in float32). No float32 master weights: bfloat16 parameters round away Adam updates much smaller than 1e-4 (lr 1e-6 full fine-tuning does nothing), so train in float32 (docs/models.md)."""
     warmstart_steps: int = -1
     """Supervised warm-start steps before RL so the policy is sometimes right (0 disables; cost reported in events). Targets: the task's demonstration(example) when it has one (text tasks), else the answer. -1 (auto): 50 for gru/transformer, 0 for hf:PATH (a pretrained model needs none, and --warmstart_lr would damage it); the resolved count is config.json's derived.warmstart_steps."""
     warmstart_lr: float = 3e-3
