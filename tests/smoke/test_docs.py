@@ -37,13 +37,22 @@ def test_readme_generated_blocks_are_current():
     assert r.returncode == 0, r.stderr
 
 
-def test_every_metric_key_is_documented(tmp_path, fast_flags):
-    documented = _documented_keys(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read())
-    seen = set()
+def _documented_events(readme: str) -> set[str]:
+    section = readme.split("## Events", 1)[1].split("\n## ", 1)[0]
+    return {row.split("`")[1] for row in section.splitlines() if row.startswith("| `")}
+
+
+def test_every_metric_key_and_event_is_documented(tmp_path, fast_flags):
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    seen, events = set(), set()
     for i, flags in enumerate(CONFIGS):
         out = tmp_path / f"r{i}"
-        assert main(["--outdir", str(out), *fast_flags, "--steps", "4", *flags]) == 0
+        assert main(["--outdir", str(out), *fast_flags, "--steps", "4", "--save_every", "2", *flags]) == 0
         for line in (out / "metrics.jsonl").read_text().splitlines():
             seen.update(json.loads(line))
-    missing = sorted(seen - documented)
+        events.update(json.loads(line)["event"] for line in (out / "events.jsonl").read_text().splitlines())
+    assert {"warmstart", "ref_reset", "opt_reset", "growth", "checkpoint", "adapters"} <= events
+    missing = sorted(seen - _documented_keys(readme))
     assert not missing, f"metric keys missing from README: {missing}"
+    missing = sorted(events - _documented_events(readme))
+    assert not missing, f"events missing from README: {missing}"

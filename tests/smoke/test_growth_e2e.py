@@ -14,19 +14,14 @@ from noma_prorl_bench.models.lora import adapter_rank
 from noma_prorl_bench.run import main
 from noma_prorl_bench.trainer import Trainer
 
+from runhelp import read_jsonl, run_cli  # noqa: E402
+
 pytestmark = pytest.mark.smoke
 
 GROW = ["--enable_growth", "1", "--grow_every", "3", "--rank_step", "4"]
 
 
-def _read(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _run(tmp_path, fast_flags, *flags, name="run"):
-    out = tmp_path / name
-    assert main(["--outdir", str(out), *fast_flags, *flags]) == 0
-    return _read(out / "metrics.jsonl"), _read(out / "events.jsonl")
+_read, _run = read_jsonl, run_cli
 
 
 def _growths(events):

@@ -14,6 +14,8 @@ from noma_prorl_bench.resets import clone_state_dict
 from noma_prorl_bench.run import main
 from noma_prorl_bench.trainer import Trainer
 
+from runhelp import read_jsonl, run_cli  # noqa: E402
+
 pytestmark = pytest.mark.smoke
 
 VOLATILE = ("time/", "perf/")
@@ -30,14 +32,7 @@ class ListSink:
         pass
 
 
-def _read(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _run(tmp_path, fast_flags, *flags, name="run"):
-    out = tmp_path / name
-    assert main(["--outdir", str(out), *fast_flags, *flags]) == 0
-    return _read(out / "metrics.jsonl"), _read(out / "events.jsonl")
+_read, _run = read_jsonl, run_cli
 
 
 def _resets(events):
