@@ -3,7 +3,6 @@ state during a real run, growth with reference resets (Variant A), Variant B, th
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, 5 warm-start steps, eval every 2.
 """
-import json
 import os
 
 import pytest

@@ -3,7 +3,6 @@ Polyak is exact, presets run and write their events, drift-monitor forwards have
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, eval every 2 steps, a few steps.
 """
-import json
 import shutil
 
 import pytest

@@ -51,7 +51,7 @@ def test_mask_stops_after_eos_and_pads():
 
 
 def test_truncation_flag_when_no_eos():
-    pol, tok = _policy(), CharTokenizer()
+    tok = CharTokenizer()
     prompts = tok.encode_prompts(["12"], P=4)
 
     class NeverEOS(torch.nn.Module):
