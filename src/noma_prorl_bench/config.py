@@ -139,8 +139,8 @@ class RunConfig:
     """How logp_ref is obtained (Variant A): naive_epoch (A0: recomputed for every minibatch in every epoch), cached (A1: once per rollout batch), ring (A2: once per batch into a preallocated buffer, minibatches are views)."""
     beta: float = 0.05
     """KL coefficient (initial value when --target_kl is set)."""
-    kl_estimator: Literal["simple", "k2", "k3", "full"] = "simple"
-    """Estimator in the loss: simple = k1 = logp_theta - logp_anchor; k2 = 0.5*(log ratio)^2 (see --k2_mode); k3 = r - 1 - log r; full = exact KL over the vocabulary. All of k1/k2/k3 are logged every step."""
+    kl_estimator: Literal["simple", "k2", "k3", "full"] = "k3"
+    """Estimator in the loss: k3 = r - 1 - log r (GRPO's, the default); simple = k1 = logp_theta - logp_anchor; k2 = 0.5*(log ratio)^2 (see --k2_mode); full = exact KL over the vocabulary. All of k1/k2/k3 are logged every step. Beware simple: its gradient is grad logp whatever the anchor, so with it Variant A, Variant B and every reset give identical updates (see README)."""
     k2_mode: Literal["theta_over_ref", "ref_over_old"] = "theta_over_ref"
     """k2 ratio. theta_over_ref: differentiable 0.5*(log pi_theta/pi_ref)^2. ref_over_old: the ProRL-v2 blog's x = exp(clamp(log pi_ref/pi_old)) as written; it is constant in theta inside a rollout, so as a loss term it adds no gradient (its value is logged as kl/ref_over_old_k2 every step either way)."""
     kl_in: Literal["loss", "reward"] = "loss"

@@ -22,10 +22,10 @@ def test_device_auto_resolves_to_cpu_without_cuda():
     assert policy_device(policy) == torch.device("cpu")
 
 
-def test_warmstart_auto_is_50_for_toy_models_and_0_for_hf():
+def test_warmstart_auto_is_per_model_and_0_for_hf():
     assert RunConfig().warmstart_steps == -1
     assert RunConfig(model="gru").warmstart_steps_resolved == 50
-    assert RunConfig(model="transformer").warmstart_steps_resolved == 50
+    assert RunConfig(model="transformer").warmstart_steps_resolved == 100
     assert RunConfig(model="hf:/some/dir").warmstart_steps_resolved == 0
     assert RunConfig(model="hf:/some/dir", warmstart_steps=7).warmstart_steps_resolved == 7
     assert RunConfig(model="gru", warmstart_steps=0).warmstart_steps_resolved == 0
