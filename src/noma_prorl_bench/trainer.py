@@ -225,9 +225,9 @@ class Trainer:
         self._anchor = torch.zeros_like(batch.logp_old)                 # logp_ref seen by the loss
         self.policy.train()
         inp, out_once = self.update_inputs(batch)
-        for _epoch in range(cfg.ppo_epochs):
+        for epoch in range(cfg.ppo_epochs):
             for j in torch.randperm(M, generator=self.order_gen).tolist():
-                mb = self.minibatch_step(batch, slices[j], inp)
+                mb = self.minibatch_step(batch, slices[j], inp, record_anchor=epoch == 0)
                 for k, v in mb.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_pass += 1
@@ -257,7 +257,8 @@ class Trainer:
             inp.old_logits = logits if b_full else None                                  # [N, T, V]
         return inp, metrics
 
-    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective.UpdateInputs) -> dict:
+    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective.UpdateInputs,
+                       record_anchor: bool = True) -> dict:
         cfg = self.cfg
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
         logp, ent, logits = response_logprobs(self.policy, tokens, P, cfg.temperature, with_entropy=True)
@@ -269,7 +270,8 @@ class Trainer:
                 anchor = self.ref.minibatch(tokens, P, sl)             # A0 runs a forward here
                 if cfg.kl_estimator == "full":
                     logits_anchor = self.ref.minibatch_logits(tokens, P, sl)   # A0: that same forward
-            self._anchor[sl] = anchor.detach()
+            if record_anchor:                                           # once per row: the k2 diagnostic
+                self._anchor[sl] = anchor.detach()
         else:
             anchor = inp.logp_old[sl]                                   # B: trust region to pi_old
             logits_anchor = None if inp.old_logits is None else inp.old_logits[sl]
