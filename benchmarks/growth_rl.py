@@ -219,8 +219,9 @@ def step_sizes(args, seed: int = 0, window: int = 20) -> None:
     the `window` steps before the growth."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     import torch
+
     from noma_prorl_bench.config import build_parser, make_config
-    from noma_prorl_bench.trainer import Trainer
+    from noma_prorl_bench.training.trainer import Trainer
     print("\n| mode | growth step | rank | old block, before | old block, after | new block, after |")
     print("|---|---|---|---|---|---|")
     for mode in ("preserve", "reset"):

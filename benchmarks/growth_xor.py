@@ -1,5 +1,5 @@
 """NOMA-XOR-style growth benchmark: a 2-unit hidden layer trained, grown to 16 mid-run, under the
-four optimizer-state migration modes of ``noma_prorl_bench.growth`` (preserve/reset/naive/noma_flat).
+four optimizer-state migration modes of ``noma_prorl_bench.training.growth`` (preserve/reset/naive/noma_flat).
 
 Model ``x[N, 2] -> Linear(2, H) -> tanh -> Linear(H, C) -> logits[N, C]``, full-batch Adam on
 cross-entropy. At ``--grow_at`` the hidden layer grows ``H: 2 -> 16`` with ``realloc_params``:
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noma_prorl_bench.growth import MODES, make_init, realloc_params
+from noma_prorl_bench.training.growth import MODES, make_init, realloc_params
 
 H0, H1 = 2, 16
 

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from noma_prorl_bench.config import make_config  # noqa: E402
-from noma_prorl_bench.run import run  # noqa: E402
+from noma_prorl_bench.engines.local import run  # noqa: E402
 
 RUNS = [("local", {}),
         *[(f"colocated_K{k}", {"engine": "ray_colocated", "steps_per_rollout": k}) for k in (1, 2, 4, 8)],
@@ -68,8 +68,8 @@ def make_cfg(name: str, flags: dict, args, rep: int):
 
 def run_local(cfg) -> tuple[list[dict], float, float]:
     """The local engine's loop in this process, CPU measured around the steps only."""
-    from noma_prorl_bench.metrics import JsonlSink  # noqa: PLC0415
-    from noma_prorl_bench.trainer import Trainer  # noqa: PLC0415
+    from noma_prorl_bench.io.metrics import JsonlSink  # noqa: PLC0415
+    from noma_prorl_bench.training.trainer import Trainer  # noqa: PLC0415
     os.makedirs(cfg.outdir, exist_ok=True)
     sink = JsonlSink(os.path.join(cfg.outdir, "metrics.jsonl"), "w")
     trainer = Trainer(cfg, sink)

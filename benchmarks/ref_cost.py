@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from noma_prorl_bench.config import make_config  # noqa: E402
-from noma_prorl_bench.trainer import Trainer  # noqa: E402
+from noma_prorl_bench.training.trainer import Trainer  # noqa: E402
 
 VARIANTS = {
     "A0 naive_epoch": {"variant": "A", "ref_compute": "naive_epoch"},

@@ -24,7 +24,7 @@ import time
 import torch
 
 from noma_prorl_bench.models.transformer import NoCachePolicy, TransformerPolicy
-from noma_prorl_bench.rollout import generate
+from noma_prorl_bench.rollout.sampling import generate
 
 
 def build_models(d_model: int, layers: int, heads: int, max_len: int, tmp: str):

@@ -44,6 +44,7 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 def replay_prompts(seed: int, B: int, steps: int) -> list:
     """The Examples our Trainer samples, step by step (its data stream: default_rng([seed, 1]))."""
     import numpy as np
+
     from noma_prorl_bench.tasks import make_task
     task, rng = make_task("keyword_inclusion", n_val=8), np.random.default_rng([seed, 1])
     return [e for _ in range(steps) for e in task.sample(rng, B)]
@@ -62,10 +63,11 @@ def _result(obj: dict) -> None:
 def worker_ours(a) -> None:
     """Our Trainer on the tiny model; times `train_step`, and the sampler's generate calls."""
     import torch
-    from noma_prorl_bench import rollout
+
     from noma_prorl_bench.config import make_config
-    from noma_prorl_bench.metrics import JsonlSink
-    from noma_prorl_bench.trainer import Trainer
+    from noma_prorl_bench.io.metrics import JsonlSink
+    from noma_prorl_bench.rollout import sampling as rollout
+    from noma_prorl_bench.training.trainer import Trainer
     torch.set_num_threads(1)
     gen_s, gen_tok = [], []
     generate = rollout.generate
@@ -107,6 +109,7 @@ def worker_trl(a) -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
     from noma_prorl_bench.tasks import make_task
     torch.set_num_threads(1)
     task = make_task("keyword_inclusion", n_val=8)
@@ -164,6 +167,7 @@ def worker_rollout(a) -> None:
     import torch
     sys.path.insert(0, HERE)
     from rollout_kv import time_rollout
+
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.transformer import NoCachePolicy
     torch.set_num_threads(1)

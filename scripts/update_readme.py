@@ -18,7 +18,8 @@ from dataclasses import MISSING, fields
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from noma_prorl_bench.config import NOT_YET, RunConfig, _choices, field_docs  # noqa: E402
+from noma_prorl_bench.config import NOT_YET, RunConfig, field_docs
+from noma_prorl_bench.config.parser import _choices  # noqa: E402
 
 SKIP_TREE = ("docs/figures/", "docs/suite_quick/figures/")
 

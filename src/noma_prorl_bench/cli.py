@@ -27,16 +27,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
-        from .run import main as run_main
+        from noma_prorl_bench.run import main as run_main
         return run_main(rest, prog="prorl-bench run")
     if cmd == "suite":
-        from .suite import main as suite_main
+        from noma_prorl_bench.suite import main as suite_main
         return suite_main(rest)
     if cmd == "plot":
-        from .plots import plot_main
+        from noma_prorl_bench.analysis.plots import plot_main
         return plot_main(rest, prog="prorl-bench plot")
     if cmd == "report":
-        from .report import main as report_main
+        from noma_prorl_bench.analysis.report import main as report_main
         return report_main(rest)
     print(USAGE, file=sys.stderr)
     print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from run, suite, plot, report)",

@@ -14,9 +14,18 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from .advantages import grpo_advantages
-from .losses import entropy_from_logits, grpo_clip_loss, masked_mean, masked_normalize, reinforce_loss
-from .rewards import keyword_inclusion_reward_fn, r1_zero_reward_fn
+from noma_prorl_bench.algorithms.advantages import grpo_advantages
+from noma_prorl_bench.algorithms.losses import (
+    entropy_from_logits,
+    grpo_clip_loss,
+    masked_mean,
+    masked_normalize,
+    reinforce_loss,
+)
+from noma_prorl_bench.tasks.rewards import (
+    keyword_inclusion_reward_fn,
+    r1_zero_reward_fn,
+)
 
 __all__ = [
     "compute_group_normalized_rewards", "compute_naive_policy_gradient_loss", "compute_grpo_clip_loss",

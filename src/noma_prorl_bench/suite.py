@@ -46,7 +46,7 @@ class RunSpec:
 
 
 def growth_available() -> bool:
-    from .config import NOT_YET
+    from noma_prorl_bench.config import NOT_YET
     return "enable_growth" not in NOT_YET
 
 
@@ -164,7 +164,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         json.dump({"preset": args.preset, "runs": [{"name": s.name, "flags": s.flags} for s in specs]}, f, indent=2)
     t0 = time.perf_counter()
     failures = run_all(specs, args.outdir, args.jobs, args.quiet)
-    from .report import write_report
+    from noma_prorl_bench.analysis.report import write_report
     dirs = [os.path.join(args.outdir, s.name) for s in specs if s.name not in failures]
     settings = {"preset": args.preset, "runs": len(specs), "jobs": args.jobs,
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),

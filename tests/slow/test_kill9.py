@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from noma_prorl_bench import checkpoint as ck
+from noma_prorl_bench.io import checkpoint as ck
 from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.slow

@@ -6,14 +6,13 @@ Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, 5 warm-start ste
 import os
 
 import pytest
+from runhelp import read_jsonl, run_cli  # noqa: E402
 
 from noma_prorl_bench.config import make_config
-from noma_prorl_bench.growth import check_no_stale_state
 from noma_prorl_bench.models.lora import adapter_rank
 from noma_prorl_bench.run import main
-from noma_prorl_bench.trainer import Trainer
-
-from runhelp import read_jsonl, run_cli  # noqa: E402
+from noma_prorl_bench.training.growth import check_no_stale_state
+from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.smoke
 

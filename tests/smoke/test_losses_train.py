@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-import noma_prorl_bench.losses as loss_lib
+import noma_prorl_bench.algorithms.losses as loss_lib
 from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.smoke

@@ -7,13 +7,12 @@ import shutil
 
 import pytest
 import torch
+from runhelp import read_jsonl, run_cli  # noqa: E402
 
 from noma_prorl_bench.config import make_config
-from noma_prorl_bench.resets import clone_state_dict
 from noma_prorl_bench.run import main
-from noma_prorl_bench.trainer import Trainer
-
-from runhelp import read_jsonl, run_cli  # noqa: E402
+from noma_prorl_bench.training.resets import clone_state_dict
+from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.smoke
 

@@ -12,10 +12,10 @@ import signal
 import pytest
 import torch
 
-from noma_prorl_bench import trainer as trainer_mod
 from noma_prorl_bench.config import make_config
-from noma_prorl_bench.guards import INJECT_NAN_ENV
 from noma_prorl_bench.run import main
+from noma_prorl_bench.training import trainer as trainer_mod
+from noma_prorl_bench.training.guards import INJECT_NAN_ENV
 
 pytestmark = pytest.mark.smoke
 

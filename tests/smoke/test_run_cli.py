@@ -81,8 +81,9 @@ def test_reset_every_writes_events_and_transforms_optimizer(tmp_path, fast_flags
 
 
 def test_module_entry_point_help_lists_every_flag():
-    from noma_prorl_bench.config import RunConfig
     from dataclasses import fields
+
+    from noma_prorl_bench.config import RunConfig
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "src"))
     out = subprocess.run([sys.executable, "-m", "noma_prorl_bench.run", "--help"], capture_output=True,
                          text=True, env=env, check=True).stdout

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from noma_prorl_bench.runlog import group_runs, load_runs
+from noma_prorl_bench.analysis.runlog import group_runs, load_runs
 from noma_prorl_bench.suite import expand, main
 
 pytestmark = pytest.mark.smoke

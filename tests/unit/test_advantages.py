@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from noma_prorl_bench.advantages import ADVANTAGES
+from noma_prorl_bench.algorithms.advantages import ADVANTAGES
 
 R = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from noma_prorl_bench import checkpoint as ck
-from noma_prorl_bench import guards
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig
-from noma_prorl_bench.optim_state import make_lr_scheduler
-from noma_prorl_bench.resume import resume_config, truncate_jsonl
+from noma_prorl_bench.io import checkpoint as ck
+from noma_prorl_bench.io.resume import resume_config, truncate_jsonl
+from noma_prorl_bench.training import guards
+from noma_prorl_bench.training.optim_state import make_lr_scheduler
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from noma_prorl_bench import dapo as D
+from noma_prorl_bench.algorithms import dapo as D
 
 
 @pytest.mark.unit

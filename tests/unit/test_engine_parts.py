@@ -7,11 +7,15 @@ import torch
 
 from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.engines import actors
-from noma_prorl_bench.engines.timeline import SpanRecorder, stage_seconds, timeline_figure
+from noma_prorl_bench.engines.timeline import (
+    SpanRecorder,
+    stage_seconds,
+    timeline_figure,
+)
 from noma_prorl_bench.engines.weights import load_state, pack_state, structure
 from noma_prorl_bench.models.gru import GRUPolicy
-from noma_prorl_bench.reference import ReferenceHolder
-from noma_prorl_bench.trainer import Trainer
+from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,17 @@ import pytest
 import torch
 from torch import nn
 
-from noma_prorl_bench.growth import (MODES, check_no_stale_state, grow_adapters, grow_block,
-                                     grow_flat_prefix, make_init, realloc_param, realloc_params)
 from noma_prorl_bench.models.lora import adapter_parameters, attach_lora
+from noma_prorl_bench.training.growth import (
+    MODES,
+    check_no_stale_state,
+    grow_adapters,
+    grow_block,
+    grow_flat_prefix,
+    make_init,
+    realloc_param,
+    realloc_params,
+)
 
 torch.set_num_threads(1)
 

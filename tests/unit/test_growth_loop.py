@@ -7,11 +7,15 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import ConfigError, make_config
-from noma_prorl_bench.growth import check_no_stale_state
-from noma_prorl_bench.growth_loop import GrowthManager, migrate_snapshot, parse_targets
 from noma_prorl_bench.models.lora import adapter_parameters, adapter_rank
-from noma_prorl_bench.resets import clone_state_dict
-from noma_prorl_bench.trainer import Trainer
+from noma_prorl_bench.training.growth import check_no_stale_state
+from noma_prorl_bench.training.growth_loop import (
+    GrowthManager,
+    migrate_snapshot,
+    parse_targets,
+)
+from noma_prorl_bench.training.resets import clone_state_dict
+from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from noma_prorl_bench import grpo as G
-from noma_prorl_bench import losses as L
+from noma_prorl_bench.algorithms import losses as L
 
 torch.set_num_threads(1)
 

@@ -10,10 +10,14 @@ import torch
 pytest.importorskip("transformers")
 
 from noma_prorl_bench.models.hf import (  # noqa: E402
-    HFPolicy, left_pad_mask, load_hf_policy, positions_from_mask)
+    HFPolicy,
+    left_pad_mask,
+    load_hf_policy,
+    positions_from_mask,
+)
 from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model, char_vocab  # noqa: E402
 from noma_prorl_bench.models.transformer import NoCachePolicy  # noqa: E402
-from noma_prorl_bench.rollout import generate  # noqa: E402
+from noma_prorl_bench.rollout.sampling import generate  # noqa: E402
 
 pytestmark = pytest.mark.hf
 PROMPTS = ["Write a sentence that includes the word: apple", "hi", "1 + 2 ="]

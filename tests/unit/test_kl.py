@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from noma_prorl_bench import kl as K
+from noma_prorl_bench.algorithms import kl as K
 
 torch.set_num_threads(1)
 

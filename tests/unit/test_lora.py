@@ -4,9 +4,14 @@ import pytest
 import torch
 from torch import nn
 
-from noma_prorl_bench.growth import grow_adapters
-from noma_prorl_bench.models.lora import (LoRALinear, adapter_parameters, adapter_rank, adapters,
-                                          attach_lora)
+from noma_prorl_bench.models.lora import (
+    LoRALinear,
+    adapter_parameters,
+    adapter_rank,
+    adapters,
+    attach_lora,
+)
+from noma_prorl_bench.training.growth import grow_adapters
 
 torch.set_num_threads(1)
 
@@ -130,7 +135,7 @@ def test_adapter_rank_mixed_raises_and_zero_without_adapters():
     assert adapter_rank(m) == 0
     attach_lora(m, ["head", "q_proj"], rank=2)
     plan_mod = m.head
-    from noma_prorl_bench.growth import realloc_param
+    from noma_prorl_bench.training.growth import realloc_param
     realloc_param(plan_mod, "lora_A", (3, 6))
     realloc_param(plan_mod, "lora_B", (5, 3))
     with pytest.raises(ValueError):

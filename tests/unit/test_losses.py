@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noma_prorl_bench import losses as L
+from noma_prorl_bench.algorithms import losses as L
 
 torch.set_num_threads(1)
 

@@ -9,8 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from noma_prorl_bench.monitors import DriftMonitor, MonitorCounter, PrevPolicySnapshot, drift_kl
-from noma_prorl_bench.reference import ReferenceHolder
+from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.training.monitors import (
+    DriftMonitor,
+    MonitorCounter,
+    PrevPolicySnapshot,
+    drift_kl,
+)
 
 torch.set_num_threads(1)
 V, H, P, T, N = 6, 4, 2, 3, 5

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from noma_prorl_bench import objective as O
-from noma_prorl_bench.reference import ReferenceHolder
-from noma_prorl_bench.rollout import RolloutBatch
+from noma_prorl_bench.algorithms import objective as O
+from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 torch.set_num_threads(1)
 PAD = 0

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from noma_prorl_bench.optim_state import (
+from noma_prorl_bench.training.optim_state import (
     WarmupSchedule,
     apply_moment_reset,
     apply_reset_semantics,

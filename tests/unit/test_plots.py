@@ -18,9 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fakeruns import write_run, write_suite  # noqa: E402
 
-from noma_prorl_bench.plots import (STAGES, ref_cost_figure, run_lines, run_plots,  # noqa: E402
-                                    save_summary, stage_means, summary_figure)
-from noma_prorl_bench.runlog import group_runs, load_runs  # noqa: E402
+from noma_prorl_bench.analysis.plots import (  # noqa: E402
+    STAGES,
+    ref_cost_figure,
+    run_lines,
+    run_plots,
+    save_summary,
+    stage_means,
+    summary_figure,
+)
+from noma_prorl_bench.analysis.runlog import group_runs, load_runs  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from noma_prorl_bench.config import RunConfig
-from noma_prorl_bench.presets import (
+from noma_prorl_bench.config.presets import (
     PRESETS,
     RESET_FIELDS,
     SWITCH_FIELDS,

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from noma_prorl_bench.models.base import response_logprobs
-from noma_prorl_bench.reference import ReferenceHolder
+from noma_prorl_bench.rollout.reference import ReferenceHolder
 
 torch.set_num_threads(1)
 V, H, P = 7, 5, 3

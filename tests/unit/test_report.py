@@ -16,8 +16,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import SUITE, write_suite  # noqa: E402
 
-from noma_prorl_bench import report as rp  # noqa: E402
-from noma_prorl_bench.runlog import group_runs, load_runs  # noqa: E402
+from noma_prorl_bench.analysis import findings as fd  # noqa: E402
+from noma_prorl_bench.analysis import report as rp  # noqa: E402
+from noma_prorl_bench.analysis import runlog  # noqa: E402
+from noma_prorl_bench.analysis.runlog import group_runs, load_runs  # noqa: E402
 
 pytestmark = pytest.mark.unit
 SEEDS = (0, 1, 2)
@@ -41,7 +43,7 @@ def groups(suite):
 
 @pytest.fixture(scope="module")
 def matrix(groups):
-    return rp.result_matrix(groups, threshold=THRESHOLD, source="val", k=K)
+    return fd.result_matrix(groups, threshold=THRESHOLD, source="val", k=K)
 
 
 # ---------------------------------------------------------------- independent recomputation
@@ -80,7 +82,7 @@ def test_matrix_equals_numbers_recomputed_from_jsonl(suite, matrix, stem):
     root = suite[0]
     per_seed = [_expected(root / f"{stem}_s{seed}") for seed in SEEDS]
     row = matrix[GROUP[stem]]
-    for metric in rp.COLUMNS:
+    for metric in fd.COLUMNS:
         vals = np.array([p[metric] for p in per_seed], dtype=float)
         vals = vals[np.isfinite(vals)]
         st = row[metric]
@@ -100,26 +102,26 @@ def test_kl_is_absent_for_b_and_spike_sees_hard_reset(matrix):
 
 
 def test_stat_of_and_format():
-    st = rp.Stat.of([1.0, 2.0, math.nan, 3.0])
+    st = fd.Stat.of([1.0, 2.0, math.nan, 3.0])
     assert (st.mean, st.std, st.min, st.max, st.n, st.n_total) == (2.0, 1.0, 1.0, 3.0, 3, 4)
     assert st.fmt() == "2 ± 1 (1–3)" and st.fmt(counts=True) == "2 ± 1 (1–3) [3/4]"
-    one = rp.Stat.of([0.5])
+    one = fd.Stat.of([0.5])
     assert one.fmt() == "0.5" and math.isnan(one.std)
-    assert rp.Stat.of([]).fmt() == "—"
+    assert fd.Stat.of([]).fmt() == "—"
 
 
 def test_threshold_source_and_default(groups):
     runs = [r for rs in groups.values() for r in rs]
-    assert rp.threshold_source(runs) == "val"
+    assert fd.threshold_source(runs) == "val"
     best = max(np.mean([r.series("reward/val")[1][-1] for r in rs]) for rs in groups.values())
-    assert rp.default_threshold(groups, "val") == pytest.approx(round(0.8 * best, 4))
+    assert fd.default_threshold(groups, "val") == pytest.approx(round(0.8 * best, 4))
 
 
 # ---------------------------------------------------------------- comparisons
 
 
 def test_cost_model_matches_hand_formula(suite, groups):
-    (c,) = rp.cost_model_check(groups)
+    (c,) = fd.cost_model_check(groups)
     assert (c["a0"], c["a1"], c["unit"]) == (GROUP["A0"], GROUP["A1"], "tokens_ref")
     assert c["differs_in"] == []
     root = suite[0]
@@ -139,7 +141,7 @@ def test_cost_model_matches_hand_formula(suite, groups):
 
 
 def test_b_vs_a_criterion(groups, matrix):
-    (b,) = rp.b_vs_a(groups, matrix)
+    (b,) = fd.b_vs_a(groups, matrix)
     assert b["a"] == GROUP["A1"] and b["differs_in"] == []
     frac = matrix[GROUP["B"]]["final_val"].mean / matrix[GROUP["A1"]]["final_val"].mean
     assert b["fraction"] == pytest.approx(frac) and 0.8 <= frac < 0.9     # quality 0.85
@@ -147,7 +149,7 @@ def test_b_vs_a_criterion(groups, matrix):
 
 
 def test_reset_ranking_and_separation(groups, matrix):
-    (bucket,) = rp.reset_ranking(groups, matrix)
+    (bucket,) = fd.reset_ranking(groups, matrix)
     rows = bucket["members"]
     assert [r["semantics"] for r in rows] == ["keep", "soft", "asym", "hard"]
     # seeds shift val by 0.01*seed: keep spans 0.868..0.888, hard 0.842..0.862 -> separated
@@ -155,8 +157,8 @@ def test_reset_ranking_and_separation(groups, matrix):
 
 
 def test_conclusion_reports_only_supported_claims(groups, matrix):
-    text = "\n".join(rp.conclusion(rp.cost_model_check(groups), rp.b_vs_a(groups, matrix),
-                                   rp.reset_ranking(groups, matrix), groups))
+    text = "\n".join(fd.conclusion(fd.cost_model_check(groups), fd.b_vs_a(groups, matrix),
+                                   fd.reset_ranking(groups, matrix), groups))
     assert "took 1.06× A1's step time" in text
     assert "held at 80% but not at 90%" in text
     assert "keep beats hard beyond the seed spread" in text
@@ -167,12 +169,12 @@ def test_conclusion_says_within_noise_and_too_few_seeds(tmp_path):
     suite = [("keep", dict(opt_reset="keep"), 1.0), ("hard", dict(opt_reset="hard"), 0.995)]
     runs = load_runs(write_suite(tmp_path / "a", seeds=(0, 1, 2), suite=suite))
     groups = group_runs(runs)
-    m = rp.result_matrix(groups, threshold=0.5, source="val")
-    text = " ".join(rp.conclusion([], [], rp.reset_ranking(groups, m), groups))
+    m = fd.result_matrix(groups, threshold=0.5, source="val")
+    text = " ".join(fd.conclusion([], [], fd.reset_ranking(groups, m), groups))
     assert "within seed noise" in text and "Wedge B" in text and "not supported" in text
     one = group_runs(load_runs(write_suite(tmp_path / "b", seeds=(0,), suite=suite)))
-    m1 = rp.result_matrix(one, threshold=0.5, source="val")
-    text = " ".join(rp.conclusion([], [], rp.reset_ranking(one, m1), one))
+    m1 = fd.result_matrix(one, threshold=0.5, source="val")
+    text = " ".join(fd.conclusion([], [], fd.reset_ranking(one, m1), one))
     assert "too few seeds" in text and "as few as 1 seed" in text
 
 
@@ -181,8 +183,8 @@ def test_steps_to_threshold_train_source_and_not_reached(groups):
     steps, rew = run.series("reward/mean")
     trailing = np.array([rew[max(0, i - 9): i + 1].mean() for i in range(rew.size)])
     first = steps[np.nonzero(trailing >= 0.5)[0][0]]
-    assert rp.run_stats(run, threshold=0.5, source="train")["steps_to_thr"] == first
-    assert math.isnan(rp.run_stats(run, threshold=2.0, source="val")["steps_to_thr"])
+    assert runlog.run_stats(run, threshold=0.5, source="train")["steps_to_thr"] == first
+    assert math.isnan(runlog.run_stats(run, threshold=2.0, source="val")["steps_to_thr"])
 
 
 # ---------------------------------------------------------------- the written report

@@ -9,7 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from noma_prorl_bench.resets import BestTracker, RecoveryTracker, ResetTrigger, clone_state_dict
+from noma_prorl_bench.training.resets import (
+    BestTracker,
+    RecoveryTracker,
+    ResetTrigger,
+    clone_state_dict,
+)
 
 torch.set_num_threads(1)
 
@@ -207,7 +212,7 @@ def test_recovery_pending_closed_by_next_reset_and_resume():
 def test_trigger_from_config_zero_means_off():
     from types import SimpleNamespace
 
-    from noma_prorl_bench.resets import trigger_from_config
+    from noma_prorl_bench.training.resets import trigger_from_config
 
     cfg = SimpleNamespace(reset_every=0, reset_kl_above=0.0, reset_kl_min_gap=20,
                           reset_on_stall=0, stall_min_delta=0.0)

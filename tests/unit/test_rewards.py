@@ -4,7 +4,7 @@ import doctest
 
 import pytest
 
-from noma_prorl_bench import rewards as R
+from noma_prorl_bench.tasks import rewards as R
 
 
 @pytest.mark.unit

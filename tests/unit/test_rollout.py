@@ -4,7 +4,7 @@ import torch
 
 from noma_prorl_bench.models.base import response_logprobs
 from noma_prorl_bench.models.gru import GRUPolicy
-from noma_prorl_bench.rollout import collect, generate
+from noma_prorl_bench.rollout.sampling import collect, generate
 from noma_prorl_bench.tasks import make_task
 from noma_prorl_bench.tasks.base import EOS, PAD, CharTokenizer
 

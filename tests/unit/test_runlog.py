@@ -13,8 +13,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import N_SEQ, T_TOK, write_run, write_suite  # noqa: E402
 
-from noma_prorl_bench.runlog import (THROUGHPUT_KEY, align_metrics, group_runs,  # noqa: E402
-                                     load_run, load_runs, smooth)
+from noma_prorl_bench.analysis.runlog import (  # noqa: E402
+    THROUGHPUT_KEY,
+    align_metrics,
+    group_runs,
+    load_run,
+    load_runs,
+    smooth,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,13 @@ import pytest
 
 from noma_prorl_bench.tasks import text
 from noma_prorl_bench.tasks.text import (
-    KEYWORDS, TRAIN_KEYWORDS, VAL_KEYWORDS, ArithmeticTask, KeywordInclusionTask, make_text_task)
+    KEYWORDS,
+    TRAIN_KEYWORDS,
+    VAL_KEYWORDS,
+    ArithmeticTask,
+    KeywordInclusionTask,
+    make_text_task,
+)
 
 
 @pytest.mark.unit

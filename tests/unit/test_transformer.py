@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.models.transformer import NoCachePolicy, TransformerPolicy
-from noma_prorl_bench.rollout import generate
+from noma_prorl_bench.rollout.sampling import generate
 
 V, PAD, EOS = 20, 0, 3
 

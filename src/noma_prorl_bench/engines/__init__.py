@@ -12,7 +12,7 @@ driven by one controller; see docs/ray.md.
 
 Ray is imported only when a Ray engine runs; the local engine never needs it.
 """
-from .driver import EngineError, EngineStopped
-from .launch import run_engine
+from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.engines.launch import run_engine
 
 __all__ = ["EngineError", "EngineStopped", "run_engine"]

@@ -34,14 +34,20 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..metrics import Counters, NullSink
-from ..reference import ReferenceHolder
-from ..rollout import RolloutBatch
-from ..tasks import make_task
-from ..trainer import Trainer
-from .remote_ref import RemoteReference
-from .timeline import SpanRecorder
-from .weights import WeightPack, load_state, pack_state, structure, unpack_state
+from noma_prorl_bench.engines.remote_ref import RemoteReference
+from noma_prorl_bench.engines.timeline import SpanRecorder
+from noma_prorl_bench.engines.weights import (
+    WeightPack,
+    load_state,
+    pack_state,
+    structure,
+    unpack_state,
+)
+from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
+from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.sampling import RolloutBatch
+from noma_prorl_bench.tasks import make_task
+from noma_prorl_bench.training.trainer import Trainer
 
 ROLLOUT_COUNTERS = ("policy_fwd_rollout", "tokens_policy")
 
@@ -66,23 +72,6 @@ class CpuClock:
         now = time.process_time()
         out, self.last = now - self.last, now
         return out
-
-
-class ListSink:
-    """A metrics/events sink that keeps records until `drain()` (returned to the driver)."""
-
-    def __init__(self):
-        self.records: list[dict] = []
-
-    def write(self, record: dict) -> None:
-        self.records.append(dict(record))
-
-    def drain(self) -> list[dict]:
-        out, self.records = self.records, []
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 # ============================================================================ generator side
@@ -272,7 +261,7 @@ class Learner:
         self.cpu = CpuClock()
         self.rec = SpanRecorder("learner", t0)
         start = self.rec.now()
-        self.events, self.samples = ListSink(), ListSink()
+        self.events, self.samples = MemorySink(), MemorySink()
         self.trainer = LearnerTrainer(cfg, NullSink(), self.events, self.samples)
         if ref_remote:
             self.trainer.ref = RemoteReference()

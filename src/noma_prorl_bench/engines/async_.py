@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .driver import EngineError, RayEngine
+from noma_prorl_bench.engines.driver import EngineError, RayEngine
 
 
 class AsyncEngine(RayEngine):

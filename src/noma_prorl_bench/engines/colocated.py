@@ -19,7 +19,7 @@ batches stale for a remote reference; they are re-scored (counted in `count/ref_
 """
 from __future__ import annotations
 
-from .driver import EngineError, RayEngine
+from noma_prorl_bench.engines.driver import EngineError, RayEngine
 
 
 class ColocatedEngine(RayEngine):

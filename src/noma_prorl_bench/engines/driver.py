@@ -40,7 +40,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .actors import CpuClock, Generator, Learner, ReferenceScorer
+from noma_prorl_bench.engines.actors import (
+    CpuClock,
+    Generator,
+    Learner,
+    ReferenceScorer,
+)
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -317,7 +322,7 @@ class RayEngine:
         raise NotImplementedError
 
     def run(self) -> dict:
-        from ..run import progress  # noqa: PLC0415
+        from noma_prorl_bench.io.run_dir import progress  # noqa: PLC0415
         self.start_ray()
         with stop_on_signals():             # after ray.init, which installs its own handlers
             self.setup(self.n_generators())

@@ -14,8 +14,8 @@ import os
 import signal
 import time
 
-from ..metrics import JsonlSink, open_run_files
-from .driver import EngineError, EngineStopped
+from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.io.metrics import JsonlSink, open_run_files
 
 
 class RunFiles:
@@ -35,9 +35,9 @@ def run_engine(cfg) -> dict:
     """Train one run with a Ray engine into cfg.outdir (same files as the local engine plus
     timeline.jsonl and plots/timeline.png). On failure it flushes the outputs, stops every
     actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
-    from ..run import clear_run_files, resolved_config  # noqa: PLC0415
-    from .async_ import AsyncEngine  # noqa: PLC0415
-    from .colocated import ColocatedEngine  # noqa: PLC0415
+    from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
+    from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415
+    from noma_prorl_bench.io.run_dir import clear_run_files, resolved_config  # noqa: PLC0415
     t0 = time.perf_counter()
     os.makedirs(cfg.outdir, exist_ok=True)
     clear_run_files(cfg.outdir)
@@ -66,9 +66,9 @@ def run_engine(cfg) -> dict:
         raise error
     if error is not None:
         raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
-    from .timeline import save_timeline_plot  # noqa: PLC0415
+    from noma_prorl_bench.engines.timeline import save_timeline_plot  # noqa: PLC0415
     save_timeline_plot(cfg.outdir, title=f"{cfg.engine}: {os.path.basename(cfg.outdir.rstrip('/'))}")
     if cfg.plots:
-        from ..plots import run_plots  # noqa: PLC0415
+        from noma_prorl_bench.analysis.plots import run_plots  # noqa: PLC0415
         run_plots(cfg.outdir)
     return summary

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..reference import REF_UPDATES
-from .weights import pack_state, structure
+from noma_prorl_bench.engines.weights import pack_state, structure
+from noma_prorl_bench.rollout.reference import REF_UPDATES
 
 
 def _ray_put(obj):

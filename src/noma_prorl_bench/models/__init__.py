@@ -29,24 +29,24 @@ def build_policy(cfg, max_len: int | None = None):
 
     `max_len`: the longest sequence the transformer must handle, P + T of the task (its
     position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
-    from ..config import ConfigError  # noqa: PLC0415
-    from ..tasks.base import CharTokenizer  # noqa: PLC0415
+    from noma_prorl_bench.config import ConfigError  # noqa: PLC0415
+    from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
     try:
         device = resolve_device(cfg.device)
     except ValueError as e:
         raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
     if cfg.model.startswith("hf:"):
-        from .hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
+        from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
         try:
             return load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype)
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
     tok = CharTokenizer()
     if cfg.model == "gru":
-        from .gru import GRUPolicy  # noqa: PLC0415
+        from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
         policy = GRUPolicy(tok.vocab_size, hidden=cfg.hidden)
     else:
-        from .transformer import TransformerPolicy  # noqa: PLC0415
+        from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
         policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                                    n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
     return policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype]), tok

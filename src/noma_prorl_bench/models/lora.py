@@ -17,7 +17,7 @@ growth) and the old slice's effective learning rate would drop with every rank s
 entry moves the output exactly as it did before growth.
 
 Growth itself (``A`` gains rows, ``B`` gains zero columns, optimizer state migrated) lives in
-``noma_prorl_bench.growth.grow_adapters``; this module only defines the adapter.
+``noma_prorl_bench.training.growth.grow_adapters``; this module only defines the adapter.
 """
 
 from __future__ import annotations

@@ -59,7 +59,14 @@ def build_char_tokenizer(add_bos: bool):
     tokenizers as byte-level BPE from ``vocab``/``merges`` whatever ``tokenizer.json`` says;
     with an empty merge list that rebuild is exactly this tokenizer.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
     from transformers import PreTrainedTokenizerFast
 
     vocab = char_vocab()

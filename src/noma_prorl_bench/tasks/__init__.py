@@ -1,8 +1,8 @@
 """Tasks: toy verifiable sequence tasks (char vocabulary) and text tasks for HF models."""
 from __future__ import annotations
 
-from .base import CharTokenizer, Example, Task
-from .toy import TOY_TASKS
+from noma_prorl_bench.tasks.base import CharTokenizer, Example, Task
+from noma_prorl_bench.tasks.toy import TOY_TASKS
 
 
 def make_task(name: str, n_val: int = 256) -> Task:
@@ -10,7 +10,7 @@ def make_task(name: str, n_val: int = 256) -> Task:
     if name in TOY_TASKS:
         cls = TOY_TASKS[name]
         return cls(n_val=min(n_val, 128)) if name == "parity" else cls(n_val=n_val)
-    from . import text  # noqa: PLC0415  (text tasks are only needed with HF models)
+    from noma_prorl_bench.tasks import text  # noqa: PLC0415  (text tasks are only needed with HF models)
     return text.make_text_task(name, n_val=n_val)
 
 

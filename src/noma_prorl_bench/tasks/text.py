@@ -35,8 +35,11 @@ import re
 
 import numpy as np
 
-from ..rewards import keyword_inclusion_reward_fn, r1_zero_reward_fn
-from .base import Example
+from noma_prorl_bench.tasks.base import Example
+from noma_prorl_bench.tasks.rewards import (
+    keyword_inclusion_reward_fn,
+    r1_zero_reward_fn,
+)
 
 VAL_SEED = 20_251_123
 SPLIT_SEED = 4  # fixes which keywords are held out (never change: it defines the split)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Example
+from noma_prorl_bench.tasks.base import Example
 
 VAL_SEED = 20_251_122
 

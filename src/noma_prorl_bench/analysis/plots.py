@@ -27,8 +27,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .runlog import (RESET_EVENTS, THROUGHPUT_KEY, Run, group_runs, kl_loss_key, load_run,
-                     load_runs, smooth)
+from noma_prorl_bench.analysis.runlog import (
+    RESET_EVENTS,
+    THROUGHPUT_KEY,
+    Run,
+    group_runs,
+    kl_loss_key,
+    load_run,
+    load_runs,
+    smooth,
+)
 
 STAGES = ("rollout", "ref", "train", "eval", "other")
 STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",

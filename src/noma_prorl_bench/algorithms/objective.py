@@ -22,9 +22,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import dapo
-from . import kl as kl_lib
-from .rollout import RolloutBatch
+from noma_prorl_bench.algorithms import dapo
+from noma_prorl_bench.algorithms import kl as kl_lib
+from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 Metrics = dict[str, float]
 

@@ -13,8 +13,15 @@ import json
 import os
 from dataclasses import fields
 
-from .checkpoint import CKPT_DIR, Checkpoint, CheckpointError, list_checkpoints, prune, read
-from .config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
+from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
+from noma_prorl_bench.io.checkpoint import (
+    CKPT_DIR,
+    Checkpoint,
+    CheckpointError,
+    list_checkpoints,
+    prune,
+    read,
+)
 
 JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
 

@@ -51,6 +51,24 @@ class NullSink:
         pass
 
 
+class MemorySink:
+    """Keeps records in memory: set-up records held until the run's files open (local engine),
+    an actor's records until `drain()` returns them to the driver (Ray engines)."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(dict(record))
+
+    def drain(self) -> list[dict]:
+        out, self.records = self.records, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
 class MultiSink:
     """Write to several sinks."""
 

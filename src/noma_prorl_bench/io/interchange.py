@@ -28,8 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .growth import grow_adapters
-from .models.lora import adapter_rank
+from noma_prorl_bench.models.lora import adapter_rank
+from noma_prorl_bench.training.growth import grow_adapters
 
 SCHEMA_VERSION = 1
 BATCH_KEYS = ("tokens", "mask", "logp_old", "logp_ref", "advantages")

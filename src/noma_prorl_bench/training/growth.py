@@ -187,7 +187,7 @@ def grow_adapters(model: nn.Module, optimizer: torch.optim.Optimizer | None, new
     """Grow every ``LoRALinear`` in ``model`` to ``new_rank``: append rows of ``A`` (declared init
     ``init``, default each adapter's ``a_init``, seeded per adapter and growth) and zero columns
     of ``B``. Returns the optimizer to use from now on (same object except for ``naive``)."""
-    from .models.lora import LoRALinear
+    from noma_prorl_bench.models.lora import LoRALinear
 
     plan = {}
     for name, mod in model.named_modules():

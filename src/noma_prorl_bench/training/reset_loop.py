@@ -32,12 +32,17 @@ from typing import Any
 
 import torch
 
-from . import losses as loss_lib
-from .models.base import policy_device, response_logprobs
-from .monitors import DriftMonitor
-from .optim_state import apply_reset_semantics
-from .resets import BestTracker, Decision, RecoveryTracker, trigger_from_config
-from .rollout import RolloutBatch, generate
+from noma_prorl_bench.algorithms import losses as loss_lib
+from noma_prorl_bench.models.base import policy_device, response_logprobs
+from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
+from noma_prorl_bench.training.monitors import DriftMonitor
+from noma_prorl_bench.training.optim_state import apply_reset_semantics
+from noma_prorl_bench.training.resets import (
+    BestTracker,
+    Decision,
+    RecoveryTracker,
+    trigger_from_config,
+)
 
 RECOVERY_WINDOW = 10   # pre-reset level = mean train reward over the last 10 steps
 MONITOR_PROMPTS = 64   # fixed drift-monitor batch: this many validation prompts (or n_val)

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .models.base import policy_device
+from noma_prorl_bench.models.base import policy_device
 
 
 @dataclass

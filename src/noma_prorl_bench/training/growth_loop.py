@@ -43,10 +43,20 @@ from typing import Any
 
 import torch
 
-from .growth import MODES, check_no_stale_state, grow_adapters, grow_block
-from .models.lora import adapter_parameters, adapter_rank, adapters, attach_lora
-from .optim_state import make_lr_scheduler
-from .resets import ResetTrigger
+from noma_prorl_bench.models.lora import (
+    adapter_parameters,
+    adapter_rank,
+    adapters,
+    attach_lora,
+)
+from noma_prorl_bench.training.growth import (
+    MODES,
+    check_no_stale_state,
+    grow_adapters,
+    grow_block,
+)
+from noma_prorl_bench.training.optim_state import make_lr_scheduler
+from noma_prorl_bench.training.resets import ResetTrigger
 
 
 def parse_targets(text: str) -> list[str]:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import RESUME_SAFE_FIELDS
+from noma_prorl_bench.config import RESUME_SAFE_FIELDS
 
 FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
 CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
@@ -148,15 +148,15 @@ def _modules(trainer) -> dict[str, nn.Module]:
 
 
 def _adapters(module: nn.Module) -> dict[str, dict[str, int]]:
-    from .models.lora import adapters  # noqa: PLC0415
+    from noma_prorl_bench.models.lora import adapters  # noqa: PLC0415
     return {name: {"rank": int(m.rank), "grow_count": int(m.grow_count)} for name, m in adapters(module)}
 
 
 def _resize_adapters(module: nn.Module, saved: dict[str, dict[str, int]], optimizer=None) -> None:
     """Grow `module`'s LoRA adapters to the saved rank (resume across a rank growth), then
     restore each adapter's growth count (it seeds the next growth's new rows)."""
-    from .growth import grow_adapters  # noqa: PLC0415
-    from .models.lora import adapters  # noqa: PLC0415
+    from noma_prorl_bench.models.lora import adapters  # noqa: PLC0415
+    from noma_prorl_bench.training.growth import grow_adapters  # noqa: PLC0415
     mods = dict(adapters(module))
     if set(mods) != set(saved):
         raise CheckpointError(f"adapters differ: checkpoint {sorted(saved)}, this run {sorted(mods)}")
@@ -259,7 +259,8 @@ def _fsync(path: str) -> None:
 def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     """Write the trainer's checkpoint for its current step atomically; keep the newest `keep`."""
     from safetensors.torch import save_file  # noqa: PLC0415
-    from . import __version__  # noqa: PLC0415
+
+    from noma_prorl_bench._version import __version__  # noqa: PLC0415
     step, cfg = int(trainer.step_idx), trainer.cfg.to_dict()
     tensors: dict[str, torch.Tensor] = {}
     tree = encode(trainer_state(trainer), "", tensors, {})

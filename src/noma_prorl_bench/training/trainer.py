@@ -16,21 +16,22 @@ import time
 import numpy as np
 import torch
 
-from . import advantages as adv_lib
-from . import checkpoint, guards
-from . import kl as kl_lib
-from . import losses as loss_lib
-from . import objective
-from .config import RunConfig
-from .growth_loop import GrowthManager
-from .metrics import Counters, NullSink, StageTimer, peak_rss_mb
-from .models import build_policy
-from .models.base import policy_device, response_logprobs
-from .optim_state import make_lr_scheduler
-from .reference import ReferenceHolder
-from .reset_loop import EvalMonitors, ResetManager
-from .rollout import RolloutBatch, collect, evaluate
-from .tasks import make_task
+from noma_prorl_bench.algorithms import advantages as adv_lib
+from noma_prorl_bench.algorithms import kl as kl_lib
+from noma_prorl_bench.algorithms import losses as loss_lib
+from noma_prorl_bench.algorithms import objective
+from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.io import checkpoint
+from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
+from noma_prorl_bench.models import build_policy
+from noma_prorl_bench.models.base import policy_device, response_logprobs
+from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
+from noma_prorl_bench.tasks import make_task
+from noma_prorl_bench.training import guards
+from noma_prorl_bench.training.growth_loop import GrowthManager
+from noma_prorl_bench.training.optim_state import make_lr_scheduler
+from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager
 
 REF_OVER_OLD_CLAMP = 10.0  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
 COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from noma_prorl_bench.kl import kl_full
+from noma_prorl_bench.algorithms.kl import kl_full
 from noma_prorl_bench.models.base import response_logits, slices_logits
-from noma_prorl_bench.resets import clone_state_dict
+from noma_prorl_bench.training.resets import clone_state_dict
 
 Params = dict[str, torch.Tensor]
 

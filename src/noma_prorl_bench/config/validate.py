@@ -1,0 +1,216 @@
+"""Validation of a `RunConfig`: the first invalid value or combination raises `ConfigError`
+naming its flag (argparse-style, exit code 2); nothing is written before validation passes.
+"""
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import fields
+from typing import Optional
+
+from noma_prorl_bench.config.fields import NOT_YET, RunConfig
+
+
+class ConfigError(ValueError):
+    """A bad flag value or combination: `flag` names the offending flag."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(f"argument --{flag}: {message}")
+        self.flag = flag
+
+
+def _positive(cfg, names):
+    for n in names:
+        if getattr(cfg, n) <= 0:
+            raise ConfigError(n, f"must be a positive integer, got {getattr(cfg, n)}")
+
+
+def _nonneg(cfg, names):
+    for n in names:
+        if getattr(cfg, n) < 0:
+            raise ConfigError(n, f"must be >= 0, got {getattr(cfg, n)}")
+
+
+def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
+    """Raise ConfigError on the first invalid value or combination."""
+    defaults = RunConfig()
+    for name, what in NOT_YET.items():
+        if getattr(cfg, name) != getattr(defaults, name):
+            raise ConfigError(name, f"not supported yet ({what}); leave it at its default {getattr(defaults, name)!r}")
+    if not cfg.outdir:
+        raise ConfigError("outdir", "is required")
+    _positive(cfg, ["steps", "threads", "batch_size", "group_size", "ppo_epochs", "minibatches",
+                    "eval_every", "n_val", "hidden", "d_model", "n_layers", "n_heads", "kl_horizon"])
+    if cfg.warmstart_steps < -1:
+        raise ConfigError("warmstart_steps", f"must be >= 0, or -1 for auto, got {cfg.warmstart_steps}")
+    _nonneg(cfg, ["max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
+                  "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
+                  "reset_on_stall", "stall_min_delta", "dual_clip_c"])
+    if cfg.lr <= 0:
+        raise ConfigError("lr", f"must be > 0, got {cfg.lr}")
+    if cfg.warmstart_lr <= 0:
+        raise ConfigError("warmstart_lr", f"must be > 0, got {cfg.warmstart_lr}")
+    if not cfg.temperature > 0:
+        raise ConfigError("temperature", f"must be > 0, got {cfg.temperature}")
+    if not 0.0 < cfg.clip_eps < 1.0:
+        raise ConfigError("clip_eps", f"must be in (0, 1), got {cfg.clip_eps}")
+    for n in ("eps_low", "eps_high"):
+        v = getattr(cfg, n)
+        if v != -1.0 and not 0.0 < v < 1.0 and not (n == "eps_high" and v >= 1.0):
+            raise ConfigError(n, f"must be -1 (use --clip_eps) or in (0, 1), got {v}")
+    if cfg.eps_low != -1.0 and cfg.eps_low >= 1.0:
+        raise ConfigError("eps_low", f"must be < 1, got {cfg.eps_low}")
+    if cfg.dual_clip_c != 0.0 and cfg.dual_clip_c <= 1.0:
+        raise ConfigError("dual_clip_c", f"must be 0 (off) or > 1, got {cfg.dual_clip_c}")
+    if cfg.tis_cap != 0.0 and cfg.tis_cap < 1.0:
+        raise ConfigError("tis_cap", f"must be 0 (off) or >= 1, got {cfg.tis_cap}")
+    if not 0.0 <= cfg.soft_factor <= 1.0:
+        raise ConfigError("soft_factor", f"must be in [0, 1], got {cfg.soft_factor}")
+    if not 0.0 < cfg.ref_mix_alpha <= 1.0:
+        raise ConfigError("ref_mix_alpha", f"must be in (0, 1], got {cfg.ref_mix_alpha}")
+    for n in ("plots", "dynamic_sampling", "reset_opt_step", "reset_lr_schedule", "reset_kl_coef", "enable_growth"):
+        if getattr(cfg, n) not in (0, 1):
+            raise ConfigError(n, f"invalid choice: {getattr(cfg, n)} (choose from 0, 1)")
+    if cfg.minibatches > cfg.batch_size * cfg.group_size:
+        raise ConfigError("minibatches", f"must be <= batch_size*group_size = {cfg.batch_size * cfg.group_size}")
+    if cfg.group_size < 2:
+        raise ConfigError("group_size", f"must be >= 2 for --adv {cfg.adv} (advantages are group functions "
+                                        "rewards[B,G] with an unbiased std)")
+    model = cfg.model
+    if not (model in ("gru", "transformer") or (model.startswith("hf:") and len(model) > 3)):
+        raise ConfigError("model", f"invalid choice: {model!r} (choose from gru, transformer, hf:PATH)")
+    if cfg.d_model % cfg.n_heads != 0:
+        raise ConfigError("n_heads", f"must divide --d_model {cfg.d_model}, got {cfg.n_heads}")
+    if cfg.task in ("keyword_inclusion", "arithmetic") and not model.startswith("hf:"):
+        raise ConfigError("task", f"{cfg.task} is a text task and needs --model hf:PATH")
+    if model.startswith("hf:") and cfg.task in ("reverse_digits", "parity", "sort_digits"):
+        pass  # toy tasks are plain strings too; the HF tokenizer encodes them
+    _validate_variant(cfg, explicit or set())
+    _validate_growth(cfg)
+    _validate_reliability(cfg)
+    _validate_engine(cfg)
+
+
+def _validate_engine(cfg: RunConfig) -> None:
+    """Engine flags only where they act (a flag the chosen engine ignores is an error)."""
+    d = RunConfig()
+    only = {"steps_per_rollout": ("ray_colocated",), "max_staleness": ("ray_async",),
+            "num_generators": ("ray_async",), "ref_placement": ("ray_colocated", "ray_async"),
+            "ray_address": ("ray_colocated", "ray_async"), "actor_timeout": ("ray_colocated", "ray_async"),
+            "weight_sync": ("ray_colocated", "ray_async")}
+    for n, engines in only.items():
+        if getattr(cfg, n) != getattr(d, n) and cfg.engine not in engines:
+            raise ConfigError(n, f"applies to --engine {' or '.join(engines)}, not {cfg.engine}")
+    _positive(cfg, ["steps_per_rollout", "num_generators"])
+    _nonneg(cfg, ["max_staleness"])
+    if not cfg.actor_timeout > 0:
+        raise ConfigError("actor_timeout", f"must be > 0 seconds, got {cfg.actor_timeout}")
+    if cfg.weight_sync == "nccl":
+        raise ConfigError("weight_sync", "nccl needs CUDA GPUs (one per actor) and is not implemented in this "
+                                         "build; use object_store")
+    if cfg.engine == "local":
+        return
+    if cfg.device == "cuda":
+        raise ConfigError("device", f"--engine {cfg.engine} places its actors on CPUs in this build; use --device cpu")
+    if cfg.save_every or cfg.resume:
+        raise ConfigError("save_every" if cfg.save_every else "resume",
+                          f"checkpoints are written by --engine local only (not {cfg.engine})")
+    if cfg.ref_placement != "learner":
+        if cfg.variant == "B":
+            raise ConfigError("ref_placement", "Variant B (--variant B) has no reference model to place")
+        if cfg.ref_compute != "cached":
+            raise ConfigError("ref_placement", f"{cfg.ref_placement} scores logp_ref once per batch outside the "
+                                               f"learner (A1); use --ref_compute cached (got {cfg.ref_compute})")
+        if cfg.kl_estimator == "full":
+            raise ConfigError("ref_placement", "--kl_estimator full needs the reference logits in the learner; "
+                                               "use --ref_placement learner")
+        if cfg.enable_growth:
+            raise ConfigError("ref_placement", "--enable_growth grows pi_ref together with the policy inside the "
+                                               "learner; use --ref_placement learner")
+
+
+def _validate_variant(cfg: RunConfig, explicit: set) -> None:
+    if cfg.variant == "B":
+        if cfg.ref_compute != "cached" and "ref_compute" in explicit:
+            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) has none. Drop --ref_compute or use --variant A")
+        for n in ("reset_every", "reset_kl_above", "reset_on_stall"):
+            if getattr(cfg, n):
+                raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")
+        if cfg.kl_estimator == "k2" and cfg.k2_mode == "ref_over_old":
+            raise ConfigError("k2_mode", "ref_over_old needs a reference model; Variant B (--variant B) has none")
+        if cfg.preset != "none":
+            raise ConfigError("preset", "reset presets need a reference model; Variant B (--variant B) has none")
+    if cfg.kl_in == "reward" and cfg.kl_estimator == "full":
+        raise ConfigError("kl_estimator", "full (exact KL) is only available with --kl_in loss")
+    if cfg.kl_in == "reward" and cfg.variant == "B":
+        raise ConfigError("kl_in", "reward subtracts beta*KL(pi_old || pi_ref) from the rewards and needs a "
+                                   "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A")
+    if cfg.kl_in == "reward" and cfg.ref_compute == "naive_epoch":
+        raise ConfigError("kl_in", "reward needs logp_ref for the whole batch before the advantages, but "
+                                   "--ref_compute naive_epoch computes it per minibatch. "
+                                   "Use --ref_compute cached or ring")
+    if cfg.k2_mode != "theta_over_ref" and cfg.kl_estimator != "k2":
+        raise ConfigError("k2_mode", f"{cfg.k2_mode} only applies to --kl_estimator k2 (got {cfg.kl_estimator})")
+    _validate_loss(cfg)
+    if cfg.target_kl > 0 and cfg.beta <= 0:
+        raise ConfigError("beta", "the adaptive KL controller (--target_kl) needs an initial --beta > 0")
+
+
+GROWTH_FLAGS = ("grow_every", "rank_step", "initial_rank", "max_rank", "grow_on", "grow_patience",
+                "growth_migration", "adapter_targets", "lora_alpha")
+
+
+def _validate_growth(cfg: RunConfig) -> None:
+    """Growth flags: only with --enable_growth 1, and each --grow_on needs its own trigger."""
+    defaults = RunConfig()
+    if not cfg.enable_growth:
+        for n in GROWTH_FLAGS:
+            if getattr(cfg, n) != getattr(defaults, n):
+                raise ConfigError(n, "only applies with --enable_growth 1")
+        return
+    _positive(cfg, ["initial_rank", "rank_step", "grow_patience"])
+    _nonneg(cfg, ["grow_every"])
+    if cfg.max_rank < cfg.initial_rank:
+        raise ConfigError("max_rank", f"must be >= --initial_rank {cfg.initial_rank}, got {cfg.max_rank}")
+    if not cfg.lora_alpha > 0:
+        raise ConfigError("lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
+    if not [t for t in cfg.adapter_targets.split(",") if t.strip()]:
+        raise ConfigError("adapter_targets", "needs at least one module name")
+    if cfg.grow_on == "schedule" and cfg.grow_every <= 0:
+        raise ConfigError("grow_every", "--grow_on schedule needs --grow_every N > 0")
+    if cfg.grow_on != "schedule" and cfg.grow_every:
+        raise ConfigError("grow_every", f"only applies to --grow_on schedule (got --grow_on {cfg.grow_on})")
+    if cfg.grow_on != "stall" and cfg.grow_patience != defaults.grow_patience:
+        raise ConfigError("grow_patience", f"only applies to --grow_on stall (got --grow_on {cfg.grow_on})")
+    if cfg.grow_on == "reset":
+        if cfg.variant == "B":
+            raise ConfigError("grow_on", "reset grows at reference resets; Variant B (--variant B) has none")
+        if not (cfg.reset_every or cfg.reset_kl_above or cfg.reset_on_stall):
+            raise ConfigError("grow_on", "reset needs a reset trigger: --reset_every, --reset_kl_above, "
+                                         "--reset_on_stall or a --preset that sets one")
+
+
+def _validate_reliability(cfg: RunConfig) -> None:
+    """Checkpoint flags, and values that would only fail (or poison the run) later: a negative
+    seed (NumPy rejects it mid-run), NaN or infinite floats."""
+    _nonneg(cfg, ["seed", "save_every"])
+    if cfg.keep_checkpoints < 1:
+        raise ConfigError("keep_checkpoints", f"must be >= 1 (the newest checkpoint is always kept), "
+                                              f"got {cfg.keep_checkpoints}")
+    if cfg.resume and cfg.overwrite:
+        raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
+    hints = typing.get_type_hints(RunConfig)
+    for f in fields(RunConfig):
+        v = getattr(cfg, f.name)
+        if hints[f.name] is float and not math.isfinite(v):
+            raise ConfigError(f.name, f"must be a finite number, got {v}")
+
+
+def _validate_loss(cfg: RunConfig) -> None:
+    """Loss flags that the chosen --loss would ignore are errors, not no-ops."""
+    if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce"):
+        raise ConfigError("dual_clip_c",
+                          f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
+    for n in ("eps_low", "eps_high"):
+        if getattr(cfg, n) != -1.0 and cfg.loss == "reinforce":
+            raise ConfigError(n, "--loss reinforce has no ratio and no clip; drop the flag or pick a clipped loss")

@@ -1,0 +1,103 @@
+"""The local engine: one process builds the Trainer and runs its steps (`--engine local`).
+
+`train(cfg)` is the library's entry: it checks the inputs, dispatches to a Ray engine for
+`--engine ray_*`, and returns the summary dict; `run.main` and `noma_prorl_bench.train` call it.
+A SIGINT/SIGTERM stops the loop after the current step with a checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.io import checkpoint
+from noma_prorl_bench.io.metrics import MemorySink
+from noma_prorl_bench.io.run_dir import open_outputs, progress, write_json
+from noma_prorl_bench.training.guards import GracefulStop
+
+
+def build_trainer(cfg: RunConfig, ckpt=None):
+    """(trainer, buffers): the Trainer is built before anything is written, its set-up records
+    (warm start, adapters, monitors) held in memory; on resume it then takes the checkpoint's
+    state (and its buffered records, already in events.jsonl, are dropped)."""
+    from noma_prorl_bench.training.trainer import Trainer
+    buffers = [MemorySink(), MemorySink(), MemorySink()]
+    trainer = Trainer(cfg, *buffers)
+    if ckpt is not None:
+        trainer.load_state_dict(ckpt.state)          # checkpoint.CheckpointError if it does not fit
+    return trainer, buffers
+
+
+def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
+    """Train one run into cfg.outdir, or continue it from `ckpt` (io.resume.resume_config);
+    returns the summary dict. A SIGINT/SIGTERM stops it after the current step with a
+    checkpoint: the returned dict then has "complete": False, "signal" and "exit_code"."""
+    if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver
+        from noma_prorl_bench.engines.launch import run_engine
+        return run_engine(cfg)
+    t0 = time.perf_counter()
+    if trainer is None:
+        trainer, buffers = build_trainer(cfg, ckpt)
+    extra = {} if ckpt is None else ckpt.extra
+    last_val = extra.get("last_val", trainer.warmstart_info["val_reward"])
+    sinks = open_outputs(cfg, trainer, buffers, ckpt)
+    state = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
+
+    def save(reason: str) -> None:
+        wall = extra.get("wall_seconds", 0.0) + time.perf_counter() - t0
+        state["path"] = checkpoint.save(trainer, cfg.outdir, cfg.keep_checkpoints,
+                                        extra={"last_val": last_val, "wall_seconds": wall})
+        state["saved"] = trainer.step_idx
+        trainer.event("checkpoint", reason, path=os.path.relpath(state["path"], cfg.outdir))
+
+    bar = progress(cfg, cfg.steps)
+    if bar is not None and trainer.step_idx:
+        bar.update(trainer.step_idx)
+    try:
+        with GracefulStop() as stop:
+            while trainer.step_idx < cfg.steps and stop.signum is None:
+                m = trainer.train_step()
+                last_val = m.get("reward/val", last_val)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m['reward/mean']:.3f}", val=f"{last_val:.3f}", refresh=False)
+                if cfg.save_every and trainer.step_idx % cfg.save_every == 0 and trainer.step_idx < cfg.steps:
+                    save("periodic")
+            if trainer.step_idx != state["saved"]:
+                save("final" if trainer.step_idx >= cfg.steps else stop.name)
+    finally:
+        if bar is not None:
+            bar.close()
+        for s in sinks:
+            s.close()
+    if trainer.step_idx < cfg.steps:
+        return {"complete": False, "signal": stop.name, "exit_code": stop.exit_code, "step": trainer.step_idx,
+                "checkpoint": state["path"]}
+    summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
+               "warmstart_val_reward": trainer.warmstart_info["val_reward"],
+               "warmstart_seconds": trainer.warmstart_info["seconds"],
+               "wall_seconds": extra.get("wall_seconds", 0.0) + time.perf_counter() - t0}
+    if ckpt is not None:
+        summary["resumed_from_step"] = ckpt.step
+    write_json(os.path.join(cfg.outdir, "summary.json"), summary)
+    if cfg.plots:
+        from noma_prorl_bench.analysis.plots import run_plots
+        run_plots(cfg.outdir)
+    return summary
+
+
+def train(cfg: RunConfig) -> str:
+    """Train one run from Python and return its directory: the same checks, files and metrics as
+    `python -m noma_prorl_bench.run` with the same flags. Raises ConfigError on a bad --outdir
+    or input (nothing written), RuntimeError if the run stopped before its last step."""
+    from noma_prorl_bench.config import ConfigError, validate
+    from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
+    validate(cfg)
+    err = check_outdir(cfg) or check_inputs(cfg)
+    if err:
+        flag, _, msg = err.partition(": ")
+        raise ConfigError(flag.replace("argument --", ""), msg)
+    summary = run(cfg)
+    if not summary.get("complete", False):
+        raise RuntimeError(f"run in {cfg.outdir} stopped before step {cfg.steps}: {summary}")
+    return cfg.outdir

@@ -1,0 +1,143 @@
+"""The run directory: checks before anything is written, config.json, the JSONL sinks and
+their resume cut-back, summary.json (written atomically).
+
+Files a run writes: config.json, metrics.jsonl, events.jsonl, samples.jsonl, summary.json,
+timeline.jsonl (Ray engines), plots/, checkpoints/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Optional
+
+from noma_prorl_bench._version import __version__
+from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.io import resume
+from noma_prorl_bench.io.metrics import JsonlSink
+
+RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl")
+RUN_DIRS = ("plots", "checkpoints")
+SINK_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")
+
+
+def check_outdir(cfg: RunConfig) -> Optional[str]:
+    """An error message if --outdir cannot be used, else None (nothing is created here)."""
+    d = cfg.outdir
+    if os.path.exists(d) and not os.path.isdir(d):
+        return f"argument --outdir: {d!r} exists and is not a directory"
+    if os.path.isdir(d) and os.listdir(d) and not cfg.overwrite and not cfg.resume:
+        return f"argument --outdir: {d!r} exists and is not empty (pass --overwrite to replace its run files)"
+    return None
+
+
+def check_inputs(cfg: RunConfig) -> Optional[str]:
+    """An error message for inputs that would only fail after the run has started, else None."""
+    parent = os.path.abspath(cfg.outdir)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"argument --outdir: cannot create or write {cfg.outdir!r} ({parent!r} is not a writable directory)"
+    if cfg.model.startswith("hf:"):
+        from noma_prorl_bench.models.hf import (
+            check_model_dir,  # path, config.json, a causal-LM config
+        )
+        try:
+            check_model_dir(cfg.model[3:])
+        except ValueError as e:
+            return f"argument --model: {e}"
+    if cfg.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return "argument --device: cuda requested but no CUDA device is available (choose from cpu, cuda, auto)"
+    return None
+
+
+def clear_run_files(outdir: str) -> None:
+    """Remove a previous run's files (only the ones a run writes)."""
+    for f in RUN_FILES:
+        p = os.path.join(outdir, f)
+        if os.path.isfile(p):
+            os.remove(p)
+    for d in RUN_DIRS:
+        p = os.path.join(outdir, d)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def resolved_device(name: str) -> str:
+    """--device with auto resolved (cuda when available, else cpu)."""
+    import torch
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def resolved_config(cfg: RunConfig) -> dict:
+    """config.json: every field plus derived values and versions."""
+    import numpy
+    import torch
+    d = cfg.to_dict()
+    d["derived"] = {"variant_label": cfg.variant_label, "eps_low": cfg.eps_lo, "eps_high": cfg.eps_hi,
+                    "warmstart_steps": cfg.warmstart_steps_resolved, "device": resolved_device(cfg.device)}
+    d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
+                     "python": platform.python_version(), "git_commit": _git_commit()}
+    d["argv"] = sys.argv[1:]
+    return d
+
+
+def write_json(path: str, obj: dict) -> None:
+    """Write JSON atomically (temp file, then rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def progress(cfg: RunConfig, total: int):
+    """A tqdm bar on stderr, or None with --quiet."""
+    if cfg.quiet:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=os.path.basename(cfg.outdir.rstrip("/")) or "run", file=sys.stderr,
+                dynamic_ncols=True, leave=True)
+
+
+def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
+    """Create or (resume) cut back the run files, attach JSONL sinks to the trainer."""
+    config = resolved_config(cfg)
+    if ckpt is None:
+        os.makedirs(cfg.outdir, exist_ok=True)
+        clear_run_files(cfg.outdir)
+    else:
+        dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
+        try:
+            with open(os.path.join(cfg.outdir, "config.json")) as f:
+                config["resumes"] = json.load(f).get("resumes", [])
+        except (OSError, ValueError, AttributeError):
+            config["resumes"] = []
+        changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
+                   if ckpt.config.get(k) != v and k != "resume"}
+        config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
+    write_json(os.path.join(cfg.outdir, "config.json"), config)
+    sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
+    trainer.metrics_sink, trainer.events_sink, trainer.samples_sink = sinks
+    if ckpt is None:
+        for sink, buf in zip(sinks, buffers):
+            for rec in buf.records:
+                sink.write(rec)
+    else:
+        trainer.event("resume", "continued from the last complete checkpoint",
+                      checkpoint=os.path.relpath(ckpt.path, cfg.outdir), changed=changed,
+                      dropped_lines={f: d["dropped"] + d["partial"] for f, d in dropped.items()})
+    return sinks

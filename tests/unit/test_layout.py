@@ -1,0 +1,112 @@
+"""The package layout (issue 14): stage folders, arrows one way.
+
+The import graph is read from the source with `ast` (every import statement, at module level or
+inside a function): an edge A -> B for each module B of the package that A imports. The tests
+fail on any cycle, on any library module importing an entry point (`run`, `cli`), on more than
+8 modules in the package root, and on a source file over 400 lines or a function over 60.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = "noma_prorl_bench"
+SRC = Path(__file__).resolve().parents[2] / "src" / PKG
+ENTRY_POINTS = {f"{PKG}.run", f"{PKG}.cli"}
+pytestmark = pytest.mark.unit
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules that `path` imports (relative imports resolved)."""
+    me = module_name(path)
+    base = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + ([mod] if mod else []))
+            names = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+        else:
+            continue
+        out.update(n for n in names if n in modules and n != me)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = all_modules()
+    return {m: imports_of(p, modules) for m, p in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a list of modules (first == last), or None (iterative DFS, three colours)."""
+    colour = {m: 0 for m in graph}
+    for root in sorted(graph):
+        if colour[root]:
+            continue
+        stack = [(root, iter(sorted(graph[root])))]
+        path = [root]
+        colour[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour[nxt] == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif colour[nxt] == 0:
+                colour[nxt] = 1
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert len(graph) > 40                       # the whole package was read
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_no_library_module_imports_an_entry_point():
+    bad = {m: sorted(deps & ENTRY_POINTS) for m, deps in import_graph().items()
+           if m not in ENTRY_POINTS and deps & ENTRY_POINTS}
+    assert bad == {}
+
+
+def test_package_root_holds_at_most_8_modules():
+    root = sorted(p.name for p in SRC.glob("*.py"))
+    assert len(root) <= 8, root
+
+
+def test_files_and_functions_stay_small():
+    long_files, long_funcs = [], []
+    for p in SRC.rglob("*.py"):
+        text = p.read_text()
+        if text.count("\n") > 400:
+            long_files.append(f"{p.relative_to(SRC)}: {text.count(chr(10))}")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 60:
+                    long_funcs.append(f"{p.relative_to(SRC)}:{node.name}: {n}")
+    assert long_files == [] and long_funcs == []
