@@ -110,3 +110,28 @@ def test_files_and_functions_stay_small():
                 if n > 60:
                     long_funcs.append(f"{p.relative_to(SRC)}:{node.name}: {n}")
     assert long_files == [] and long_funcs == []
+
+
+def _fresh_python(code: str) -> str:
+    """Run `code` in a fresh interpreter with src/ importable; return its stdout."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_public_api_names_resolve_lazily():
+    # `import noma_prorl_bench` loads no submodule beyond _version; touching `Config` loads the
+    # config package only (no torch), and `Config` is the RunConfig dataclass itself.
+    code = ("import sys, noma_prorl_bench as p; before = sorted(m for m in sys.modules if m.startswith('noma'));"
+            "c = p.Config(outdir='x'); from noma_prorl_bench.config import RunConfig;"
+            "print(before, type(c) is RunConfig, 'torch' in sys.modules)")
+    assert _fresh_python(code) == "['noma_prorl_bench', 'noma_prorl_bench._version'] True False"
+
+
+def test_entry_point_parses_without_importing_torch():
+    # the seed entry point imports config only; torch comes with the library after parsing
+    code = "import sys, noma_prorl_bench.run; print('torch' in sys.modules, 'numpy' in sys.modules)"
+    assert _fresh_python(code) == "False False"
