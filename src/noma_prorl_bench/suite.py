@@ -23,22 +23,60 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 # ---------------------------------------------------------------------------- the matrix
+#: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence.
+#: `full` is the evidence (>= 10 paired seeds; ~50-60 min with 2 jobs on a shared 2-core VM);
+#: `quick` and `smoke` are smoke runs; `aa` is the A/A test of the statistics (two identical arms
+#: that differ only in their seeds), small enough to run as a test.
 PRESETS = {
-    # name: (seeds, steps, base flags, reset cadence)
-    "smoke": dict(seeds=[0], steps=12, reset_every=4,
-                  base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20", "--n_val", "32",
-                        "--eval_every", "4"]),
-    "quick": dict(seeds=[0, 1, 2], steps=300, reset_every=100, base=["--eval_every", "10"]),
-    "full": dict(seeds=[0, 1, 2, 3, 4], steps=800, reset_every=200, base=["--eval_every", "10"]),
+    "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False,
+                  base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
+                        "--n_val", "32", "--eval_every", "2"]),
+    "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, arms="aa",
+               base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
+                     "--n_val", "32", "--eval_every", "2"]),
+    "quick": dict(seeds=3, steps=300, reset_every=100, evidence=False, base=["--eval_every", "10"]),
+    "full": dict(seeds=10, steps=400, reset_every=100, evidence=True, base=["--eval_every", "10"]),
 }
+#: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
+AA_OFFSET = 1000
+_A1 = ["--variant", "A", "--ref_compute", "cached"]
+#: arm name -> flags (all arms of a preset run the same seeds: a paired design). Growth arms last,
+#: so an interrupted or late suite has every non-growth arm complete first.
+ARMS = {
+    "A0": ["--variant", "A", "--ref_compute", "naive_epoch"],
+    "A1": _A1,
+    "A2": ["--variant", "A", "--ref_compute", "ring"],
+    "B": ["--variant", "B"],
+    "A1-beta0": [*_A1, "--beta", "0"],
+    **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m]
+       for m in ("keep", "hard", "soft", "asym")},
+    **{f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}",
+                     "--growth_migration", m] for m in ("preserve", "reset", "naive")},
+}
+AA_ARMS = {"AA-1": _A1, "AA-2": _A1}
+#: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
+COMPARISONS = [
+    ("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1"),
+    ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),
+    ("reset-keep vs A1", "reset-keep", "A1"),
+    ("reset-hard vs reset-keep", "reset-hard", "reset-keep"),
+    ("reset-soft vs reset-keep", "reset-soft", "reset-keep"),
+    ("reset-asym vs reset-keep", "reset-asym", "reset-keep"),
+    ("grow-preserve vs grow-reset", "grow-preserve", "grow-reset"),
+    ("grow-naive vs grow-reset", "grow-naive", "grow-reset"),
+    ("AA-2 vs AA-1", "AA-2", "AA-1"),
+]
 
 
 @dataclass
 class RunSpec:
-    """One run of the matrix: its directory name and flags."""
+    """One run of the matrix: its directory name and flags; `arm` and `pair` (the paired seed
+    index: runs of different arms with the same pair are compared with each other)."""
 
     name: str
     flags: list = field(default_factory=list)
+    arm: str = ""
+    pair: int = 0
 
     def command(self, outdir: str) -> list[str]:
         return [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", os.path.join(outdir, self.name),
@@ -50,28 +88,37 @@ def growth_available() -> bool:
     return "enable_growth" not in NOT_YET
 
 
-def expand(preset: str) -> list[RunSpec]:
-    """The runs of a suite preset."""
+def preset_arms(preset: str) -> dict[str, list[str]]:
+    """Arm name -> flags of a preset (growth arms only when growth is available)."""
+    if PRESETS[preset].get("arms") == "aa":
+        return dict(AA_ARMS)
+    return {a: f for a, f in ARMS.items() if not a.startswith("grow-") or growth_available()}
+
+
+def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,
+           arms: Optional[list[str]] = None) -> list[RunSpec]:
+    """The runs of a suite preset: every arm on the same seeds 0..seeds-1 (`seeds`, `steps`
+    override the preset; the reset/growth cadence scales with `steps` so the number of resets
+    stays the same). Order: seed-major over non-growth arms, then the growth arms."""
     p = PRESETS[preset]
-    base = ["--steps", str(p["steps"]), *p["base"]]
+    n_seeds, n_steps = seeds or p["seeds"], steps or p["steps"]
+    cadence = max(1, round(p["reset_every"] * n_steps / p["steps"]))
+    base = ["--steps", str(n_steps), *p["base"]]
+    chosen = {a: f for a, f in preset_arms(preset).items() if arms is None or a in arms}
+    groups = [[a for a in chosen if not a.startswith("grow-")], [a for a in chosen if a.startswith("grow-")]]
     runs = []
-    for s in p["seeds"]:
-        seed = ["--seed", str(s)]
-        for label, flags in (("A0", ["--variant", "A", "--ref_compute", "naive_epoch"]),
-                             ("A1", ["--variant", "A", "--ref_compute", "cached"]),
-                             ("A2", ["--variant", "A", "--ref_compute", "ring"]),
-                             ("B", ["--variant", "B"])):
-            runs.append(RunSpec(f"{label}_s{s}", [*base, *flags, *seed]))
-        for mode in ("keep", "hard", "soft", "asym"):
-            runs.append(RunSpec(f"reset-{mode}_s{s}", [*base, "--variant", "A", "--ref_compute", "cached",
-                                                       "--reset_every", str(p["reset_every"]),
-                                                       "--opt_reset", mode, *seed]))
-        if growth_available():
-            for mig in ("preserve", "reset", "naive"):
-                runs.append(RunSpec(f"grow-{mig}_s{s}", [*base, "--variant", "A", "--ref_compute", "cached",
-                                                         "--enable_growth", "1", "--grow_every",
-                                                         str(p["reset_every"]), "--growth_migration", mig, *seed]))
+    for group in groups:
+        for s in range(n_seeds):
+            for arm in group:
+                seed = s + AA_OFFSET if arm == "AA-2" else s
+                flags = [f.replace("{reset_every}", str(cadence)) for f in chosen[arm]]
+                runs.append(RunSpec(f"{arm}_s{seed}", [*base, *flags, "--seed", str(seed)], arm, s))
     return runs
+
+
+def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
+    """The COMPARISONS whose two arms are both in `arms`."""
+    return [c for c in COMPARISONS if c[1] in arms and c[2] in arms]
 
 
 # ---------------------------------------------------------------------------- running
@@ -147,35 +194,106 @@ def _shell_quote(s: str) -> str:
 
 
 # ---------------------------------------------------------------------------- entry point
-def main(argv: Optional[list[str]] = None) -> int:
+def _positive(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+        return value
+    return parse
+
+
+def _git_commit() -> str:
+    src = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", src, "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    head = out.stdout.strip() if out.returncode == 0 else ""
+    return (head + (" (+ uncommitted changes)" if dirty else "")) if head else os.environ.get(
+        "PRORL_BENCH_COMMIT", "unknown")
+
+
+def _machine() -> str:
+    import platform
+    return f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} {platform.release()}, " \
+           f"{platform.node()}"
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prorl-bench suite", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="matrix size (default: quick)")
     ap.add_argument("--outdir", required=True, help="suite directory: one subdirectory per run, report.md")
+    ap.add_argument("--seeds", type=_positive("--seeds"), help="number of paired seeds 0..N-1 for every arm "
+                    "(default: the preset's)")
+    ap.add_argument("--steps", type=_positive("--steps"), help="RL steps per run (default: the preset's; the "
+                    "reset/growth cadence scales with it)")
+    ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"argument --jobs: must be >= 1, got {args.jobs}")
     if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
         ap.error(f"argument --outdir: {args.outdir!r} exists and is not a directory")
-    specs = expand(args.preset)
+    known = list(preset_arms(args.preset))
+    arms = known if args.arms is None else [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in arms if a not in known]
+    if bad or not arms:
+        ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
+    specs = expand(args.preset, args.seeds, args.steps, arms)
     os.makedirs(args.outdir, exist_ok=True)
-    with open(os.path.join(args.outdir, "suite.json"), "w") as f:
-        json.dump({"preset": args.preset, "runs": [{"name": s.name, "flags": s.flags} for s in specs]}, f, indent=2)
+    suite_json = os.path.join(args.outdir, "suite.json")
+    listed = _merge_suite_json(suite_json, args.preset, specs)
     t0 = time.perf_counter()
     failures = run_all(specs, args.outdir, args.jobs, args.quiet)
     from noma_prorl_bench.analysis.report import write_report
-    dirs = [os.path.join(args.outdir, s.name) for s in specs if s.name not in failures]
-    settings = {"preset": args.preset, "runs": len(specs), "jobs": args.jobs,
+    names = {s.name for s in specs}
+    dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
+            if r["name"] not in failures and (r["name"] in names or os.path.isfile(
+                os.path.join(args.outdir, r["name"], "metrics.jsonl")))]
+    settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
+                "seeds": args.seeds or PRESETS[args.preset]["seeds"],
+                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
-                "machine": f"{os.cpu_count()} cores, {sys.platform}"}
+                "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
+                                                                                      else sys.argv[1:])),
+                "commit": _git_commit(), "machine": _machine()}
     with open(os.path.join(args.outdir, "settings.json"), "w") as f:
         json.dump(settings, f, indent=2)
     out = os.path.join(args.outdir, "report.md")
-    write_report(dirs, out, os.path.join(args.outdir, "figures"), settings)
+    write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
     print(f"suite: report written to {out}" + (f"; {len(failures)} runs failed: {failures}" if failures else ""),
           file=sys.stderr)
     return 1 if failures else 0
+
+
+def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
+    """Write suite.json: this invocation's runs merged with those an earlier invocation on the same
+    outdir listed (e.g. `--arms` run in two parts); arm, pair and the comparisons among all arms."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    runs = {r["name"]: r for r in old.get("runs", []) if old.get("preset") == preset and "arm" in r}
+    runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
+    arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
+    listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
+              "comparisons": [list(c) for c in comparisons_for(arms)]}
+    with open(path, "w") as f:
+        json.dump(listed, f, indent=2)
+    return listed
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def _comparison_lines(cost: list[dict], bva: list[dict], ranking: list[dict]) ->
 
 
 def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir: str | Path,
-                 settings: dict | None = None) -> Path:
+                 settings: dict | None = None, suite: dict | None = None) -> Path:
     """Write `out_md` (+ the same numbers as JSON beside it) and the figures under `figures_dir`.
     `settings` may hold `reward_threshold`, `smooth_window` (10), `spike_window` (10) and
     anything to print (preset, commands)."""
