@@ -34,11 +34,11 @@ def resolve_config(argv: Optional[list[str]], prog: str):
 
 
 def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_bench.run") -> int:
+    cfg, ckpt = resolve_config(argv, prog)   # parse first: --help and flag errors never import torch
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
     from noma_prorl_bench.training.guards import NonFiniteError
-    cfg, ckpt = resolve_config(argv, prog)
     err = (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Literal
@@ -30,6 +31,19 @@ RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet",
 # start its RL collapsed (measured: 50 steps -> val 0.08 then collapse; 100 -> 0.21 then 0.92).
 WARMSTART_AUTO_STEPS = {"gru": 50, "transformer": 100}
 DAPO_EPS_HIGH = 0.28  # Yu et al. 2025 (DAPO) clip-higher upper range
+CLIP_EPS_DEFAULT = 0.2  # PPO/GRPO clip range when no clip flag is given
+GSPO_EPS = (3e-4, 4e-4)  # Zheng et al. 2025 (GSPO): sequence-ratio clip range (low, high)
+
+#: --kl_estimator value -> the metric key of the per-token KL that enters the loss (and that
+#: --target_kl, --reset_kl_above and the reports read). The one place these strings are mapped;
+#: algorithms/kl_term.KLTerm and analysis/runlog use it.
+KL_METRIC_KEYS = {"simple": "kl/k1", "k1": "kl/k1", "k2": "kl/k2", "k3": "kl/k3", "k3_ratio": "kl/k3_ratio",
+                  "full": "kl/full"}
+
+
+def kl_metric_key(kl_estimator: str) -> str:
+    """Metric key of the KL estimate a --kl_estimator puts in the loss (kl/k3 if unknown)."""
+    return KL_METRIC_KEYS.get(str(kl_estimator).lower(), "kl/k3")
 
 
 @dataclass
@@ -111,16 +125,16 @@ class RunConfig:
     """Advantage estimator over rewards[B,G]."""
     loss: Literal["grpo_clip", "dapo", "cispo", "gspo", "reinforce"] = "grpo_clip"
     """Per-token policy loss."""
-    clip_eps: float = 0.2
-    """PPO/GRPO clip range epsilon (eps_low = eps_high = clip_eps unless those are given)."""
+    clip_eps: float = -1.0
+    """PPO/GRPO clip range epsilon (eps_low = eps_high = clip_eps unless those are given). -1: 0.2, except with --loss gspo, where no clip flag at all means the GSPO paper's 3e-4 (low) / 4e-4 (high) on the sequence ratio. The values used are config.json's derived.eps_low / derived.eps_high."""
     eps_low: float = -1.0
     """Lower clip range (ratio >= 1 - eps_low); -1 means --clip_eps."""
     eps_high: float = -1.0
-    """Upper clip range (ratio <= 1 + eps_high); -1 means --clip_eps, except with --loss dapo where it means DAPO's clip-higher 0.28."""
+    """Upper clip range (ratio <= 1 + eps_high); -1 means --clip_eps, except with --loss dapo where it means DAPO's clip-higher 0.28 (and with --loss gspo and no clip flag, 4e-4). With --loss cispo it is the only bound: the IS weight is truncated at 1 + eps_high (MiniMax-M1)."""
     dual_clip_c: float = 0.0
     """Dual-clip constant c > 1 for negative advantages (Ye et al. 2020); 0 disables."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
-    """How the per-token loss matrix is reduced to a scalar."""
+    loss_agg: Literal["auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "auto"
+    """How the per-token loss matrix is reduced to a scalar. auto: seq-mean-token-mean (a mean over sequences, as the GSPO paper) with --loss gspo, token-mean otherwise; the value used is config.json's derived.loss_agg."""
     tis_cap: float = 0.0
     """Truncated importance sampling cap C between sampler and learner logprobs; 0 disables."""
     dynamic_sampling: int = 0
@@ -135,16 +149,18 @@ class RunConfig:
     """How logp_ref is obtained (Variant A): naive_epoch (A0: recomputed for every minibatch in every epoch), cached (A1: once per rollout batch), ring (A2: once per batch into a preallocated buffer, minibatches are views)."""
     beta: float = 0.05
     """KL coefficient (initial value when --target_kl is set)."""
-    kl_estimator: Literal["simple", "k2", "k3", "full"] = "k3"
-    """Estimator in the loss: k3 = r - 1 - log r (GRPO's, the default); simple = k1 = logp_theta - logp_anchor; k2 = 0.5*(log ratio)^2 (see --k2_mode); full = exact KL over the vocabulary. All of k1/k2/k3 are logged every step. Beware simple: its gradient is grad logp whatever the anchor, so with it Variant A, Variant B and every reset give identical updates (see README)."""
+    kl_estimator: Literal["simple", "k2", "k3", "k3_ratio", "full"] = "k3"
+    """Estimator in the loss (r = pi_anchor/pi_theta). k3 = r - 1 - log r (default; GRPO's, as TRL's and verl's low_var_kl defaults): its value estimates KL(pi||anchor) but its in-loss gradient is that of the reverse KL(anchor||pi). k3_ratio = (pi_theta/pi_old) * k3: same value on-policy, gradient of KL(pi||anchor) (TRL use_bias_correction_kl, OpenRLHF, slime). simple = k1 = logp_theta - logp_anchor: zero expected gradient, so with it Variant A, Variant B and every reset give identical updates (see README). k2 = 0.5*(log r)^2 (see --k2_mode): gradient of KL(pi||anchor). full = exact KL over the vocabulary. k1/k2/k3 are logged every step (docs/losses.md)."""
     k2_mode: Literal["theta_over_ref", "ref_over_old"] = "theta_over_ref"
     """k2 ratio. theta_over_ref: differentiable 0.5*(log pi_theta/pi_ref)^2. ref_over_old: the ProRL-v2 blog's x = exp(clamp(log pi_ref/pi_old)) as written; it is constant in theta inside a rollout, so as a loss term it adds no gradient (its value is logged as kl/ref_over_old_k2 every step either way)."""
     kl_in: Literal["loss", "reward"] = "loss"
-    """Place the KL penalty in the loss, or subtract beta*KL (summed per sequence) from the reward."""
+    """Place the KL penalty in the loss (beta * KL_t added to each token's loss), or in the reward (see --kl_reward_form), computed between logp_old and logp_ref at rollout time."""
+    kl_reward_form: Literal["token", "sequence"] = "token"
+    """--kl_in reward only. token (default): REINFORCE++ (Hu 2025) as OpenRLHF does it: -beta*KL_t on every token, return-to-go, so token t's advantage sees r - beta*sum_{s>=t} KL_s (group baselines act on the outcome reward first; reinforce_pp whitens the token returns over the batch); advantages become per token [N, T]. sequence: r - beta*sum_t KL_t, one shaped reward per sequence before the advantage estimator (TRL RLOO's default)."""
     target_kl: float = 0.0
     """Adaptive KL controller target (Ziegler et al. 2019); 0 keeps beta fixed."""
     kl_horizon: int = 10000
-    """Adaptive KL controller horizon."""
+    """Adaptive KL controller horizon, in samples: after each step beta *= 1 + clip(kl/target - 1, -0.2, 0.2) * N / horizon with N = batch_size*group_size sequences (Ziegler et al. 2019; TRL, OpenRLHF). Must exceed 0.2*N so beta stays positive."""
 
     # ---------------------------------------------------------------- resets
     preset: Literal["none", "prorl_v1", "prorl_v2", "trl_sync", "noma_soft"] = "none"
@@ -228,16 +244,44 @@ class RunConfig:
 
     # ---------------------------------------------------------------- derived helpers
     @property
+    def _gspo_paper_clip(self) -> bool:
+        """--loss gspo with no clip flag at all: the GSPO paper's 3e-4 / 4e-4."""
+        return self.loss == "gspo" and self.clip_eps < 0 and self.eps_low < 0 and self.eps_high < 0
+
+    @property
     def eps_lo(self) -> float:
         """Effective lower clip range."""
-        return self.clip_eps if self.eps_low < 0 else self.eps_low
+        if self.eps_low >= 0:
+            return self.eps_low
+        if self._gspo_paper_clip:
+            return GSPO_EPS[0]
+        return self.clip_eps if self.clip_eps >= 0 else CLIP_EPS_DEFAULT
 
     @property
     def eps_hi(self) -> float:
         """Effective upper clip range."""
         if self.eps_high >= 0:
             return self.eps_high
-        return DAPO_EPS_HIGH if self.loss == "dapo" else self.clip_eps
+        if self.loss == "dapo":
+            return DAPO_EPS_HIGH
+        if self._gspo_paper_clip:
+            return GSPO_EPS[1]
+        return self.clip_eps if self.clip_eps >= 0 else CLIP_EPS_DEFAULT
+
+    @property
+    def clip_used(self) -> dict:
+        """The clip bounds the chosen loss actually applies (config.json derived): None where the loss
+        has no such bound (reinforce: none; cispo: only eps_high, the IS-weight truncation)."""
+        lo = None if self.loss in ("reinforce", "cispo") else self.eps_lo
+        hi = None if self.loss == "reinforce" else self.eps_hi
+        return {"eps_low": lo, "eps_high": hi}
+
+    @property
+    def loss_agg_resolved(self) -> str:
+        """--loss_agg after resolving auto (seq-mean-token-mean for gspo, else token-mean)."""
+        if self.loss_agg != "auto":
+            return self.loss_agg
+        return "seq-mean-token-mean" if self.loss == "gspo" else "token-mean"
 
     @property
     def warmstart_steps_resolved(self) -> int:
@@ -258,6 +302,21 @@ class RunConfig:
 
 
 # ------------------------------------------------------------------------ field docs
+def field_sections(cls=RunConfig) -> dict[str, str]:
+    """The section of each field: the title of the last `# ---- title` comment above it in the
+    source (e.g. "resets"; a parenthesised note is dropped). `--help` groups flags by these."""
+    out, section = {}, "other"
+    for line in inspect.getsource(cls).splitlines():
+        m = re.match(r"\s*# -{8,}\s*(.+?)\s*$", line)
+        if m:
+            section = m.group(1).split("(")[0].strip()
+            continue
+        m = re.match(r"    ([a-z_][a-z0-9_]*)\s*:", line)
+        if m:
+            out[m.group(1)] = section
+    return out
+
+
 def field_docs(cls=RunConfig) -> dict[str, str]:
     """Attribute docstrings (the string literal under each field), parsed from the source."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))

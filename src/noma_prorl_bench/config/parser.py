@@ -6,11 +6,14 @@ preset, then the explicit flags, validates (validate.py) and returns a `RunConfi
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import typing
 from dataclasses import fields
 from typing import Literal, Optional
 
-from noma_prorl_bench.config.fields import NOT_YET, RunConfig, field_docs
+from noma_prorl_bench._version import __version__
+from noma_prorl_bench.config.fields import NOT_YET, RunConfig, field_docs, field_sections
 from noma_prorl_bench.config.validate import ConfigError, validate
 
 
@@ -20,15 +23,47 @@ def _choices(tp) -> Optional[list]:
     return None
 
 
+# --help groups: (section in fields.py, title), in the order a newcomer reads them
+HELP_GROUPS = [("task and model", "task and model"), ("sampling", "RL: sampling"),
+               ("optimisation", "RL: optimisation"), ("loss", "RL: loss and advantages"),
+               ("KL and reference", "KL and reference"), ("resets", "reference resets"),
+               ("growth", "topology growth"), ("engines", "engines (Ray)"),
+               ("run and outputs", "output and run"), ("reliability", "checkpoints and reliability")]
+
+
+def suggest(word: str, options) -> str:
+    """' (did you mean X?)' for the closest option to a misspelt word, else ''."""
+    options = list(options)
+    close = [o for o in options if o.startswith(word) and len(word) >= 3]
+    close = close or difflib.get_close_matches(word, options, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for misspelt flags and choices (difflib)."""
+
+    def error(self, message: str):
+        m = re.search(r"unrecognized arguments: (\S+)", message)
+        if m and m.group(1).startswith("-"):
+            flag = m.group(1).split("=")[0]
+            message = f"argument {flag}: unrecognized flag{suggest(flag, self._option_string_actions)}"
+        m = re.search(r"argument (--\w+): invalid choice: '([^']*)'", message)
+        if m and m.group(1) in self._option_string_actions:
+            message += suggest(m.group(2), map(str, self._option_string_actions[m.group(1)].choices or []))
+        super().error(message)
+
+
 def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.ArgumentParser:
-    """An argparse parser with one flag per RunConfig field (defaults suppressed so the
-    caller can tell explicit flags from defaults, which presets need)."""
-    p = argparse.ArgumentParser(
-        prog=prog, argument_default=argparse.SUPPRESS, usage="%(prog)s [-h] --outdir OUTDIR [options]",
+    """An argparse parser with one flag per RunConfig field, grouped by fields.py section
+    (defaults suppressed so the caller can tell explicit flags from defaults, which presets need)."""
+    p = Parser(
+        prog=prog, argument_default=argparse.SUPPRESS, usage="%(prog)s [-h] [--version] --outdir OUTDIR [options]",
         description="Train one KL-regularised RL run (PPO/GRPO family) and write config.json, "
-                    "metrics.jsonl and events.jsonl to --outdir.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    docs = field_docs()
+                    "metrics.jsonl and events.jsonl to --outdir. Flags by section below; "
+                    "docs/flags.md has them as a table.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    groups = {sec: p.add_argument_group(title) for sec, title in HELP_GROUPS}
+    docs, sections = field_docs(), field_sections()
     hints = typing.get_type_hints(RunConfig)
     for f in fields(RunConfig):
         tp, helptext = hints[f.name], docs.get(f.name, "")
@@ -37,14 +72,15 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
         if f.name == "preset":
             from noma_prorl_bench.config.presets import describe_all  # noqa: PLC0415  (the presets' own text, one per preset)
             helptext += " " + " || ".join(describe_all().splitlines())
+        g = groups.get(sections.get(f.name, ""), p)
         flag = f"--{f.name}"
         choices = _choices(tp)
         if tp is bool:
-            p.add_argument(flag, action="store_true", help=helptext)
+            g.add_argument(flag, action="store_true", help=helptext)
         elif choices is not None:
-            p.add_argument(flag, type=type(choices[0]), choices=choices, help=helptext + f" (default: {f.default})")
+            g.add_argument(flag, type=type(choices[0]), choices=choices, help=helptext + f" (default: {f.default})")
         else:
-            p.add_argument(flag, type=tp, help=helptext + f" (default: {f.default!r})", metavar=f.name.upper())
+            g.add_argument(flag, type=tp, help=helptext + f" (default: {f.default!r})", metavar=f.name.upper())
     return p
 
 
