@@ -22,9 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
+
 # ---------------------------------------------------------------------------- the matrix
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence.
-#: `full` is the evidence (>= 10 paired seeds; ~50-60 min with 2 jobs on a shared 2-core VM);
+#: `full` is the evidence (>= 10 paired seeds; 120 runs x 200 steps: about an hour with 2 jobs on a
+#: 2-core VM shared with other work, where a step took ~0.4 s instead of the idle ~0.07 s);
 #: `quick` and `smoke` are smoke runs; `aa` is the A/A test of the statistics (two identical arms
 #: that differ only in their seeds), small enough to run as a test.
 PRESETS = {
@@ -35,7 +38,7 @@ PRESETS = {
                base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                      "--n_val", "32", "--eval_every", "2"]),
     "quick": dict(seeds=3, steps=300, reset_every=100, evidence=False, base=["--eval_every", "10"]),
-    "full": dict(seeds=10, steps=400, reset_every=100, evidence=True, base=["--eval_every", "10"]),
+    "full": dict(seeds=10, steps=200, reset_every=50, evidence=True, base=["--eval_every", "5"]),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -78,9 +81,10 @@ class RunSpec:
     arm: str = ""
     pair: int = 0
 
-    def command(self, outdir: str) -> list[str]:
+    def command(self, outdir: str, mode: str = "--overwrite") -> list[str]:
+        """The run's command line; `mode` "--resume" continues an interrupted run."""
         return [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", os.path.join(outdir, self.name),
-                "--quiet", "--overwrite", "--threads", "1", *self.flags]
+                "--quiet", mode, "--threads", "1", *self.flags]
 
 
 def growth_available() -> bool:
@@ -124,14 +128,7 @@ def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
 # ---------------------------------------------------------------------------- running
 def is_complete(run_dir: str, spec: RunSpec) -> bool:
     """True if run_dir holds a complete run made with the same flags."""
-    try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
-            done = json.load(f).get("complete", False)
-        with open(os.path.join(run_dir, "config.json")) as f:
-            argv = json.load(f).get("argv", [])
-    except (OSError, ValueError):
-        return False
-    return bool(done) and argv[2:] == spec.command("X")[5:]   # same flags after --outdir
+    return run_state(run_dir, spec.command("X")[3:]) == "complete"
 
 
 def _steps_done(run_dir: str) -> int:
@@ -142,15 +139,40 @@ def _steps_done(run_dir: str) -> int:
         return 0
 
 
-def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False) -> list[str]:
-    """Run the specs (skipping complete ones) with at most `jobs` in parallel; return failures."""
+def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
+            stop: Optional[SuiteSignals] = None) -> list[str]:
+    """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
+    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`.
+    SIGINT/SIGTERM (`stop`, installed here if not given) are forwarded to the running runs,
+    which checkpoint and exit 130/143; no new run starts and this returns once they exited
+    (`stop.signum` is set; the interrupted runs are not counted as failures)."""
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    pending = [s for s in specs if not is_complete(os.path.join(outdir, s.name), s)]
-    skipped = len(specs) - len(pending)
-    print(f"suite: {len(specs)} runs, {skipped} already complete (skipped), {len(pending)} to run, "
-          f"{jobs} in parallel", file=sys.stderr)
+    states = {s.name: run_state(os.path.join(outdir, s.name), s.command("X")[3:]) for s in specs}
+    pending = [s for s in specs if states[s.name] != "complete"]
+    n_resume = sum(states[s.name] == "resumable" for s in pending)
+    print(f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
+          f"run ({n_resume} resumed from their checkpoints), {jobs} in parallel", file=sys.stderr)
+    own = stop is None
+    stop = (stop or SuiteSignals()).install() if own else stop
+    try:
+        return _run_pending(pending, states, outdir, jobs, quiet, stop, env)
+    finally:
+        if own:
+            stop.restore()
+
+
+def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Popen:
+    """Print the run's command and start it in its own session (signals come from the suite)."""
+    cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
+    print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
+          "python -m noma_prorl_bench.run", 1), file=sys.stderr)
+    with open(os.path.join(outdir, f"{spec.name}.log"), "a" if state == "resumable" else "w") as log:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) -> list[str]:
     total_steps = sum(_spec_steps(s) for s in pending)
     bar = None
     if not quiet and total_steps:
@@ -158,21 +180,23 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False) -
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple[subprocess.Popen, RunSpec]] = {}
     failures, queue, finished_steps = [], list(pending), 0
-    while queue or running:
-        while queue and len(running) < jobs:
+    while running or (queue and stop.signum is None):
+        while queue and len(running) < jobs and stop.signum is None:
             spec = queue.pop(0)
-            cmd = spec.command(outdir)
-            print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
-                  "python -m noma_prorl_bench.run", 1), file=sys.stderr)
-            log = open(os.path.join(outdir, f"{spec.name}.log"), "w")
-            running[spec.name] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), spec)
+            running[spec.name] = (_start(spec, states[spec.name], outdir, env), spec)
+            stop.children[spec.name] = running[spec.name][0]
         time.sleep(0.5)
         for name in list(running):
             proc, spec = running[name]
             if proc.poll() is not None:
                 del running[name]
+                stop.children.pop(name, None)
                 finished_steps += _spec_steps(spec)
-                if proc.returncode != 0:
+                if proc.returncode != 0 and stop.signum is not None:
+                    where = ("at a checkpoint; the same command resumes it" if has_checkpoint(
+                        os.path.join(outdir, name)) else "before its first checkpoint; the same command restarts it")
+                    print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
+                elif proc.returncode != 0:
                     failures.append(name)
                     print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log", file=sys.stderr)
         if bar is not None:
@@ -256,11 +280,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     suite_json = os.path.join(args.outdir, "suite.json")
     listed = _merge_suite_json(suite_json, args.preset, specs)
     t0 = time.perf_counter()
-    failures = run_all(specs, args.outdir, args.jobs, args.quiet)
+    stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
+    failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
+    unfinished = [] if stop.signum is None else [s.name for s in specs
+                                                 if not is_complete(os.path.join(args.outdir, s.name), s)]
     from noma_prorl_bench.analysis.report import write_report
     names = {s.name for s in specs}
     dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
-            if r["name"] not in failures and (r["name"] in names or os.path.isfile(
+            if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
                 os.path.join(args.outdir, r["name"], "metrics.jsonl")))]
     settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
@@ -272,9 +299,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(os.path.join(args.outdir, "settings.json"), "w") as f:
         json.dump(settings, f, indent=2)
     out = os.path.join(args.outdir, "report.md")
-    write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
-    print(f"suite: report written to {out}" + (f"; {len(failures)} runs failed: {failures}" if failures else ""),
-          file=sys.stderr)
+    if dirs:
+        write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
+    print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
+          + (f"; {len(failures)} runs failed: {failures}" if failures else ""), file=sys.stderr)
+    stop.restore()
+    if stop.signum is not None:
+        print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
+              f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
+              file=sys.stderr)
+        return stop.exit_code
     return 1 if failures else 0
 
 
