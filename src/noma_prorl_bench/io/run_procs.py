@@ -1,0 +1,141 @@
+"""The suite's child runs on disk and as processes: is a run directory complete, resumable or
+new, and what to do with SIGINT / SIGTERM while runs are going (suite.run_all uses both).
+
+State of a run directory for a given list of flags (`run_state`):
+
+    complete    summary.json says complete and config.json was made with the same flags
+    resumable   same flags, not complete, and a complete checkpoint under checkpoints/
+                (the run was interrupted): the suite continues it with `--resume`
+    new         anything else (absent, other flags, stopped before its first checkpoint):
+                the suite starts it with `--overwrite`
+
+"Same flags" ignores `--outdir X`, `--overwrite` and `--resume`, so a run that was resumed
+(config.json then holds the resume's argv) still counts as the same run. Only the standard
+library is used here: the suite process stays light while its children train.
+
+Signals (`SuiteSignals`): children are started in their own session (`start_new_session`), so a
+Ctrl-C in the terminal reaches only the suite, which forwards it once to every running child;
+each child finishes its current step, writes a checkpoint and exits 130 / 143 (run.py). A
+second signal is forwarded too: the children then abort at once, keeping their previous
+checkpoint. No new run starts after a signal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Optional
+
+IGNORED_FLAGS = ("--overwrite", "--resume")
+
+
+def run_flags(argv: list[str]) -> list[str]:
+    """argv without `--outdir X`, `--overwrite` and `--resume` (what identifies a run)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--outdir":
+            skip = True
+        elif a not in IGNORED_FLAGS and not a.startswith("--outdir="):
+            out.append(a)
+    return out
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def has_checkpoint(run_dir: str) -> bool:
+    """True if run_dir/checkpoints holds a complete checkpoint (io.checkpoint's layout:
+    `step_XXXXXX/COMPLETE`), without importing torch."""
+    root = os.path.join(run_dir, "checkpoints")
+    names = os.listdir(root) if os.path.isdir(root) else []
+    return any(n.startswith("step_") and n[5:].isdigit() and os.path.isfile(os.path.join(root, n, "COMPLETE"))
+               for n in names)
+
+
+def run_state(run_dir: str, argv: list[str]) -> str:
+    """"complete", "resumable" or "new" for the run `argv` would make in run_dir (see above)."""
+    config = _read_json(os.path.join(run_dir, "config.json"))
+    if config is None or run_flags(config.get("argv", [])) != run_flags(argv):
+        return "new"
+    summary = _read_json(os.path.join(run_dir, "summary.json")) or {}
+    if summary.get("complete"):
+        return "complete"
+    return "resumable" if has_checkpoint(run_dir) else "new"
+
+
+class SuiteSignals:
+    """Context manager for the suite process: SIGINT / SIGTERM set `.signum` (first one) and
+    are forwarded to the registered child processes (every one of them, each time).
+
+    `exit_code` is 128 + the first signal's number (130 SIGINT, 143 SIGTERM), as for a run.
+    Handlers are installed only from the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self.count = 0
+        self.children: dict = {}                       # name -> Popen
+        self._old: dict = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)
+
+    def forward(self, signum: int) -> int:
+        """Send `signum` to every child still running; returns how many got it."""
+        n = 0
+        for proc in list(self.children.values()):
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signum)
+                    n += 1
+                except OSError:                        # exited in between
+                    pass
+        return n
+
+    def _handle(self, signum, _frame) -> None:
+        self.count += 1
+        if self.signum is None:
+            self.signum = signum
+        n = self.forward(signum)
+        name = signal.Signals(signum).name
+        if self.count == 1:
+            print(f"\nsuite: received {name}: forwarded to {n} running run(s), which finish their step and write "
+                  "a checkpoint; no new run starts. Send it again to abort them at once (their previous "
+                  "checkpoints stay).", file=sys.stderr, flush=True)
+        else:
+            print(f"\nsuite: received {name} again: forwarded to {n} running run(s) (abort at once).",
+                  file=sys.stderr, flush=True)
+
+    def install(self) -> "SuiteSignals":
+        try:
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        except ValueError:                             # not the main thread
+            self._old.clear()
+        return self
+
+    def restore(self) -> None:
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+        self._old.clear()
+
+    def __enter__(self) -> "SuiteSignals":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
