@@ -108,8 +108,15 @@ def test_preserve_migrates_every_state_tensor(opt_name):
     assert new_opt is opt
     new = _state_by_name(m, opt)
     assert set(new) == set(old) == {"head.lora_A", "head.lora_B"}
+    adam = opt_name.startswith("adam")
     for name, axis in (("head.lora_A", 0), ("head.lora_B", 1)):
-        assert set(new[name]) == set(old[name])
+        # Adam/AdamW: the new entries also get a cohort with its own step count (adam_cohorts)
+        assert set(new[name]) == set(old[name]) | ({"entry_cohort", "cohort_steps"} if adam else set())
+        if adam:
+            cohort = new[name]["entry_cohort"]
+            assert new[name]["cohort_steps"] == [0]
+            assert torch.count_nonzero(cohort[:2] if axis == 0 else cohort[:, :2]) == 0
+            assert bool(((cohort[2:] if axis == 0 else cohort[:, 2:]) == 1).all())
         for key, val in old[name].items():
             got = new[name][key]
             if torch.is_tensor(val) and val.dim() > 0:

@@ -95,7 +95,9 @@ def test_schema_names_and_meta(tmp_path):
     assert set(params) == {f"param/{n}" for n, _ in m.named_parameters()} | {"buffer/temp"}
     assert params["param/head.lora_A"].shape == (4, D)
     optim = load_file(paths["optim.safetensors"])
-    assert "optim/head.lora_B/exp_avg_sq" in optim and len(optim) == 2 * 7   # 7 params x (m, v)
+    # 7 params x (m, v) + the cohort tensor of each grown adapter parameter (adam_cohorts)
+    assert "optim/head.lora_B/exp_avg_sq" in optim and len(optim) == 2 * 7 + 2
+    assert optim["optim/head.lora_A/entry_cohort"][2:].eq(1).all() and optim["optim/head.lora_A/entry_cohort"][:2].eq(0).all()
     assert set(load_file(paths["batch.safetensors"])) == {f"batch/{k}" for k in BATCH_KEYS}
     meta = json.load(open(paths["meta.json"]))
     assert meta["schema_version"] == 1 and meta["adapter_rank"] == 4
@@ -103,6 +105,8 @@ def test_schema_names_and_meta(tmp_path):
     assert meta["optimizer"]["param_groups"][1]["params"] == ["head.lora_A", "head.lora_B"]
     assert meta["optimizer"]["param_groups"][1]["lr"] == 1e-2
     assert meta["optimizer"]["state_scalars"]["head.lora_A"]["step"] == {"value": 5.0, "dtype": "float32"}
+    # grown at step 3 (after 3 updates), then 2 more updates: the new entries have had 2
+    assert meta["optimizer"]["state_scalars"]["head.lora_A"]["cohort_steps"] == {"value": [2], "dtype": None}
     assert meta["scalars"] == {"step": 5, "kl_coef": 0.1, "prompt_len": P}
 
 
@@ -128,6 +132,9 @@ def test_round_trip_reproduces_next_update_bit_for_bit(tmp_path):
     assert s1.keys() == s2.keys()
     for n in s1:
         for k in s1[n]:
+            if not torch.is_tensor(s1[n][k]):
+                assert s1[n][k] == s2[n][k], (n, k)                   # cohort_steps (a list)
+                continue
             assert torch.equal(s1[n][k], s2[n][k]) and s1[n][k].dtype == s2[n][k].dtype, (n, k)
 
 

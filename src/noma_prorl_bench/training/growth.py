@@ -8,7 +8,10 @@ everything that refers to the old tensor is a named *migration mode*:
               ``exp_avg_sq``, ``max_exp_avg_sq``, ``momentum_buffer``, ``square_avg``, ``sum`` ...)
               is grown the same shape-aware way: old block copied, new block zero. Non-tensor and
               0-d state (``step``) is kept as is. The param groups point at the new tensor and the
-              state is re-keyed to it; nothing refers to the old tensor any more.
+              state is re-keyed to it; nothing refers to the old tensor any more. For Adam/AdamW
+              the new entries also get their own step count (``adam_cohorts``): each of their
+              updates equals a freshly created Adam's for the same gradient, and every old
+              entry's update equals the one it would have had without the growth.
 ``reset``     the same new tensors and re-pointed param groups, then ``optimizer.state`` is
               cleared for the whole model (moments and step counts restart; ProRL-v1 style).
 ``naive``     new Parameters and a brand-new optimizer of the same class with the same group
@@ -19,6 +22,7 @@ everything that refers to the old tensor is a named *migration mode*:
               (moments); ``step`` kept. In row-major storage this equals ``preserve`` only when the
               grown axis is the first one (appending rows of ``A: r x in``); when a later axis
               grows (appending columns of ``B: out x r``) old entries land in the wrong rows/cols.
+              Adam cohorts as ``preserve``, laid out by flat position (the tail is the new cohort).
 
 Gradient: a ``.grad`` present at growth is grown like the value (old block kept, new block zero);
 under ``noma_flat`` it is replaced by zeros of the new shape, as NOMA's realloc does.
@@ -33,6 +37,8 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
+
+from noma_prorl_bench.training import adam_cohorts
 
 MODES = ("preserve", "reset", "naive", "noma_flat")
 
@@ -107,12 +113,16 @@ def _migrate_state(opt: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parame
     if state is not None:
         migrated = {}
         for key, val in state.items():
+            if key in (adam_cohorts.COHORT, adam_cohorts.COUNTS):
+                continue                                      # rebuilt below
             if torch.is_tensor(val) and val.dim() > 0 and val.shape == old.shape:
                 migrated[key] = grow(val, new.shape)          # moments: old block, zero elsewhere
             elif torch.is_tensor(val):
                 migrated[key] = val.clone()                   # step (0-d): kept, never aliased
             else:
                 migrated[key] = val                           # None, python scalars
+        if adam_cohorts.is_adam(opt) and "exp_avg" in migrated:   # new entries: own step count
+            adam_cohorts.start_cohort(migrated, state.get(adam_cohorts.COHORT), old.shape, new.shape, grow)
         opt.state[new] = migrated
     for group in opt.param_groups:
         group["params"] = [new if p is old else p for p in group["params"]]

@@ -31,10 +31,25 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
+from noma_prorl_bench.training import adam_cohorts
+
 OPT_RESETS = ("keep", "hard", "soft", "asym")
 LR_SCHEDULES = ("constant", "cosine")
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
+
+
+@dataclass(eq=False)
+class OptimSide:
+    """The optimizer side of a run (S3) as one object the trainer and its managers share: the
+    optimizer, its LR scheduler, the adaptive-KL controller (None: fixed --beta) and a grad
+    scaler (None unless mixed precision). A reset acts on all of them in place; a growth under
+    `naive` replaces `optimizer` and `scheduler` here, so every holder sees the new ones."""
+
+    optimizer: Optimizer
+    scheduler: LRScheduler
+    kl_ctrl: Any = None
+    grad_scaler: Any = None
 
 
 # ---------------------------------------------------------------- moments and step count
@@ -82,8 +97,11 @@ def reset_step_count(optimizer: Optimizer) -> int:
     """Set every parameter's `step` to 0 in place (tensor keeps dtype/device); return how many.
 
     Adam's update at step t divides m by (1 - beta1^t) and v by (1 - beta2^t); after this the
-    next update uses t = 1 again. Parameters that have no state yet are left alone.
+    next update uses t = 1 again. Parameters that have no state yet are left alone. Entries
+    added by a growth (``adam_cohorts``) first get their raw moments back and join the tensor's
+    count, so every entry restarts from its own moments.
     """
+    adam_cohorts.to_raw_moments(optimizer)
     n = 0
     for state in optimizer.state.values():
         if "step" not in state:
@@ -158,6 +176,17 @@ def make_lr_scheduler(
     if warmup_steps < 0 or total_steps < 0 or not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError("need warmup_steps >= 0, total_steps >= 0, 0 <= min_lr_ratio <= 1")
     return LambdaLR(optimizer, WarmupSchedule(kind, warmup_steps, total_steps, min_lr_ratio))
+
+
+def lr_horizon(cfg: Any) -> int:
+    """The run's LR-schedule horizon in scheduler steps: one per optimizer step, i.e.
+    `--steps` x `--ppo_epochs` x `--minibatches` (the cosine reaches its floor at the last update)."""
+    return cfg.steps * cfg.ppo_epochs * cfg.minibatches
+
+
+def run_scheduler(optimizer: Optimizer, cfg: Any) -> LambdaLR:
+    """The run's LR scheduler for `optimizer` (`--lr_schedule`, `--warmup_steps`, `lr_horizon`)."""
+    return make_lr_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps, lr_horizon(cfg))
 
 
 def restart_schedule(scheduler: LRScheduler) -> float:
