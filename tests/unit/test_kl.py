@@ -90,10 +90,55 @@ def test_kl_reward_penalty():
 def test_adaptive_controller_update_and_state():
     c = K.AdaptiveKLController(init_beta=0.1, target=6.0, horizon=10_000)
     # kl=12: error = clip(12/6 - 1, -.2, .2) = .2 -> beta = .1 * (1 + .2 * 100 / 10000) = .1002
-    assert c.update(12.0, n_steps=100) == pytest.approx(0.1002)
+    assert c.update(12.0, n_samples=100) == pytest.approx(0.1002)
     # kl=3: error = clip(-.5) = -.2 -> .1002 * (1 - .002) = .0999996
-    c.update(3.0, n_steps=100)
+    c.update(3.0, n_samples=100)
     assert c.value == pytest.approx(0.0999996)
     d = K.AdaptiveKLController(1.0, 1.0, 1.0)
     d.load_state_dict(c.state_dict())
     assert d.state_dict() == c.state_dict()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kl,direction", [(100.0, 1), (0.01, -1), (1.0, 0)])
+def test_adaptive_controller_moves_with_n_samples(kl, direction):
+    # target 1, horizon 1000 samples, a batch of N = 16*8 = 128 samples per step:
+    # far above: (1 + .2 * 128/1000)^30 = 1.0256^30 = 2.135 (>= +10%); far below: .9744^30 = .459;
+    # at the target: error 0, beta unchanged
+    c = K.AdaptiveKLController(init_beta=0.05, target=1.0, horizon=1000)
+    for _ in range(30):
+        c.update(kl, n_samples=128)
+    expected = 0.05 * (1 + direction * 0.2 * 128 / 1000) ** 30
+    assert c.value == pytest.approx(expected, rel=1e-9)
+    if direction > 0:
+        assert c.value >= 1.10 * 0.05
+    elif direction < 0:
+        assert c.value <= 0.5 * 0.05
+    else:
+        assert c.value == 0.05
+
+
+@pytest.mark.unit
+def test_k3_ratio_value_and_gradient_hand_worked():
+    # logp = ln .5, anchor = ln .25 (log r = -ln 2, k3 = ln 2 - .5), logp_old = ln .4:
+    # rho = .5/.4 = 1.25, value = 1.25 (ln 2 - .5) = .241434
+    logp = torch.log(torch.tensor([0.5])).requires_grad_(True)
+    v = K.k3_ratio(logp, torch.log(torch.tensor([0.25])), torch.log(torch.tensor([0.4])))
+    ln2 = math.log(2)
+    assert v.item() == pytest.approx(1.25 * (ln2 - 0.5))
+    v.sum().backward()
+    # d/dlogp [rho k3] = rho k3 + rho (1 - r) = 1.25 (ln2 - .5) + 1.25 (1 - .5) = 1.25 ln 2 = .866434
+    assert logp.grad.item() == pytest.approx(1.25 * ln2)
+    # on-policy (logp_old = logp) the value is plain k3
+    same = K.k3_ratio(logp.detach(), torch.log(torch.tensor([0.25])), logp.detach())
+    assert same.item() == pytest.approx(ln2 - 0.5)
+
+
+@pytest.mark.unit
+def test_kl_return_to_go_hand_worked():
+    kl_tok = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.5, -0.1, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    rtg = K.kl_return_to_go(kl_tok, mask)
+    # row 0: sums from t to the end over masked tokens: .6, .5, .3, 0 (the 9 is masked out)
+    # row 1: .4, -.1, 0, 0
+    assert torch.allclose(rtg, torch.tensor([[0.6, 0.5, 0.3, 0.0], [0.4, -0.1, 0.0, 0.0]]))

@@ -94,12 +94,14 @@ def test_reinforce_value_and_gradient():
 def test_cispo_gradient_is_clipped_weight_times_advantage():
     logp, old, adv, mask = _batch()
     loss, m = L.cispo_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.2)
-    # w = sg(clip(r, .8, 1.2)) = [1.2, .8, 1.1]; loss = -w A logp; d/dlogp = -w A (never zero)
-    w = torch.tensor([1.2, 0.8, 1.1])
+    # MiniMax-M1 truncates from above only: w = sg(min(r, 1.2)) = [1.2, .5, 1.1] (r = .5 is NOT
+    # raised to .8); loss = -w A logp; d/dlogp = -w A (never zero)
+    w = torch.tensor([1.2, 0.5, 1.1])
     assert torch.allclose(loss[0], -w * torch.log(RATIOS), atol=1e-6)
     loss.sum().backward()
     assert torch.allclose(logp.grad, torch.stack([-w, w]), atol=1e-6)
-    assert m["clip/frac"] == pytest.approx(4 / 6)  # r=1.5 and r=.5 in both rows
+    assert m["clip/frac"] == pytest.approx(2 / 6)  # only r=1.5, in both rows
+    assert m["clip/frac_low"] == 0.0
 
 
 @pytest.mark.unit
@@ -254,3 +256,27 @@ def test_aggregate_matches_looped_reference(data, shape):
     junk = torch.where(m > 0, x, torch.full_like(x, float("inf")))
     for agg, want in ref.items():
         assert L.aggregate(junk, m, agg).item() == pytest.approx(want, abs=1e-4), agg
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(L.LOSSES))
+def test_per_token_advantages_broadcast_equals_per_sequence(name):
+    # adv [N] and the same values repeated along T as [N, T] give the same loss matrix
+    logp, old, adv, mask = _batch()
+    seq, _ = L.LOSSES[name](logp, old, adv, mask, eps_low=0.2, eps_high=0.2)
+    tok, _ = L.LOSSES[name](logp, old, adv[:, None].expand(2, 3).clone(), mask, eps_low=0.2, eps_high=0.2)
+    assert torch.allclose(seq, tok)
+
+
+@pytest.mark.unit
+def test_grpo_clip_with_per_token_advantages_hand_worked():
+    # the REINFORCE++ token form gives each token its own A: row 0 A = [1, -1, 2], ratios [1.5, .5, 1.1]
+    logp = torch.log(RATIOS).unsqueeze(0).clone().requires_grad_(True)        # [1, 3]
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    loss, _ = L.grpo_clip_loss(logp, torch.zeros(1, 3), adv, torch.ones(1, 3), eps_low=0.2, eps_high=0.2)
+    # t0: A=1, r=1.5 -> -min(1.5, 1.2) = -1.2 (clipped); t1: A=-1, r=.5 -> max(.5, .8) = .8 (clipped);
+    # t2: A=2, r=1.1 -> -min(2.2, 2.2) = -2.2
+    assert torch.allclose(loss, torch.tensor([[-1.2, 0.8, -2.2]]), atol=1e-6)
+    loss.sum().backward()
+    # only t2 has a gradient: d(-A r)/dlogp = -A r = -2.2
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, 0.0, -2.2]]), atol=1e-6)

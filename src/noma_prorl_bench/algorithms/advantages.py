@@ -5,7 +5,8 @@ Every estimator has the signature
     fn(rewards[B,G], *, eps: float = 1e-6, normalize_by_std: bool = True) -> (adv[B,G], metrics)
 and gives the same advantage to every token of a response (the trainer broadcasts it).
 Standard deviations are `torch.std` (unbiased, divisor n-1), so every estimator needs G >= 2
-(REINFORCE++ needs N >= 2).
+(REINFORCE++ needs N >= 2). With the KL in the reward in REINFORCE++'s token form,
+`token_advantages` gives per-token advantages [N, T] instead (see there).
 
   grpo         (r - mean_g) / (std_g + eps)             Shao et al. 2024 (DeepSeekMath)
   dr_grpo      r - mean_g                                Liu et al. 2025 (Dr. GRPO)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor
 
 Metrics = dict[str, float]
@@ -96,6 +98,39 @@ def reinforce_pp_advantages(rewards: Tensor, *, eps: float = 1e-6,
     if normalize_by_std:
         adv = adv / (r.std() + eps)
     metrics = _metrics(r, adv) if r.shape[1] >= 2 else {"adv/mean": float(adv.mean().item())}
+    return adv, metrics
+
+
+def token_advantages(name: str, rewards: Tensor, penalty: Tensor, mask: Tensor, *,
+                     eps: float = 1e-6) -> tuple[Tensor, Metrics]:
+    """Per-token advantages `[N, T]` when the KL is in the reward in REINFORCE++'s token form.
+
+    rewards[B, G] outcome rewards; penalty[N, T] = beta * sum_{s>=t} m KL_s (the KL part of token
+    t's return, `kl.kl_return_to_go`); mask[N, T] response tokens. The order follows OpenRLHF
+    (experience_maker: process_experiences, then compute_reward + get_cumulative_returns):
+      grpo, dr_grpo, rloo  the group estimator acts on the outcome reward, then the KL return is
+                           subtracted: A_it = est(r)_i - penalty_it (OpenRLHF group_norm / rloo /
+                           reinforce_baseline order).
+      reinforce_pp         the token return R_it = r_i - penalty_it, whitened over every response
+                           token of the batch: (R - mean_m R) / (std_m R + eps), unbiased std
+                           (Hu 2025, REINFORCE++: global advantage normalisation).
+    With penalty = 0 the group estimators equal their sequence form; reinforce_pp then whitens
+    over tokens (a sequence weighs by its length), not over sequences. Zero where mask == 0.
+    """
+    r = rewards.float()                                                          # [B, G]
+    m = mask.to(torch.float32)                                                   # [N, T]
+    pen = torch.where(m != 0, penalty.float(), torch.zeros_like(m))              # [N, T]
+    if name == "reinforce_pp":
+        ret = (r.reshape(-1, 1) - pen) * m                                       # [N, T] token returns
+        n = m.sum().clamp(min=2.0)
+        mean = ret.sum() / n
+        std = (((ret - mean) * m).pow(2).sum() / (n - 1)).sqrt()
+        adv = (ret - mean) / (std + eps) * m                                     # [N, T]
+    else:
+        seq, _ = ADVANTAGES[name](r)                                             # [B, G]
+        adv = (seq.reshape(-1, 1) - pen) * m                                     # [N, T]
+    sel = adv.reshape(-1)[m.reshape(-1) != 0]                                    # response tokens
+    metrics = _metrics(r, sel if sel.numel() else adv.new_zeros(1))
     return adv, metrics
 
 

@@ -15,9 +15,11 @@ Losses (see docs/losses.md for formulas, papers and library names):
              (PPO, Schulman et al. 2017; GRPO, Shao et al. 2024; dual clip, Ye et al. 2020)
   dapo       the same clipped surrogate with decoupled eps_low < eps_high ("clip-higher",
              Yu et al. 2025, DAPO); DAPO's token-level averaging is `aggregate("token-mean")`
-  cispo      -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp  (MiniMax-M1, 2025)
+  cispo      -sg(min(r, 1+eps_high)) * A * logp  (MiniMax-M1, 2025: truncated from above only)
   gspo       -min(s A, clip(s, ...) A) with s = exp(masked mean_t log r) per sequence,
-             broadcast to the tokens (Zheng et al. 2025, GSPO)
+             broadcast to the tokens (Zheng et al. 2025, GSPO; the paper's eps 3e-4 / 4e-4 and
+             mean over sequences are the config defaults for --loss gspo)
+Advantages arrive per sequence (`[N]` or `[N,1]`, broadcast over T) or per token (`[N,T]`).
 Any loss can be multiplied per token by a truncated importance-sampling weight
 `tis_weight = min(pi_learner / pi_sampler, C)` (Yao et al. 2025, "Your efficient RL framework
 secretly brings you off-policy RL training"); see `tis_weights`.
@@ -115,6 +117,15 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def _adv_matrix(adv: Tensor, logp: Tensor) -> Tensor:
+    """Advantages in logp's dtype as `[N,1]` (one per sequence: `adv[N]` or `[N,1]`, broadcast over
+    the tokens) or `[N,T]` (one per token, as the REINFORCE++ token form of the KL in the reward
+    gives), unchanged."""
+    if adv.dim() == 2 and adv.shape == logp.shape:
+        return adv.to(logp.dtype)
+    return adv.reshape(-1, 1).to(logp.dtype)
+
+
 def _log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
     """log(pi_theta / pi_old) per token, zero where mask == 0 (so exp never overflows there)."""
     return torch.where(mask != 0, logp - logp_old, torch.zeros_like(logp))
@@ -182,7 +193,7 @@ def reinforce_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     `logp_old`, `eps_*` and `dual_clip_c` do not enter the loss; `logp_old` is used only for the
     logged ratio. Gradient: -A * grad logp. clip/frac is 0 by definition.
     """
-    a = adv.reshape(-1, 1).to(logp.dtype)  # [N,1]
+    a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp.detach(), logp_old, mask)
     metrics = _ratio_metrics(log_ratio, mask)
     metrics.update({"clip/frac": 0.0, "clip/frac_high": 0.0, "clip/frac_low": 0.0, "clip/frac_dual": 0.0})
@@ -199,7 +210,7 @@ def grpo_clip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     dual_clip_c (c > 1) adds the dual clip of Ye et al. 2020 for A < 0 (see `_clipped_surrogate`).
     Tokens on the flat side of the clip get zero gradient.
     """
-    a = adv.reshape(-1, 1).to(logp.dtype)  # [N,1]
+    a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp, logp_old, mask)  # [N,T]
     ratio = log_ratio.exp()
     loss, metrics = _clipped_surrogate(ratio, a, mask, eps_low, eps_high, dual_clip_c)
@@ -224,20 +235,22 @@ def dapo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_
 def cispo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
                eps_high: float, dual_clip_c: float | None = None,
                tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
-    """CISPO (MiniMax-M1, 2025): `-sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp` per token.
+    """CISPO (MiniMax-M1, 2025): `-sg(min(r, 1 + eps_high)) * A * logp` per token.
 
-    The importance weight is clipped and detached, so every token keeps a gradient
-    `-w_clip * A * grad logp` (PPO would zero it). clip/frac counts tokens whose weight was
-    clipped (either side, any sign of A). dual_clip_c is not used by CISPO.
+    The importance weight is truncated from above only and detached, so every token keeps a
+    gradient `-w * A * grad logp` (PPO would zero clipped ones). The paper writes
+    clip(r, 1 - eps_low, 1 + eps_high) but sets no lower bound (eps_low large); TRL's `cispo`
+    also caps from above only. `eps_low` and dual_clip_c are not used. clip/frac counts tokens
+    whose weight was truncated (= clip/frac_high; clip/frac_low is 0).
     """
-    a = adv.reshape(-1, 1).to(logp.dtype)  # [N,1]
+    a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp.detach(), logp_old, mask)  # [N,T], detached
     ratio = log_ratio.exp()
-    w = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    high, low = ratio > 1.0 + eps_high, ratio < 1.0 - eps_low
+    w = ratio.clamp(max=1.0 + eps_high)
+    high = ratio > 1.0 + eps_high
     metrics = _ratio_metrics(log_ratio, mask)
-    metrics.update({"clip/frac": _frac(high | low, mask), "clip/frac_high": _frac(high, mask),
-                    "clip/frac_low": _frac(low, mask), "clip/frac_dual": 0.0})
+    metrics.update({"clip/frac": _frac(high, mask), "clip/frac_high": _frac(high, mask),
+                    "clip/frac_low": 0.0, "clip/frac_dual": 0.0})
     loss = torch.where(mask != 0, -w * a * logp, torch.zeros_like(logp))
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
@@ -250,10 +263,11 @@ def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_
     s_i = exp( sum_t m log r / sum_t m )  (geometric mean of token ratios, length-normalised),
     loss_it = -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i) for every response token t.
     The gradient flows through s_i (all tokens of a sequence share it). The paper uses very
-    small eps (3e-4 / 4e-4). Any reduction then gives each sequence its loss; under
-    seq-mean-token-mean it equals the paper's objective exactly.
+    small eps (3e-4 low / 4e-4 high) and a mean over sequences: the config resolves --loss gspo
+    without clip flags to those and --loss_agg auto to seq-mean-token-mean, under which this
+    loss equals the paper's objective exactly (token-mean would weigh sequences by length).
     """
-    a = adv.reshape(-1, 1).to(logp.dtype)  # [N,1]
+    a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp, logp_old, mask)  # [N,T]
     seq_log_ratio = masked_mean(log_ratio, mask, dim=-1).unsqueeze(-1)  # [N,1]
     s = seq_log_ratio.exp().expand_as(logp)  # [N,T], same value along T

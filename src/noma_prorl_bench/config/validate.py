@@ -52,8 +52,8 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
         raise ConfigError("warmstart_lr", f"must be > 0, got {cfg.warmstart_lr}")
     if not cfg.temperature > 0:
         raise ConfigError("temperature", f"must be > 0, got {cfg.temperature}")
-    if not 0.0 < cfg.clip_eps < 1.0:
-        raise ConfigError("clip_eps", f"must be in (0, 1), got {cfg.clip_eps}")
+    if cfg.clip_eps != -1.0 and not 0.0 < cfg.clip_eps < 1.0:
+        raise ConfigError("clip_eps", f"must be -1 (the loss's default) or in (0, 1), got {cfg.clip_eps}")
     for n in ("eps_low", "eps_high"):
         v = getattr(cfg, n)
         if v != -1.0 and not 0.0 < v < 1.0 and not (n == "eps_high" and v >= 1.0):
@@ -140,8 +140,15 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
             raise ConfigError("k2_mode", "ref_over_old needs a reference model; Variant B (--variant B) has none")
         if cfg.preset != "none":
             raise ConfigError("preset", "reset presets need a reference model; Variant B (--variant B) has none")
-    if cfg.kl_in == "reward" and cfg.kl_estimator == "full":
-        raise ConfigError("kl_estimator", "full (exact KL) is only available with --kl_in loss")
+    if cfg.kl_in == "reward" and cfg.kl_estimator in ("full", "k3_ratio"):
+        raise ConfigError("kl_estimator", f"{cfg.kl_estimator} is only available with --kl_in loss (full needs "
+                                          "logits; k3_ratio's ratio pi/pi_old is 1 at rollout time, use k3)")
+    if cfg.kl_in != "reward" and cfg.kl_reward_form != "token":
+        raise ConfigError("kl_reward_form", f"only applies to --kl_in reward (got --kl_in {cfg.kl_in})")
+    if cfg.target_kl > 0 and cfg.kl_horizon <= 0.2 * cfg.batch_size * cfg.group_size:
+        raise ConfigError("kl_horizon", f"must exceed 0.2 * batch_size * group_size = "
+                                        f"{0.2 * cfg.batch_size * cfg.group_size:g} samples with --target_kl "
+                                        f"(each step moves beta by up to 20% * N / horizon), got {cfg.kl_horizon}")
     if cfg.kl_in == "reward" and cfg.variant == "B":
         raise ConfigError("kl_in", "reward subtracts beta*KL(pi_old || pi_ref) from the rewards and needs a "
                                    "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A")
@@ -211,6 +218,9 @@ def _validate_loss(cfg: RunConfig) -> None:
     if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce"):
         raise ConfigError("dual_clip_c",
                           f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
-    for n in ("eps_low", "eps_high"):
+    for n in ("clip_eps", "eps_low", "eps_high"):
         if getattr(cfg, n) != -1.0 and cfg.loss == "reinforce":
             raise ConfigError(n, "--loss reinforce has no ratio and no clip; drop the flag or pick a clipped loss")
+    if cfg.eps_low != -1.0 and cfg.loss == "cispo":
+        raise ConfigError("eps_low", "--loss cispo truncates the IS weight from above only (MiniMax-M1): "
+                                     "set --eps_high (or --clip_eps), not --eps_low")

@@ -88,7 +88,7 @@ def resolved_config(cfg: RunConfig) -> dict:
     import numpy
     import torch
     d = cfg.to_dict()
-    d["derived"] = {"variant_label": cfg.variant_label, "eps_low": cfg.eps_lo, "eps_high": cfg.eps_hi,
+    d["derived"] = {"variant_label": cfg.variant_label, **cfg.clip_used, "loss_agg": cfg.loss_agg_resolved,
                     "warmstart_steps": cfg.warmstart_steps_resolved, "device": resolved_device(cfg.device)}
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
                      "python": platform.python_version(), "git_commit": _git_commit()}

@@ -16,10 +16,10 @@ import time
 import numpy as np
 import torch
 
-from noma_prorl_bench.algorithms import advantages as adv_lib
 from noma_prorl_bench.algorithms import kl as kl_lib
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.algorithms import objective
+from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
@@ -33,7 +33,7 @@ from noma_prorl_bench.training.growth_loop import GrowthManager
 from noma_prorl_bench.training.optim_state import make_lr_scheduler
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager
 
-REF_OVER_OLD_CLAMP = 10.0  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
+REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
 COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
                 "policy_fwd_eval")
 
@@ -71,10 +71,11 @@ class Trainer:
         self.warmstart_info = self.warm_start()
         self.growth = GrowthManager(cfg, self)       # --enable_growth: LoRA adapters, base frozen (growth_loop.py)
         # ------------------------------------------------------------ reference (Variant A only)
+        self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
         N_max = cfg.batch_size * cfg.group_size
         mode = "none" if cfg.variant == "B" else cfg.ref_compute
         self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max,
-                                   keep_logits=cfg.kl_estimator == "full")
+                                   keep_logits=self.kl.needs_ref_logits)
         # ------------------------------------------------------------ optimizer, schedule, KL coef
         self.optimizer = self.make_optimizer()
         self.scheduler = make_lr_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps,
@@ -144,8 +145,11 @@ class Trainer:
                 self.ref.prepare(batch.tokens, batch.prompt_len)
         # ------------------------------------------------------------ 3. advantages
         rewards, shape_metrics = self.shaped_rewards(batch)                         # [N]
-        adv, adv_metrics = adv_lib.ADVANTAGES[cfg.adv](rewards.view(cfg.batch_size, cfg.group_size))
-        batch.advantages = adv.reshape(-1)                                          # [B, G] -> [N]
+        ref = (self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))      # [N, T] view (A1/A2)
+               if self.kl.in_reward else None)                                      # --kl_in reward only
+        batch.advantages, adv_metrics = self.kl.advantages(                         # [N], or [N, T] (token form)
+            rewards, batch.mask, cfg.adv, cfg.batch_size, cfg.group_size, beta=self.beta,
+            logp_old=batch.logp_old, logp_ref=ref)
         adv_metrics.update({**self._rollout_metrics, **shape_metrics})
         # ------------------------------------------------------------ 4. PPO epochs x minibatches
         with self.timer("train"):
@@ -158,7 +162,7 @@ class Trainer:
         m["kl/beta"] = self.beta
         m["optim/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.kl_ctrl is not None:
-            self.kl_ctrl.update(upd.get(f"kl/{self.loss_kl_key}", 0.0), 1)
+            self.kl_ctrl.update(upd.get(self.kl.metric_key, 0.0), batch.n)       # n = N samples (kl.py)
         # ------------------------------------------------------------ 6. resets, evaluation
         if self.is_eval_step():
             with self.timer("eval"):
@@ -197,15 +201,9 @@ class Trainer:
         return batch
 
     def shaped_rewards(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict]:
-        """The rewards[N] the advantages see (--overlong shape, --kl_in reward); see objective.py.
-        --kl_in reward uses the loss estimator between logp_old and logp_ref at rollout time."""
-        cfg = self.cfg
-        kl_tok = None
-        if cfg.kl_in == "reward":
-            ref = self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))    # [N, T] view (A1/A2)
-            kl_tok = self.kl_in_loss(kl_lib.kl_terms(batch.logp_old, ref), batch.logp_old, ref)
-        return objective.shape_rewards(batch.rewards, batch.mask, overlong=cfg.overlong, T_max=self.T_max,
-                                       kl_tok=kl_tok, beta=self.beta)
+        """The task rewards[N] with --overlong shape applied (objective.py); a KL in the reward is
+        added by `self.kl.advantages` in the form --kl_reward_form names."""
+        return objective.shape_rewards(batch.rewards, batch.mask, overlong=self.cfg.overlong, T_max=self.T_max)
 
     @property
     def beta(self) -> float:
@@ -213,7 +211,8 @@ class Trainer:
 
     @property
     def loss_kl_key(self) -> str:
-        return {"simple": "k1", "k2": "k2", "k3": "k3", "full": "full"}[self.cfg.kl_estimator]
+        """Name of the KL estimate in the loss (k1, k2, k3, k3_ratio, full), from the KLTerm."""
+        return self.kl.key
 
     # ================================================================ the update
     def update(self, batch: RolloutBatch) -> dict:
@@ -246,7 +245,7 @@ class Trainer:
         cfg = self.cfg
         mask, metrics = objective.loss_mask(batch.mask, batch.truncated, cfg.overlong)
         inp = objective.UpdateInputs(mask=mask, logp_old=batch.logp_old)
-        b_full = cfg.variant == "B" and cfg.kl_estimator == "full"
+        b_full = self.kl.needs_old_logits
         if cfg.tis_cap > 0 or b_full:
             with torch.no_grad():
                 logp, _, logits = response_logprobs(self.policy, batch.tokens, batch.prompt_len, cfg.temperature)
@@ -269,7 +268,7 @@ class Trainer:
         if cfg.variant == "A":
             with self.timer("ref_in_train"):
                 anchor = self.ref.minibatch(tokens, P, sl)             # A0 runs a forward here
-                if cfg.kl_estimator == "full":
+                if self.kl.needs_ref_logits:
                     logits_anchor = self.ref.minibatch_logits(tokens, P, sl)   # A0: that same forward
             if record_anchor:                                           # once per row: the k2 diagnostic
                 self._anchor[sl] = anchor.detach()
@@ -279,11 +278,10 @@ class Trainer:
         pg, metrics = loss_lib.LOSSES[cfg.loss](
             logp, inp.logp_old[sl], batch.advantages[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
             dual_clip_c=cfg.dual_clip_c or None, tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl])
-        kl = objective.kl_per_token(logp, anchor, logits=logits, logits_anchor=logits_anchor,
-                                    temperature=cfg.temperature)
-        kl_tok = (self.kl_in_loss(kl, batch.logp_old[sl], anchor) if cfg.kl_in == "loss"
-                  else torch.zeros_like(logp))                         # --kl_in reward: KL is in the rewards
-        loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)
+        kl = self.kl.estimates(logp, anchor, inp.logp_old[sl], logits=logits, logits_anchor=logits_anchor,
+                               temperature=cfg.temperature)           # {name: [n, T]}
+        kl_tok = self.kl.loss_term(kl, batch.logp_old[sl], anchor)     # zeros when the KL is in the reward
+        loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)
         loss = guards.inject_nan(loss, self.step_idx)                  # test hook, see guards.py
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -298,21 +296,12 @@ class Trainer:
             resp = batch.mask[sl]                                       # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
             out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
-                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg, norm_const=self.T_max)),
-                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg, norm_const=self.T_max)),
+                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
+                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
                         "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
                         "guard/nan_skip_frac": float(skipped)})
         out.update(metrics)
         return out
-
-    def kl_in_loss(self, kl: dict, logp_old: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
-        """The per-token KL term that enters the loss, per --kl_estimator/--k2_mode."""
-        cfg = self.cfg
-        if cfg.kl_estimator == "k2" and cfg.k2_mode == "ref_over_old":
-            # The blog's k2 as written, x = exp(clamp(log pi_ref/pi_old)): constant in theta
-            # inside a rollout, so this term has no gradient (documented in --help).
-            return kl_lib.kl_terms(logp_old, anchor, clamp=REF_OVER_OLD_CLAMP)["k2"].detach()
-        return kl[self.loss_kl_key]
 
     @torch.no_grad()
     def ref_over_old_k2(self, batch: RolloutBatch) -> float:

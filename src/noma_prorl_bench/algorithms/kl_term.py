@@ -1,0 +1,131 @@
+"""The KL choice as one object (issue 14, rule 2): estimator, k2 mode, placement, reward form, anchor.
+
+Legend: B prompts, G samples per prompt, N = B*G sequences, n rows of a minibatch, T response
+tokens, V vocabulary.
+
+`KLTerm.from_config(cfg)` reads --kl_estimator, --k2_mode, --kl_in, --kl_reward_form and --variant
+once; the trainer asks the object and never reads those strings itself:
+
+  metric_key            kl/k1 | kl/k2 | kl/k3 | kl/k3_ratio | kl/full: the logged estimate that
+                        enters the loss (what --target_kl and --reset_kl_above read)
+  in_reward             the rewards carry the KL: the trainer hands over logp_ref for the batch
+  needs_ref_logits      the reference must keep its logits [N, T, V] (`full`, Variant A)
+  needs_old_logits      the pre-update policy's logits [N, T, V] are needed (`full`, Variant B)
+  estimates(...)        every per-token estimate to log, {name: [n, T]}
+  loss_term(...)        the per-token KL term of the loss [n, T] (zeros when the KL is in the reward)
+  advantages(...)       rewards[N] -> advantages [N] (KL in the loss, or the sequence form) or
+                        [N, T] (the REINFORCE++ token form), plus metrics
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from noma_prorl_bench.algorithms import advantages as adv_lib
+from noma_prorl_bench.algorithms import kl as kl_lib
+from noma_prorl_bench.config import kl_metric_key
+
+Metrics = dict[str, float]
+
+
+@dataclass(frozen=True)
+class KLTerm:
+    """One run's KL term. estimator: k1 | k2 | k3 | k3_ratio | full; k2_mode: theta_over_ref |
+    ref_over_old; placement: loss | reward; reward_form: token | sequence (placement reward only);
+    anchor: ref (Variant A, pi_ref) | old (Variant B, pi_old)."""
+
+    estimator: str = "k3"
+    k2_mode: str = "theta_over_ref"
+    placement: str = "loss"
+    reward_form: str = "token"
+    anchor: str = "ref"
+
+    @classmethod
+    def from_config(cls, cfg) -> "KLTerm":
+        """The KL term of a RunConfig (`simple` is the seed's spelling of k1)."""
+        est = "k1" if cfg.kl_estimator == "simple" else cfg.kl_estimator
+        return cls(estimator=est, k2_mode=cfg.k2_mode, placement=cfg.kl_in, reward_form=cfg.kl_reward_form,
+                   anchor="old" if cfg.variant == "B" else "ref")
+
+    # ---------------------------------------------------------------- what it needs
+    @property
+    def metric_key(self) -> str:
+        return kl_metric_key(self.estimator)
+
+    @property
+    def key(self) -> str:
+        """metric_key without the `kl/` prefix (the name in the `estimates` dict)."""
+        return self.metric_key[len("kl/"):]
+
+    @property
+    def in_reward(self) -> bool:
+        return self.placement == "reward"
+
+    @property
+    def needs_ref_logits(self) -> bool:
+        return self.estimator == "full" and self.anchor == "ref"
+
+    @property
+    def needs_old_logits(self) -> bool:
+        return self.estimator == "full" and self.anchor == "old"
+
+    @property
+    def ref_over_old(self) -> bool:
+        """The ProRL-v2 blog's k2 as written: x = exp(clamp(log pi_ref / pi_old)), constant in theta."""
+        return self.estimator == "k2" and self.k2_mode == "ref_over_old"
+
+    # ---------------------------------------------------------------- per-token values
+    def estimates(self, logp: Tensor, anchor: Tensor, logp_old: Tensor, *, logits: Optional[Tensor] = None,
+                  logits_anchor: Optional[Tensor] = None, temperature: float = 1.0) -> dict[str, Tensor]:
+        """Per-token KL(pi_theta || anchor) estimates [n, T] to log: k1, k2, k3 always; k3_ratio
+        (rho = pi_theta / sg(pi_old), logp_old[n, T] the PG ratio's denominator) when chosen; `full`
+        from logits [n, T, V] (divided by the temperature, as every logprob is) when both are given."""
+        kl = kl_lib.kl_terms(logp, anchor)
+        if self.estimator == "k3_ratio":
+            kl["k3_ratio"] = kl_lib.k3_ratio(logp, anchor, logp_old)
+        if logits is not None and logits_anchor is not None:
+            kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature)   # [n, T]
+        return kl
+
+    def chosen(self, kl: dict[str, Tensor], logp_sampler: Tensor, anchor: Tensor) -> Tensor:
+        """The chosen estimator's per-token value [n, T]. ref_over_old: k2 of log(pi_ref / pi_sampler),
+        clamped to +-REF_OVER_OLD_CLAMP and detached (no gradient, as documented in --help)."""
+        if self.ref_over_old:
+            return kl_lib.kl_terms(logp_sampler, anchor, clamp=kl_lib.REF_OVER_OLD_CLAMP)["k2"].detach()
+        return kl[self.key]
+
+    def loss_term(self, kl: dict[str, Tensor], logp_sampler: Tensor, anchor: Tensor) -> Tensor:
+        """The per-token KL term that enters the loss [n, T] (beta is applied by the caller);
+        zeros when the KL is in the reward instead."""
+        if self.in_reward:
+            return torch.zeros_like(kl["k1"])
+        return self.chosen(kl, logp_sampler, anchor)
+
+    # ---------------------------------------------------------------- advantages
+    def advantages(self, rewards: Tensor, mask: Tensor, adv: str, B: int, G: int, *, beta: float,
+                   logp_old: Optional[Tensor] = None, logp_ref: Optional[Tensor] = None) -> tuple[Tensor, Metrics]:
+        """rewards[N] -> (advantages, metrics) with the KL placed as configured.
+
+        loss:            the --adv estimator on rewards[B, G] -> adv [N].
+        reward sequence: the estimator on r_i - beta * sum_t m KL_t (kl.kl_reward_penalty) -> [N].
+        reward token:    REINFORCE++ (Hu 2025) -> [N, T]: token t's return is
+                         r_i - beta * sum_{s>=t} m KL_s (kl.kl_return_to_go), then the estimator
+                         (advantages.token_advantages). KL_t is the chosen estimator between
+                         logp_old[N, T] and logp_ref[N, T] at rollout time, detached.
+        """
+        if not self.in_reward:
+            a, m = adv_lib.ADVANTAGES[adv](rewards.view(B, G))
+            return a.reshape(-1), m                                                # [B, G] -> [N]
+        kl_tok = self.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()   # [N, T]
+        shaped, km = kl_lib.kl_reward_penalty(rewards, kl_tok, mask, beta)         # [N]
+        metrics = {"reward/kl_penalty_mean": km["kl/reward_penalty_mean"], "kl/seq_sum_mean": km["kl/seq_sum_mean"],
+                   "reward/shaped_mean": float(shaped.mean())}
+        if self.reward_form == "sequence":
+            a, m = adv_lib.ADVANTAGES[adv](shaped.view(B, G))
+            return a.reshape(-1), {**m, **metrics}                                 # [N]
+        penalty = beta * kl_lib.kl_return_to_go(kl_tok, mask)                      # [N, T]
+        a, m = adv_lib.token_advantages(adv, rewards.float().view(B, G), penalty, mask)
+        return a, {**m, **metrics}                                                 # [N, T]
