@@ -18,7 +18,6 @@ from noma_prorl_bench.algorithms.advantages import grpo_advantages
 from noma_prorl_bench.algorithms.losses import (
     entropy_from_logits,
     grpo_clip_loss,
-    masked_mean,
     masked_normalize,
     reinforce_loss,
 )
@@ -57,6 +56,18 @@ def compute_group_normalized_rewards(
         if key != "reward":
             meta[f"{key}_mean"] = sum(float(s.get(key, 0.0)) for s in scores) / len(scores)
     return adv.reshape(-1), raw, meta
+
+
+def masked_mean(tensor: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """The handout's masked mean: `sum(tensor * mask, dim) / sum(mask, dim)` (all elements if dim is None).
+
+    As the handout defines it, and as torch's own 0/0 does, a slice whose mask is all zero gives
+    NaN; NaN/inf under mask == 0 also propagate (x * 0). The trainer uses its own guarded helper
+    (`algorithms.losses.masked_mean`: empty slice -> 0, masked values ignored).
+    """
+    if dim is None:
+        return torch.sum(tensor * mask) / torch.sum(mask)
+    return torch.sum(tensor * mask, dim=dim) / torch.sum(mask, dim=dim)
 
 
 def compute_naive_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy_log_probs: Tensor) -> Tensor:

@@ -126,3 +126,21 @@ def test_tokenize_prompt_and_output():
     assert out["labels"].tolist() == [[2, 3, 4, 5], [2, 0, 0, 0]]
     # labels that are output tokens: row 0 c,d,e (label idx 1..3); row 1 b (label idx 0)
     assert out["response_mask"].tolist() == [[False, True, True, True], [True, False, False, False]]
+
+
+@pytest.mark.unit
+def test_masked_mean_follows_the_handout():
+    t = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    # dim=1: row 0 (1 + 2) / 2 = 1.5; row 1 is all-masked: 0 / 0 = NaN (the handout's definition)
+    row = G.masked_mean(t, mask, dim=1)
+    assert row[0].item() == 1.5 and torch.isnan(row[1])
+    # dim=0: columns (1)/1, (2)/1, 0/0 -> [1, 2, NaN]; dim=None: (1 + 2) / 2 = 1.5
+    col = G.masked_mean(t, mask, dim=0)
+    assert col[:2].tolist() == [1.0, 2.0] and torch.isnan(col[2])
+    assert G.masked_mean(t, mask).item() == 1.5
+    assert torch.isnan(G.masked_mean(t, torch.zeros_like(mask)))
+    # a bool mask works as the handout's response_mask does
+    assert G.masked_mean(t, mask.bool(), dim=1)[0].item() == 1.5
+    # the trainer's own helper stays guarded: an empty slice gives 0
+    assert L.masked_mean(t, mask, dim=1).tolist() == [1.5, 0.0]
