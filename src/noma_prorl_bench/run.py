@@ -37,9 +37,10 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     cfg, ckpt = resolve_config(argv, prog)   # parse first: --help and flag errors never import torch
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
+    from noma_prorl_bench.io.lock import RunLocked, lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
     from noma_prorl_bench.training.guards import NonFiniteError
-    err = (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
+    err = lock_error(cfg.outdir) or (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -58,6 +59,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
             print(f"{prog}: error: cannot set up the run: {e}", file=sys.stderr)
             return 2
         summary = run(cfg, ckpt, trainer, buffers)
+    except RunLocked as e:                              # another run took the outdir meanwhile
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     except NonFiniteError as e:
         print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
@@ -79,8 +83,10 @@ def main_ray(cfg: RunConfig, prog: str) -> int:
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
     learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up, no checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
+    from noma_prorl_bench.io.lock import run_lock
     try:
-        summary = run_engine(cfg)
+        with run_lock(cfg.outdir):
+            summary = run_engine(cfg)
     except EngineError as e:
         stop = e.cause_name == "NonFiniteError"
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "

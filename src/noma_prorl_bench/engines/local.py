@@ -11,6 +11,7 @@ import time
 
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
+from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.io.run_dir import open_outputs, progress, write_json
 from noma_prorl_bench.training.guards import GracefulStop
@@ -30,8 +31,14 @@ def build_trainer(cfg: RunConfig, ckpt=None):
 
 def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     """Train one run into cfg.outdir, or continue it from `ckpt` (io.resume.resume_config);
-    returns the summary dict. A SIGINT/SIGTERM stops it after the current step with a
+    returns the summary dict. Holds OUTDIR/run.lock throughout (io.lock.RunLocked if
+    another live process holds it). A SIGINT/SIGTERM stops it after the current step with a
     checkpoint: the returned dict then has "complete": False, "signal" and "exit_code"."""
+    with run_lock(cfg.outdir):
+        return _run(cfg, ckpt, trainer, buffers)
+
+
+def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver
         from noma_prorl_bench.engines.launch import run_engine
         return run_engine(cfg)

@@ -17,6 +17,7 @@ from typing import Optional
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import resume
+from noma_prorl_bench.io.lock import LOCK_FILE
 from noma_prorl_bench.io.metrics import JsonlSink
 
 RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl")
@@ -29,7 +30,7 @@ def check_outdir(cfg: RunConfig) -> Optional[str]:
     d = cfg.outdir
     if os.path.exists(d) and not os.path.isdir(d):
         return f"argument --outdir: {d!r} exists and is not a directory"
-    if os.path.isdir(d) and os.listdir(d) and not cfg.overwrite and not cfg.resume:
+    if os.path.isdir(d) and set(os.listdir(d)) - {LOCK_FILE} and not cfg.overwrite and not cfg.resume:
         return f"argument --outdir: {d!r} exists and is not empty (pass --overwrite to replace its run files)"
     return None
 

@@ -1,0 +1,110 @@
+"""One outdir, one run: `OUTDIR/run.lock` names the process that writes the directory.
+
+The lock is an exclusive `flock` on that file, taken just before the first run file is written
+and held until the run ends; the kernel drops it when the process dies, however it dies, so a
+live holder is never mistaken for a dead one (nor a reused pid for a live run). The file records
+`{"pid", "host"}` for the message. A second run or `--resume` on the same outdir while the
+holder lives is refused (`RunLocked`, exit 2 naming the pid); a lock file left behind by a dead
+process (kill -9, power loss) is stale and taken over with a warning.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+from contextlib import contextmanager
+from typing import Optional
+
+LOCK_FILE = "run.lock"
+
+
+class RunLocked(RuntimeError):
+    """Another live process holds the outdir's lock."""
+
+    def __init__(self, outdir: str, holder: dict):
+        super().__init__(f"argument --outdir: {outdir!r} is in use by another run (pid {holder.get('pid')} on "
+                         f"{holder.get('host', '?')}, lock file {os.path.join(outdir, LOCK_FILE)}); wait for it "
+                         "to finish or stop it (SIGTERM writes a checkpoint), then --resume")
+        self.holder = holder
+
+
+def read_lock(outdir: str) -> Optional[dict]:
+    """The holder recorded in the lock file ({} if unreadable), or None when there is none."""
+    try:
+        with open(os.path.join(outdir, LOCK_FILE)) as f:
+            holder = json.loads(f.read() or "{}")
+        return holder if isinstance(holder, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+
+
+def _held(fd: int) -> bool:
+    """True when another open file description holds the flock on fd."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def lock_error(outdir: str) -> Optional[str]:
+    """The refusal message if a live process holds the outdir, else None (writes nothing)."""
+    try:
+        fd = os.open(os.path.join(outdir, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return str(RunLocked(outdir, read_lock(outdir) or {})) if _held(fd) else None
+    finally:
+        os.close(fd)                                  # also drops the probe's own flock
+
+
+def acquire(outdir: str) -> int:
+    """Create and flock the lock file (the outdir too) and record this process in it; a lock
+    file left by a dead process is taken over with a warning. Returns the fd to keep open.
+    Raises RunLocked while the holder lives."""
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, LOCK_FILE)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if _held(fd):
+            os.close(fd)
+            raise RunLocked(outdir, read_lock(outdir) or {})
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:                                      # not a file its holder unlinked meanwhile
+            break
+        os.close(fd)
+    old = read_lock(outdir)
+    if old:
+        print(f"warning: taking over the stale lock {path} (pid {old.get('pid')} on {old.get('host', '?')} "
+              "is not running)", file=sys.stderr, flush=True)
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    return fd
+
+
+def release(outdir: str, fd: int) -> None:
+    """Remove the lock file, then drop the flock."""
+    try:
+        os.remove(os.path.join(outdir, LOCK_FILE))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+@contextmanager
+def run_lock(outdir: str):
+    """Hold the outdir's lock for the duration of the block."""
+    fd = acquire(outdir)
+    try:
+        yield
+    finally:
+        release(outdir, fd)
