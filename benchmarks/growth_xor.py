@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from noma_prorl_bench.training import adam_cohorts
 from noma_prorl_bench.training.growth import MODES, make_init, realloc_params
 
 H0, H1 = 2, 16
@@ -88,40 +89,52 @@ def train(model, opt, x, y, steps: int) -> list[float]:
     return losses
 
 
-def run_seed(args, seed: int) -> dict:
+def drop_cohorts(opt) -> None:
+    """Reproduce the pre-issue-15 ``preserve``: new entries share the tensor's step count."""
+    for st in opt.state.values():
+        st.pop(adam_cohorts.COHORT, None)
+        st.pop(adam_cohorts.COUNTS, None)
+
+
+def run_seed(args, seed: int, lr: float | None = None) -> dict:
+    lr = args.lr if lr is None else lr
     x, y = make_data(args.task, args.n_per_class, seed)
     classes = int(y.max()) + 1
     torch.manual_seed(seed)
     model = MLP(H0, classes)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     pre = train(model, opt, x, y, args.grow_at)
     snap_m, snap_o = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
     with torch.no_grad():
         before = F.cross_entropy(model(x), y).item()
     out = {"pre": pre, "before_growth": before, "modes": {}}
     variants = [(m, m, 1.0) for m in (*MODES, "nogrow")]
+    if args.shared_step_arm:  # the old preserve (issue 15): new entries inherit the shared step
+        variants.insert(1, ("preserve_shared_step", "preserve", 1.0))
     if args.reset_lr_scale:   # ablation: reset, then a larger post-growth lr
         variants.append((f"reset_lr_x{args.reset_lr_scale:g}", "reset", args.reset_lr_scale))
     for label, mode, lr_scale in variants:
         m = MLP(H0, classes)
         m.load_state_dict(snap_m)
-        o = torch.optim.Adam(m.parameters(), lr=args.lr)
+        o = torch.optim.Adam(m.parameters(), lr=lr)
         o.load_state_dict(copy.deepcopy(snap_o))          # load_state_dict aliases: copy first
         if mode != "nogrow":
             o = grow_hidden(m, o, mode, seed)
+        if label == "preserve_shared_step":
+            drop_cohorts(o)
         for group in o.param_groups:
-            group["lr"] = args.lr * lr_scale
+            group["lr"] = lr * lr_scale
         with torch.no_grad():
             at_growth = F.cross_entropy(m(x), y).item()
             new0 = new_block(m)
         curve = train(m, o, x, y, args.probe_steps)
         with torch.no_grad():   # mean |update| per step on the new entries, in units of the base lr
-            rel = ((new_block(m) - new0).abs().mean() / (args.probe_steps * args.lr)).item() if new0.numel() else None
+            rel = ((new_block(m) - new0).abs().mean() / (args.probe_steps * lr)).item() if new0.numel() else None
         curve += train(m, o, x, y, args.post_steps - args.probe_steps)
         out["modes"][label] = {"curve": curve, "at_growth": at_growth, "new_step_rel": rel}
     torch.manual_seed(seed)
     m = MLP(H1, classes)
-    o = torch.optim.Adam(m.parameters(), lr=args.lr)
+    o = torch.optim.Adam(m.parameters(), lr=lr)
     out["modes"]["scratch16"] = {"curve": train(m, o, x, y, args.post_steps), "at_growth": None, "new_step_rel": None}
     return out
 
@@ -230,8 +243,15 @@ def main(argv=None) -> None:
     p.add_argument("--fig", default="docs/figures/growth_xor.png")
     p.add_argument("--json", default="runs/growth_xor.json")
     p.add_argument("--from_json", default=None, help="re-print and re-plot a saved run; no training")
+    p.add_argument("--lrs", default=None,
+                   help="comma-separated learning rates: run every lr x seed, write --out_dir report")
+    p.add_argument("--out_dir", default="docs/growth/xor", help="with --lrs: report.md, summary.json, PNG")
+    p.add_argument("--shared_step_arm", type=int, default=1,
+                   help="1: add 'preserve_shared_step', the pre-issue-15 preserve (new entries share the step)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.lrs:
+        return main_lrs(args)
     if args.from_json:
         with open(args.from_json) as fh:
             saved = json.load(fh)
@@ -252,6 +272,34 @@ def main(argv=None) -> None:
         json.dump({"config": vars(args), "torch": torch.__version__, "results": results,
                    "table": {m: {k: v for k, v in r.items()} for m, r in table.items()}}, fh)
     print(f"wrote {args.fig} and {args.json}")
+
+
+def main_lrs(args) -> None:
+    """Every lr x seed (paired: all arms of a seed branch from one phase 1), then the report."""
+    if args.from_json:
+        from growth_xor_report import write_report   # benchmarks/ is on sys.path as a script
+
+        with open(args.from_json) as fh:
+            saved = json.load(fh)
+        write_report(saved, args.out_dir)
+        return
+    cmd = "PYTHONPATH=src python " + " ".join(["benchmarks/growth_xor.py", *sys.argv[1:]])
+    print("command:", cmd, flush=True)
+    lrs = [float(v) for v in args.lrs.split(",")]
+    t0, runs = time.perf_counter(), {}
+    for lr in lrs:
+        runs[f"{lr:g}"] = []
+        for s in range(args.seeds):
+            runs[f"{lr:g}"].append(run_seed(args, s, lr))
+            print(f"lr {lr:g} seed {s} done ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print_table(summarize(runs[f"{lr:g}"], args), args.seeds, args)
+    saved = {"config": {k: v for k, v in vars(args).items()}, "command": cmd, "torch": torch.__version__,
+             "wall_s": time.perf_counter() - t0, "runs": runs}
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(saved, fh)
+    from growth_xor_report import write_report
+    write_report(saved, args.out_dir)
 
 
 if __name__ == "__main__":
