@@ -78,8 +78,9 @@ def test_clip_flags_reach_the_loss(tmp_path, fast_flags, monkeypatch):
                and kw["tis_weight"] is None for kw in seen)
 
 
-def test_kl_in_reward_shapes_rewards_not_the_loss(tmp_path, fast_flags):
-    recs = _train(tmp_path, fast_flags, "--kl_in", "reward", "--kl_estimator", "k3")
+@pytest.mark.parametrize("form", ["token", "sequence"])
+def test_kl_in_reward_shapes_rewards_not_the_loss(tmp_path, fast_flags, form):
+    recs = _train(tmp_path, fast_flags, "--kl_in", "reward", "--kl_estimator", "k3", "--kl_reward_form", form)
     _assert_trained(recs)
     assert recs[0]["reward/kl_penalty_mean"] < 1e-5          # step 1: pi_old = pi_ref
     assert recs[-1]["reward/kl_penalty_mean"] > 0            # the policy moved: penalty bites
@@ -150,8 +151,9 @@ def test_target_kl_adapts_beta_from_the_chosen_estimator(tmp_path, fast_flags):
     recs = _train(tmp_path, fast_flags, "--target_kl", "0.001", "--kl_horizon", "10", "--kl_estimator", "k3")
     assert recs[0]["kl/beta"] == 0.05                        # the value used in step 1
     for prev, cur in zip(recs, recs[1:]):
+        # Ziegler et al. 2019: n = the N = 16 samples of the step, horizon in samples
         err = min(max(prev["kl/k3"] / 0.001 - 1.0, -0.2), 0.2)
-        assert cur["kl/beta"] == pytest.approx(prev["kl/beta"] * (1 + err / 10))
+        assert cur["kl/beta"] == pytest.approx(prev["kl/beta"] * (1 + err * N / 10))
     assert recs[-1]["kl/beta"] > 0.05                         # KL above target: beta grew
 
 
@@ -174,3 +176,17 @@ def test_bad_combinations_exit_2_and_write_nothing(tmp_path, fast_flags, capsys,
     assert e.value.code == 2
     assert f"argument {flag}:" in capsys.readouterr().err
     assert not os.path.exists(out)
+
+
+def test_k3_ratio_trains_and_logs_its_value(tmp_path, fast_flags):
+    recs = _train(tmp_path, fast_flags, "--kl_estimator", "k3_ratio")
+    _assert_trained(recs)
+    for r in recs:
+        assert r["kl/k3_ratio"] >= 0 and r["loss/kl"] == pytest.approx(r["kl/k3_ratio"], rel=1e-5, abs=1e-8)
+
+
+def test_gspo_config_records_the_clip_actually_used(tmp_path, fast_flags):
+    _train(tmp_path, fast_flags, "--loss", "gspo")
+    with open(tmp_path / "run" / "config.json") as f:
+        derived = json.load(f)["derived"]
+    assert (derived["eps_low"], derived["eps_high"], derived["loss_agg"]) == (3e-4, 4e-4, "seq-mean-token-mean")

@@ -39,6 +39,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from noma_prorl_bench.config import KL_METRIC_KEYS, kl_metric_key
+
 #: ref_compute -> variant code used in labels (DESIGN.md vocabulary).
 REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
 
@@ -50,8 +52,8 @@ NOT_CONFIG = frozenset({
     "ray_address", "actor_timeout",
 })
 
-#: kl_estimator config value -> metric key of the estimate used in the loss.
-KL_LOSS_KEY = {"simple": "kl/k1", "k1": "kl/k1", "k2": "kl/k2", "k3": "kl/k3", "full": "kl/full"}
+#: kl_estimator config value -> metric key of the estimate used in the loss (the config's one map).
+KL_LOSS_KEY = KL_METRIC_KEYS
 
 #: Derived per-step throughput (see the module docstring).
 THROUGHPUT_KEY = "derived/policy_tokens_per_s"
@@ -108,7 +110,7 @@ class Run:
 def kl_loss_key(run: Run) -> str:
     """Metric key of the KL estimate the run puts in its loss (`kl_estimator` in the config);
     if that key was never logged, the first of kl/k3, kl/k1, kl/k2 that was."""
-    key = KL_LOSS_KEY.get(str(run.config.get("kl_estimator", "k3")).lower(), "kl/k3")
+    key = kl_metric_key(run.config.get("kl_estimator", "k3"))
     if run.has(key):
         return key
     return next((k for k in ("kl/k3", "kl/k1", "kl/k2") if run.has(k)), key)
