@@ -89,8 +89,8 @@ def kl_reward_penalty(rewards: Tensor, kl_tok: Tensor, mask: Tensor,
     """KL in the reward, sequence-sum form: `r_i - beta * sum_t m_it kl_it`, one number per sequence.
 
     rewards[N], kl_tok[N,T] (any estimator, detached here: a reward carries no gradient),
-    mask[N,T]. Every token of sequence i then sees the same shaped reward (TRL RLOOTrainer's
-    default, token_level_kl=False). This is NOT the REINFORCE++ form: there (Hu 2025, OpenRLHF)
+    mask[N,T]. Every token of sequence i then sees the same shaped reward (TRL 1.16 RLOOTrainer:
+    rewards - beta * sum_t k1). This is NOT the REINFORCE++ form: there (Hu 2025, OpenRLHF)
     each token carries -beta*KL_t and token t's return is r - beta * sum_{s>=t} KL_s
     (`kl_return_to_go`), so a token is charged only for the KL at and after it; the two agree
     at t = 0 only. The metrics are shared by both forms.

@@ -8,11 +8,12 @@ optimizer or I/O):
 
   assemble_groups  --dynamic_sampling 1: B groups picked from several rollout rounds, padded
                    to one P and T (DAPO dynamic sampling; see the function for the fill rule)
-  shape_rewards    the rewards advantages see: task reward + DAPO soft overlong penalty
-                   (--overlong shape) - beta * sum_t KL_t (--kl_in reward); `reward/mean`
-                   stays the raw task reward
+  shape_rewards    the task reward + DAPO soft overlong penalty (--overlong shape); the KL in
+                   the reward (--kl_in reward, token or sequence form) is added with the
+                   advantages by kl_term.KLTerm.advantages; `reward/mean` stays the raw task reward
   loss_mask        the mask the loss sees: --overlong filter zeroes truncated rows
   kl_per_token     k1/k2/k3 against the anchor, plus the exact `full` KL when logits are given
+                   (the trainer calls kl_term.KLTerm.estimates, which adds k3_ratio)
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def shape_rewards(rewards: Tensor, mask: Tensor, *, overlong: str, T_max: int,
     overlong == "shape": + DAPO's soft overlong penalty R_length(|y|), |y| = generated tokens
     (EOS included), max_len = T_max, cache_len = overlong_cache_len(T_max). A truncated
     response has |y| = T_max and gets -1.
-    kl_tok[N, T] (--kl_in reward): - beta * sum_t mask * kl_tok (kl.kl_reward_penalty).
+    kl_tok[N, T]: - beta * sum_t mask * kl_tok (kl.kl_reward_penalty, the sequence form); the
+    trainer passes none and places the KL through kl_term.KLTerm.advantages instead.
     """
     shaped, m = rewards.float(), {}
     if overlong == "shape":

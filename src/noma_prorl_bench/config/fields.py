@@ -150,13 +150,13 @@ class RunConfig:
     beta: float = 0.05
     """KL coefficient (initial value when --target_kl is set)."""
     kl_estimator: Literal["simple", "k2", "k3", "k3_ratio", "full"] = "k3"
-    """Estimator in the loss (r = pi_anchor/pi_theta). k3 = r - 1 - log r (default; GRPO's, as TRL's and verl's low_var_kl defaults): its value estimates KL(pi||anchor) but its in-loss gradient is that of the reverse KL(anchor||pi). k3_ratio = (pi_theta/pi_old) * k3: same value on-policy, gradient of KL(pi||anchor) (TRL use_bias_correction_kl, OpenRLHF, slime). simple = k1 = logp_theta - logp_anchor: zero expected gradient, so with it Variant A, Variant B and every reset give identical updates (see README). k2 = 0.5*(log r)^2 (see --k2_mode): gradient of KL(pi||anchor). full = exact KL over the vocabulary. k1/k2/k3 are logged every step (docs/losses.md)."""
+    """Estimator in the loss (r = pi_anchor/pi_theta). k3 = r - 1 - log r (default; GRPO's, verl's default low_var_kl): its value estimates KL(pi||anchor) but its in-loss gradient is that of the reverse KL(anchor||pi). k3_ratio = (pi_theta/pi_old) * k3: same value on-policy, gradient of KL(pi||anchor) (TRL 1.16's default use_bias_correction_kl when beta > 0; slime). simple = k1 = logp_theta - logp_anchor: zero expected gradient, so with it Variant A, Variant B and every reset give identical updates (see README). k2 = 0.5*(log r)^2 (see --k2_mode): gradient of KL(pi||anchor). full = exact KL over the vocabulary. k1/k2/k3 are logged every step (docs/losses.md)."""
     k2_mode: Literal["theta_over_ref", "ref_over_old"] = "theta_over_ref"
     """k2 ratio. theta_over_ref: differentiable 0.5*(log pi_theta/pi_ref)^2. ref_over_old: the ProRL-v2 blog's x = exp(clamp(log pi_ref/pi_old)) as written; it is constant in theta inside a rollout, so as a loss term it adds no gradient (its value is logged as kl/ref_over_old_k2 every step either way)."""
     kl_in: Literal["loss", "reward"] = "loss"
     """Place the KL penalty in the loss (beta * KL_t added to each token's loss), or in the reward (see --kl_reward_form), computed between logp_old and logp_ref at rollout time."""
     kl_reward_form: Literal["token", "sequence"] = "token"
-    """--kl_in reward only. token (default): REINFORCE++ (Hu 2025) as OpenRLHF does it: -beta*KL_t on every token, return-to-go, so token t's advantage sees r - beta*sum_{s>=t} KL_s (group baselines act on the outcome reward first; reinforce_pp whitens the token returns over the batch); advantages become per token [N, T]. sequence: r - beta*sum_t KL_t, one shaped reward per sequence before the advantage estimator (TRL RLOO's default)."""
+    """--kl_in reward only. token (default): REINFORCE++ (Hu 2025) as OpenRLHF does it: -beta*KL_t on every token, return-to-go, so token t's advantage sees r - beta*sum_{s>=t} KL_s (group baselines act on the outcome reward first; reinforce_pp whitens the token returns over the batch); advantages become per token [N, T]. sequence: r - beta*sum_t KL_t, one shaped reward per sequence before the advantage estimator (TRL 1.16 RLOOTrainer's form)."""
     target_kl: float = 0.0
     """Adaptive KL controller target (Ziegler et al. 2019); 0 keeps beta fixed."""
     kl_horizon: int = 10000
@@ -168,7 +168,7 @@ class RunConfig:
     reset_every: int = 0
     """Periodic reference reset every N steps (0: never)."""
     reset_kl_above: float = 0.0
-    """Reset after a step whose mean KL to pi_ref, by the --kl_estimator in use (kl/k1 for simple, kl/k2, kl/k3, kl/full), exceeds X (0: off)."""
+    """Reset after a step whose mean KL to pi_ref, by the --kl_estimator in use (kl/k1 for simple, kl/k2, kl/k3, kl/k3_ratio, kl/full), exceeds X (0: off)."""
     reset_kl_min_gap: int = 20
     """A KL-spike reset needs at least this many steps since the previous reset of any reason (or the start)."""
     reset_on_stall: int = 0
