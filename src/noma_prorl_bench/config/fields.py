@@ -71,8 +71,14 @@ class RunConfig:
     """Number of held-out validation prompts (fixed across seeds)."""
 
     # ---------------------------------------------------------------- task and model
-    task: Literal["reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithmetic"] = "reverse_digits"
-    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic."""
+    task: str = "reverse_digits"
+    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic, and rg:NAME, any reasoning-gym dataset (e.g. rg:basic_arithmetic, rg:chain_sum; needs pip install reasoning-gym==0.1.25): prompts from its generator (validation disjoint from training), wrapped in the model's chat template, reward = the dataset's score_answer on the extracted answer (docs/real_model.md)."""
+    task_kwargs: str = ""
+    """rg:NAME only: JSON object of the reasoning-gym dataset's config fields (difficulty), passed to create_dataset, e.g. '{"min_terms": 2, "max_terms": 2, "max_digits": 2}'. Empty: the dataset's defaults."""
+    answer_extraction: Literal["lenient", "tag"] = "lenient"
+    """rg:NAME only: how the answer is read from a response before score_answer. tag: the inside of the last <answer></answer> (none: reward 0). lenient: the tag if present, else the last number (numeric answers) or the last non-empty line."""
+    format_reward: float = 0.0
+    """rg:NAME only: weight w of the format reward; reward = correct + w * format, where format = 1 iff the response has exactly one non-empty <answer></answer>. Both parts are logged separately (reward/correct, reward/format) whatever w is."""
     model: str = "gru"
     """Policy: gru | transformer | hf:PATH (a local Hugging Face causal-LM directory)."""
     hidden: int = 128
@@ -163,8 +169,8 @@ class RunConfig:
     """Adaptive KL controller horizon, in samples: after each step beta *= 1 + clip(kl/target - 1, -0.2, 0.2) * N / horizon with N = batch_size*group_size sequences (Ziegler et al. 2019; TRL, OpenRLHF). Must exceed 0.2*N so beta stays positive."""
 
     # ---------------------------------------------------------------- resets
-    preset: Literal["none", "prorl_v1", "prorl_v2", "trl_sync", "noma_soft"] = "none"
-    """Reset-semantics preset, applied first; explicit flags override what it sets (docs/resets.md, "Presets"). Each sets:"""
+    preset: Literal["none", "prorl_v1", "prorl_v2", "trl_sync", "noma_soft", "smollm2_demo"] = "none"
+    """Preset, applied first; explicit flags override what it sets. Reset-semantics presets (docs/resets.md, "Presets") and smollm2_demo, the real-model demo (docs/real_model.md: SmolLM2-135M-Instruct, dequantised Q4_1, after prorl-bench get-model smollm2-135m-instruct; LoRA on q,k,v,o; rg:basic_arithmetic). Each sets:"""
     reset_every: int = 0
     """Periodic reference reset every N steps (0: never)."""
     reset_kl_above: float = 0.0

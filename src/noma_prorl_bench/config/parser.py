@@ -101,7 +101,7 @@ def make_config(explicit: dict) -> RunConfig:
     preset = explicit.get("preset", "none")
     if preset != "none":
         from noma_prorl_bench.config import presets  # noqa: PLC0415  (small module, only needed with presets)
-        values.update(presets.PRESETS[preset])
+        values.update(presets.preset_values(preset))
     values.update(explicit)
     unknown = set(values) - {f.name for f in fields(RunConfig)}
     if unknown:

@@ -71,6 +71,33 @@ PRESET_SOURCES: dict[str, str] = {
 }
 
 
+# Run presets: whole-run recipes (any RunConfig field), not reset semantics. smollm2_demo is the
+# real-model demo of docs/real_model.md; the model directory is what `prorl-bench get-model
+# smollm2-135m-instruct` prints by default (SmolLM2-135M-Instruct, dequantised Q4_1 weights).
+SMOLLM2_DIR = "~/.cache/noma_prorl_bench/models/smollm2-135m-instruct-q4_1-dequant"
+RUN_PRESETS: dict[str, dict[str, object]] = {
+    "smollm2_demo": {
+        "model": f"hf:{SMOLLM2_DIR}", "task": "rg:basic_arithmetic",
+        "task_kwargs": '{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}',
+        "answer_extraction": "lenient", "format_reward": 0.0,
+        "enable_growth": 1, "initial_rank": 8, "max_rank": 8, "grow_on": "stall", "lora_alpha": 16.0,
+        "adapter_targets": "q_proj,k_proj,v_proj,o_proj",
+        "lr": 3e-4, "batch_size": 8, "group_size": 4, "max_new_tokens": 32, "temperature": 1.0,
+        "ppo_epochs": 1, "minibatches": 1, "beta": 0.01, "steps": 40, "eval_every": 40, "n_val": 200,
+    },
+}
+RUN_PRESET_SOURCES: dict[str, str] = {
+    "smollm2_demo": "This project's real-model demo (docs/real_model.md): LoRA rank 8 on the attention "
+                    "projections, base frozen; sized for ~30 min on 2 CPU cores. Needs prorl-bench get-model "
+                    "smollm2-135m-instruct first",
+}
+
+
+def preset_values(name: str) -> dict[str, object]:
+    """The fields preset ``name`` sets (reset presets and run presets)."""
+    return dict(PRESETS.get(name) or RUN_PRESETS[name])
+
+
 def apply_preset(preset_values: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
     """Merge a preset with explicitly given flags; explicit values win. Returns a new dict."""
     unknown = set(preset_values) - set(RESET_FIELDS)
@@ -81,12 +108,12 @@ def apply_preset(preset_values: dict[str, Any], explicit: dict[str, Any]) -> dic
 
 def describe_preset(name: str) -> str:
     """One line: the preset's name, every field it sets, and its source."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
-    sets = ", ".join(f"{k}={v}" for k, v in PRESETS[name].items())
-    return f"{name}: {sets}. Source: {PRESET_SOURCES[name]}."
+    if name not in PRESETS and name not in RUN_PRESETS:
+        raise KeyError(f"unknown preset {name!r}; choose from {sorted(PRESETS) + sorted(RUN_PRESETS)}")
+    sets = ", ".join(f"{k}={v}" for k, v in preset_values(name).items())
+    return f"{name}: {sets}. Source: {PRESET_SOURCES.get(name) or RUN_PRESET_SOURCES[name]}."
 
 
 def describe_all() -> str:
     """All presets, one line each (for --help epilogs and the README)."""
-    return "\n".join(describe_preset(name) for name in PRESETS)
+    return "\n".join(describe_preset(name) for name in [*PRESETS, *RUN_PRESETS])

@@ -83,12 +83,39 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
         raise ConfigError("n_heads", f"must divide --d_model {cfg.d_model}, got {cfg.n_heads}")
     if cfg.task in ("keyword_inclusion", "arithmetic") and not model.startswith("hf:"):
         raise ConfigError("task", f"{cfg.task} is a text task and needs --model hf:PATH")
+    _validate_rg_task(cfg)
     if model.startswith("hf:") and cfg.task in ("reverse_digits", "parity", "sort_digits"):
         pass  # toy tasks are plain strings too; the HF tokenizer encodes them
     _validate_variant(cfg, explicit or set())
     _validate_growth(cfg)
     _validate_reliability(cfg)
     _validate_engine(cfg)
+
+
+TASKS = ("reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithmetic")
+
+
+def _validate_rg_task(cfg: RunConfig) -> None:
+    """--task NAME or rg:NAME (reasoning-gym, HF models only) and the rg-only flags."""
+    rg = cfg.task.startswith("rg:")
+    if not (cfg.task in TASKS or (rg and len(cfg.task) > 3)):
+        raise ConfigError("task", f"invalid choice: {cfg.task!r} (choose from {', '.join(TASKS)}, rg:NAME)")
+    if rg and not cfg.model.startswith("hf:"):
+        raise ConfigError("task", f"{cfg.task} is a reasoning-gym text task and needs --model hf:PATH")
+    if not rg:
+        for n, default in (("task_kwargs", ""), ("answer_extraction", "lenient"), ("format_reward", 0.0)):
+            if getattr(cfg, n) != default:
+                raise ConfigError(n, f"only applies to --task rg:NAME (got --task {cfg.task})")
+    if cfg.format_reward < 0:
+        raise ConfigError("format_reward", f"must be >= 0, got {cfg.format_reward}")
+    if cfg.task_kwargs:
+        import json  # noqa: PLC0415
+        try:
+            kw = json.loads(cfg.task_kwargs)
+        except ValueError as e:
+            raise ConfigError("task_kwargs", f"is not valid JSON ({e}): {cfg.task_kwargs!r}") from None
+        if not isinstance(kw, dict):
+            raise ConfigError("task_kwargs", f"must be a JSON object, got {cfg.task_kwargs!r}")
 
 
 def _validate_engine(cfg: RunConfig) -> None:
@@ -138,7 +165,7 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
                 raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")
         if cfg.kl_estimator == "k2" and cfg.k2_mode == "ref_over_old":
             raise ConfigError("k2_mode", "ref_over_old needs a reference model; Variant B (--variant B) has none")
-        if cfg.preset != "none":
+        if cfg.preset not in ("none", "smollm2_demo"):
             raise ConfigError("preset", "reset presets need a reference model; Variant B (--variant B) has none")
     if cfg.kl_in == "reward" and cfg.kl_estimator in ("full", "k3_ratio"):
         raise ConfigError("kl_estimator", f"{cfg.kl_estimator} is only available with --kl_in loss (full needs "

@@ -156,7 +156,7 @@ class Generator(_RefSide):
         start = self.rec.now()
         policy = payload["module"]
         data_rng, sample_gen = rng_streams(payload, self.index, cfg.seed)
-        self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val), payload["tok"], policy,
+        self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val, cfg=cfg), payload["tok"], policy,
                                 payload["T_max"], payload["P"], data_rng, sample_gen)
         self.version, self.struct_version = 0, payload["struct_version"]
         if self.ref_here:

@@ -38,7 +38,8 @@ def build_policy(cfg, max_len: int | None = None):
     if cfg.model.startswith("hf:"):
         from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
         try:
-            return load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype)
+            # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
+            return load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype, chat=cfg.task.startswith("rg:"))
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
     tok = CharTokenizer()

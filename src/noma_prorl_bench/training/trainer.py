@@ -27,7 +27,7 @@ from noma_prorl_bench.models import build_policy
 from noma_prorl_bench.models.base import policy_device, response_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
-from noma_prorl_bench.tasks import make_task
+from noma_prorl_bench.tasks import make_task, part_metrics
 from noma_prorl_bench.training import guards
 from noma_prorl_bench.training.growth_loop import GrowthManager
 from noma_prorl_bench.training.optim_state import make_lr_scheduler
@@ -53,7 +53,7 @@ class Trainer:
         self.samples_sink = samples_sink or NullSink()
         set_determinism(cfg)
         # ------------------------------------------------------------ task, model, RNG streams
-        self.task = make_task(cfg.task, n_val=cfg.n_val)
+        self.task = make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
         self.T_max = cfg.max_new_tokens or self.task.max_new_tokens
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
@@ -157,6 +157,7 @@ class Trainer:
         # ------------------------------------------------------------ 5. metrics
         m = {"step": self.step_idx, "reward/mean": float(batch.rewards.mean()),
              "reward/std": float(batch.rewards.std()), **adv_metrics, **upd}
+        m.update(part_metrics(self.task, batch.responses, batch.answers))   # rg: reward/correct, reward/format
         m["response/len_mean"] = float(batch.mask.sum(1).mean())
         m["response/truncated_frac"] = float(batch.truncated.float().mean())
         m["kl/beta"] = self.beta
@@ -341,7 +342,8 @@ class Trainer:
         for e, s in list(zip(self.val_set, texts))[:4]:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
-        return {"reward/val": val, **self.monitors.measure(batch)}
+        val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
+        return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:
         out = {}
