@@ -54,16 +54,16 @@ def _c(b: float, t: float, k: float) -> float:
     return 1.0 if t == k or b == 0.0 else (1.0 - b ** t) / (1.0 - b ** k)
 
 
-def start_cohort(state: dict, old_cohort: torch.Tensor | None, old_shape, new_shape, grow) -> None:
-    """Mark the entries a growth adds as a new cohort with count 0 (called by growth with the
-    same layout function ``grow`` that moved the moments). Does nothing before the first step."""
+def start_cohort(state: dict, old_state: dict, old_shape, new_shape, grow) -> None:
+    """Mark the entries a growth adds as a new cohort with count 0 in ``state`` (the migrated
+    state; ``old_state`` the state before growth, whose cohorts are kept with the same layout
+    function ``grow`` that moved the moments). Does nothing before the first step."""
     step = state.get("step")
     if step is None or float(step) == 0.0:
-        state.pop(COHORT, None)
-        state.pop(COUNTS, None)
         return
     ref = state["exp_avg"]
-    counts = list(state.get(COUNTS, []))
+    counts = list(old_state.get(COUNTS, []))
+    old_cohort = old_state.get(COHORT)
     old = old_cohort if old_cohort is not None else torch.zeros(old_shape, dtype=ref.dtype, device=ref.device)
     fill = torch.full(new_shape, float(len(counts) + 1), dtype=ref.dtype, device=ref.device)
     state[COHORT] = grow(old.to(ref.dtype), new_shape, fill)

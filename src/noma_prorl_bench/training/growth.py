@@ -122,7 +122,7 @@ def _migrate_state(opt: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parame
             else:
                 migrated[key] = val                           # None, python scalars
         if adam_cohorts.is_adam(opt) and "exp_avg" in migrated:   # new entries: own step count
-            adam_cohorts.start_cohort(migrated, state.get(adam_cohorts.COHORT), old.shape, new.shape, grow)
+            adam_cohorts.start_cohort(migrated, state, old.shape, new.shape, grow)
         opt.state[new] = migrated
     for group in opt.param_groups:
         group["params"] = [new if p is old else p for p in group["params"]]
