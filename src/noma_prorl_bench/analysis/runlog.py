@@ -47,7 +47,7 @@ REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
 #: Config keys that never distinguish configurations (per-run bookkeeping).
 NOT_CONFIG = frozenset({
     "seed", "outdir", "out_dir", "versions", "git", "git_commit", "commit", "run_id",
-    "command", "argv", "hostname", "started", "start_time", "timestamp", "resume",
+    "command", "argv", "hostname", "started", "start_time", "timestamp", "resume", "resumes",
     "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints", "derived",
     "ray_address", "actor_timeout",
 })
