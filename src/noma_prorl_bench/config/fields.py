@@ -91,8 +91,14 @@ class RunConfig:
     """Transformer attention heads (--model transformer)."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     """Device: cpu, cuda, or auto (cuda when available)."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Model parameter dtype (log-probabilities are always computed in float32). No float32 master weights: bfloat16 parameters round away Adam updates much smaller than 1e-4 (lr 1e-6 full fine-tuning does nothing), so train in float32 (docs/models.md)."""
+    dtype: Literal["float32", "bfloat16", "bf16_mixed"] = "float32"
+    """Model precision (log-probabilities are always computed in float32). float32; bfloat16: pure bf16 parameters and Adam state, no master weights, so updates much smaller than 1e-4 of a weight are rounded away (lr 1e-6 full fine-tuning does nothing; docs/models.md); bf16_mixed: float32 parameters (master weights) and optimizer state, forwards under bf16 autocast (bf16 matmuls), so small updates survive (docs/performance.md)."""
+    grad_checkpoint: bool = False
+    """Activation (gradient) checkpointing in training forwards: transformer per block (torch.utils.checkpoint, non-reentrant), hf:PATH through the model's gradient_checkpointing_enable. Less memory, about one extra forward of compute; same gradients (not for gru)."""
+    logprob_chunk: int = 0
+    """Compute training log-probs and entropy this many token positions at a time (output head + float32 log-softmax per chunk, recomputed in backward), so the float32 logits of the whole minibatch [n, T, V] never exist at once; 0: one piece. transformer and hf:PATH only; not with --kl_estimator full (which needs the logits)."""
+    micro_batch: int = 0
+    """Rows (sequences) per forward/backward inside a minibatch; the gradients of the micro-batches are accumulated into one optimizer step equal to the whole minibatch's (gradient accumulation). 0: the whole minibatch at once."""
     warmstart_steps: int = -1
     """Supervised warm-start steps before RL so the policy is sometimes right (0 disables; cost reported in events). Targets: the task's demonstration(example) when it has one (text tasks), else the answer. -1 (auto): 50 for gru, 100 for transformer, 0 for hf:PATH (a pretrained model needs none, and --warmstart_lr would damage it); the resolved count is config.json's derived.warmstart_steps."""
     warmstart_lr: float = 3e-3

@@ -46,6 +46,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     _nonneg(cfg, ["max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
                   "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
                   "reset_on_stall", "stall_min_delta", "dual_clip_c"])
+    _check_memory(cfg)
     if cfg.lr <= 0:
         raise ConfigError("lr", f"must be > 0, got {cfg.lr}")
     if cfg.warmstart_lr <= 0:
@@ -251,3 +252,17 @@ def _validate_loss(cfg: RunConfig) -> None:
     if cfg.eps_low != -1.0 and cfg.loss == "cispo":
         raise ConfigError("eps_low", "--loss cispo truncates the IS weight from above only (MiniMax-M1): "
                                      "set --eps_high (or --clip_eps), not --eps_low")
+
+
+def _check_memory(cfg: RunConfig) -> None:
+    """--micro_batch, --logprob_chunk, --grad_checkpoint (issue 17)."""
+    _nonneg(cfg, ["micro_batch", "logprob_chunk"])
+    for n in ("grad_checkpoint", "logprob_chunk"):
+        if getattr(cfg, n) and cfg.model == "gru":
+            raise ConfigError(n, "needs --model transformer or hf:PATH (the GRU has no blocks or separate head)")
+    if cfg.dtype == "bf16_mixed" and cfg.model == "gru":
+        raise ConfigError("dtype", "bf16_mixed needs --model transformer or hf:PATH; use float32 or bfloat16 "
+                                   "with the GRU")
+    if cfg.logprob_chunk and cfg.kl_estimator == "full":
+        raise ConfigError("logprob_chunk", "cannot be used with --kl_estimator full, which needs the whole "
+                                           "[n, T, V] logits; use 0 or another estimator")

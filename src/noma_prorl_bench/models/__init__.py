@@ -1,14 +1,15 @@
 """Policies: GRU (default), transformer with KV cache, Hugging Face causal LMs; LoRA adapters.
 
 `build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
-`--dtype`. Errors a user can fix (a bad `hf:PATH`, `--device cuda` without CUDA) are
+`--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast),
+with `--grad_checkpoint` switched on. Errors a user can fix (a bad `hf:PATH`, `--device cuda` without CUDA) are
 `config.ConfigError`s naming the flag, which the CLI reports with exit code 2.
 """
 from __future__ import annotations
 
 import torch
 
-TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16_mixed": torch.float32}
 # The transformer's position table holds max(P + T, MIN_MAX_LEN) rows. Its init draws come
 # before the blocks', so its size shapes the whole initialisation; the floor keeps every run
 # whose P + T fits in 64 (all toy-task defaults) initialised exactly as before max_len was derived.
@@ -39,9 +40,13 @@ def build_policy(cfg, max_len: int | None = None):
         from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
         try:
             # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
-            return load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype, chat=cfg.task.startswith("rg:"))
+            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype,
+                                         chat=cfg.task.startswith("rg:"))
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
+        if getattr(cfg, "grad_checkpoint", False):
+            policy.set_grad_checkpoint(True)
+        return policy, tok
     tok = CharTokenizer()
     if cfg.model == "gru":
         from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
@@ -50,4 +55,8 @@ def build_policy(cfg, max_len: int | None = None):
         from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
         policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                                    n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
-    return policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype]), tok
+    policy = policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype])
+    if cfg.model == "transformer":
+        policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
+        policy.compute_dtype = torch.bfloat16 if cfg.dtype == "bf16_mixed" else None
+    return policy, tok

@@ -10,11 +10,13 @@ Log-probabilities are always float32 and use logits / temperature.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class Policy(Protocol):
@@ -34,6 +36,15 @@ def slices_logits(model) -> bool:
     rounding the recorded toy results were made with (slicing the head's input changes the
     matmul shape and hence the last bits)."""
     return bool(getattr(model, "slice_logits", False))
+
+
+def autocast(model):
+    """The forward's precision context: bf16 autocast when the policy has `compute_dtype`
+    (`--dtype bf16_mixed`: float32 weights, bf16 matmuls), else a no-op."""
+    dt = getattr(model, "compute_dtype", None)
+    if dt is None:
+        return contextlib.nullcontext()
+    return torch.autocast(policy_device(model).type, dtype=dt)
 
 
 def policy_device(model) -> torch.device:
@@ -80,3 +91,53 @@ def response_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperatur
         with torch.no_grad():
             ent = entropy_from_logits(logits, temperature)              # [N, T]
     return logp, ent, logits
+
+
+# ----------------------------------------------------------------------------- --logprob_chunk
+
+def chunks_logprobs(model) -> bool:
+    """True for policies that split their forward into `hidden_states` and `logits_from_hidden`
+    (transformer, HF): the ones `chunked_response_logprobs` can serve."""
+    return hasattr(model, "hidden_states") and hasattr(model, "logits_from_hidden")
+
+
+def _chunk_logp(model, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
+    """h[n, C], targets[n] -> (logp[n], entropy[n] or an empty tensor): one chunk's head,
+    float32 log-softmax, gather; the [n, V] logits die with the call."""
+    logits = model.logits_from_hidden(h).float() / temperature            # [n, V]
+    logp_all = F.log_softmax(logits, dim=-1)                               # [n, V]
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)               # [n]
+    if not with_entropy:
+        return logp, logp.new_zeros(0)
+    with torch.no_grad():
+        ent = -(logp_all.exp() * logp_all).sum(-1)                         # [n]
+    return logp, ent
+
+
+def chunked_response_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0,
+                              with_entropy: bool = False, chunk: int = 1024):
+    """`response_logprobs` without the [N, T, V] float32 logits: -> (logp[N, T], entropy | None, None).
+
+    The trunk runs once (hidden states [N, T, C]); the output head, log-softmax and gather run on
+    `chunk` token positions at a time. With autograd on, each chunk is a non-reentrant
+    `torch.utils.checkpoint`, so backward recomputes that chunk's logits instead of keeping
+    them: peak logits memory is chunk x V, not N x T x V (TRL's selective log-softmax and
+    Liger's fused linear cross-entropy rest on the same idea). Same numbers as the unchunked
+    path up to float rounding (the head's matmul sees other shapes)."""
+    N, L = tokens.shape
+    T = L - P
+    h = model.hidden_states(tokens, keep_last=T + 1)[:, :-1]              # [N, T, C]: positions P-1 .. L-2
+    flat_h = h.reshape(N * T, h.shape[-1])                                  # [N*T, C]
+    flat_y = tokens[:, P:].reshape(N * T)                                   # [N*T]
+    logps, ents = [], []
+    for i in range(0, N * T, chunk):
+        args = (model, flat_h[i:i + chunk], flat_y[i:i + chunk], temperature, with_entropy)
+        if torch.is_grad_enabled() and flat_h.requires_grad:
+            lp, ent = checkpoint(_chunk_logp, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logp(*args)
+        logps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(logps).view(N, T)                                      # [N, T]
+    ent = torch.cat(ents).view(N, T) if with_entropy else None
+    return logp, ent, None

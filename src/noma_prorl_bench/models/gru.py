@@ -27,6 +27,11 @@ class GRUPolicy(nn.Module):
         out, state = self.gru(self.embed(tokens))    # out [N, P, H], state [layers, N, H]
         return self.head(out[:, -1]), state          # [N, V]
 
+    @staticmethod
+    def repeat_state(state: torch.Tensor, G: int) -> torch.Tensor:
+        """Hidden state [layers, B, H] -> [layers, B*G, H] (row i -> rows G*i .. G*i+G-1)."""
+        return state.repeat_interleave(G, 1)
+
     def decode(self, tok: torch.Tensor, state):
         out, state = self.gru(self.embed(tok[:, None]), state)   # [N, 1, H]
         return self.head(out[:, 0]), state                      # [N, V]

@@ -12,12 +12,15 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   ``position_ids = clamp(mask.cumsum(1) - 1, min=0)`` starts every prompt at position 0.
   ``forward``, ``prefill`` and ``decode`` build them the same way, so incremental decoding
   equals the teacher-forced forward (tested for Llama and Qwen2 with left padding).
-* KV cache. ``prefill`` runs the prompt with ``use_cache=True`` and keeps the model's own
-  cache (``DynamicCache``); each ``decode`` feeds one token, the attention mask grown by one
-  column (with ``sdpa`` attention, already as the 4D boolean mask transformers would build
-  from it), and the next position id.
-* Precision. The model computes in its dtype (``float32`` or ``bfloat16``); returned logits are
-  upcast to float32, so all log-probabilities downstream are float32.
+* KV cache. ``prefill(tokens, capacity)`` (the sampler passes ``P + T - 1``) runs the prompt
+  in one batched forward into a transformers ``StaticCache`` preallocated for ``capacity``
+  positions; each ``decode`` writes one column in place and attends through a preallocated
+  ``[N, capacity]`` boolean mask (prompt PADs and unwritten columns off). Without
+  ``capacity``, or with a non-SDPA attention, the model's ``DynamicCache`` is used instead
+  (its mask grown by one column per step). Models load with ``attn_implementation="sdpa"``.
+* Precision. The model computes in its dtype (``float32`` or ``bfloat16``), or under bf16
+  autocast over float32 weights (``bf16_mixed``); returned logits are upcast to float32, so all
+  log-probabilities downstream are float32.
 * No dropout. Every ``*dropout*`` / ``*_pdrop`` config field is set to 0 before loading and
   every ``nn.Dropout`` has ``p = 0``; ``train()`` and ``eval()`` therefore compute the same
   function and the trainer may leave the module in either mode.
@@ -33,6 +36,8 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
+
+from noma_prorl_bench.models.base import autocast
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -60,6 +65,17 @@ class HFState:
     next_pos: torch.Tensor     # [N] position id of the next token
 
 
+@dataclass
+class StaticHFState:
+    """Decoding state over a preallocated StaticCache: which of its columns are attendable,
+    how many are written, and the next positions."""
+
+    cache: Any                 # transformers StaticCache, capacity columns
+    valid: torch.Tensor        # [N, capacity] bool, updated in place
+    filled: int                # columns written so far
+    next_pos: torch.Tensor     # [N]
+
+
 class HFPolicy(nn.Module):
     """A Hugging Face causal LM behind the Policy protocol (forward / prefill / decode)."""
 
@@ -69,6 +85,7 @@ class HFPolicy(nn.Module):
         super().__init__()
         self.model = model
         self.pad_id = int(pad_id)
+        self.compute_dtype = None   # --dtype bf16_mixed: bf16 autocast over float32 weights
         head = model.get_output_embeddings()
         self.vocab_size = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
         disable_dropout(self.model)
@@ -80,30 +97,110 @@ class HFPolicy(nn.Module):
         which avoids materialising [N, L, V] for a long prompt and a large vocabulary.
         """
         mask = left_pad_mask(tokens, self.pad_id)
-        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask),
-                         use_cache=False, logits_to_keep=keep_last)
+        with autocast(self):
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask),
+                             use_cache=False, logits_to_keep=keep_last)
         return out.logits.float()  # [N, L or k, V]
 
-    def prefill(self, tokens: torch.Tensor) -> tuple[torch.Tensor, HFState]:
-        """tokens[N, P] (left-padded) -> (float32 logits of the last position [N, V], state)."""
+    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        """tokens[N, L] -> the decoder's final (normed) hidden states [N, L or k, C]."""
+        mask = left_pad_mask(tokens, self.pad_id)
+        with autocast(self):
+            out = self.model.base_model(input_ids=tokens, attention_mask=mask,
+                                        position_ids=positions_from_mask(mask), use_cache=False)
+        h = out.last_hidden_state                                               # [N, L, C]
+        return h[:, -keep_last:] if keep_last > 0 else h
+
+    def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
+        """h[..., C] -> logits[..., V]: the output embedding (and Gemma-2-style soft-capping)."""
+        with autocast(self):
+            logits = self.model.get_output_embeddings()(h)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return logits if not cap else torch.tanh(logits / cap) * cap
+
+    def set_grad_checkpoint(self, on: bool) -> None:
+        """--grad_checkpoint: the model's own switch (non-reentrant torch.utils.checkpoint per layer;
+        transformers >= 5.x names it activation_checkpointing_*, older ones gradient_checkpointing_*)."""
+        m = self.model
+        if hasattr(m, "activation_checkpointing_enable"):
+            (m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False}) if on
+             else m.activation_checkpointing_disable())
+        elif on:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            m.gradient_checkpointing_disable()
+
+    def prefill(self, tokens: torch.Tensor, capacity: int | None = None) -> tuple[torch.Tensor, Any]:
+        """tokens[N, P] (left-padded) -> (float32 logits of the last position [N, V], state).
+
+        With ``capacity`` (the sampler passes P + T - 1) and SDPA attention, the KV cache is a
+        transformers ``StaticCache`` allocated once for ``capacity`` positions and written in
+        place; otherwise the model's ``DynamicCache`` (grown by concatenation every step)."""
         mask = left_pad_mask(tokens, self.pad_id)
         pos = positions_from_mask(mask)
-        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
-                         use_cache=True, logits_to_keep=1)
+        if capacity is not None and self._sdpa():
+            return self._prefill_static(tokens, mask, pos, capacity)
+        with autocast(self):
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
+                             use_cache=True, logits_to_keep=1)
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, pos[:, -1] + 1)
 
-    def decode(self, tok: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
+    def decode(self, tok: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """One step: tok[N] -> (float32 logits[N, V], state with one more cached position)."""
+        if isinstance(state, StaticHFState):
+            return self._decode_static(tok, state)
         mask = torch.cat([state.mask, state.mask.new_ones(state.mask.shape[0], 1)], dim=1)  # [N, S+1]
         attn = mask
-        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
+        if self._sdpa():
             # One query row: the [N, 1, 1, S+1] boolean mask (True = attend) that transformers'
             # sdpa_mask would build from `mask`, built here once instead of per call (HF returns a
             # 4D mask as is); same mask, same logits, ~20% less time per decode on small models.
             attn = mask.bool()[:, None, None, :]
-        out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=state.next_pos[:, None],
-                         past_key_values=state.cache, use_cache=True)
+        with autocast(self):
+            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=state.next_pos[:, None],
+                             past_key_values=state.cache, use_cache=True)
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, state.next_pos + 1)
+
+    def repeat_state(self, state: Any, G: int) -> Any:
+        """A prefill state of B rows -> the state of N = B*G rows (row i -> rows G*i .. G*i+G-1):
+        the sampler prefills each distinct prompt once and shares its KV cache with its G samples."""
+        if isinstance(state, StaticHFState):
+            for layer in state.cache.layers:
+                if getattr(layer, "is_initialized", False):
+                    layer.keys = layer.keys.repeat_interleave(G, 0)
+                    layer.values = layer.values.repeat_interleave(G, 0)
+                    layer.batch_size = layer.keys.shape[0]
+            return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
+                                 state.next_pos.repeat_interleave(G, 0))
+        state.cache.batch_repeat_interleave(G)
+        return HFState(state.cache, state.mask.repeat_interleave(G, 0), state.next_pos.repeat_interleave(G, 0))
+
+    def _sdpa(self) -> bool:
+        return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
+
+    def _prefill_static(self, tokens, mask, pos, capacity: int):
+        """Prefill into a StaticCache of ``capacity`` columns; ``valid[N, capacity]`` marks the
+        columns a query may attend (real prompt tokens, then each decoded token as it is written)."""
+        from transformers import StaticCache  # noqa: PLC0415  (transformers is imported lazily)
+        N, P = tokens.shape
+        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
+        valid[:, :P] = mask.bool()
+        with autocast(self):   # 2D mask over all cap columns: HF adds causality (columns >= P are future)
+            out = self.model(input_ids=tokens, attention_mask=valid.long(), position_ids=pos,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1)
+
+    def _decode_static(self, tok: torch.Tensor, state: StaticHFState):
+        if state.filled >= state.valid.shape[1]:
+            raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
+        state.valid[:, state.filled] = True                                          # the column written now
+        with autocast(self):
+            out = self.model(input_ids=tok[:, None], attention_mask=state.valid[:, None, None, :],
+                             position_ids=state.next_pos[:, None], past_key_values=state.cache, use_cache=True)
+        state.filled += 1
+        state.next_pos = state.next_pos + 1
+        return out.logits[:, -1].float(), state
 
 
 def disable_dropout(model: nn.Module) -> int:
@@ -173,9 +270,12 @@ class HFTokenizerAdapter:
 # ----------------------------------------------------------------------------- loading
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """'float32' | 'bfloat16' | 'float16' | torch.dtype -> torch.dtype."""
+    """'float32' | 'bfloat16' | 'float16' | 'bf16_mixed' | torch.dtype -> the parameters' torch.dtype
+    (bf16_mixed keeps float32 parameters; its bf16 compute is the policy's ``compute_dtype``)."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "bf16_mixed":
+        return torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     return DTYPES[dtype]
@@ -217,8 +317,8 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
                    ) -> tuple[HFPolicy, HFTokenizerAdapter]:
     """Load a local HF causal LM and its tokenizer -> (HFPolicy on ``device``, adapter).
 
-    ``device``: 'cpu' | 'cuda' | 'auto' | torch.device. ``dtype``: parameter dtype (logits are
-    float32 regardless). Never contacts the hub. ValueError for a missing path, a directory
+    ``device``: 'cpu' | 'cuda' | 'auto' | torch.device. ``dtype``: parameter dtype, or
+    'bf16_mixed' (float32 parameters, bf16 autocast compute); logits are float32 regardless. Never contacts the hub. ValueError for a missing path, a directory
     without ``config.json``, a model that is not a causal LM, or a missing tokenizer.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -232,10 +332,14 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"cannot load a tokenizer from {p}: {_first_line(e)}") from e
     try:
-        model = AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype, local_files_only=True,
+                                                     attn_implementation="sdpa")
     except OSError as e:  # missing or unreadable weight files
         raise ValueError(f"cannot load model weights from {p}: {_first_line(e)}") from e
     model.to(device)
     model.eval()
     adapter = HFTokenizerAdapter(tokenizer, chat=chat)
-    return HFPolicy(model, adapter.pad_id), adapter
+    policy = HFPolicy(model, adapter.pad_id)
+    if dtype == "bf16_mixed":
+        policy.compute_dtype = torch.bfloat16
+    return policy, adapter

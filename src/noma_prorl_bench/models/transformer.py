@@ -18,6 +18,11 @@ rollout of T tokens costs O(T * L) attention work instead of the O(T * L^2) of r
 whole prefix every step. ``prefill``/``decode`` are for sampling under ``torch.no_grad()``
 (the in-place writes would invalidate saved tensors for autograd); training uses ``forward``.
 
+Memory and precision switches (set by ``models.build_policy``): ``grad_checkpoint`` recomputes
+each block during backward (``torch.utils.checkpoint``, non-reentrant) instead of keeping its
+activations; ``compute_dtype = torch.bfloat16`` runs every forward under autocast while the
+parameters (and hence Adam's state) stay float32 (``--dtype bf16_mixed``).
+
 Shapes: N sequences, S tokens in this call, L full length, P prompt length, C d_model,
 H heads, D = C // H head size, V vocab.
 """
@@ -29,6 +34,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from noma_prorl_bench.models.base import autocast
 
 
 @dataclass
@@ -116,6 +124,8 @@ class TransformerPolicy(nn.Module):
                  max_len: int = 512):
         super().__init__()
         self.vocab_size, self.max_len = vocab_size, max_len
+        self.grad_checkpoint = False   # --grad_checkpoint: recompute each block in backward
+        self.compute_dtype = None      # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
@@ -132,18 +142,23 @@ class TransformerPolicy(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def _run(self, tokens: torch.Tensor, start: int, cache: KVCache | None, keep_last: int = 0) -> torch.Tensor:
-        """tokens[N, S] at positions start..start+S-1 -> logits[N, S, V] (last ``keep_last`` if > 0)."""
+    def _run(self, tokens: torch.Tensor, start: int, cache: KVCache | None, keep_last: int = 0,
+             head: bool = True) -> torch.Tensor:
+        """tokens[N, S] at positions start..start+S-1 -> logits[N, S, V] (last ``keep_last`` if > 0;
+        ``head=False``: the final hidden states [N, S, C] after ``ln_f``)."""
         S = tokens.shape[1]
         if start + S > self.max_len:
             raise ValueError(f"sequence length {start + S} exceeds max_len={self.max_len}")
-        pos = torch.arange(start, start + S, device=tokens.device)
-        x = self.tok_emb(tokens) + self.pos_emb(pos)  # [N, S, C]
-        for i, block in enumerate(self.blocks):
-            x = block(x, cache, i)
-        if keep_last > 0:
-            x = x[:, -keep_last:]  # [N, k, C]
-        return self.head(self.ln_f(x))  # [N, S or k, V]
+        with autocast(self):
+            pos = torch.arange(start, start + S, device=tokens.device)
+            x = self.tok_emb(tokens) + self.pos_emb(pos)  # [N, S, C]
+            ckpt = self.grad_checkpoint and cache is None and torch.is_grad_enabled()
+            for i, block in enumerate(self.blocks):
+                x = checkpoint(block, x, use_reentrant=False) if ckpt else block(x, cache, i)
+            if keep_last > 0:
+                x = x[:, -keep_last:]  # [N, k, C]
+            x = self.ln_f(x)
+            return self.head(x) if head else x  # [N, S or k, V] | [N, S or k, C]
 
     def forward(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
         """Teacher forcing: tokens[N, L] -> logits[N, L, V] (position t predicts token t+1).
@@ -151,6 +166,16 @@ class TransformerPolicy(nn.Module):
         ``keep_last=k > 0`` returns only the last k positions [N, k, V].
         """
         return self._run(tokens, 0, None, keep_last)
+
+    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        """tokens[N, L] -> final hidden states [N, L or k, C]; ``logits_from_hidden`` finishes the
+        forward (``--logprob_chunk`` applies the head a chunk at a time)."""
+        return self._run(tokens, 0, None, keep_last, head=False)
+
+    def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
+        """h[..., C] -> logits[..., V] (the output head, under ``compute_dtype`` autocast)."""
+        with autocast(self):
+            return self.head(h)
 
     def prefill(self, tokens: torch.Tensor, capacity: int | None = None) -> tuple[torch.Tensor, KVCache]:
         """tokens[N, P] -> (logits of the last position [N, V], cache with P positions filled).
@@ -172,6 +197,12 @@ class TransformerPolicy(nn.Module):
         logits = self._run(tokens, 0, cache, keep_last=1)  # [N, 1, V]
         cache.pos = P
         return logits[:, -1], cache
+
+    @staticmethod
+    def repeat_state(state: KVCache, G: int) -> KVCache:
+        """A prefill cache of B rows -> N = B*G rows (row i -> rows G*i .. G*i+G-1), in new buffers."""
+        return KVCache(k=[k.repeat_interleave(G, 0) for k in state.k],
+                       v=[v.repeat_interleave(G, 0) for v in state.v], pos=state.pos)
 
     def decode(self, tok: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
         """One step: tok[N] at position ``state.pos`` -> (logits[N, V], state advanced by one)."""

@@ -11,8 +11,13 @@ within a step. `collect` builds a scored `RolloutBatch`.
 Devices: `collect` and `evaluate` move the (CPU) prompt ids to the policy's device, and every
 tensor of a RolloutBatch lives there. The sampling generator must be on that device too
 (`torch.multinomial` requires it): a CPU generator for CPU runs, a CUDA one for CUDA runs.
-Policies whose `prefill` takes `capacity` (the transformer's preallocated KV cache) get
-`P + max_new_tokens - 1`, the positions a rollout writes (the last token is never fed back).
+Policies whose `prefill` takes `capacity` (the transformer's and HF's preallocated KV caches)
+get `P + max_new_tokens - 1`, the positions a rollout writes (the last token is never fed back).
+
+The loop keeps everything on the device: preallocated [N, T] buffers for tokens, logp_old and
+the mask, EOS bookkeeping as tensor ops, and one host synchronisation ("all finished?") every
+`sync_every` tokens (docs/performance.md). Policies with `repeat_state` (transformer, HF, GRU)
+prefill each distinct prompt once and share the cache across its G samples.
 """
 from __future__ import annotations
 
@@ -62,49 +67,91 @@ class GenStats:
 
 
 def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
-             pad_id: int, generator: Optional[torch.Generator] = None, greedy: bool = False):
+             pad_id: int, generator: Optional[torch.Generator] = None, greedy: bool = False,
+             sync_every: Optional[int] = None, group_size: int = 1):
     """prompts[N, P] -> (response[N, T], logp_old[N, T], mask[N, T], truncated[N], GenStats).
 
     Runs under torch.inference_mode (no autograd bookkeeping at all; about 10% faster than
     no_grad on the small models, same numbers) and returns ordinary tensors: inference tensors
-    could not be saved for backward by the losses that read logp_old and the mask."""
+    could not be saved for backward by the losses that read logp_old and the mask.
+
+    `sync_every` k: the host asks "has every sequence finished?" only every k tokens (the one
+    device -> host synchronisation of the loop; default 1 on CPU, where it costs nothing,
+    `SYNC_EVERY_CUDA` elsewhere). The response is trimmed to its last live column, so k changes
+    neither the tokens nor logp_old; with k > 1 up to k - 1 extra decode steps may run after
+    the last EOS, each drawing once more from `generator` (its state afterwards differs).
+
+    `group_size` G: when the rows are G consecutive copies of each prompt (GRPO's groups; checked,
+    not trusted), the prompt is prefilled once and its KV cache shared by the G samples: 1/G of
+    the prefill work, and `GenStats.tokens` counts the B*P positions actually pushed. The logits
+    equal the unshared prefill's up to float rounding (a matmul's row results may depend on the
+    number of rows in the last bits); the default toy runs' trajectories are unchanged."""
+    k = sync_every or (1 if prompts.device.type == "cpu" else SYNC_EVERY_CUDA)
     with torch.inference_mode():
         response, logp, mask, done, stats = _sample(policy, prompts, max_new_tokens, temperature, eos_id,
-                                                    pad_id, generator, greedy)
+                                                    pad_id, generator, greedy, k, group_size)
     return response.clone(), logp.clone(), mask.clone(), done.logical_not(), stats
 
 
-def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy):
-    """The sampling loop of `generate` -> (response, logp_old, mask, done[N], GenStats)."""
+SYNC_EVERY_CUDA = 8
+
+
+def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, sync_every=1,
+            group_size=1):
+    """The sampling loop of `generate` -> (response, logp_old, mask, done[N], GenStats).
+
+    Prefill is one batched forward over the distinct prompts (with `group_size` G > 1 and rows
+    that really come in G consecutive copies, each prompt once, its state then repeated G times).
+    Every per-token write goes into buffers preallocated for T = max_new_tokens columns; EOS
+    bookkeeping (`done`, the mask, PAD after EOS) stays on the device."""
     N, P = prompts.shape
+    T = max_new_tokens
     stats = GenStats()
+    G = group_size if _shares_prefix(policy, prompts, group_size) else 1
+    uniq = prompts[::G]                                         # [N/G, P]: each distinct prompt once
     if _prefill_takes_capacity(policy):
-        cap = P + max(max_new_tokens - 1, 0)                    # positions written: P + (T - 1) decodes
-        logits, state = policy.prefill(prompts, capacity=cap)   # [N, V]
+        cap = P + max(T - 1, 0)                                 # positions written: P + (T - 1) decodes
+        logits, state = policy.prefill(uniq, capacity=cap)      # [N/G, V]
     else:
-        logits, state = policy.prefill(prompts)                 # [N, V]
-    stats.fwd_calls, stats.tokens = 1, N * P
+        logits, state = policy.prefill(uniq)                    # [N/G, V]
+    if G > 1:
+        logits, state = logits.repeat_interleave(G, 0), policy.repeat_state(state, G)   # [N, V]
+    stats.fwd_calls, stats.tokens = 1, uniq.shape[0] * P
     done = torch.zeros(N, dtype=torch.bool, device=prompts.device)
-    toks, logps, masks = [], [], []
-    for t in range(max_new_tokens):
+    response = prompts.new_full((N, T), pad_id)                              # [N, T]
+    logps = torch.zeros(N, T, dtype=torch.float32, device=prompts.device)    # [N, T]
+    masks = torch.zeros(N, T, dtype=torch.float32, device=prompts.device)    # [N, T]
+    pad = torch.full((N,), pad_id, dtype=prompts.dtype, device=prompts.device)
+    t = -1
+    for t in range(T):
         logp_all = F.log_softmax(logits.float() / temperature, dim=-1)         # [N, V]
         if greedy:
             tok = logp_all.argmax(-1)                                          # [N]
         else:
             tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
         live = ~done
-        logps.append(torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0))
-        tok = torch.where(live, tok, torch.full_like(tok, pad_id))
-        toks.append(tok)
-        masks.append(live.float())
+        logps[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
+        tok = torch.where(live, tok, pad)
+        response[:, t] = tok
+        masks[:, t] = live
         done = done | (tok == eos_id)
-        if bool(done.all()) or t == max_new_tokens - 1:
+        if t == T - 1 or ((t + 1) % sync_every == 0 and bool(done.all())):
             break
         logits, state = policy.decode(tok, state)
         stats.fwd_calls += 1
         stats.tokens += N
-    response = torch.stack(toks, 1)                              # [N, T]
-    return response, torch.stack(logps, 1), torch.stack(masks, 1), done, stats
+    used = t + 1
+    if sync_every > 1 and used > 0:                              # drop the columns after the last EOS
+        used = int(masks[:, :used].any(0).nonzero().max()) + 1
+    return response[:, :used], logps[:, :used], masks[:, :used], done, stats
+
+
+def _shares_prefix(policy, prompts: torch.Tensor, G: int) -> bool:
+    """True when rows come in G consecutive identical copies and the policy can repeat a state."""
+    N = prompts.shape[0]
+    if G <= 1 or N % G or not hasattr(policy, "repeat_state"):
+        return False
+    return bool(torch.equal(prompts, prompts[::G].repeat_interleave(G, 0)))
 
 
 def _prefill_takes_capacity(policy) -> bool:
@@ -123,7 +170,8 @@ def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: 
     device = policy_device(policy)
     prompt_ids = tokenizer.encode_prompts(prompts, prompt_len).to(device)     # [N, P]
     resp, logp_old, mask, truncated, stats = generate(
-        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator)
+        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator,
+        group_size=G)
     texts = [tokenizer.decode(r) for r in resp.tolist()]
     rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32,
                            device=device)

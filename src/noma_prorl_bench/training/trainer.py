@@ -28,7 +28,7 @@ from noma_prorl_bench.models.base import policy_device, response_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
 from noma_prorl_bench.tasks import make_task, part_metrics
-from noma_prorl_bench.training import guards
+from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.growth_loop import GrowthManager
 from noma_prorl_bench.training.optim_state import make_lr_scheduler
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager
@@ -261,8 +261,34 @@ class Trainer:
     def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective.UpdateInputs,
                        record_anchor: bool = True) -> dict:
         cfg = self.cfg
+        mask = inp.mask[sl]
+        self.optimizer.zero_grad(set_to_none=True)                     # --micro_batch: grads accumulate
+        parts = [self.micro_backward(batch, m, sl, inp, record_anchor) for m in micro.slices(sl, cfg.micro_batch)]
+        loss, logp, ent, pg, kl, kl_tok, metrics = micro.join(parts)   # the minibatch's, detached
+        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+              if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
+        skipped = guards.nan_guard(self, sl, loss=loss, grad_norm=gn, logp=logp, kl=kl_tok,
+                                   mask=batch.mask[sl])                 # --on_nan: NaN/Inf -> no step
+        if not skipped:
+            self.optimizer.step()
+            self.scheduler.step()
+        with torch.no_grad():
+            resp = batch.mask[sl]                                       # KL/entropy over all responses
+            out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
+            out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
+                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
+                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
+                        "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
+                        "guard/nan_skip_frac": float(skipped)})
+        out.update(metrics)
+        return out
+
+    def micro_backward(self, batch: RolloutBatch, sl: slice, ctx: slice, inp: objective.UpdateInputs,
+                       record_anchor: bool) -> micro.Part:
+        """Forward, loss and backward of rows `sl` of minibatch `ctx` (its share of ctx's loss)."""
+        cfg = self.cfg
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
-        logp, ent, logits = response_logprobs(self.policy, tokens, P, cfg.temperature, with_entropy=True)
+        logp, ent, logits = micro.logprobs(self.policy, tokens, P, cfg.temperature, cfg.logprob_chunk)
         self.counters.add("policy_fwd_train", 1)
         self.counters.add("tokens_policy", tokens.numel())
         logits_anchor = None                                            # [n, T, V]: --kl_estimator full
@@ -282,27 +308,11 @@ class Trainer:
         kl = self.kl.estimates(logp, anchor, inp.logp_old[sl], logits=logits, logits_anchor=logits_anchor,
                                temperature=cfg.temperature)           # {name: [n, T]}
         kl_tok = self.kl.loss_term(kl, batch.logp_old[sl], anchor)     # zeros when the KL is in the reward
-        loss = loss_lib.aggregate(pg + self.beta * kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)
+        loss = micro.aggregate_in(pg + self.beta * kl_tok, inp.mask[ctx], sl, ctx, cfg.loss_agg_resolved, self.T_max)
         loss = guards.inject_nan(loss, self.step_idx)                  # test hook, see guards.py
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-              if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
-        skipped = guards.nan_guard(self, sl, loss=loss, grad_norm=gn, logp=logp, kl=kl_tok,
-                                   mask=batch.mask[sl])                 # --on_nan: NaN/Inf -> no step
-        if not skipped:
-            self.optimizer.step()
-            self.scheduler.step()
-        with torch.no_grad():
-            resp = batch.mask[sl]                                       # KL/entropy over all responses
-            out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
-            out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
-                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
-                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
-                        "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
-                        "guard/nan_skip_frac": float(skipped)})
-        out.update(metrics)
-        return out
+        return micro.Part(loss.detach(), logp.detach(), ent, pg.detach(), {k: v.detach() for k, v in kl.items()},
+                          kl_tok.detach(), metrics, float(mask.sum()))
 
     @torch.no_grad()
     def ref_over_old_k2(self, batch: RolloutBatch) -> float:

@@ -1,0 +1,157 @@
+"""Sampler tokens/s: our `rollout.generate` vs `transformers` `generate` on the same HF model.
+
+Same model (a random Llama-style directory built offline by `models/tiny_hf.py`, float32), same
+prompts (keyword_inclusion, the first B prompts of our trainer's data stream, each repeated G
+times, left-padded: N = B*G), same sampling (temperature 1, no top-k / top-p, multinomial), and
+exactly T new tokens per sequence on every path (EOS disabled: our sampler gets eos_id -1,
+`generate` gets `eos_token_id=None` and `min_new_tokens=T`). Paths:
+  ours                  rollout.generate on HFPolicy as the trainer calls it: each distinct prompt
+                        prefilled once (group_size=G) into a preallocated StaticCache shared by
+                        its G samples, in-place decode, device-side EOS bookkeeping
+  ours_noshare          the same without prefix sharing (all N rows prefilled)
+  ours_dynamic_noshare  the same loop on the model's DynamicCache, all N rows prefilled (close to
+                        the sampler before issue 17)
+  hf_dynamic            model.generate(do_sample=True), default DynamicCache
+  hf_static             model.generate(..., cache_implementation="static")
+and, for reference only (a different model), our own `TransformerPolicy` of the same width
+and depth. Runs alternate path by path within each repeat; we report medians of tokens/s
+(N*T / wall seconds of the call) and the ratios of ours to `generate`, from wall time and from process CPU time (which a shared
+machine disturbs less).
+
+Run (CPU, one thread, as recorded in docs/performance.md):
+    OMP_NUM_THREADS=1 nice -n 5 env PYTHONPATH=src .venv/bin/python benchmarks/sampler.py \
+        --hidden 256 --layers 4 --B 8 --G 8 --lengths 64 128 --repeats 5 --out sampler.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+from noma_prorl_bench.rollout.sampling import generate
+
+
+class DynamicOnly(torch.nn.Module):
+    """Hides `prefill(capacity=...)` so that our sampler falls back to the DynamicCache."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+
+    def prefill(self, tokens):
+        return self.policy.prefill(tokens)
+
+    def decode(self, tok, state):
+        return self.policy.decode(tok, state)
+
+
+def prompts_for(tok, B: int, G: int) -> torch.Tensor:
+    """[N, P] left-padded keyword_inclusion prompts (B distinct, G copies each)."""
+    import numpy as np
+
+    from noma_prorl_bench.tasks import make_task
+    task = make_task("keyword_inclusion", n_val=8)
+    ex = task.sample(np.random.default_rng([0, 1]), B)
+    return tok.encode_prompts([e.prompt for e in ex for _ in range(G)])
+
+
+def run_ours(policy, ids, T, pad_id, seed, G=1) -> tuple[float, float]:
+    g = torch.Generator().manual_seed(seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    resp, *_ = generate(policy, ids, T, 1.0, eos_id=-1, pad_id=pad_id, generator=g, group_size=G)
+    dt, ct = time.perf_counter() - t0, time.process_time() - c0
+    assert resp.shape == (ids.shape[0], T), resp.shape
+    return dt, ct
+
+
+def run_hf(model, ids, T, pad_id, seed, static: bool) -> tuple[float, float]:
+    torch.manual_seed(seed)
+    mask = (ids != pad_id).long().cumsum(1).gt(0).long()
+    kw = {"cache_implementation": "static"} if static else {}
+    t0, c0 = time.perf_counter(), time.process_time()
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                             top_p=1.0, max_new_tokens=T, min_new_tokens=T, eos_token_id=None,
+                             pad_token_id=pad_id, **kw)
+    dt, ct = time.perf_counter() - t0, time.process_time() - c0
+    assert out.shape[1] - ids.shape[1] == T, out.shape
+    return dt, ct
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="sampler tokens/s: ours vs transformers generate")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--B", type=int, default=8)
+    p.add_argument("--G", type=int, default=8)
+    p.add_argument("--lengths", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--paths", nargs="+", default=["ours", "ours_noshare", "ours_dynamic_noshare", "hf_dynamic",
+                                                   "hf_static", "transformer"])
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    import transformers
+
+    from noma_prorl_bench.models.hf import load_hf_policy
+    from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+    from noma_prorl_bench.models.transformer import TransformerPolicy
+    torch.set_num_threads(a.threads)
+    device = "cpu"
+    info = {"device": f"cpu ({platform.processor() or platform.machine()})", "threads": a.threads,
+            "torch": torch.__version__, "transformers": transformers.__version__, "args": vars(a)}
+    print(f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} float32; "
+          f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
+          flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
+        policy, tok = load_hf_policy(path, device=device)
+        ids = prompts_for(tok, a.B, a.G)
+        N, P = ids.shape
+        torch.manual_seed(0)
+        ours_tf = TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval()
+        G = a.G
+        fns = {"ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
+               "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
+               "ours_dynamic_noshare": lambda T, s: run_ours(DynamicOnly(policy), ids, T, tok.pad_id, s),
+               "hf_dynamic": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=False),
+               "hf_static": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=True),
+               "transformer": lambda T, s: run_ours(ours_tf, ids, T, tok.pad_id, s, G)}
+        fns = {k: fns[k] for k in a.paths}
+        print(f"# prompts: P={P} (left-padded, {int((ids == tok.pad_id).sum())} PAD tokens in all)")
+        for T in a.lengths:
+            for f in fns.values():
+                f(8, 0)                                             # warm-up, not timed
+            wall, cpu = {k: [] for k in fns}, {k: [] for k in fns}
+            for r in range(a.repeats):
+                order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
+                for k in order:
+                    w, c = fns[k](T, r)
+                    wall[k].append(w)
+                    cpu[k].append(c)
+            row = {"N": N, "P": P, "T": T, "wall_s": wall, "cpu_s": cpu,
+                   "tok_s": {k: N * T / statistics.median(v) for k, v in wall.items()},
+                   "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()}}
+            for key in ("tok_s", "tok_cpu_s"):
+                ts = row[key]
+                row[f"ratios_{key}"] = {f"{o}/{h}": ts[o] / ts[h] for o in ("ours", "ours_noshare", "ours_dynamic_noshare")
+                                        for h in ("hf_dynamic", "hf_static") if o in ts and h in ts}
+                print(f"T={T} {key}: " + ", ".join(f"{k} {v:,.0f}" for k, v in ts.items()), flush=True)
+                print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in row[f"ratios_{key}"].items()), flush=True)
+            rows.append(row)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({**info, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
