@@ -286,6 +286,8 @@ def main_lrs(args) -> None:
     cmd = "PYTHONPATH=src python " + " ".join(["benchmarks/growth_xor.py", *sys.argv[1:]])
     print("command:", cmd, flush=True)
     lrs = [float(v) for v in args.lrs.split(",")]
+    from growth_xor_report import _commit   # the commit the run started from
+    commit = _commit()
     t0, runs = time.perf_counter(), {}
     for lr in lrs:
         runs[f"{lr:g}"] = []
@@ -293,7 +295,9 @@ def main_lrs(args) -> None:
             runs[f"{lr:g}"].append(run_seed(args, s, lr))
             print(f"lr {lr:g} seed {s} done ({time.perf_counter() - t0:.0f} s)", flush=True)
         print_table(summarize(runs[f"{lr:g}"], args), args.seeds, args)
+    from growth_xor_report import _commit, machine
     saved = {"config": {k: v for k, v in vars(args).items()}, "command": cmd, "torch": torch.__version__,
+             "commit": commit, "machine": machine(),
              "wall_s": time.perf_counter() - t0, "runs": runs}
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as fh:
