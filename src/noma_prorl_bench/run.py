@@ -62,6 +62,11 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     except RunLocked as e:                              # another run took the outdir meanwhile
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:                              # disk full, file-size limit, a path gone read-only
+        if os_error(e) is None:
+            raise
+        print(write_failed(os_error(e), cfg, prog), file=sys.stderr)
+        return 1
     except NonFiniteError as e:
         print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
@@ -70,12 +75,51 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
               "(if any)", file=sys.stderr)
         return 130
     if not summary["complete"]:
-        print(f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
-              f"{summary['checkpoint']}. Continue with: {prog} --outdir {cfg.outdir} --resume", file=sys.stderr)
+        print(_stopped_message(summary, cfg, prog), file=sys.stderr)
         return summary["exit_code"]
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
     return 0
+
+
+def os_error(e: BaseException) -> Optional[OSError]:
+    """e as an OSError: itself, or an I/O error that a library reports as its own type
+    (safetensors: "I/O error: No space left on device (os error 28)"); else None."""
+    import re
+    if isinstance(e, OSError):
+        return e
+    m = re.search(r"\(os error (\d+)\)", str(e))
+    return OSError(int(m.group(1)), str(e).split(": ")[-1].split(" (os error")[0]) if m else None
+
+
+def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
+    """One line for a failed write; removes this process's half-written checkpoint to free space."""
+    import errno
+    import glob
+    import os
+    import shutil
+    for tmp in glob.glob(os.path.join(cfg.outdir, "checkpoints", f".tmp_step_*_{os.getpid()}")):
+        shutil.rmtree(tmp, ignore_errors=True)
+    from noma_prorl_bench.io.checkpoint import list_checkpoints
+    full = e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+    ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
+    kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
+            f"then: {prog} --outdir {cfg.outdir} --resume" if ckpts else
+            f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to start over")
+    return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
+           f"{e.filename or cfg.outdir}; {kept}"
+
+
+def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
+    again = f"Continue with: {prog} --outdir {cfg.outdir} --resume"
+    if not summary.get("abandoned"):
+        return (f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
+                f"{summary['checkpoint']}. {again}")
+    if summary["checkpoint"] is None:
+        return (f"{prog}: interrupted by {summary['signal']}; the running step was abandoned and there is no "
+                f"checkpoint yet (--save_every N writes them): add --overwrite to start over")
+    return (f"{prog}: interrupted by {summary['signal']}; the running step was abandoned, the last checkpoint "
+            f"({summary['checkpoint']}, step {summary['step']}) is kept. {again}")
 
 
 def main_ray(cfg: RunConfig, prog: str) -> int:

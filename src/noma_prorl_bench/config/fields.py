@@ -22,7 +22,7 @@ NOT_YET: dict[str, str] = {}
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
 # other change). None of them changes what the next step computes, except `steps` (a longer run:
 # the cosine-schedule horizon follows it) and `threads` (float reductions may round differently).
-RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "steps", "threads", "plots",
+RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "report_to", "steps", "threads", "plots",
                                        "save_every", "keep_checkpoints", "on_nan")
 
 
@@ -56,7 +56,9 @@ class RunConfig:
     overwrite: bool = False
     """Allow writing into a non-empty existing --outdir (its run files are replaced)."""
     quiet: bool = False
-    """No progress bar on stderr."""
+    """No progress bars on stderr (ours, and third-party ones such as transformers' weight loading)."""
+    report_to: Literal["none", "tensorboard", "csv"] = "none"
+    """Also send every metrics.jsonl record, same keys, to: tensorboard (OUTDIR/tb/, view with `tensorboard --logdir OUTDIR/tb`; needs the tensorboard package, pip install -e '.[tensorboard]'), csv (OUTDIR/metrics.csv, one column per key), or none. metrics.jsonl is always written; on --resume both are rebuilt from it."""
     seed: int = 0
     """Seed for model init, prompt sampling and rollout sampling (runs are bit-reproducible)."""
     steps: int = 400

@@ -13,8 +13,8 @@ from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
-from noma_prorl_bench.io.run_dir import open_outputs, progress, write_json
-from noma_prorl_bench.training.guards import GracefulStop
+from noma_prorl_bench.io.run_dir import open_outputs, progress, quiet_third_party, write_json
+from noma_prorl_bench.training.guards import GracefulStop, StepAbandoned
 
 
 def build_trainer(cfg: RunConfig, ckpt=None):
@@ -22,6 +22,7 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     (warm start, adapters, monitors) held in memory; on resume it then takes the checkpoint's
     state (and its buffered records, already in events.jsonl, are dropped)."""
     from noma_prorl_bench.training.trainer import Trainer
+    quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
     trainer = Trainer(cfg, *buffers)
     if ckpt is not None:
@@ -62,24 +63,22 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
         bar.update(trainer.step_idx)
     try:
         with GracefulStop() as stop:
-            while trainer.step_idx < cfg.steps and stop.signum is None:
-                m = trainer.train_step()
-                last_val = m.get("reward/val", last_val)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{m['reward/mean']:.3f}", val=f"{last_val:.3f}", refresh=False)
-                if cfg.save_every and trainer.step_idx % cfg.save_every == 0 and trainer.step_idx < cfg.steps:
-                    save("periodic")
-            if trainer.step_idx != state["saved"]:
+    abandoned = False
+            try:
+                last_val = _steps(cfg, trainer, stop, bar, save, last_val)
+            except StepAbandoned:                    # a stop signal outlived the grace: keep the last checkpoint
+                abandoned = True
+            if not abandoned and trainer.step_idx != state["saved"]:
                 save("final" if trainer.step_idx >= cfg.steps else stop.name)
     finally:
         if bar is not None:
             bar.close()
         for s in sinks:
             s.close()
-    if trainer.step_idx < cfg.steps:
-        return {"complete": False, "signal": stop.name, "exit_code": stop.exit_code, "step": trainer.step_idx,
-                "checkpoint": state["path"]}
+    if abandoned or trainer.step_idx < cfg.steps:
+        path = state["path"] or (ckpt.path if ckpt is not None else None)
+        return {"complete": False, "signal": stop.name, "exit_code": stop.exit_code, "abandoned": abandoned,
+                "step": state["saved"] if abandoned else trainer.step_idx, "checkpoint": path}
     summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
                "warmstart_val_reward": trainer.warmstart_info["val_reward"],
                "warmstart_seconds": trainer.warmstart_info["seconds"],
@@ -95,6 +94,21 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
 
 def train(cfg: RunConfig) -> str:
     """Train one run from Python and return its directory: the same checks, files and metrics as
+def _steps(cfg: RunConfig, trainer, stop: GracefulStop, bar, save, last_val: float) -> float:
+    """Train until --steps or a stop signal; each step runs under `stop.step()` (abandoned if it
+    outlives the stop grace); returns the last validation reward."""
+    while trainer.step_idx < cfg.steps and stop.signum is None:
+        with stop.step():
+            m = trainer.train_step()
+        last_val = m.get("reward/val", last_val)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", val=f"{last_val:.3f}", refresh=False)
+        if cfg.save_every and trainer.step_idx % cfg.save_every == 0 and trainer.step_idx < cfg.steps:
+            save("periodic")
+    return last_val
+
+
     `python -m noma_prorl_bench.run` with the same flags. Raises ConfigError on a bad --outdir
     or input (nothing written), RuntimeError if the run stopped before its last step."""
     from noma_prorl_bench.config import ConfigError, validate

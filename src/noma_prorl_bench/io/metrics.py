@@ -1,20 +1,25 @@
 """Metric sinks, stage timers and exact counters.
 
 Metrics are flat dicts of namespaced keys (`reward/mean`, `count/ref_fwd`, `time/ref`, ...;
-every key is defined in the README). A sink is swappable: `JsonlSink` appends one JSON
-object per line and flushes every write; `NullSink` drops everything; `MultiSink` fans out.
+every key is defined in docs/metrics.md). A sink is swappable: `JsonlSink` appends one JSON
+object per line (one write each, never torn); `CsvSink` and `TensorBoardSink` take the same
+records for `--report_to`; `NullSink` drops everything; `MultiSink` fans out.
 Code never branches on whether logging is on.
 """
 from __future__ import annotations
 
+import csv
+import errno
+import io
 import json
 import math
 import os
 import resource
+import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 def _clean(v):
@@ -27,18 +32,31 @@ def _clean(v):
 
 
 class JsonlSink:
-    """Append JSON lines to a file, flushing after every record."""
+    """Append JSON lines to a file: one `os.write` per line, so each line reaches the file (and
+    is visible to readers) at once. A line is never torn: if a write fails part-way (disk full,
+    file-size limit, an exception from a signal handler), the file is cut back to where the line
+    began and the error is raised."""
 
     def __init__(self, path: str, mode: str = "a"):
         self.path = path
-        self._f = open(path, mode, encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
+        self._fd: Optional[int] = os.open(path, flags, 0o644)
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        self._f.flush()
+        data = (json.dumps({k: _clean(v) for k, v in record.items()}) + "\n").encode("utf-8")
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", self.path)
+        except BaseException:
+            os.ftruncate(self._fd, start)
+            raise
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class NullSink:
@@ -84,6 +102,81 @@ class MultiSink:
             s.close()
 
 
+class CsvSink:
+    """OUTDIR/metrics.csv: one row per record, one column per key (the keys of metrics.jsonl, in
+    first-seen order; a cell is empty where a step has no value, e.g. `reward/val` off eval
+    steps). When a record brings a new key the file is rewritten with the wider header
+    (atomically); otherwise a row is appended. `history` (records already logged) seeds it."""
+
+    def __init__(self, path: str, history: Iterable[dict] = ()):
+        self.path, self.rows, self.columns = path, [], []
+        for rec in history:
+            self._add(rec)
+        self._rewrite()
+
+    def _add(self, record: dict) -> bool:
+        row = {k: _clean(v) for k, v in record.items()}
+        new = [k for k in row if k not in self.columns]
+        self.columns += new
+        self.rows.append(row)
+        return bool(new)
+
+    def _line(self, row: dict) -> str:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow(["" if row.get(k) is None else row[k] for k in self.columns])
+        return buf.getvalue()
+
+    def _rewrite(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(self._line({k: k for k in self.columns}) + "".join(self._line(r) for r in self.rows))
+        os.replace(tmp, self.path)
+
+    def write(self, record: dict) -> None:
+        if self._add(record):
+            self._rewrite()
+        else:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(self._line(self.rows[-1]))
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardSink:
+    """OUTDIR/tb/: every numeric value of a record as a scalar named by its key (`reward/mean`,
+    `kl/k3`, ...) at x = record["step"] (torch.utils.tensorboard; needs the tensorboard package).
+    Missing values (NaN/Inf are logged as null in metrics.jsonl) are skipped. `history` (records
+    already logged) is written first into a fresh directory."""
+
+    def __init__(self, logdir: str, history: Iterable[dict] = ()):
+        from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (optional package)
+        if os.path.isdir(logdir):
+            shutil.rmtree(logdir)
+        self._w = SummaryWriter(log_dir=logdir, flush_secs=10)
+        for rec in history:
+            self.write(rec)
+
+    def write(self, record: dict) -> None:
+        step = record.get("step")
+        for k, v in record.items():
+            v = _clean(v)
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._w.add_scalar(k, v, global_step=step)
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def report_sink(report_to: str, outdir: str, history: Iterable[dict] = ()):
+    """The `--report_to` sink for a run directory (NullSink for none)."""
+    if report_to == "csv":
+        return CsvSink(os.path.join(outdir, "metrics.csv"), history)
+    if report_to == "tensorboard":
+        return TensorBoardSink(os.path.join(outdir, "tb"), history)
+    return NullSink()
+
+
 class StageTimer:
     """Accumulates wall-clock seconds per stage within one step: `with timer("ref"): ...`."""
 
@@ -119,6 +212,33 @@ class Counters:
         """Return {'count/<key>': n} (declared keys always present) and zero them."""
         out = {f"count/{k}": v for k, v in self.values.items()}
         self.values = {k: 0 for k in self._keys}
+        return out
+
+
+class ForwardCounter(Counters):
+    """Exact count of one model role's forwards and the tokens they processed, plus their
+    seconds: `count/<fwd_key>`, `count/<tokens_key>`. The reference holder (`ref_fwd`,
+    `tokens_ref`) and the drift monitor (`monitor_fwd`, `tokens_monitor`) keep one each; the
+    trainer merges their `pop_counts()` into the step's metrics."""
+
+    def __init__(self, fwd_key: str, tokens_key: str):
+        super().__init__((fwd_key, tokens_key))
+        self.fwd_key, self.tokens_key = fwd_key, tokens_key
+        self.seconds = 0.0
+
+    def forward(self, n_tokens: int, seconds: float = 0.0, calls: int = 1) -> None:
+        """Count `calls` forwards over `n_tokens` tokens that took `seconds`."""
+        self.add(self.fwd_key, calls)
+        self.add(self.tokens_key, n_tokens)
+        self.seconds += seconds
+
+    def pop_counts(self) -> dict[str, int]:
+        """{"count/<fwd_key>", "count/<tokens_key>"} since the last pop, then zero them."""
+        return self.pop()
+
+    def pop_time(self) -> float:
+        """Seconds since the last pop, then zero."""
+        out, self.seconds = self.seconds, 0.0
         return out
 
 

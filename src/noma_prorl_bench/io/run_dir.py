@@ -18,10 +18,11 @@ from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import resume
 from noma_prorl_bench.io.lock import LOCK_FILE
-from noma_prorl_bench.io.metrics import JsonlSink
+from noma_prorl_bench.io.metrics import JsonlSink, MultiSink, report_sink
 
-RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl")
-RUN_DIRS = ("plots", "checkpoints")
+RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl",
+             "metrics.csv")
+RUN_DIRS = ("plots", "checkpoints", "tb")
 SINK_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")
 
 
@@ -37,11 +38,10 @@ def check_outdir(cfg: RunConfig) -> Optional[str]:
 
 def check_inputs(cfg: RunConfig) -> Optional[str]:
     """An error message for inputs that would only fail after the run has started, else None."""
-    parent = os.path.abspath(cfg.outdir)
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        return f"argument --outdir: cannot create or write {cfg.outdir!r} ({parent!r} is not a writable directory)"
+    from noma_prorl_bench.io import preflight
+    err = preflight.outdir_error(cfg.outdir) or preflight.missing_dependency(cfg) or preflight.memory_error(cfg)
+    if err:
+        return err
     if cfg.model.startswith("hf:"):
         from noma_prorl_bench.models.hf import (
             check_model_dir,  # path, config.json, a causal-LM config
@@ -105,6 +105,20 @@ def write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def quiet_third_party(cfg: RunConfig) -> None:
+    """--quiet: silence other libraries' progress bars too (transformers' "Loading weights",
+    huggingface_hub downloads). Only imports transformers when the model needs it anyway."""
+    if not cfg.quiet or not cfg.model.startswith("hf:"):
+        return
+    try:
+        import transformers
+        transformers.utils.logging.disable_progress_bar()
+        import huggingface_hub.utils
+        huggingface_hub.utils.disable_progress_bars()
+    except ImportError:
+        pass
+
+
 def progress(cfg: RunConfig, total: int):
     """A tqdm bar on stderr, or None with --quiet."""
     if cfg.quiet:
@@ -112,6 +126,11 @@ def progress(cfg: RunConfig, total: int):
     from tqdm import tqdm
     return tqdm(total=total, desc=os.path.basename(cfg.outdir.rstrip("/")) or "run", file=sys.stderr,
                 dynamic_ncols=True, leave=True)
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
@@ -132,6 +151,8 @@ def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
         config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
     write_json(os.path.join(cfg.outdir, "config.json"), config)
     sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
+    history = [] if ckpt is None else _read_jsonl(os.path.join(cfg.outdir, "metrics.jsonl"))
+    sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history)])
     trainer.metrics_sink, trainer.events_sink, trainer.samples_sink = sinks
     if ckpt is None:
         for sink, buf in zip(sinks, buffers):

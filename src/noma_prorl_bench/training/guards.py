@@ -13,7 +13,10 @@ every minibatch of step k by NaN (read on every call; unset in normal runs).
 
 Signals (`GracefulStop`): the first SIGINT/SIGTERM sets a flag that the training loop reads
 after each step (it then writes a checkpoint and exits 128 + signal number); a second one
-aborts at once (KeyboardInterrupt).
+aborts at once (KeyboardInterrupt). A step still running STOP_GRACE_S seconds after the first
+signal is abandoned (`StepAbandoned` raised inside it by SIGALRM): its half-done update is never
+saved, the last checkpoint stays the run's resume point. The environment variable
+NOMA_PRORL_STOP_GRACE_S overrides the grace (tests).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -97,6 +101,14 @@ def nan_guard(trainer, sl: slice, *, loss, grad_norm, logp, kl, mask) -> bool:
 
 
 # ============================================================================ signals
+STOP_GRACE_S = 5.0           # a step may go on this long after a stop signal, then it is abandoned
+
+
+class StepAbandoned(BaseException):
+    """Raised inside a step that outlived the stop grace (a BaseException so that no `except
+    Exception` in the step swallows it)."""
+
+
 class GracefulStop:
     """Context manager: SIGINT/SIGTERM request a stop after the current step (`.signum`).
 
@@ -109,6 +121,7 @@ class GracefulStop:
         self.signum: Optional[int] = None
         self.quiet = quiet
         self._old: dict = {}
+        self._in_step = False
 
     @property
     def name(self) -> str:
@@ -123,16 +136,37 @@ class GracefulStop:
         if self.signum is not None:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
         self.signum = signum
-        print(f"\nreceived {self.name}: finishing the current step, then writing a checkpoint "
-              f"(send it again to abort at once)", file=sys.stderr, flush=True)
+        grace = float(os.environ.get("NOMA_PRORL_STOP_GRACE_S", STOP_GRACE_S))
+        print(f"\nreceived {self.name}: finishing the current step (abandoned after {grace:g} s), then writing a "
+              f"checkpoint (send it again to abort at once)", file=sys.stderr, flush=True)
+        if self._in_step and self._old:
+            signal.setitimer(signal.ITIMER_REAL, max(grace, 1e-3))
+
+    def _alarm(self, signum, frame) -> None:
+        if self._in_step:
+            raise StepAbandoned(self.name)
+
+    @contextmanager
+    def step(self):
+        """Mark a training step: after a stop signal it has the grace period to finish."""
+        self._in_step = True
+        try:
+            yield
+        finally:
+            self._in_step = False
+            if self._old:
+                signal.setitimer(signal.ITIMER_REAL, 0)
 
     def __enter__(self) -> "GracefulStop":
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
+            self._old[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._old:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         for s, old in self._old.items():
             signal.signal(s, old)
         self._old = {}

@@ -1,0 +1,108 @@
+"""Logs users plug in (issue 18 item 9): `--report_to csv|tensorboard` carries exactly the keys and
+values of metrics.jsonl, also across a --resume; JSONL lines are never torn by a failed write;
+`--quiet` silences transformers' weight-loading bar."""
+import csv
+import errno
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from runhelp import read_jsonl  # noqa: E402
+
+from noma_prorl_bench.io.metrics import CsvSink, JsonlSink
+from noma_prorl_bench.run import main
+
+pytestmark = pytest.mark.smoke
+
+
+def _run(out, fast_flags, *flags):
+    assert main(["--outdir", str(out), *fast_flags, *flags]) == 0
+
+
+def _same(a, b):
+    return a == b or (isinstance(a, float) and abs(a - b) <= 1e-6 * max(1.0, abs(b)))
+
+
+def test_csv_has_the_jsonl_keys_and_values_also_after_resume(tmp_path, fast_flags):
+    out = tmp_path / "run"
+    _run(out, fast_flags, "--steps", "4", "--save_every", "2", "--report_to", "csv")
+    _run(out, [], "--resume", "--steps", "7")                        # report_to comes from the checkpoint's config
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 8))
+    with open(out / "metrics.csv", newline="") as f:
+        table = list(csv.reader(f))
+    header, body = table[0], table[1:]
+    keys = list(dict.fromkeys(k for r in rows for k in r))          # first-seen order
+    assert header == keys and len(body) == len(rows)
+    for r, line in zip(rows, body):
+        for k, cell in zip(header, line):
+            if r.get(k) is None:
+                assert cell == "", (k, cell)                         # e.g. reward/val off eval steps
+            else:
+                assert _same(type(r[k])(cell) if not isinstance(r[k], bool) else cell == "True", r[k]), (k, cell)
+
+
+def test_tensorboard_has_the_jsonl_keys_and_values_also_after_resume(tmp_path, fast_flags):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    out = tmp_path / "run"
+    _run(out, fast_flags, "--steps", "4", "--save_every", "2", "--report_to", "tensorboard")
+    os.remove(out / "checkpoints" / "step_000004" / "COMPLETE")      # resume from step 2: steps 3-4 redone
+    _run(out, [], "--resume", "--steps", "6")
+    rows = read_jsonl(out / "metrics.jsonl")
+    ea = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0})
+    ea.Reload()
+    keys = {k for r in rows for k in r if isinstance(r[k], (int, float)) and k != "step"}
+    assert set(ea.Tags()["scalars"]) == keys
+    for k in ("reward/mean", "kl/k3", "count/ref_fwd", "reward/val"):
+        got = {e.step: e.value for e in ea.Scalars(k)}
+        want = {r["step"]: r[k] for r in rows if r.get(k) is not None}
+        assert len(ea.Scalars(k)) == len(want)                      # the redone steps are not doubled
+        assert got.keys() == want.keys() and all(abs(got[s] - want[s]) <= 1e-6 * max(1, abs(want[s])) for s in want)
+
+
+def test_csv_sink_widens_its_header_when_a_key_appears(tmp_path):
+    p = str(tmp_path / "m.csv")
+    sink = CsvSink(p, history=[{"step": 1, "a": 0.5}])
+    sink.write({"step": 2, "a": 0.25, "b": 3})
+    sink.write({"step": 3, "a": float("nan")})                      # NaN -> empty cell, as null in JSONL
+    assert open(p).read() == "step,a,b\n1,0.5,\n2,0.25,3\n3,,\n"
+
+
+def test_jsonl_line_is_never_torn(tmp_path, monkeypatch):
+    p = tmp_path / "m.jsonl"
+    sink = JsonlSink(str(p), "w")
+    sink.write({"step": 1, "x": 1.0})
+    real = os.write
+
+    def half_then_full(fd, data):                                   # the disk fills after half the line
+        return real(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError) as e:
+        sink.write({"step": 2, "x": 2.0})
+    assert e.value.errno == errno.ENOSPC
+    monkeypatch.setattr(os, "write", real)
+    sink.write({"step": 3, "x": 3.0})
+    sink.close()
+    assert [json.loads(x)["step"] for x in p.read_text().splitlines()] == [1, 3]
+
+
+@pytest.mark.hf
+def test_quiet_silences_the_transformers_loading_bar(tmp_path):
+    pytest.importorskip("transformers")
+    from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+    model = tmp_path / "tiny"
+    build_tiny_hf_model(model, arch="llama")
+    flags = ["--model", f"hf:{model}", "--task", "keyword_inclusion", "--steps", "1", "--batch_size", "2",
+             "--group_size", "2", "--n_val", "4", "--max_new_tokens", "8", "--threads", "1"]
+    err = {}
+    for quiet in (False, True):
+        cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(tmp_path / f"q{quiet}"), *flags]
+        r = subprocess.run(cmd + (["--quiet"] if quiet else []), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        err[quiet] = r.stderr
+    assert "Loading weights" in err[False]                          # the bar exists without --quiet
+    assert "Loading weights" not in err[True] and "it/s" not in err[True]
