@@ -140,6 +140,9 @@ def _validate_engine(cfg: RunConfig) -> None:
         return
     if cfg.device == "cuda":
         raise ConfigError("device", f"--engine {cfg.engine} places its actors on CPUs in this build; use --device cpu")
+    if cfg.report_to != "none":
+        raise ConfigError("report_to", f"--engine {cfg.engine} writes metrics.jsonl only in this build (use "
+                                       "--engine local, or --report_to none)")
     if cfg.save_every or cfg.resume:
         raise ConfigError("save_every" if cfg.save_every else "resume",
                           f"checkpoints are written by --engine local only (not {cfg.engine})")
