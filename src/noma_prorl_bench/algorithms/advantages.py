@@ -87,8 +87,9 @@ def reinforce_pp_advantages(rewards: Tensor, *, eps: float = 1e-6,
     """REINFORCE++ advantage (Hu 2025): whitening over the whole batch, not per group.
 
     A = (r - mean_{B,G} r) / (std_{B,G} r + eps) (unbiased std) or r - mean_{B,G} r when
-    normalize_by_std is False. Unlike GRPO there is no per-prompt baseline; a KL penalty placed
-    in the reward (`kl.kl_reward_penalty`) is applied before this. Libraries differ on the std
+    normalize_by_std is False. Unlike GRPO there is no per-prompt baseline. With the KL in the
+    reward, the sequence form (`kl.kl_reward_penalty`) shapes r before this; REINFORCE++'s own
+    token form whitens per-token returns instead (`token_advantages`). Libraries differ on the std
     divisor (n or n-1): a factor sqrt((n-1)/n), negligible at batch sizes of hundreds.
     """
     if rewards.dim() != 2 or rewards.numel() < 2:
