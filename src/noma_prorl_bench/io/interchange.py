@@ -7,7 +7,8 @@ A state directory holds (schema version 1; documented in docs/growth.md):
 ``optim.safetensors``   ``optim/<dotted param name>/<state key>`` for every optimizer-state tensor
                         with at least one dimension (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``...).
 ``batch.safetensors``   ``batch/<key>``: ``tokens[N, L]`` int64, ``mask[N, T]``, ``logp_old[N, T]``,
-                        ``logp_ref[N, T]`` (absent in Variant B), ``advantages[N]``, plus any
+                        ``logp_ref[N, T]`` (absent in Variant B), ``advantages[N]`` (``[N, T]`` with
+                        ``--kl_in reward --kl_reward_form token``), plus any
                         other tensor the caller passes.
 ``meta.json``           everything scalar: schema version, optimizer class, defaults and param
                         groups (hyperparameters + member parameter names), 0-d / python-scalar
