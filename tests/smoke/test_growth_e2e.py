@@ -124,6 +124,8 @@ def test_growth_flags_without_enable_growth_exit_2(tmp_path, fast_flags, capsys)
     ["--grow_on", "stall", "--grow_patience", "1", "--eval_every", "1", "--growth_migration", "naive",
      "--lr_schedule", "cosine"],
     ["--grow_on", "reset", "--reset_every", "3", "--reset_to", "best", "--growth_migration", "reset"],
+    # preserve: the checkpoint at step 5 holds young Adam cohorts (growths at 2 and 4, issue 15)
+    ["--grow_every", "2", "--growth_migration", "preserve"],
 ])
 def test_resume_across_growth_is_exact(tmp_path, fast_flags, flags):
     """A checkpoint after growths, the run killed later, resumed: the same metrics and events."""
