@@ -126,3 +126,15 @@ def test_bad_kl_and_clip_combinations_name_their_flag(values, flag):
     with pytest.raises(ConfigError) as e:
         make_config({"outdir": "x", **values})
     assert e.value.flag == flag
+
+
+@pytest.mark.unit
+def test_trainer_reads_no_kl_flag_string():
+    # issue 14 rule 2: the trainer asks its KLTerm; it never reads the KL flags itself
+    import inspect
+    import re
+
+    from noma_prorl_bench.training import trainer
+    src = inspect.getsource(trainer)
+    assert not re.search(r"cfg\.(kl_estimator|kl_in|k2_mode|kl_reward_form)\b", src)
+    assert "KLTerm.from_config(cfg)" in src
