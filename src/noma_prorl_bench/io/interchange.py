@@ -5,14 +5,16 @@ A state directory holds (schema version 1; documented in docs/growth.md):
 ``params.safetensors``  ``param/<dotted name>`` for every parameter of the model (frozen ones
                         too) and ``buffer/<dotted name>`` for every persistent buffer.
 ``optim.safetensors``   ``optim/<dotted param name>/<state key>`` for every optimizer-state tensor
-                        with at least one dimension (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``...).
+                        with at least one dimension (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``,
+                        ``entry_cohort`` of a grown Adam parameter: training/adam_cohorts.py ...).
 ``batch.safetensors``   ``batch/<key>``: ``tokens[N, L]`` int64, ``mask[N, T]``, ``logp_old[N, T]``,
                         ``logp_ref[N, T]`` (absent in Variant B), ``advantages[N]`` (``[N, T]`` with
                         ``--kl_in reward --kl_reward_form token``), plus any
                         other tensor the caller passes.
 ``meta.json``           everything scalar: schema version, optimizer class, defaults and param
                         groups (hyperparameters + member parameter names), 0-d / python-scalar
-                        optimizer state such as ``step`` (value + dtype), adapter rank, parameter
+                        optimizer state such as ``step`` (value + dtype) and ``cohort_steps`` (a
+                        list, dtype null), adapter rank, parameter
                         shapes/dtypes, batch keys and the caller's ``scalars``.
 
 ``export_state`` then ``import_state`` into a model and optimizer of the same architecture and
