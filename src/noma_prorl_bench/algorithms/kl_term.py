@@ -19,7 +19,6 @@ once; the trainer asks the object and never reads those strings itself:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -44,7 +43,7 @@ class KLTerm:
     anchor: str = "ref"
 
     @classmethod
-    def from_config(cls, cfg) -> "KLTerm":
+    def from_config(cls, cfg) -> KLTerm:
         """The KL term of a RunConfig (`simple` is the seed's spelling of k1)."""
         est = "k1" if cfg.kl_estimator == "simple" else cfg.kl_estimator
         return cls(estimator=est, k2_mode=cfg.k2_mode, placement=cfg.kl_in, reward_form=cfg.kl_reward_form,
@@ -78,8 +77,8 @@ class KLTerm:
         return self.estimator == "k2" and self.k2_mode == "ref_over_old"
 
     # ---------------------------------------------------------------- per-token values
-    def estimates(self, logp: Tensor, anchor: Tensor, logp_old: Tensor, *, logits: Optional[Tensor] = None,
-                  logits_anchor: Optional[Tensor] = None, temperature: float = 1.0) -> dict[str, Tensor]:
+    def estimates(self, logp: Tensor, anchor: Tensor, logp_old: Tensor, *, logits: Tensor | None = None,
+                  logits_anchor: Tensor | None = None, temperature: float = 1.0) -> dict[str, Tensor]:
         """Per-token KL(pi_theta || anchor) estimates [n, T] to log: k1, k2, k3 always; k3_ratio
         (rho = pi_theta / sg(pi_old), logp_old[n, T] the PG ratio's denominator) when chosen; `full`
         from logits [n, T, V] (divided by the temperature, as every logprob is) when both are given."""
@@ -106,7 +105,7 @@ class KLTerm:
 
     # ---------------------------------------------------------------- advantages
     def advantages(self, rewards: Tensor, mask: Tensor, adv: str, B: int, G: int, *, beta: float,
-                   logp_old: Optional[Tensor] = None, logp_ref: Optional[Tensor] = None) -> tuple[Tensor, Metrics]:
+                   logp_old: Tensor | None = None, logp_ref: Tensor | None = None) -> tuple[Tensor, Metrics]:
         """rewards[N] -> (advantages, metrics) with the KL placed as configured.
 
         loss:            the --adv estimator on rewards[B, G] -> adv [N].

@@ -12,8 +12,8 @@ optimizer or I/O):
                    the reward (--kl_in reward, token or sequence form) is added with the
                    advantages by kl_term.KLTerm.advantages; `reward/mean` stays the raw task reward
   loss_mask        the mask the loss sees: --overlong filter zeroes truncated rows
-  kl_per_token     k1/k2/k3 against the anchor, plus the exact `full` KL when logits are given
-                   (the trainer calls kl_term.KLTerm.estimates, which adds k3_ratio)
+
+The per-token KL estimates and the KL term of the loss come from kl_term.KLTerm.
 """
 from __future__ import annotations
 
@@ -71,20 +71,6 @@ def loss_mask(mask: Tensor, truncated: Tensor, overlong: str) -> tuple[Tensor, M
         m["dapo/filtered_rows"] = float(truncated.sum())
         return out, m
     return mask, {}
-
-
-# ---------------------------------------------------------------- KL
-
-
-def kl_per_token(logp: Tensor, anchor: Tensor, *, logits: Optional[Tensor] = None,
-                 logits_anchor: Optional[Tensor] = None, temperature: float = 1.0) -> dict[str, Tensor]:
-    """Per-token KL(pi_theta || pi_anchor) estimates [n, T]: k1, k2, k3 from the sampled tokens'
-    logprobs, and `full` = sum_v p_v (log p_v - log q_v) from raw logits [n, T, V] (both divided
-    by the temperature, as every logprob is) when both logits are given."""
-    kl = kl_lib.kl_terms(logp, anchor)
-    if logits is not None and logits_anchor is not None:
-        kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature)   # [n, T]
-    return kl
 
 
 @dataclass
