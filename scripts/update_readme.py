@@ -1,9 +1,11 @@
-"""Regenerate the generated parts of README.md: the flag reference and the file tree.
+"""Regenerate the generated parts of the docs: README.md's file tree, docs/files.md (every file),
+docs/flags.md (every flag, by --help section) and docs/presets.md (what each preset sets).
 
-Run from the repo root:  PYTHONPATH=src python scripts/update_readme.py
-The flag table comes from the RunConfig field docstrings (the same text as `--help`); the file
-tree lists tracked files with the first line of each file's docstring or heading. Both live
-between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; a test checks they are current.
+Run from the repo root:  .venv/bin/python scripts/update_readme.py      (--check: exit 1 if stale)
+The flag tables come from the RunConfig field docstrings (the same text as `--help`); the trees
+list tracked files with the first line of each file's docstring or heading. Each block lives
+between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; tests/smoke/test_docs.py checks
+that they are current.
 """
 from __future__ import annotations
 
@@ -18,22 +20,37 @@ from dataclasses import MISSING, fields
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from noma_prorl_bench.config import NOT_YET, RunConfig, field_docs
-from noma_prorl_bench.config.parser import _choices  # noqa: E402
+from noma_prorl_bench.config import NOT_YET, RunConfig, field_docs  # noqa: E402
+from noma_prorl_bench.config.fields import field_sections  # noqa: E402
+from noma_prorl_bench.config.parser import HELP_GROUPS, _choices  # noqa: E402
+from noma_prorl_bench.config.presets import describe_all  # noqa: E402
 
+KNOWN = {"pyproject.toml": "Package metadata, console script, optional extras (ray, hf, tensorboard, test), pytest markers."}
 SKIP_TREE = ("docs/figures/", "docs/suite_quick/figures/")
 
 
 def flags_table() -> str:
-    docs, hints = field_docs(), typing.get_type_hints(RunConfig)
-    rows = ["| flag | default | values | meaning |", "|---|---|---|---|"]
-    for f in fields(RunConfig):
-        choices = _choices(hints[f.name])
-        values = ", ".join(map(str, choices)) if choices else hints[f.name].__name__
-        default = "" if f.default is MISSING else repr(f.default)
-        note = f" *(not supported yet: {NOT_YET[f.name]})*" if f.name in NOT_YET else ""
-        rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')}{note} |")
-    return "\n".join(rows)
+    """One table per --help section, in --help's order."""
+    docs, hints, sections = field_docs(), typing.get_type_hints(RunConfig), field_sections()
+    out = []
+    for sec, title in HELP_GROUPS:
+        rows = [f"### {title}", "", "| flag | default | values | meaning |", "|---|---|---|---|"]
+        for f in fields(RunConfig):
+            if sections.get(f.name) != sec:
+                continue
+            choices = _choices(hints[f.name])
+            values = ", ".join(map(str, choices)) if choices else hints[f.name].__name__
+            default = "" if f.default is MISSING else repr(f.default)
+            note = f" *(not supported yet: {NOT_YET[f.name]})*" if f.name in NOT_YET else ""
+            rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')}{note} |")
+        out.append("\n".join(rows))
+    return "\n\n".join(out)
+
+
+def presets_block() -> str:
+    """Every field each preset sets (describe_all without the sources, which --help adds)."""
+    lines = [re.sub(r"\. Source: .*$", ".", line) for line in describe_all().splitlines()]
+    return "```text\n" + "\n".join(lines) + "\n```"
 
 
 def describe(path: str) -> str:
@@ -52,41 +69,90 @@ def describe(path: str) -> str:
     if path.endswith(".md"):
         m = re.search(r"^#+\s*(.+)$", text, re.M)
         return m.group(1).strip() if m else ""
-    for line in text.splitlines()[1:6]:
+    for line in text.splitlines()[:6]:
         if line.startswith("#") and not line.startswith("#!"):
             return line.lstrip("# ").strip()
-    return ""
+    return KNOWN.get(path, "")
+
+
+def tracked_files() -> list[str]:
+    files = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
+    return sorted(f for f in files if not f.startswith(SKIP_TREE) and not f.endswith((".png", ".jsonl")))
 
 
 def file_tree() -> str:
-    files = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
-    files = [f for f in files if not f.startswith(SKIP_TREE) and not f.endswith((".png", ".jsonl"))]
+    """Every tracked file with its one-line description (docs/files.md)."""
+    files = tracked_files()
     width = max(len(f) for f in files) + 2
-    lines = [f"{f:<{width}}{describe(f)}".rstrip() for f in sorted(files)]
-    return "```\n" + "\n".join(lines) + "\n```"
+    return "```\n" + "\n".join(f"{f:<{width}}{describe(f)}".rstrip() for f in files) + "\n```"
+
+
+def _cut(text: str, n: int = 100) -> str:
+    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def short_tree() -> str:
+    """The README's tree: top-level files, each package module or folder on one line, and one
+    line per folder of benchmarks, docs and tests (docs/files.md lists every file)."""
+    files = tracked_files()
+    pkg = "src/noma_prorl_bench/"
+    lines, folders = [], {}
+    for f in files:
+        if f.startswith(pkg) and f.count("/") == 3:
+            folders.setdefault(f.rsplit("/", 1)[0] + "/", []).append(f)
+        elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(("scripts/", ".ci/")):
+            lines.append((f, describe(f)))
+        else:
+            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/")) else f.rsplit("/", 1)[0] + "/"
+            folders.setdefault(top, []).append(f)
+    for folder, members in folders.items():
+        init = folder + "__init__.py"
+        desc = describe(init) if init in members else ""
+        names = [os.path.basename(m) for m in members if not m.endswith("__init__.py")]
+        if folder.startswith(pkg):
+            names = [n[:-3] for n in names if n.endswith(".py")]
+            lines.append((folder, "[" + " ".join(names) + "] " + desc))
+        else:
+            lines.append((folder, f"{len(members)} files: " + " ".join(names)))
+    lines.sort(key=lambda x: (x[0].startswith(("tests/", "docs/", "benchmarks/")), x[0]))
+    width = max(len(p) for p, _ in lines) + 2
+    return "```\n" + "\n".join(f"{p:<{width}}{_cut(d, 160 - width)}".rstrip() for p, d in lines) + "\n```"
 
 
 def replace_block(text: str, name: str, body: str) -> str:
     pat = re.compile(rf"(<!-- {name}:start -->\n)(.*?)(\n<!-- {name}:end -->)", re.S)
     if not pat.search(text):
-        raise SystemExit(f"README.md has no <!-- {name}:start/end --> markers")
+        raise SystemExit(f"no <!-- {name}:start/end --> markers")
     return pat.sub(lambda m: m.group(1) + body + m.group(3), text)
 
 
-def render(text: str) -> str:
-    return replace_block(replace_block(text, "flags", flags_table()), "tree", file_tree())
+# page -> its generated blocks
+PAGES = {"README.md": {"tree": short_tree},
+         "docs/files.md": {"files": file_tree},
+         "docs/flags.md": {"flags": flags_table},
+         "docs/presets.md": {"presets": presets_block}}
+
+
+def render(text: str, blocks: dict) -> str:
+    for name, make in blocks.items():
+        text = replace_block(text, name, make())
+    return text
 
 
 def main() -> int:
-    path = os.path.join(ROOT, "README.md")
-    text = open(path, encoding="utf-8").read()
-    new = render(text)
-    if "--check" in sys.argv:
-        if new != text:
-            print("README.md is out of date: run PYTHONPATH=src python scripts/update_readme.py", file=sys.stderr)
-            return 1
-        return 0
-    open(path, "w", encoding="utf-8").write(new)
+    stale = []
+    for page, blocks in PAGES.items():
+        path = os.path.join(ROOT, page)
+        text = open(path, encoding="utf-8").read()
+        new = render(text, blocks)
+        if new == text:
+            continue
+        stale.append(page)
+        if "--check" not in sys.argv:
+            open(path, "w", encoding="utf-8").write(new)
+    if stale and "--check" in sys.argv:
+        print(f"out of date: {', '.join(stale)}; run .venv/bin/python scripts/update_readme.py", file=sys.stderr)
+        return 1
     return 0
 
 
