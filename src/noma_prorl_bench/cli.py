@@ -22,11 +22,18 @@ commands:
 """
 
 
+COMMANDS = ("run", "suite", "plot", "report", "get-model")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from noma_prorl_bench._version import __version__
+        print(f"prorl-bench {__version__}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         from noma_prorl_bench.run import main as run_main
@@ -44,9 +51,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         from noma_prorl_bench.models.get_model import main as get_model_main
         return get_model_main(rest)
     print(USAGE, file=sys.stderr)
-    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from run, suite, plot, report, get-model)",
-          file=sys.stderr)
+    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from {', '.join(COMMANDS)})"
+          f"{_did_you_mean(cmd)}", file=sys.stderr)
     return 2
+
+
+def _did_you_mean(cmd: str) -> str:
+    import difflib
+    close = difflib.get_close_matches(cmd, COMMANDS, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 if __name__ == "__main__":
