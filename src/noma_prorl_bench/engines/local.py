@@ -49,6 +49,8 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     extra = {} if ckpt is None else ckpt.extra
     last_val = extra.get("last_val", trainer.warmstart_info["val_reward"])
     sinks = open_outputs(cfg, trainer, buffers, ckpt)
+    if ckpt is not None:                             # a growth due on a shorter run's last step (io/resume.py)
+        trainer.growth.grow_pending(trainer.step_idx)
     state = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
 
     def save(reason: str) -> None:
@@ -61,9 +63,9 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     bar = progress(cfg, cfg.steps)
     if bar is not None and trainer.step_idx:
         bar.update(trainer.step_idx)
+    abandoned = False
     try:
         with GracefulStop() as stop:
-    abandoned = False
             try:
                 last_val = _steps(cfg, trainer, stop, bar, save, last_val)
             except StepAbandoned:                    # a stop signal outlived the grace: keep the last checkpoint
@@ -92,8 +94,6 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     return summary
 
 
-def train(cfg: RunConfig) -> str:
-    """Train one run from Python and return its directory: the same checks, files and metrics as
 def _steps(cfg: RunConfig, trainer, stop: GracefulStop, bar, save, last_val: float) -> float:
     """Train until --steps or a stop signal; each step runs under `stop.step()` (abandoned if it
     outlives the stop grace); returns the last validation reward."""
@@ -109,6 +109,8 @@ def _steps(cfg: RunConfig, trainer, stop: GracefulStop, bar, save, last_val: flo
     return last_val
 
 
+def train(cfg: RunConfig) -> str:
+    """Train one run from Python and return its directory: the same checks, files and metrics as
     `python -m noma_prorl_bench.run` with the same flags. Raises ConfigError on a bad --outdir
     or input (nothing written), RuntimeError if the run stopped before its last step."""
     from noma_prorl_bench.config import ConfigError, validate

@@ -94,7 +94,30 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     validate(cfg, set(explicit))
     if ckpt.step > cfg.steps:
         raise ConfigError("steps", f"the last checkpoint is at step {ckpt.step}, beyond --steps {cfg.steps}")
+    problem = inexact_steps_change(int(saved["steps"]), ckpt.step, cfg)
+    if problem:
+        raise ConfigError("steps", f"refusing to resume with --steps {cfg.steps} (the run had --steps "
+                                   f"{saved['steps']}): {problem}. Start a new run with --steps {cfg.steps} "
+                                   "(--overwrite), or resume without changing --steps")
     return cfg, ckpt
+
+
+def inexact_steps_change(old_steps: int, step: int, cfg: RunConfig) -> str | None:
+    """Why continuing from checkpoint `step` of a `--steps old_steps` run with `cfg.steps` would not
+    equal an uninterrupted `--steps cfg.steps` run, or None when it would (resume is exact or
+    refused). What depends on --steps: the cosine LR schedule (its horizon, from step 1 on) and the
+    work done only on the last step: an evaluation off the --eval_every cadence (also refreshing
+    the kl/to_prev snapshot). A growth due on the last step is done by the resume (growth_loop)."""
+    if cfg.steps == old_steps:
+        return None
+    if cfg.lr_schedule != "constant":
+        return (f"--lr_schedule {cfg.lr_schedule} spans --steps, so a {cfg.steps}-step run has other learning "
+                f"rates from step 1 on")
+    if step == old_steps < cfg.steps and step % cfg.eval_every:
+        return (f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
+                f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
+                f"from step {step} on")
+    return None
 
 
 def prepare_outdir_for_resume(outdir: str, step: int, keep: int) -> dict[str, dict]:

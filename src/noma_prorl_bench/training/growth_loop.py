@@ -17,7 +17,9 @@ Each step, after the update, the evaluation and the reset bookkeeping, `after_st
                  so the reference copies the policy at the old rank, then both are grown)
        stall     `--grow_patience` validations in a row without beating the best
                  validation reward by more than `--stall_min_delta` (then re-armed)
-     never on the last step (`--steps`) and never past `--max_rank`;
+     never past `--max_rank`, and never on the last step (`--steps`): a growth due there is kept
+     as `pending` (checkpointed) and done by a resume that extends `--steps` (`grow_pending`),
+     so the extended run equals an uninterrupted longer one;
   3. grows by `--rank_step` (capped at `--max_rank`), in this order:
        policy     `growth.grow_adapters(policy, optimizer, new_rank, --growth_migration)`; the
                   optimizer it returns replaces `trainer.optimizer` (a new object under `naive`,
@@ -109,6 +111,7 @@ class GrowthManager:
         self.enabled = bool(cfg.enable_growth)
         self.n_growths = 0
         self.resets_seen = 0
+        self.pending: str | None = None   # growth due on the last step (skipped), see grow_pending
         self.stall = (ResetTrigger(stall_patience=cfg.grow_patience, stall_min_delta=cfg.stall_min_delta)
                       if self.enabled and cfg.grow_on == "stall" else None)
         self.targets: list[str] = []
@@ -137,9 +140,19 @@ class GrowthManager:
             return {}
         out = {"adapter/rank": self.rank}
         reason = self.due(step, m)
-        if reason is not None and step < self.cfg.steps and self.rank < self.cfg.max_rank:
-            self.grow(step, reason)
+        if reason is not None and self.rank < self.cfg.max_rank:
+            if step < self.cfg.steps:
+                self.grow(step, reason)
+            else:                       # the last step: remembered for a resume that extends --steps
+                self.pending = reason
         return out
+
+    def grow_pending(self, step: int) -> None:
+        """On a resume from the last step of a shorter run (--steps extended): the growth that was
+        due there, skipped because it was the last step, happens now, as in the longer run."""
+        pending, self.pending = self.pending, None
+        if pending is not None and step < self.cfg.steps and self.rank < self.cfg.max_rank:
+            self.grow(step, pending)
 
     def due(self, step: int, m: dict) -> str | None:
         """The --grow_on reason if growth is due after step `step`, else None (updates the
@@ -192,7 +205,7 @@ class GrowthManager:
     def state_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "n_growths": self.n_growths, "resets_seen": self.resets_seen,
                 "grow_counts": [m.grow_count for _, m in adapters(self.trainer.policy)],
-                "stall": None if self.stall is None else self.stall.state_dict()}
+                "stall": None if self.stall is None else self.stall.state_dict(), "pending": self.pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Grow policy (and its optimizer's state, preserve) and reference to the saved rank,
@@ -207,5 +220,6 @@ class GrowthManager:
             for (_, m), count in zip(adapters(model), state["grow_counts"]):
                 m.grow_count = int(count)
         self.n_growths, self.resets_seen = int(state["n_growths"]), int(state["resets_seen"])
+        self.pending = state.get("pending")
         if self.stall is not None and state["stall"] is not None:
             self.stall.load_state_dict(state["stall"])
