@@ -21,8 +21,15 @@ warm-up costs, is dropped). We report the medians over all timed steps, the rati
 run medians), generation tokens per CPU second of each side's generate call, and our sampler
 with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off).
 
-Run (recorded in docs/models.md):
+Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
+TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
+issue 17 left on for TRL and off for us. Each worker also reports its peak RSS (ru_maxrss: the
+model, optimizer, activations and every imported library, so TRL's larger import set counts).
+
+Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
+    PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
+        --hidden 256 --layers 4 --heads 8 --T 64
 """
 from __future__ import annotations
 
@@ -53,6 +60,13 @@ def replay_prompts(seed: int, B: int, steps: int) -> list:
 def _diffs(ends: list) -> list:
     """Per-step durations from step-end clock readings [start, end_1, ..., end_n], step 1 dropped."""
     return [b - e for e, b in zip(ends[1:], ends[2:])]
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory in MB (ru_maxrss is in KiB on Linux): model, optimizer,
+    activations and every library the side imports."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _result(obj: dict) -> None:
@@ -87,7 +101,8 @@ def worker_ours(a) -> None:
             "batch_size": a.B, "group_size": a.G, "max_new_tokens": a.T, "lr": a.lr, "ppo_epochs": 1,
             "minibatches": 1, "beta": a.beta, "kl_estimator": "k3", "loss": "grpo_clip", "loss_agg": "token-mean",
             "warmstart_steps": 0, "steps": a.steps + 1, "eval_every": 10 ** 6, "n_val": 8, "threads": 1,
-            "quiet": True, **variant})
+            "quiet": True, "grad_checkpoint": a.grad_ckpt == "on", "logprob_chunk": a.logprob_chunk,
+            "dtype": a.dtype_ours, **variant})
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
         trainer = Trainer(cfg, *sinks)
         gen_s.clear(), gen_tok.clear()                                     # drop the monitors' set-up rollout
@@ -100,7 +115,7 @@ def worker_ours(a) -> None:
         for s in sinks:
             s.close()
     _result({"side": "ours", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
-             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens)})
+             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens), "peak_rss_mb": _peak_mb()})
 
 
 def worker_trl(a) -> None:
@@ -143,7 +158,8 @@ def worker_trl(a) -> None:
             steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, max_steps=a.steps,
             learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
             beta=a.beta, epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=1.0, top_p=1.0, top_k=0,
-            use_vllm=False, shuffle_dataset=False, log_completions=False, disable_dropout=True)
+            use_vllm=False, shuffle_dataset=False, log_completions=False, disable_dropout=True,
+            gradient_checkpointing=a.grad_ckpt == "on")
         trainer = GRPOTrainer(model=a.model_dir, reward_funcs=keyword_reward, args=args, train_dataset=ds,
                               callbacks=[StepClock()])
         gen_s, gen_tok = [], []
@@ -159,7 +175,8 @@ def worker_trl(a) -> None:
         trainer._generate_single_turn = timed_generate
         trainer.train()
     _result({"side": "trl", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
-             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None})
+             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None,
+             "peak_rss_mb": _peak_mb()})
 
 
 def worker_rollout(a) -> None:
@@ -190,10 +207,11 @@ def worker_rollout(a) -> None:
 
 
 # ============================================================================ driver
-def spawn(worker: str, a, beta: float) -> dict:
+def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--model_dir", a.model_dir,
            "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
-           "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats)]
+           "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats), "--grad_ckpt", ckpt,
+           "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours]
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
@@ -214,7 +232,33 @@ def summarise(runs: list[dict]) -> dict:
             "run_medians": [statistics.median(r["step_s"]) for r in runs],
             "gen_tok_s": gen_tok / gen_s if gen_s else None,
             "completion_len_mean": statistics.mean(r["completion_len_mean"] for r in runs
-                                                   if r["completion_len_mean"] is not None)}
+                                                   if r["completion_len_mean"] is not None),
+            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs),
+            "gen_tokens_per_step": statistics.mean(t for r in runs for t in r["gen_tokens"])}
+
+
+def compare(a, beta: float, ckpt: str) -> dict:
+    """Alternating ours / TRL runs at one (beta, checkpointing) setting -> the table row."""
+    runs = {"ours": [], "trl": []}
+    for _ in range(a.repeats):
+        for side in ("ours", "trl"):
+            runs[side].append(spawn(side, a, beta, ckpt))
+    s = {k: summarise(v) for k, v in runs.items()}
+    pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
+    row = {"grad_ckpt": ckpt, "beta": beta, "ours": s["ours"], "trl": s["trl"], "pairwise_ratios": pairs,
+           "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
+           "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
+           "runs": runs}
+    o, t = s["ours"], s["trl"]
+    print(f"| {ckpt} | {beta:g} | {o['median_step_s']:.3f} | {t['median_step_s']:.3f} "
+          f"| {row['ratio_trl_over_ours']:.2f}x | {o['median_step_cpu_s']:.3f} "
+          f"| {t['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
+          f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
+          f"| {o['gen_tok_s']:,.0f} / {t['gen_tok_s']:,.0f} "
+          f"| {o['completion_len_mean']:.1f} / {t['completion_len_mean']:.1f} "
+          f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
+          f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |", flush=True)
+    return row
 
 
 def main(argv=None) -> int:
@@ -230,7 +274,12 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"],
+                   help="gradient checkpointing, set the same on both sides (TRL's GRPOConfig default is on)")
+    p.add_argument("--logprob_chunk", type=int, default=0, help="ours: --logprob_chunk")
+    p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="optional JSON file for every run")
+    p.add_argument("--grad_ckpt", default="off", help=argparse.SUPPRESS)
     p.add_argument("--worker", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -246,33 +295,19 @@ def main(argv=None) -> int:
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
           f"{platform.machine()}, 1 thread per process; B={a.B} G={a.G} T={a.T} lr={a.lr}, "
           f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; steps/run={a.steps} "
-          f"(first untimed), {a.repeats} alternating pairs per beta", flush=True)
+          f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}", flush=True)
     results = {"args": vars(a), "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                             "trl": trl.__version__}, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
                                               layers=a.layers, heads=a.heads, seed=0))
-        print("| beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step | TRL / ours (CPU) "
-              "| pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL |")
-        print("|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|")
-        for beta in a.betas:
-            runs = {"ours": [], "trl": []}
-            for _ in range(a.repeats):
-                for side in ("ours", "trl"):
-                    runs[side].append(spawn(side, a, beta))
-            s = {k: summarise(v) for k, v in runs.items()}
-            pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
-            row = {"beta": beta, "ours": s["ours"], "trl": s["trl"], "pairwise_ratios": pairs,
-                   "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
-                   "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
-                   "runs": runs}
-            results["rows"].append(row)
-            print(f"| {beta:g} | {s['ours']['median_step_s']:.3f} | {s['trl']['median_step_s']:.3f} "
-                  f"| {row['ratio_trl_over_ours']:.2f}x | {s['ours']['median_step_cpu_s']:.3f} "
-                  f"| {s['trl']['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
-                  f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
-                  f"| {s['ours']['gen_tok_s']:,.0f} / {s['trl']['gen_tok_s']:,.0f} "
-                  f"| {s['ours']['completion_len_mean']:.1f} / {s['trl']['completion_len_mean']:.1f} |", flush=True)
+        print("| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
+              "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
+              "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |")
+        print("|---|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|-----|-----|")
+        for ckpt in a.ckpt:
+            for beta in a.betas:
+                results["rows"].append(compare(a, beta, ckpt))
         ro = spawn("rollout", a, 0.0)
         results["rollout_kv"] = ro
         print(f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "

@@ -169,6 +169,10 @@ def test_grad_checkpoint_equals_plain_grads_hf(hf_policy):
     try:
         assert any(getattr(m, "gradient_checkpointing", False) for m in pol.model.modules())
         ckpt = _loss_and_grads(pol, fn, tokens, ids.shape[1])
+        resp, logp_old, mask, _, _ = _sample(pol, ids, eos=tok.eos_id, pad=tok.pad_id)   # cache still used
+        assert pol.model.training                                  # the mode is restored
+        logp, _, _ = response_logprobs(pol, torch.cat([ids, resp], 1), ids.shape[1])
+        assert torch.allclose(logp * mask, logp_old, atol=1e-5)
     finally:
         pol.set_grad_checkpoint(False)
         pol.eval()

@@ -30,6 +30,7 @@ Shapes: N sequences, L full length, P prompt length, S tokens seen so far, V log
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,6 +87,7 @@ class HFPolicy(nn.Module):
         self.model = model
         self.pad_id = int(pad_id)
         self.compute_dtype = None   # --dtype bf16_mixed: bf16 autocast over float32 weights
+        self._ckpt = False          # --grad_checkpoint is on (set_grad_checkpoint)
         head = model.get_output_embeddings()
         self.vocab_size = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
         disable_dropout(self.model)
@@ -122,6 +124,7 @@ class HFPolicy(nn.Module):
         """--grad_checkpoint: the model's own switch (non-reentrant torch.utils.checkpoint per layer;
         transformers >= 5.x names it activation_checkpointing_*, older ones gradient_checkpointing_*)."""
         m = self.model
+        self._ckpt = bool(on)
         if hasattr(m, "activation_checkpointing_enable"):
             (m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False}) if on
              else m.activation_checkpointing_disable())
@@ -140,7 +143,7 @@ class HFPolicy(nn.Module):
         pos = positions_from_mask(mask)
         if capacity is not None and self._sdpa():
             return self._prefill_static(tokens, mask, pos, capacity)
-        with autocast(self):
+        with autocast(self), self._no_ckpt():
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
                              use_cache=True, logits_to_keep=1)
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, pos[:, -1] + 1)
@@ -156,7 +159,7 @@ class HFPolicy(nn.Module):
             # sdpa_mask would build from `mask`, built here once instead of per call (HF returns a
             # 4D mask as is); same mask, same logits, ~20% less time per decode on small models.
             attn = mask.bool()[:, None, None, :]
-        with autocast(self):
+        with autocast(self), self._no_ckpt():
             out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=state.next_pos[:, None],
                              past_key_values=state.cache, use_cache=True)
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, state.next_pos + 1)
@@ -175,6 +178,20 @@ class HFPolicy(nn.Module):
         state.cache.batch_repeat_interleave(G)
         return HFState(state.cache, state.mask.repeat_interleave(G, 0), state.next_pos.repeat_interleave(G, 0))
 
+    @contextlib.contextmanager
+    def _no_ckpt(self):
+        """Sampling with --grad_checkpoint on: HF layers in training mode with checkpointing drop
+        the KV cache (use_cache=False), so prefill/decode run the model in eval mode (no dropout
+        anywhere, so the function is the same) and restore the mode afterwards."""
+        training = self.model.training
+        if self._ckpt and training:
+            self.model.eval()
+        try:
+            yield
+        finally:
+            if self._ckpt and training:
+                self.model.train()
+
     def _sdpa(self) -> bool:
         return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
 
@@ -186,7 +203,7 @@ class HFPolicy(nn.Module):
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
         valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
         valid[:, :P] = mask.bool()
-        with autocast(self):   # 2D mask over all cap columns: HF adds causality (columns >= P are future)
+        with autocast(self), self._no_ckpt():   # 2D mask over all cap columns: HF adds causality
             out = self.model(input_ids=tokens, attention_mask=valid.long(), position_ids=pos,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1)
@@ -195,7 +212,7 @@ class HFPolicy(nn.Module):
         if state.filled >= state.valid.shape[1]:
             raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
         state.valid[:, state.filled] = True                                          # the column written now
-        with autocast(self):
+        with autocast(self), self._no_ckpt():
             out = self.model(input_ids=tok[:, None], attention_mask=state.valid[:, None, None, :],
                              position_ids=state.next_pos[:, None], past_key_values=state.cache, use_cache=True)
         state.filled += 1
