@@ -45,7 +45,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if cfg.engine != "local":
-        return main_ray(cfg, prog)
+        return main_ray(cfg, prog, ckpt)
     try:
         try:
             trainer, buffers = build_trainer(cfg, ckpt)   # nothing is written before this succeeds
@@ -122,23 +122,27 @@ def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
             f"({summary['checkpoint']}, step {summary['step']}) is kept. {again}")
 
 
-def main_ray(cfg: RunConfig, prog: str) -> int:
+def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     """--engine ray_colocated | ray_async. Exit codes: 0 done; 1 an actor died, hung past
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
-    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up, no checkpoint)."""
+    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; ray_colocated
+    resumes from its last --save_every checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
     from noma_prorl_bench.io.lock import run_lock
     try:
         with run_lock(cfg.outdir):
-            summary = run_engine(cfg)
+            summary = run_engine(cfg, ckpt)
     except EngineError as e:
         stop = e.cause_name == "NonFiniteError"
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "
               f"finished step are in {cfg.outdir}", file=sys.stderr)
         return 3 if stop else 1
     except EngineStopped as e:
-        print(f"{prog}: {e}; Ray engines write no checkpoints, outputs up to the last finished step are in "
-              f"{cfg.outdir}", file=sys.stderr)
+        from noma_prorl_bench.io.checkpoint import list_checkpoints
+        ckpts = list_checkpoints(cfg.outdir)
+        again = (f"`{prog} --outdir {cfg.outdir} --resume` continues from its checkpoint at step {ckpts[-1][0]}"
+                 if ckpts else "no checkpoint was written (--save_every N writes them with --engine ray_colocated)")
+        print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)

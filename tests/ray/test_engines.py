@@ -66,6 +66,27 @@ def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_runs, placem
     assert (ray_run / "timeline.jsonl").is_file() and (ray_run / "plots" / "timeline.png").is_file()
 
 
+def test_colocated_resumes_exactly_across_a_pending_growth(ray_cluster, tmp_path, local_runs):
+    """ray_colocated checkpoints (learner's Trainer + generator 0's sampling streams + driver
+    counters) and resumes: a 2-step run (its final checkpoint at step 2, where a reset and a
+    growth are due; the growth is skipped on a last step) extended to 4 steps equals the local
+    4-step run metric for metric, growth included, and its events too."""
+    flags, local, ray_run = [*EQUIV, *GROWTH], local_runs(GROWTH), tmp_path / "ray"
+    short = [f if f != "4" or flags[i - 1] != "--steps" else "2" for i, f in enumerate(flags)]
+    assert main(["--outdir", str(ray_run), *short, "--engine", "ray_colocated", "--save_every", "2"]) == 0
+    assert sorted(os.listdir(ray_run / "checkpoints")) == ["step_000002"]
+    assert main(["--outdir", str(ray_run), "--resume", "--steps", "4"]) == 0
+    a, b = _lines(local), _lines(ray_run)
+    assert len(a) == len(b) == 4
+    for ra, rb in zip(a, b):
+        stable = {k: v for k, v in ra.items() if not k.startswith(VOLATILE)}
+        assert stable == {k: rb[k] for k in stable}
+    assert [r["adapter/rank"] for r in b] == [2, 2, 4, 4]
+    assert [r["sync/struct_version"] for r in b] == [0, 0, 1, 1]
+    assert [e for e in _events(ray_run) if e[1] != "resume"] == _events(local)
+    assert json.loads((ray_run / "summary.json").read_text())["resumed_from_step"] == 2
+
+
 def test_colocated_k_steps_per_rollout(ray_cluster, tmp_path, fast_flags):
     """K=2: one generation round per 2 steps; step k of a round trains on data k-1 versions
     old; weights are synced once per round (not after the last step)."""

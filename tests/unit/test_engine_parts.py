@@ -132,7 +132,10 @@ def test_span_recorder_fills_gaps_with_idle():
     ({"engine": "ray_async", "ref_placement": "generator", "ref_compute": "ring"}, "ref_compute cached"),
     ({"engine": "ray_async", "ref_placement": "own_actor", "variant": "B"}, "no reference model"),
     ({"engine": "ray_colocated", "actor_timeout": 0.0}, "must be > 0"),
-    ({"engine": "ray_colocated", "save_every": 5}, "checkpoints are written by --engine local only"),
+    ({"engine": "ray_async", "save_every": 5}, "ray_async cannot checkpoint or resume"),
+    ({"engine": "ray_async", "resume": True}, "batches in flight"),
+    ({"engine": "ray_colocated", "save_every": 2, "ref_placement": "own_actor"}, "only with --ref_placement learner"),
+    ({"engine": "ray_colocated", "save_every": 3, "steps_per_rollout": 2}, "multiple of --steps_per_rollout"),
 ])
 def test_engine_flags_are_validated(flags, match):
     with pytest.raises(ConfigError, match=match):

@@ -119,6 +119,23 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             raise ConfigError("task_kwargs", f"must be a JSON object, got {cfg.task_kwargs!r}")
 
 
+def _validate_ray_checkpoints(cfg: RunConfig) -> None:
+    """--save_every / --resume with a Ray engine: ray_colocated with the reference in the learner
+    checkpoints at round ends and resumes exactly; the rest is refused with the reason."""
+    flag = "resume" if cfg.resume else "save_every"
+    if cfg.engine == "ray_async":
+        raise ConfigError(flag, "--engine ray_async cannot checkpoint or resume in this build: batches in flight "
+                                "(sampled by older policy versions, up to --max_staleness) are not saved, so a "
+                                "resume could not continue its trajectory; use --engine ray_colocated or local")
+    if cfg.variant == "A" and cfg.ref_placement != "learner":
+        raise ConfigError(flag, f"--engine ray_colocated checkpoints only with --ref_placement learner (the "
+                                f"reference held by the {cfg.ref_placement} actor is not saved)")
+    if cfg.save_every % cfg.steps_per_rollout:
+        raise ConfigError("save_every", f"--engine ray_colocated checkpoints at the end of a rollout round: "
+                                        f"--save_every must be a multiple of --steps_per_rollout "
+                                        f"{cfg.steps_per_rollout}, got {cfg.save_every}")
+
+
 def _validate_engine(cfg: RunConfig) -> None:
     """Engine flags only where they act (a flag the chosen engine ignores is an error)."""
     d = RunConfig()
@@ -144,8 +161,7 @@ def _validate_engine(cfg: RunConfig) -> None:
         raise ConfigError("report_to", f"--engine {cfg.engine} writes metrics.jsonl only in this build (use "
                                        "--engine local, or --report_to none)")
     if cfg.save_every or cfg.resume:
-        raise ConfigError("save_every" if cfg.save_every else "resume",
-                          f"checkpoints are written by --engine local only (not {cfg.engine})")
+        _validate_ray_checkpoints(cfg)
     if cfg.ref_placement != "learner":
         if cfg.variant == "B":
             raise ConfigError("ref_placement", "Variant B (--variant B) has no reference model to place")

@@ -158,7 +158,7 @@ class Generator(_RefSide):
         data_rng, sample_gen = rng_streams(payload, self.index, cfg.seed)
         self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val, cfg=cfg), payload["tok"], policy,
                                 payload["T_max"], payload["P"], data_rng, sample_gen)
-        self.version, self.struct_version = 0, payload["struct_version"]
+        self.version, self.struct_version = payload.get("version", 0), payload["struct_version"]
         if self.ref_here:
             self._init_ref(cfg, policy, cfg.batch_size * cfg.group_size, payload["T_max"])
         self.rec.add("setup", start, self.rec.now(), 0)
@@ -199,6 +199,11 @@ class Generator(_RefSide):
             batches.append(batch)
         meta = {"batches": infos, "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
         return (meta, *batches)
+
+    def rng_state(self) -> dict:
+        """The sampling streams (prompt sampler, rollout sampler) for the learner's checkpoint."""
+        return {"data_rng_state": self.core.data_rng.bit_generator.state,
+                "sample_gen_state": self.core.sample_gen.get_state()}
 
     def _maybe_fault(self) -> None:
         """Test hook (NOMA_PRORL_FAULT, read by the driver): `generator_exit@K` ends this process
@@ -276,9 +281,34 @@ class Learner:
         tr = self.trainer
         return {"module": tr.policy, "tok": tr.tok, "T_max": tr.T_max, "P": tr.P,
                 "data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state(),
-                "struct_version": self.struct_version, "warmstart": dict(tr.warmstart_info),
+                "struct_version": self.struct_version, "version": self.version, "warmstart": dict(tr.warmstart_info),
                 "events": self.events.drain(), "samples": self.samples.drain(), "pid": os.getpid(),
                 "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
+    def restore(self, path: str) -> dict:
+        """Resume (ray_colocated): load the checkpoint written by `save_checkpoint`; its sampling
+        streams are generator 0's, handed over by the next `init_payload`. The set-up records
+        (already in the run's files) are dropped; a growth due on a shorter run's last step is done."""
+        from noma_prorl_bench.io.checkpoint import read  # noqa: PLC0415
+        tr, ckpt = self.trainer, read(path)
+        tr.load_state_dict(ckpt.state)
+        self.events.drain()
+        self.samples.drain()
+        self.version, self.struct_version = tr.step_idx, int(ckpt.extra.get("struct_version", 0))
+        self._sig, self._module_ref = structure(tr.policy), None
+        tr.growth.grow_pending(tr.step_idx)          # published as a new structure at the next step
+        return {"spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
+    def save_checkpoint(self, outdir: str, keep: int, extra: dict, rng: dict) -> dict:
+        """io.checkpoint.save of this learner's Trainer at its step, with generator 0's sampling
+        streams in place of the learner's own (unused: batches are handed in), so a resume
+        continues sampling where generator 0 stopped."""
+        from noma_prorl_bench.io.checkpoint import save  # noqa: PLC0415
+        tr = self.trainer
+        tr.data_rng.bit_generator.state = rng["data_rng_state"]
+        tr.sample_gen.set_state(rng["sample_gen_state"])
+        path = save(tr, outdir, keep, extra={**extra, "struct_version": self.struct_version})
+        return {"path": path, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def publish(self, step: int = 0) -> dict:
         """The current weights into the object store: {version, arrays: [ref], struct_version,

@@ -14,7 +14,8 @@ inside one (`RayTaskError`) becomes an `EngineError` naming the actor and the ca
 the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
 `summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
 `run.main` exits 1. SIGINT / SIGTERM take the same path (`EngineStopped`, a `stopped` event,
-exit 130 / 143); Ray engines write no checkpoints.
+exit 130 / 143); `ray_colocated` writes checkpoints (`--save_every`, at round ends, and at the
+end) and resumes from them (colocated.py); `ray_async` does neither.
 
 Placement. Each actor asks for min(1, cluster CPUs / actors) CPUs. `ray_colocated` puts all
 actors in one STRICT_PACK placement group (one node; on GPUs this is where they would share a
@@ -80,8 +81,8 @@ class RayEngine:
 
     name = "ray"
 
-    def __init__(self, cfg, files):
-        self.cfg, self.files = cfg, files
+    def __init__(self, cfg, files, ckpt=None):
+        self.cfg, self.files, self.ckpt = cfg, files, ckpt      # ckpt: io.checkpoint.Checkpoint to resume
         self.t0 = time.time()
         self.actors: dict[str, Any] = {}
         self.pg = None
@@ -162,14 +163,20 @@ class RayEngine:
         self.place(1 + n_generators + (place == "own_actor"), pack=self.name == "ray_colocated")
         fault = os.environ.get(FAULT_ENV) or None
         self.learner = self.spawn(Learner, "learner", cfg, self.t0, place != "learner")
+        restored = (None if self.ckpt is None else       # actor calls run in order: restored before its payload
+                    self.learner.restore.remote(os.path.abspath(self.ckpt.path)))
         payload_ref = self.learner.init_payload.remote()
         self.gens = [self.spawn(Generator, f"generator/{i}", cfg, i, self.t0, place == "generator", fault)
                      for i in range(n_generators)]
         self.scorer = self.spawn(ReferenceScorer, "reference", cfg, self.t0) if place == "own_actor" else None
+        if restored is not None:
+            self.absorb(self.get(restored, f"learner restore ({self.ckpt.path})", setup=True))
         payload = self.get(payload_ref, "learner init (build, warm start)", setup=True)
         self.absorb(payload)
         self.warmstart = payload["warmstart"]
         self.last_val = self.warmstart.get("val_reward")
+        if self.ckpt is not None:
+            self.restore_driver(self.ckpt)
         self.write_records(payload)
         names = [f"generator/{i}" for i in range(n_generators)]
         self.holders = {"generator": list(self.gens), "own_actor": [self.scorer]}.get(place, [])
@@ -340,10 +347,14 @@ class RayEngine:
                 "samples": n, "samples_per_s": n / max(train_s, 1e-9), "cpu_seconds": self.cpu_total,
                 "cpu_seconds_setup": self.cpu_setup, "setup_seconds": self.t_first_wall - self.t0,
                 "staleness_hist": {str(k): v for k, v in sorted(Counter(self.staleness).items())},
-                "max_staleness_seen": max(self.staleness, default=0)}
+                "max_staleness_seen": max(self.staleness, default=0),
+                **({} if self.ckpt is None else {"resumed_from_step": self.ckpt.step})}
 
     def n_generators(self) -> int:
         return 1
+
+    def restore_driver(self, ckpt) -> None:
+        raise NotImplementedError(f"{self.name} does not resume")
 
 
 class EngineStopped(Exception):

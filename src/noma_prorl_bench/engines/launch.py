@@ -21,30 +21,34 @@ from noma_prorl_bench.io.metrics import JsonlSink, open_run_files
 class RunFiles:
     """metrics.jsonl, events.jsonl, samples.jsonl, timeline.jsonl of one run (flushed per line)."""
 
-    def __init__(self, outdir: str):
-        self.metrics, self.events = open_run_files(outdir)
-        self.samples = JsonlSink(os.path.join(outdir, "samples.jsonl"), "w")
-        self.timeline = JsonlSink(os.path.join(outdir, "timeline.jsonl"), "w")
+    def __init__(self, outdir: str, mode: str = "w"):
+        self.metrics, self.events = open_run_files(outdir, mode)
+        self.samples = JsonlSink(os.path.join(outdir, "samples.jsonl"), mode)
+        self.timeline = JsonlSink(os.path.join(outdir, "timeline.jsonl"), mode)
 
     def close(self) -> None:
         for s in (self.metrics, self.events, self.samples, self.timeline):
             s.close()
 
 
-def run_engine(cfg) -> dict:
+def run_engine(cfg, ckpt=None) -> dict:
     """Train one run with a Ray engine into cfg.outdir (same files as the local engine plus
-    timeline.jsonl and plots/timeline.png). On failure it flushes the outputs, stops every
-    actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
+    timeline.jsonl and plots/timeline.png), or continue it from `ckpt` (ray_colocated; the
+    files are cut back to its step as for the local engine). On failure it flushes the outputs,
+    stops every actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
     from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
     from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415
     from noma_prorl_bench.io.run_dir import clear_run_files, resolved_config  # noqa: PLC0415
     t0 = time.perf_counter()
-    os.makedirs(cfg.outdir, exist_ok=True)
-    clear_run_files(cfg.outdir)
-    with open(os.path.join(cfg.outdir, "config.json"), "w") as f:
-        json.dump(resolved_config(cfg), f, indent=2)
-    files = RunFiles(cfg.outdir)
-    engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, files)
+    if ckpt is None:
+        os.makedirs(cfg.outdir, exist_ok=True)
+        clear_run_files(cfg.outdir)
+        with open(os.path.join(cfg.outdir, "config.json"), "w") as f:
+            json.dump(resolved_config(cfg), f, indent=2)
+        files = RunFiles(cfg.outdir)
+    else:
+        files = _open_for_resume(cfg, ckpt)
+    engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, files, ckpt)
     error = None
     try:
         summary = engine.run()
@@ -72,3 +76,26 @@ def run_engine(cfg) -> dict:
         from noma_prorl_bench.analysis.plots import run_plots  # noqa: PLC0415
         run_plots(cfg.outdir)
     return summary
+
+
+def _open_for_resume(cfg, ckpt) -> RunFiles:
+    """The run files cut back to the checkpoint's step, config.json with the resume recorded, the
+    files opened for appending and a `resume` event (as `run_dir.open_outputs` for the local engine)."""
+    from noma_prorl_bench.io.resume import prepare_outdir_for_resume  # noqa: PLC0415
+    from noma_prorl_bench.io.run_dir import resolved_config, write_json  # noqa: PLC0415
+    dropped = prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
+    config = resolved_config(cfg)
+    try:
+        with open(os.path.join(cfg.outdir, "config.json")) as f:
+            config["resumes"] = json.load(f).get("resumes", [])
+    except (OSError, ValueError, AttributeError):
+        config["resumes"] = []
+    changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
+               if ckpt.config.get(k) != v and k != "resume"}
+    config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
+    write_json(os.path.join(cfg.outdir, "config.json"), config)
+    files = RunFiles(cfg.outdir, "a")
+    files.events.write({"step": ckpt.step, "event": "resume", "reason": "continued from the last complete checkpoint",
+                        "checkpoint": os.path.relpath(ckpt.path, cfg.outdir), "changed": changed,
+                        "dropped_lines": {f: d["dropped"] + d["partial"] for f, d in dropped.items()}})
+    return files

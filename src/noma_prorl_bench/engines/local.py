@@ -42,7 +42,7 @@ def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
 def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver
         from noma_prorl_bench.engines.launch import run_engine
-        return run_engine(cfg)
+        return run_engine(cfg, ckpt)
     t0 = time.perf_counter()
     if trainer is None:
         trainer, buffers = build_trainer(cfg, ckpt)
