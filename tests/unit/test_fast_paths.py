@@ -218,3 +218,23 @@ def test_bf16_mixed_keeps_a_1e6_update_that_pure_bf16_rounds_away():
     pure = _transformer().to(torch.bfloat16)
     frac_pure, _ = _one_adam_step(pure)
     assert frac_pure < 0.1
+
+
+# ----------------------------------------------------------------------------- buffer reuse
+def test_rollout_buffers_are_reused_by_shape_and_results_unchanged(monkeypatch):
+    from noma_prorl_bench.rollout import sampling
+    pol = _transformer()
+    prompts = torch.randint(4, V, (3, 5), generator=torch.Generator().manual_seed(12)).repeat_interleave(2, 0)
+    fresh = [_sample(pol, prompts, group_size=2) for _ in range(2)]
+    monkeypatch.setattr(sampling, "REUSE_BUFFERS_ON", {"cpu"})            # what CUDA runs do
+    monkeypatch.setattr(sampling, "POOL", sampling.BufferPool())
+    pol.reuse_kv_on = {"cpu"}
+    pooled = [_sample(pol, prompts, group_size=2) for _ in range(2)]
+    for a, b in zip(fresh, pooled):
+        for x, y in zip(a[:4], b[:4]):
+            assert torch.equal(x, y)
+    assert len(sampling.POOL.buffers) == 3                               # response, logp_old, mask
+    assert len(pol._kv_pool) == 4                                        # k, v x (prefill B rows, N rows)
+    with torch.no_grad():
+        ptr = pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr()
+        assert pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr() == ptr   # same (N, cap): same memory

@@ -126,6 +126,8 @@ class TransformerPolicy(nn.Module):
         self.vocab_size, self.max_len = vocab_size, max_len
         self.grad_checkpoint = False   # --grad_checkpoint: recompute each block in backward
         self.compute_dtype = None      # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
+        self.reuse_kv_on = {"cuda"}    # device types whose KV buffers are reused across rollouts
+        self._kv_pool: dict = {}
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
@@ -187,22 +189,31 @@ class TransformerPolicy(nn.Module):
         cap = self.max_len if capacity is None else capacity
         if not P <= cap <= self.max_len:
             raise ValueError(f"capacity {cap} must lie in [P={P}, max_len={self.max_len}]")
-        H, D = self.n_heads, self.d_model // self.n_heads
-        like = self.tok_emb.weight
-        cache = KVCache(
-            k=[like.new_empty(N, H, cap, D) for _ in range(self.n_layers)],  # [N, H, cap, D]
-            v=[like.new_empty(N, H, cap, D) for _ in range(self.n_layers)],
-            pos=0,
-        )
+        cache = KVCache(k=self._kv_buffers("k", N, cap), v=self._kv_buffers("v", N, cap), pos=0)
         logits = self._run(tokens, 0, cache, keep_last=1)  # [N, 1, V]
         cache.pos = P
         return logits[:, -1], cache
 
-    @staticmethod
-    def repeat_state(state: KVCache, G: int) -> KVCache:
-        """A prefill cache of B rows -> N = B*G rows (row i -> rows G*i .. G*i+G-1), in new buffers."""
-        return KVCache(k=[k.repeat_interleave(G, 0) for k in state.k],
-                       v=[v.repeat_interleave(G, 0) for v in state.v], pos=state.pos)
+    def repeat_state(self, state: KVCache, G: int) -> KVCache:
+        """A prefill cache of B rows -> N = B*G rows (row i -> rows G*i .. G*i+G-1)."""
+        B, H, cap, D = state.k[0].shape
+        out = KVCache(k=self._kv_buffers("k", B * G, cap), v=self._kv_buffers("v", B * G, cap), pos=state.pos)
+        for dst, src in zip(out.k + out.v, state.k + state.v):
+            dst.view(B, G, H, cap, D).copy_(src[:, None].expand(B, G, H, cap, D))
+        return out
+
+    def _kv_buffers(self, name: str, N: int, cap: int) -> list[torch.Tensor]:
+        """Per-layer K or V buffers [N, H, cap, D]: fresh on CPU; on devices in ``reuse_kv_on``
+        (CUDA) kept across rollouts and reused for the same (N, cap), so sampling allocates no
+        new cache memory step after step (a sampler caller never keeps the state)."""
+        like = self.tok_emb.weight
+        H, D = self.n_heads, self.d_model // self.n_heads
+        if like.device.type not in self.reuse_kv_on:
+            return [like.new_empty(N, H, cap, D) for _ in range(self.n_layers)]
+        key = (name, N, cap, like.dtype, str(like.device))
+        if key not in self._kv_pool:
+            self._kv_pool[key] = [like.new_empty(N, H, cap, D) for _ in range(self.n_layers)]
+        return self._kv_pool[key]
 
     def decode(self, tok: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
         """One step: tok[N] at position ``state.pos`` -> (logits[N, V], state advanced by one)."""

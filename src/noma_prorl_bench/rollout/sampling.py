@@ -94,6 +94,33 @@ def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: fl
 
 
 SYNC_EVERY_CUDA = 8
+# Device types on which the sampler's [N, T] buffers are reused across rollouts (BufferPool).
+REUSE_BUFFERS_ON = {"cuda"}
+
+
+class BufferPool:
+    """Rollout buffers kept across steps and reused when a request has the same key
+    (name, shape, dtype, device): no per-step reallocation on CUDA. Callers copy out what
+    they keep (`generate` returns clones), so the next rollout may overwrite a buffer."""
+
+    def __init__(self):
+        self.buffers: dict = {}
+
+    def get(self, name: str, shape: tuple, dtype: torch.dtype, device, fill) -> torch.Tensor:
+        key = (name, tuple(shape), dtype, str(device))
+        buf = self.buffers.get(key)
+        if buf is None:
+            buf = self.buffers[key] = torch.empty(shape, dtype=dtype, device=device)
+        return buf.fill_(fill)
+
+
+POOL = BufferPool()
+
+
+def _buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device, fill) -> torch.Tensor:
+    if device.type in REUSE_BUFFERS_ON:
+        return POOL.get(name, shape, dtype, device, fill)
+    return torch.full(shape, fill, dtype=dtype, device=device)
 
 
 def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, sync_every=1,
@@ -118,9 +145,10 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
         logits, state = logits.repeat_interleave(G, 0), policy.repeat_state(state, G)   # [N, V]
     stats.fwd_calls, stats.tokens = 1, uniq.shape[0] * P
     done = torch.zeros(N, dtype=torch.bool, device=prompts.device)
-    response = prompts.new_full((N, T), pad_id)                              # [N, T]
-    logps = torch.zeros(N, T, dtype=torch.float32, device=prompts.device)    # [N, T]
-    masks = torch.zeros(N, T, dtype=torch.float32, device=prompts.device)    # [N, T]
+    dev = prompts.device
+    response = _buffer("response", (N, T), prompts.dtype, dev, pad_id)      # [N, T]
+    logps = _buffer("logp_old", (N, T), torch.float32, dev, 0.0)             # [N, T]
+    masks = _buffer("mask", (N, T), torch.float32, dev, 0.0)                 # [N, T]
     pad = torch.full((N,), pad_id, dtype=prompts.dtype, device=prompts.device)
     t = -1
     for t in range(T):
