@@ -8,8 +8,12 @@ The matrix: variants A0 / A1 / A2 / B; reset semantics keep / hard / soft / asym
 cadence; growth migration modes (preserve / reset / naive) when growth is available; several
 seeds each. Every run's exact command is printed before it starts; runs go in parallel up to
 `--jobs` (default: the number of cores), one torch thread each, with a live progress bar.
-A run whose `summary.json` says complete (with the same config) is skipped, so an interrupted
-suite resumes. The report is regenerated from the saved logs only.
+A run whose `summary.json` says complete (with the same config) is skipped, and one that was
+interrupted after a checkpoint is continued with `--resume`, so re-running the same command
+resumes an interrupted suite. SIGINT / SIGTERM (Ctrl-C) are forwarded to the running runs, which
+finish their step, write a checkpoint and exit; the suite then writes a partial report of the
+finished runs and exits 130 / 143 (io/run_procs.py). The report is regenerated from the saved
+logs only.
 """
 from __future__ import annotations
 
