@@ -60,6 +60,40 @@ BAD = [
     (["--resume", "--overwrite"], "--resume"),
     (["--resume"], "--resume"),                                      # nothing to resume
     (["--bogus_flag", "1"], "--bogus_flag"),                         # unknown flag
+    # issue 18: sizes the machine cannot hold, refused before anything runs
+    (["--batch_size", "100000000"], "--batch_size"),
+    (["--n_val", "1000000000"], "--n_val"),
+    (["--hidden", "200000"], "--hidden"),
+    (["--n_val", "0"], "--n_val"),
+    (["--hidden", "0"], "--hidden"),
+    (["--model", "transformer", "--d_model", "30", "--n_heads", "4"], "--n_heads"),
+    (["--max_new_tokens", "-1"], "--max_new_tokens"),
+    (["--warmstart_steps", "-2"], "--warmstart_steps"),
+    (["--kl_horizon", "0"], "--kl_horizon"),
+    # names: misspelt flags and values (with a "did you mean")
+    (["--stepz", "3"], "--stepz"),
+    (["--kl_estimator", "k4"], "--kl_estimator"),
+    (["--engine", "ray"], "--engine"),
+    (["--report_to", "wandb"], "--report_to"),
+    (["--preset", "prorl"], "--preset"),
+    (["--opt_reset", "medium"], "--opt_reset"),
+    (["--lr_schedule", "cosine2"], "--lr_schedule"),
+    (["--task", "reverse"], "--task"),
+    # contradictions
+    (["--engine", "ray_async", "--report_to", "csv"], "--report_to"),
+    (["--max_staleness", "2"], "--max_staleness"),                  # a Ray flag with --engine local
+    (["--weight_sync", "nccl"], "--weight_sync"),
+    (["--engine", "ray_colocated", "--device", "cuda"], "--device"),
+    (["--tis_cap", "0.9"], "--tis_cap"),
+    (["--kl_in", "reward", "--ref_compute", "naive_epoch"], "--kl_in"),
+    # growth without (usable) adapters
+    (["--lora_alpha", "2"], "--lora_alpha"),                          # adapter flag without --enable_growth 1
+    (["--enable_growth", "1", "--grow_every", "2", "--adapter_targets", "none"], "--adapter_targets"),
+    (["--enable_growth", "1", "--grow_every", "2", "--max_rank", "2", "--initial_rank", "4"], "--max_rank"),
+    (["--enable_growth", "1", "--grow_every", "2", "--rank_step", "0"], "--rank_step"),
+    # paths
+    (["--outdir", "/proc/noma_bad/x"], "--outdir"),
+    (["--model", "hf:/etc"], "--model"),
 ]
 
 
@@ -85,7 +119,42 @@ def _error_line(err):
 
 
 def test_table_is_large_enough():
-    assert len(BAD) >= 30 and len({tuple(x) for x, _ in BAD}) == len(BAD)
+    assert len(BAD) >= 70 and len({tuple(x) for x, _ in BAD}) == len(BAD)
+
+
+# --resume against a finished 4-step run (checkpoints at steps 2 and 4): changed or corrupt checkpoints
+RESUME_BAD = [
+    (["--lr", "0.5"], "--lr", None),                                  # a field that changes the trajectory
+    (["--variant", "B"], "--variant", None),
+    (["--seed", "3"], "--seed", None),
+    (["--steps", "2"], "--steps", None),                              # before the last checkpoint
+    ([], "--resume", "tensors"),                                      # every checkpoint's tensors truncated
+    ([], "--resume", "state"),                                        # every checkpoint's state.json garbled
+    ([], "--resume", "marker"),                                       # no complete checkpoint left
+]
+
+
+def _snapshot(d):
+    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+
+
+@pytest.mark.parametrize("extra,flag,corrupt", RESUME_BAD, ids=[f"{' '.join(x)}{c or ''}" for x, _, c in RESUME_BAD])
+def test_bad_resume_exits_2_names_the_flag_writes_nothing(tmp_path, fast_flags, capsys, extra, flag, corrupt):
+    out = tmp_path / "run"
+    assert _run(["--outdir", str(out), *fast_flags, "--steps", "4", "--save_every", "2"]) == 0
+    for ck in (out / "checkpoints").iterdir():
+        if corrupt == "tensors":
+            (ck / "tensors.safetensors").write_bytes((ck / "tensors.safetensors").read_bytes()[:100])
+        elif corrupt == "state":
+            (ck / "state.json").write_text("{not json")
+        elif corrupt == "marker":
+            (ck / "COMPLETE").unlink()
+    capsys.readouterr()
+    before = _snapshot(out)
+    assert _run(["--outdir", str(out), "--resume", *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in _error_line(err) and "Traceback" not in err, err
+    assert _snapshot(out) == before
 
 
 def test_missing_outdir(fast_flags, capsys):

@@ -109,7 +109,9 @@ def attach_lora(model: nn.Module, targets: list[str], rank: int, alpha: float = 
              if isinstance(m, nn.Linear) and n and any(_matches(n, t) for t in targets)
              and not n.endswith(".base")]
     if not found:
-        raise ValueError(f"no nn.Linear in {type(model).__name__} matches {targets}")
+        linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
+        raise ValueError(f"argument --adapter_targets: no nn.Linear in {type(model).__name__} matches {targets} "
+                         f"(its Linear layers: {', '.join(linear[:12]) or 'none'})")
     for i, name in enumerate(found):
         *path, leaf = name.split(".")
         parent = model
