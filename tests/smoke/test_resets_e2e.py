@@ -10,6 +10,7 @@ import torch
 from runhelp import read_jsonl, run_cli  # noqa: E402
 
 from noma_prorl_bench.config import make_config
+from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.run import main
 from noma_prorl_bench.training.resets import clone_state_dict
 from noma_prorl_bench.training.trainer import Trainer
@@ -17,17 +18,6 @@ from noma_prorl_bench.training.trainer import Trainer
 pytestmark = pytest.mark.smoke
 
 VOLATILE = ("time/", "perf/")
-
-
-class ListSink:
-    def __init__(self):
-        self.records = []
-
-    def write(self, record):
-        self.records.append(dict(record))
-
-    def close(self):
-        pass
 
 
 _read, _run = read_jsonl, run_cli
@@ -40,7 +30,7 @@ def _resets(events):
 def _trainer(tmp_path, **overrides):
     values = {"outdir": str(tmp_path / "t"), "batch_size": 4, "group_size": 4, "warmstart_steps": 5,
               "n_val": 16, "eval_every": 2, "quiet": True, **overrides}
-    events = ListSink()
+    events = MemorySink()
     return Trainer(make_config(values), events_sink=events), events
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import make_config
+from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.run import main
 from noma_prorl_bench.training import trainer as trainer_mod
 from noma_prorl_bench.training.guards import INJECT_NAN_ENV
@@ -186,16 +187,9 @@ def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, ca
 def test_injected_nan_skips_the_update_and_leaves_parameters_untouched(tmp_path, monkeypatch):
     cfg = make_config({"outdir": str(tmp_path), "steps": 4, "batch_size": 4, "group_size": 4,
                        "warmstart_steps": 5, "n_val": 16, "eval_every": 2, "quiet": True})
-    events = []
-
-    class ListSink:
-        def write(self, rec):
-            events.append(rec)
-
-        def close(self):
-            pass
-
-    tr = trainer_mod.Trainer(cfg, events_sink=ListSink())
+    sink = MemorySink()
+    events = sink.records
+    tr = trainer_mod.Trainer(cfg, events_sink=sink)
     tr.train_step()
     params = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     opt = {i: {k: v.clone() for k, v in s.items()} for i, s in tr.optimizer.state_dict()["state"].items()}

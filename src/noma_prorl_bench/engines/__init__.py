@@ -1,6 +1,10 @@
-"""Ray engines (`--engine ray_colocated | ray_async`): Generator / Learner / ReferenceScorer actors
-driven by one controller; see docs/ray.md.
+"""Engines that drive the Trainer: local (one process) and Ray (colocated, asynchronous).
 
+`local.py` is `--engine local` (`build_trainer`, `run`, `train`). The Ray engines
+(`--engine ray_colocated | ray_async`) are Generator / Learner / ReferenceScorer actors driven
+by one controller; see docs/ray.md.
+
+  local.py      the local engine: build the Trainer, run its steps, checkpoints, summary
   weights.py    state dicts as numpy arrays for the object store (exact), structure signatures
   timeline.py   per-actor stage spans -> timeline.jsonl -> plots/timeline.png (Gantt)
   actors.py     Generator, Learner (a Trainer inside), ReferenceScorer

@@ -269,7 +269,7 @@ class Learner:
         self.events, self.samples = MemorySink(), MemorySink()
         self.trainer = LearnerTrainer(cfg, NullSink(), self.events, self.samples)
         if ref_remote:
-            self.trainer.ref = RemoteReference()
+            self.trainer.use_reference(RemoteReference())   # the reset manager acts on it too
             self.trainer.ref.bind(self.trainer.policy)
         self.version = 0
         self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None

@@ -1,5 +1,5 @@
-"""Entry point of the Ray engines: `run_engine(cfg)`, what `run.run` / `run.main` call for
-`--engine ray_colocated | ray_async`.
+"""Entry point of the Ray engines: `run_engine(cfg)`, what `engines.local.run` and `run.main` call
+for `--engine ray_colocated | ray_async`.
 
 It prepares OUTDIR exactly as the local engine does (config.json, metrics.jsonl, events.jsonl,
 samples.jsonl) plus timeline.jsonl, runs the engine's driver, writes summary.json and

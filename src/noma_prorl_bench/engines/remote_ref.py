@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from noma_prorl_bench.engines.weights import pack_state, structure
+from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.rollout.reference import REF_UPDATES
 
 
@@ -50,8 +51,7 @@ class RemoteReference:
         self._module_ref = None
         self._logp: Optional[torch.Tensor] = None
         self._n: Optional[int] = None
-        self._counts = {"count/ref_fwd": 0, "count/tokens_ref": 0}
-        self.seconds = 0.0
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # the holders' counts (io.metrics)
         self.pending: Optional[dict] = None
 
     def bind(self, policy) -> None:
@@ -63,9 +63,8 @@ class RemoteReference:
             raise RuntimeError(f"batch scored by reference version {ref_version}, the learner is at "
                                f"{self.ref_version} (a reset did not reach the reference holder)")
         self._logp = logp_ref
-        for k, v in counts.items():
-            self._counts[k] += int(v)
-        self.seconds += seconds
+        self.counter.forward(int(counts.get("count/tokens_ref", 0)), seconds,
+                             calls=int(counts.get("count/ref_fwd", 0)))
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None:
         if self._logp is None or self._logp.shape[0] != tokens.shape[0]:
@@ -84,13 +83,10 @@ class RemoteReference:
         raise RuntimeError("--kl_estimator full needs the reference in the learner (--ref_placement learner)")
 
     def pop_counts(self) -> dict:
-        out = dict(self._counts)
-        self._counts = {k: 0 for k in self._counts}
-        return out
+        return self.counter.pop_counts()
 
     def pop_time(self) -> float:
-        out, self.seconds = self.seconds, 0.0
-        return out
+        return self.counter.pop_time()
 
     @torch.no_grad()
     def reset_to(self, policy_or_state, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:

@@ -13,13 +13,16 @@ A checkpoint is written into `checkpoints/.tmp_step_XXXXXX_*` (files fsynced, CO
 and then `os.replace`d to its final name, so a directory named `step_*` is always whole; a
 `kill -9` mid-save leaves only a `.tmp_*` directory, which the next save or resume deletes.
 
-What is saved (`trainer_state`): every attribute of the Trainer that has `state_dict()` and
-`load_state_dict()` (policy, reference holder, optimizer, LR scheduler, adaptive-KL
-controller, reset and monitor bookkeeping, ... whatever the Trainer owns), the adapter rank
-and growth count of every LoRA adapter, every torch / NumPy Generator attribute (the data
-sampler position is the NumPy Generator's `bit_generator.state`), plain JSON-able attributes
-(`step_idx`, ...), and the global Python, NumPy and torch RNG states. Resuming a run from a
-checkpoint is resume.py. See docs/reliability.md.
+What is saved (`trainer_state`): one state tree built from the objects' own `state_dict()`:
+the components the trainer lists in `checkpoint_components()` (in load order: the growth
+manager first, which grows the adapters to the saved rank, then policy, reference holder,
+optimizer, LR scheduler, adaptive-KL controller, reset and monitor bookkeeping; an object
+without that method is searched for attributes with `state_dict()` and `load_state_dict()`,
+policy first), every torch / NumPy Generator attribute (the data sampler position is the
+NumPy Generator's `bit_generator.state`), plain JSON-able attributes (`step_idx`, ...), and
+the global Python, NumPy and torch RNG states. Loading calls each component's
+`load_state_dict()` in that order; this module knows nothing of adapters or growth. Resuming a
+run from a checkpoint is resume.py. See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -33,7 +36,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from torch import nn
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS
 
@@ -134,37 +136,19 @@ def _stateful(obj: Any) -> bool:
 
 
 def components(trainer) -> dict[str, Any]:
-    """The Trainer's stateful attributes, policy first, then in attribute order."""
+    """The stateful objects of a checkpoint, in load order: `trainer.checkpoint_components()`
+    when it has one, else its attributes with state_dict()/load_state_dict(), policy first."""
+    listed = getattr(trainer, "checkpoint_components", None)
+    if callable(listed):
+        return dict(listed())
     out = {name: obj for name, obj in vars(trainer).items() if name not in NOT_STATE and _stateful(obj)}
     return {**({"policy": out.pop("policy")} if "policy" in out else {}), **out}
 
 
-def _modules(trainer) -> dict[str, nn.Module]:
-    mods = {n: m for n, m in components(trainer).items() if isinstance(m, nn.Module)}
-    ref = getattr(getattr(trainer, "ref", None), "model", None)
-    if isinstance(ref, nn.Module):
-        mods["ref"] = ref
-    return mods
-
-
-def _adapters(module: nn.Module) -> dict[str, dict[str, int]]:
-    from noma_prorl_bench.models.lora import adapters  # noqa: PLC0415
-    return {name: {"rank": int(m.rank), "grow_count": int(m.grow_count)} for name, m in adapters(module)}
-
-
-def _resize_adapters(module: nn.Module, saved: dict[str, dict[str, int]], optimizer=None) -> None:
-    """Grow `module`'s LoRA adapters to the saved rank (resume across a rank growth), then
-    restore each adapter's growth count (it seeds the next growth's new rows)."""
-    from noma_prorl_bench.models.lora import adapters  # noqa: PLC0415
-    from noma_prorl_bench.training.growth import grow_adapters  # noqa: PLC0415
-    mods = dict(adapters(module))
-    if set(mods) != set(saved):
-        raise CheckpointError(f"adapters differ: checkpoint {sorted(saved)}, this run {sorted(mods)}")
-    ranks = {v["rank"] for v in saved.values()}
-    if len(ranks) == 1 and any(m.rank != v["rank"] for m, v in zip(mods.values(), saved.values())):
-        grow_adapters(module, optimizer, ranks.pop(), mode="preserve")
-    for name, m in mods.items():
-        m.grow_count = saved[name]["grow_count"]
+def _state_attrs(trainer, comps: dict[str, Any]):
+    """(name, value) of the trainer's plain attributes: not components, not sinks/config."""
+    ids = {id(c) for c in comps.values()}
+    return [(n, v) for n, v in vars(trainer).items() if n not in NOT_STATE and n not in comps and id(v) not in ids]
 
 
 def trainer_state(trainer) -> dict[str, Any]:
@@ -173,15 +157,12 @@ def trainer_state(trainer) -> dict[str, Any]:
     state: dict[str, Any] = {
         "step": int(trainer.step_idx),
         "components": {n: obj.state_dict() for n, obj in comps.items()},
-        "adapters": {n: a for n, m in _modules(trainer).items() if (a := _adapters(m))},
         "generators": {}, "scalars": {},
         "global_rng": {"python": random.getstate(), "numpy": np.random.get_state(legacy=False),
                        "torch": torch.get_rng_state()}}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["global_rng"]["cuda"] = torch.cuda.get_rng_state_all()
-    for name, v in vars(trainer).items():
-        if name in NOT_STATE or name in comps:
-            continue
+    for name, v in _state_attrs(trainer, comps):
         if isinstance(v, torch.Generator):
             state["generators"][name] = {"torch": v.get_state()}
         elif isinstance(v, np.random.Generator):
@@ -198,20 +179,14 @@ def load_trainer_state(trainer, state: dict[str, Any]) -> None:
     if set(comps) != set(state["components"]):
         raise CheckpointError(f"checkpoint components {sorted(state['components'])} do not match this "
                               f"run's {sorted(comps)}")
-    mods = _modules(trainer)
-    for name, saved in state["adapters"].items():
-        if name not in mods:
-            raise CheckpointError(f"checkpoint has adapters on {name!r}, which this run lacks")
-        _resize_adapters(mods[name], saved, trainer.optimizer if name == "policy" else None)
     sched = getattr(trainer, "scheduler", None)
     horizons = [getattr(f, "total_steps", None) for f in getattr(sched, "lr_lambdas", [])]
-    for name in ["policy"] + [n for n in state["components"] if n != "policy"]:
-        if name not in state["components"]:
-            continue
+    for name in comps:                      # the trainer's load order (growth resizes adapters first)
         try:
-            comps[name].load_state_dict(state["components"][name])
+            components(trainer)[name].load_state_dict(state["components"][name])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
             raise CheckpointError(f"checkpoint does not fit this run's {name!r}: {str(e)[:300]}") from e
+    sched = getattr(trainer, "scheduler", None)             # growth may have replaced it (naive)
     for f, total in zip(getattr(sched, "lr_lambdas", []), horizons):
         if total is not None:               # the schedule horizon follows the (possibly new) --steps
             f.total_steps = total

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import response_logprobs
 
 REF_MODES = ("naive_epoch", "cached", "ring", "none")
@@ -74,9 +75,7 @@ class ReferenceHolder:
         self._logits: torch.Tensor | None = None      # cached: [N, T, V]
         self._lbuf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len, V]
         self._naive_last: tuple[int, int] | None = None  # naive: rows of the last minibatch forward
-        self.fwd_calls = 0
-        self.tokens = 0
-        self.seconds = 0.0
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # exact per step (io.metrics)
         if mode == "none":
             return
         if policy is None:
@@ -119,9 +118,7 @@ class ReferenceHolder:
         self._fwd_logits = logits if self.keep_logits else None
         if logp.is_cuda:
             torch.cuda.synchronize(logp.device)
-        self.seconds += time.perf_counter() - t0
-        self.fwd_calls += 1
-        self.tokens += tokens.numel()
+        self.counter.forward(tokens.numel(), time.perf_counter() - t0)
         return logp
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None:
@@ -141,7 +138,7 @@ class ReferenceHolder:
             buf[:n, :t].copy_(logp)                                          # in place, no realloc
             if self._lbuf is not None:
                 self._lbuf[:n, :t].copy_(self._fwd_logits)                   # [N, T, V]
-            self.seconds += time.perf_counter() - t0
+            self.counter.seconds += time.perf_counter() - t0                # the ring write's time
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
         """logp_ref[n, T] for rows `sl` (a contiguous slice) of the prepared batch.
@@ -191,14 +188,11 @@ class ReferenceHolder:
 
     def pop_counts(self) -> dict[str, int]:
         """This step's exact counters, then zero them: count/ref_fwd, count/tokens_ref."""
-        out = {"count/ref_fwd": self.fwd_calls, "count/tokens_ref": self.tokens}
-        self.fwd_calls = self.tokens = 0
-        return out
+        return self.counter.pop_counts()
 
     def pop_time(self) -> float:
         """Seconds spent in reference forwards (and the ring write) since the last pop."""
-        out, self.seconds = self.seconds, 0.0
-        return out
+        return self.counter.pop_time()
 
     # ------------------------------------------------------------ updates and checkpoints
 

@@ -1,8 +1,11 @@
 """Topology growth inside a run: LoRA adapters on the policy, grown at chosen moments (issue 5).
 
 The Trainer holds one `GrowthManager` as `trainer.growth` (a no-op unless `--enable_growth 1`).
+It never sees the Trainer: it gets the policy, the reference holder, the shared
+`optim_state.OptimSide`, the holders of parameter snapshots (reset and drift managers) and an
+`emit(record)` callback for events.jsonl.
 
-Set-up (`GrowthManager(cfg, trainer)`, called after the warm start and *before* the reference
+Set-up (`attach_adapters(cfg, policy, emit)`, called after the warm start and *before* the reference
 copy and the optimizer are built): wrap the `nn.Linear`s named by `--adapter_targets` in
 `models.lora.LoRALinear` at `--initial_rank` with scale `--lora_alpha / --initial_rank` (fixed
 for the run). The base model is frozen; only the adapters train (PEFT's convention), so the
@@ -22,8 +25,8 @@ Each step, after the update, the evaluation and the reset bookkeeping, `after_st
      so the extended run equals an uninterrupted longer one;
   3. grows by `--rank_step` (capped at `--max_rank`), in this order:
        policy     `growth.grow_adapters(policy, optimizer, new_rank, --growth_migration)`; the
-                  optimizer it returns replaces `trainer.optimizer` (a new object under `naive`,
-                  in which case `trainer.scheduler` is rebuilt for it with the same step count)
+                  optimizer it returns replaces `optim.optimizer` (a new object under `naive`,
+                  in which case `optim.scheduler` is rebuilt for it with the same step count)
        reference  grown with `preserve` semantics and no optimizer: same new A rows as the
                   policy (same seeds), zero B columns, so pi_ref is unchanged as a function
        snapshots  the best checkpoint (`--reset_to best`), the initial and previous policies
@@ -37,13 +40,15 @@ Each step, after the update, the evaluation and the reset bookkeeping, `after_st
 Checkpoints: `state_dict()` / `load_state_dict()`. On resume call `load_state_dict` *first*: it
 grows the policy and the reference to the saved rank (and re-arms the growth seeds), after
 which the policy, reference and optimizer state dicts fit; then rebuild or load the
-optimizer and scheduler as usual.
+optimizer and scheduler as usual. This is the only place that resizes adapters on resume
+(the Trainer lists `growth` first among its checkpoint components).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
+from torch import nn
 
 from noma_prorl_bench.models.lora import (
     adapter_parameters,
@@ -57,7 +62,7 @@ from noma_prorl_bench.training.growth import (
     grow_adapters,
     grow_block,
 )
-from noma_prorl_bench.training.optim_state import make_lr_scheduler
+from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 from noma_prorl_bench.training.resets import ResetTrigger
 
 
@@ -91,46 +96,55 @@ def migrate_snapshot(params: dict[str, torch.Tensor] | None, model: torch.nn.Mod
 
 
 def rebuild_scheduler(old, optimizer: torch.optim.Optimizer, cfg):
-    """A scheduler like `old` (the run's `make_lr_scheduler`) driving `optimizer`, at the same
+    """A scheduler like `old` (the run's `optim_state.run_scheduler`) driving `optimizer`, at the same
     step: `last_epoch`, base LRs and the current LRs carried over, so the LR trajectory is
     the one the old scheduler would have produced."""
     lrs = [g["lr"] for g in optimizer.param_groups]
-    new = make_lr_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps,
-                            cfg.steps * cfg.ppo_epochs * cfg.minibatches)
+    new = run_scheduler(optimizer, cfg)
     new.load_state_dict(old.state_dict())
     for g, lr in zip(optimizer.param_groups, lrs):
         g["lr"] = lr
     return new
 
 
-class GrowthManager:
-    """Adapters, growth triggers and the growth itself (see the module docstring)."""
+def attach_adapters(cfg, policy: nn.Module, emit: Callable[[dict], None]) -> list[str]:
+    """--enable_growth 1: wrap the --adapter_targets in LoRA adapters at --initial_rank, freeze
+    the base, write the `adapters` event; returns the wrapped module names ([] without growth)."""
+    if not cfg.enable_growth:
+        return []
+    if cfg.growth_migration not in MODES:
+        raise ValueError(f"growth_migration must be one of {MODES}")
+    targets = attach_lora(policy, parse_targets(cfg.adapter_targets), cfg.initial_rank,
+                          alpha=cfg.lora_alpha, freeze_base=True, seed=cfg.seed)
+    n_train = sum(p.numel() for p in adapter_parameters(policy))
+    n_total = sum(p.numel() for p in policy.parameters())
+    emit({"step": 0, "event": "adapters", "reason": "LoRA adapters attached after the warm start; base frozen",
+          "targets": targets, "rank": cfg.initial_rank, "lora_alpha": cfg.lora_alpha,
+          "scale": cfg.lora_alpha / cfg.initial_rank, "trainable_params": n_train, "total_params": n_total})
+    return targets
 
-    def __init__(self, cfg, trainer):
-        self.cfg, self.trainer = cfg, trainer
+
+class GrowthManager:
+    """Growth triggers and the growth itself (see the module docstring); adapters are attached
+    before it is built (`attach_adapters`)."""
+
+    def __init__(self, cfg, policy: nn.Module, ref, optim: OptimSide, emit: Callable[[dict], None],
+                 resets, snapshot_holders: Sequence = ()):
+        """`ref`: the reference holder; `resets`: anything with `n_resets` (`--grow_on reset`);
+        `snapshot_holders`: objects whose `snapshots()` lists parameter dicts to migrate."""
+        self.cfg, self.policy, self.ref, self.optim, self.emit = cfg, policy, ref, optim, emit
+        self.resets, self.snapshot_holders = resets, tuple(snapshot_holders)
         self.enabled = bool(cfg.enable_growth)
         self.n_growths = 0
         self.resets_seen = 0
         self.pending: str | None = None   # growth due on the last step (skipped), see grow_pending
         self.stall = (ResetTrigger(stall_patience=cfg.grow_patience, stall_min_delta=cfg.stall_min_delta)
                       if self.enabled and cfg.grow_on == "stall" else None)
-        self.targets: list[str] = []
-        if not self.enabled:
-            return
-        if cfg.growth_migration not in MODES:
-            raise ValueError(f"growth_migration must be one of {MODES}")
-        self.targets = attach_lora(trainer.policy, parse_targets(cfg.adapter_targets), cfg.initial_rank,
-                                   alpha=cfg.lora_alpha, freeze_base=True, seed=cfg.seed)
-        n_train = sum(p.numel() for p in adapter_parameters(trainer.policy))
-        n_total = sum(p.numel() for p in trainer.policy.parameters())
-        trainer.event("adapters", "LoRA adapters attached after the warm start; base frozen",
-                      targets=self.targets, rank=cfg.initial_rank, lora_alpha=cfg.lora_alpha,
-                      scale=cfg.lora_alpha / cfg.initial_rank, trainable_params=n_train, total_params=n_total)
 
     @property
     def rank(self) -> int:
         """The policy's adapter rank (0 without adapters)."""
-        return adapter_rank(self.trainer.policy) if self.enabled else 0
+        return adapter_rank(self.policy) if self.enabled else 0
 
     # ------------------------------------------------------------ per step
     def after_step(self, step: int, m: dict) -> dict:
@@ -161,7 +175,7 @@ class GrowthManager:
         if cfg.grow_on == "schedule":
             return "schedule" if step % cfg.grow_every == 0 else None
         if cfg.grow_on == "reset":
-            n = self.trainer.resets.trigger.n_resets
+            n = self.resets.n_resets
             fired, self.resets_seen = n > self.resets_seen, n
             return "reset" if fired else None
         return "stall" if self.stall.check(step, None, m.get("reward/val")) is not None else None
@@ -169,54 +183,46 @@ class GrowthManager:
     # ------------------------------------------------------------ the growth
     def grow(self, step: int, reason: str, new_rank: int | None = None) -> dict[str, Any]:
         """Grow policy, optimizer, scheduler, reference and snapshots; write the `growth` event."""
-        cfg, tr = self.cfg, self.trainer
+        cfg, opt = self.cfg, self.optim
         old_rank = self.rank
         new_rank = min(old_rank + cfg.rank_step, cfg.max_rank) if new_rank is None else new_rank
-        old_opt = tr.optimizer
-        tr.optimizer = grow_adapters(tr.policy, old_opt, new_rank, cfg.growth_migration)
-        scheduler_rebuilt = tr.optimizer is not old_opt
+        old_opt = opt.optimizer
+        opt.optimizer = grow_adapters(self.policy, old_opt, new_rank, cfg.growth_migration)
+        scheduler_rebuilt = opt.optimizer is not old_opt
         if scheduler_rebuilt:
-            tr.scheduler = rebuild_scheduler(tr.scheduler, tr.optimizer, cfg)
-        if tr.ref.enabled:
-            grow_adapters(tr.ref.model, None, new_rank, "preserve")
+            opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, cfg)
+        if self.ref.enabled:
+            grow_adapters(self.ref.model, None, new_rank, "preserve")
         migrated = self.migrate_snapshots()
         self.n_growths += 1
         record = {"step": step, "event": "growth", "reason": reason, "old_rank": old_rank,
                   "new_rank": new_rank, "migration": cfg.growth_migration,
-                  "stale_state_problems": check_no_stale_state(tr.policy, tr.optimizer),
+                  "stale_state_problems": check_no_stale_state(self.policy, opt.optimizer),
                   "scheduler_rebuilt": scheduler_rebuilt, "snapshots_migrated": migrated,
                   "n_growths": self.n_growths}
-        tr.events_sink.write(record)
+        self.emit(record)
         return record
 
     def migrate_snapshots(self) -> int:
-        """Grow every parameter snapshot the trainer keeps (see `migrate_snapshot`)."""
-        tr, n = self.trainer, 0
-        best = getattr(getattr(tr, "resets", None), "best", None)
-        if best is not None:
-            n += migrate_snapshot(best.params, tr.policy)
-        drift = getattr(getattr(tr, "monitors", None), "drift", None)
-        if drift is not None:
-            n += migrate_snapshot(drift.init_params, tr.policy)
-            n += migrate_snapshot(drift.prev.params, tr.policy)
-        return n
+        """Grow every parameter snapshot the holders keep (see `migrate_snapshot`)."""
+        return sum(migrate_snapshot(params, self.policy)
+                   for holder in self.snapshot_holders for params in holder.snapshots())
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "n_growths": self.n_growths, "resets_seen": self.resets_seen,
-                "grow_counts": [m.grow_count for _, m in adapters(self.trainer.policy)],
+                "grow_counts": [m.grow_count for _, m in adapters(self.policy)],
                 "stall": None if self.stall is None else self.stall.state_dict(), "pending": self.pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Grow policy (and its optimizer's state, preserve) and reference to the saved rank,
         then restore counters and growth seeds. Call before loading the model state dicts."""
-        tr = self.trainer
         if self.enabled and state["rank"] > self.rank:
-            tr.optimizer = grow_adapters(tr.policy, tr.optimizer, state["rank"], "preserve")
-            if tr.ref.enabled:
-                grow_adapters(tr.ref.model, None, state["rank"], "preserve")
+            self.optim.optimizer = grow_adapters(self.policy, self.optim.optimizer, state["rank"], "preserve")
+            if self.ref.enabled:
+                grow_adapters(self.ref.model, None, state["rank"], "preserve")
             self.migrate_snapshots()
-        for model in [tr.policy] + ([tr.ref.model] if tr.ref.enabled else []):
+        for model in [self.policy] + ([self.ref.model] if self.ref.enabled else []):
             for (_, m), count in zip(adapters(model), state["grow_counts"]):
                 m.grow_count = int(count)
         self.n_growths, self.resets_seen = int(state["n_growths"]), int(state["resets_seen"])

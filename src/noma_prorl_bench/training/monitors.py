@@ -27,34 +27,19 @@ from torch import nn
 from torch.func import functional_call
 
 from noma_prorl_bench.algorithms.kl import kl_full
+from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import response_logits, slices_logits
 from noma_prorl_bench.training.resets import clone_state_dict
 
 Params = dict[str, torch.Tensor]
 
 
-class MonitorCounter:
-    """Exact count of monitor forwards and the tokens they processed, plus their time."""
+class MonitorCounter(ForwardCounter):
+    """Exact count of monitor forwards and the tokens they processed, plus their time
+    (`count/monitor_fwd`, `count/tokens_monitor`; io.metrics.ForwardCounter)."""
 
     def __init__(self) -> None:
-        self.fwd_calls = 0
-        self.tokens = 0
-        self.seconds = 0.0
-
-    def add(self, tokens: torch.Tensor, seconds: float) -> None:
-        self.fwd_calls += 1
-        self.tokens += tokens.numel()
-        self.seconds += seconds
-
-    def pop_counts(self) -> dict[str, int]:
-        """{"count/monitor_fwd", "count/tokens_monitor"} since the last pop, then zero them."""
-        out = {"count/monitor_fwd": self.fwd_calls, "count/tokens_monitor": self.tokens}
-        self.fwd_calls = self.tokens = 0
-        return out
-
-    def pop_time(self) -> float:
-        out, self.seconds = self.seconds, 0.0
-        return out
+        super().__init__("monitor_fwd", "tokens_monitor")
 
 
 @contextlib.contextmanager
@@ -90,7 +75,7 @@ def _scaled_logits(policy: nn.Module, params: Params | None, tokens: torch.Tenso
     model = policy if params is None else _functional(policy, params)
     logits = response_logits(model, tokens, P) / temperature            # [N, T, V]
     if counter is not None:
-        counter.add(tokens, time.perf_counter() - t0)
+        counter.forward(tokens.numel(), time.perf_counter() - t0)
     return logits
 
 

@@ -1,7 +1,11 @@
-"""Reset and monitoring bookkeeping that the Trainer holds (the loop stays readable).
+"""Reset and drift-monitor managers of a run: triggers, reset target, recovery, kl/to_init, kl/to_prev.
 
 Legend: B prompts, G samples per prompt, N = B*G, n monitor sequences, P prompt length,
 T response length, L = P + T, V vocabulary.
+
+Neither class sees the Trainer: each gets the narrow state it acts on (the policy, the
+reference holder, the shared `optim_state.OptimSide`, the step counters) and an `emit(record)`
+callback that writes one events.jsonl record.
 
 `ResetManager` (trainer attribute `resets`) runs once per step after the update *and* the
 evaluation of that step, on the step's metrics dict:
@@ -28,15 +32,17 @@ Both have `state_dict()` / `load_state_dict()` for checkpoints; docs/resets.md h
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
+from noma_prorl_bench.io.metrics import Counters
 from noma_prorl_bench.models.base import policy_device, response_logprobs
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
-from noma_prorl_bench.training.optim_state import apply_reset_semantics
+from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
 from noma_prorl_bench.training.resets import (
     BestTracker,
     Decision,
@@ -46,6 +52,22 @@ from noma_prorl_bench.training.resets import (
 
 RECOVERY_WINDOW = 10   # pre-reset level = mean train reward over the last 10 steps
 MONITOR_PROMPTS = 64   # fixed drift-monitor batch: this many validation prompts (or n_val)
+
+
+def monitor_prompts(val_set: list, tok, P: int | None) -> torch.Tensor:
+    """prompts[n, P]: the first `MONITOR_PROMPTS` validation prompts, encoded (P None: longest)."""
+    ex = val_set[:MONITOR_PROMPTS]
+    return tok.encode_prompts([e.prompt for e in ex], P)
+
+
+@torch.no_grad()
+def fixed_batch(policy: nn.Module, prompts: torch.Tensor, T_max: int, tok
+                ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Greedy responses of `policy` to prompts[n, P], made once: (tokens[n, L], mask[n, T],
+    forwards, tokens processed)."""
+    prompts = prompts.to(policy_device(policy))
+    resp, _, mask, _, gs = generate(policy, prompts, T_max, 1.0, tok.eos_id, tok.pad_id, greedy=True)  # [n, T]
+    return torch.cat([prompts, resp], 1), mask, gs.fwd_calls, gs.tokens
 
 
 def _jsonable(d: dict) -> dict:
@@ -63,13 +85,25 @@ def _jsonable(d: dict) -> dict:
 class ResetManager:
     """Triggers, reset target, reference rule, optimizer semantics, recovery (see module doc)."""
 
-    def __init__(self, cfg, trainer):
-        self.cfg, self.trainer = cfg, trainer
-        self.enabled = trainer.ref.enabled            # Variant B: no reference, no resets
+    def __init__(self, cfg, policy: nn.Module, ref, optim: OptimSide, emit: Callable[[dict], None],
+                 kl_key: str):
+        """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `kl_key`: the
+        metric the KL-spike trigger reads (the loss estimator's, e.g. "kl/k3")."""
+        self.cfg, self.policy, self.ref, self.optim, self.emit = cfg, policy, ref, optim, emit
+        self.enabled = ref.enabled                    # Variant B: no reference, no resets
         self.trigger = trigger_from_config(cfg)
         self.best = BestTracker()
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
-        self.kl_key = f"kl/{trainer.loss_kl_key}"
+        self.kl_key = kl_key
+
+    @property
+    def n_resets(self) -> int:
+        """Reference resets so far (the growth manager's `--grow_on reset` reads it)."""
+        return self.trigger.n_resets
+
+    def snapshots(self) -> list:
+        """The parameter snapshots this manager keeps (the best checkpoint; None before one)."""
+        return [self.best.params]
 
     def after_step(self, step: int, m: dict) -> dict:
         """Feed step `step`'s metrics (with `reward/val` on eval steps); reset if a trigger fires.
@@ -78,39 +112,40 @@ class ResetManager:
         """
         val = m.get("reward/val")
         if val is not None and self.cfg.reset_to == "best":
-            self.best.update(step, val, self.trainer.policy)
+            self.best.update(step, val, self.policy)
         rec = self.recovery.observe(step, m["reward/mean"])
         if rec is not None:
-            self.trainer.event("recovery", "train reward back to its pre-reset level", **rec)
+            self.emit({"step": step, "event": "recovery", "reason": "train reward back to its pre-reset level", **rec})
         if self.enabled:
             decision = self.trigger.check(step, m.get(self.kl_key), val)
             if decision is not None:
-                self.trainer.reference_reset(decision)
+                self.reset(decision)
         return {"reset/steps_since": self.trigger.steps_since_reset(step)}
 
     def reset(self, decision: Decision) -> dict:
         """Do one reset: target -> pi_ref -> optimizer side; write `ref_reset` and `opt_reset`."""
-        cfg, tr = self.cfg, self.trainer
+        cfg, opt = self.cfg, self.optim
         target: dict[str, Any] = {"reset_to": cfg.reset_to}
         if cfg.reset_to == "best":
             if self.best.params is None:          # no validation yet: the current policy is the best we have
                 target.update(restored_step=None, best_val=None)
             else:
-                target.update(restored_step=self.best.restore(tr.policy), best_val=self.best.best)
-        ref_rec = tr.ref.reset_to(tr.policy, cfg.ref_update, cfg.ref_mix_alpha)
+                target.update(restored_step=self.best.restore(self.policy), best_val=self.best.best)
+        ref_rec = self.ref.reset_to(self.policy, cfg.ref_update, cfg.ref_mix_alpha)
         ev = decision.to_event()
         record = {"step": ev.pop("step"), "event": "ref_reset", "reason": ev.pop("reason"), **ev,
                   **ref_rec, **target, "n_resets": self.trigger.n_resets}
-        tr.events_sink.write(record)
+        self.emit(record)
         changed = apply_reset_semantics(
-            tr.optimizer, tr.scheduler, tr.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
+            opt.optimizer, opt.scheduler, opt.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
             reset_opt_step=bool(cfg.reset_opt_step), reset_lr_schedule=bool(cfg.reset_lr_schedule),
-            reset_kl_coef=bool(cfg.reset_kl_coef), grad_scaler=getattr(tr, "grad_scaler", None))
-        tr.events_sink.write({"step": decision.step, "event": "opt_reset", "reason": decision.reason,
-                              "mode": cfg.opt_reset, **_jsonable(changed)})
+            reset_kl_coef=bool(cfg.reset_kl_coef), grad_scaler=opt.grad_scaler)
+        self.emit({"step": decision.step, "event": "opt_reset", "reason": decision.reason,
+                   "mode": cfg.opt_reset, **_jsonable(changed)})
         pending = self.recovery.on_reset(decision.step)
         if pending is not None:
-            tr.event("recovery", "a new reset came before recovery", **pending)
+            self.emit({"step": decision.step, "event": "recovery", "reason": "a new reset came before recovery",
+                       **pending})
         return record
 
     def state_dict(self) -> dict[str, Any]:
@@ -126,41 +161,40 @@ class ResetManager:
 class EvalMonitors:
     """kl/to_init, kl/to_prev and policy/delta_logp on eval steps, in count/monitor_fwd."""
 
-    def __init__(self, cfg, trainer):
-        self.cfg, self.trainer = cfg, trainer
-        tokens, mask, fwd, n_tok = self.fixed_batch()
+    def __init__(self, cfg, policy: nn.Module, counters: Counters, emit: Callable[[dict], None],
+                 prompts: torch.Tensor, T_max: int, tok):
+        """`prompts[n, P]`: the encoded validation prompts of the fixed batch (`monitor_prompts`);
+        `counters`: the step's counters (count/monitor_fwd, count/tokens_monitor go there)."""
+        self.cfg, self.policy, self.counters = cfg, policy, counters
+        tokens, mask, fwd, n_tok = fixed_batch(policy, prompts, T_max, tok)
         P = tokens.shape[1] - mask.shape[1]                                             # L - T
-        self.drift = DriftMonitor(trainer.policy, tokens, P, mask, cfg.temperature)
-        trainer.event("monitor_setup", "fixed drift-monitor batch: greedy responses of the warm-started policy",
-                      sequences=int(tokens.shape[0]), response_len=int(mask.shape[1]), fwd_calls=fwd, tokens=n_tok)
+        self.drift = DriftMonitor(policy, tokens, P, mask, cfg.temperature)
+        emit({"step": 0, "event": "monitor_setup",
+              "reason": "fixed drift-monitor batch: greedy responses of the warm-started policy",
+              "sequences": int(tokens.shape[0]), "response_len": int(mask.shape[1]), "fwd_calls": fwd,
+              "tokens": n_tok})
 
-    @torch.no_grad()
-    def fixed_batch(self) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-        """Greedy responses of the current policy to the first validation prompts, made once."""
-        tr = self.trainer
-        ex = tr.val_set[:MONITOR_PROMPTS]
-        prompts = tr.tok.encode_prompts([e.prompt for e in ex], tr.P).to(policy_device(tr.policy))  # [n, P]
-        resp, _, mask, _, gs = generate(tr.policy, prompts, tr.T_max, 1.0, tr.tok.eos_id, tr.tok.pad_id,
-                                        greedy=True)                                   # [n, T]
-        return torch.cat([prompts, resp], 1), mask, gs.fwd_calls, gs.tokens             # [n, L], [n, T]
+    def snapshots(self) -> list:
+        """The parameter snapshots the drift monitor keeps (initial and previous policy)."""
+        return [self.drift.init_params, self.drift.prev.params]
 
-    def before_step(self) -> None:
+    def before_step(self, step: int | None = None) -> None:
         """At the start of an eval step: snapshot the policy as 'previous' for kl/to_prev."""
-        self.drift.remember(self.trainer.policy, self.trainer.step_idx)
+        self.drift.remember(self.policy, step)
 
     @torch.no_grad()
     def measure(self, batch: RolloutBatch) -> dict:
         """After the update: {"kl/to_init", "kl/to_prev", "policy/delta_logp"}; counts its forwards."""
-        tr = self.trainer
-        out = self.drift.measure(tr.policy)
-        was_training = tr.policy.training
-        tr.policy.eval()
-        logp, _, _ = response_logprobs(tr.policy, batch.tokens, batch.prompt_len, self.cfg.temperature)  # [N, T]
-        tr.policy.train(was_training)
+        policy = self.policy
+        out = self.drift.measure(policy)
+        was_training = policy.training
+        policy.eval()
+        logp, _, _ = response_logprobs(policy, batch.tokens, batch.prompt_len, self.cfg.temperature)  # [N, T]
+        policy.train(was_training)
         out["policy/delta_logp"] = float(loss_lib.masked_mean((logp - batch.logp_old).abs(), batch.mask))
         counts = self.drift.pop_counts()
-        tr.counters.add("monitor_fwd", counts["count/monitor_fwd"] + 1)
-        tr.counters.add("tokens_monitor", counts["count/tokens_monitor"] + batch.tokens.numel())
+        self.counters.add("monitor_fwd", counts["count/monitor_fwd"] + 1)
+        self.counters.add("tokens_monitor", counts["count/tokens_monitor"] + batch.tokens.numel())
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -29,9 +29,9 @@ from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
 from noma_prorl_bench.tasks import make_task, part_metrics
 from noma_prorl_bench.training import guards, micro
-from noma_prorl_bench.training.growth_loop import GrowthManager
-from noma_prorl_bench.training.optim_state import make_lr_scheduler
-from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager
+from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
+from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
+from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
 
 REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
 COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
@@ -69,7 +69,7 @@ class Trainer:
         self.timer = StageTimer()
         self.step_idx = 0
         self.warmstart_info = self.warm_start()
-        self.growth = GrowthManager(cfg, self)       # --enable_growth: LoRA adapters, base frozen (growth_loop.py)
+        attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
         # ------------------------------------------------------------ reference (Variant A only)
         self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
         N_max = cfg.batch_size * cfg.group_size
@@ -77,14 +77,36 @@ class Trainer:
         self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max,
                                    keep_logits=self.kl.needs_ref_logits)
         # ------------------------------------------------------------ optimizer, schedule, KL coef
-        self.optimizer = self.make_optimizer()
-        self.scheduler = make_lr_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps,
-                                           cfg.steps * cfg.ppo_epochs * cfg.minibatches)
+        optimizer = self.make_optimizer()
+        self.optim = OptimSide(optimizer, run_scheduler(optimizer, cfg))     # shared with the managers
         self.kl_ctrl = (kl_lib.AdaptiveKLController(cfg.beta, cfg.target_kl, cfg.kl_horizon)
                         if cfg.target_kl > 0 else None)
-        # ------------------------------------------------------------ resets and drift monitors
-        self.resets = ResetManager(cfg, self)        # triggers, best checkpoint, recovery (reset_loop.py)
-        self.monitors = EvalMonitors(cfg, self)      # kl/to_init, kl/to_prev, policy/delta_logp
+        # ------------------------------------------------------------ resets, drift monitors, growth
+        # Each manager gets the narrow state it acts on, never the Trainer (reset_loop.py, growth_loop.py).
+        self.resets = ResetManager(cfg, self.policy, self.ref, self.optim, self.write_event,
+                                   kl_key=self.kl.metric_key)   # triggers, best checkpoint, recovery
+        self.monitors = EvalMonitors(cfg, self.policy, self.counters, self.write_event,   # kl/to_init, ...
+                                     monitor_prompts(self.val_set, self.tok, self.P), self.T_max, self.tok)
+        self.growth = GrowthManager(cfg, self.policy, self.ref, self.optim, self.write_event,
+                                    resets=self.resets, snapshot_holders=(self.resets, self.monitors))
+
+    # The optimizer side lives in `self.optim` (one object the managers share: growth may replace
+    # the optimizer and scheduler); these names read and write it.
+    optimizer = property(lambda self: self.optim.optimizer, lambda self, v: setattr(self.optim, "optimizer", v))
+    scheduler = property(lambda self: self.optim.scheduler, lambda self, v: setattr(self.optim, "scheduler", v))
+    kl_ctrl = property(lambda self: self.optim.kl_ctrl, lambda self, v: setattr(self.optim, "kl_ctrl", v))
+
+    def checkpoint_components(self) -> dict:
+        """The objects whose state_dict() make up a checkpoint, in load order: `growth` first
+        (it grows policy, reference and optimizer to the saved adapter rank), then the policy."""
+        comps = {"growth": self.growth, "policy": self.policy, "ref": self.ref,
+                 "optimizer": self.optimizer, "scheduler": self.scheduler, "kl_ctrl": self.kl_ctrl,
+                 "resets": self.resets, "monitors": self.monitors}
+        return {k: v for k, v in comps.items() if v is not None and hasattr(v, "state_dict")}
+
+    def use_reference(self, ref) -> None:
+        """Swap the reference holder (the Ray learner's RemoteReference); the managers follow."""
+        self.ref = self.resets.ref = self.growth.ref = ref
 
     # ================================================================ set-up pieces
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -127,7 +149,11 @@ class Trainer:
         return info
 
     def event(self, event: str, reason: str, **values) -> None:
-        self.events_sink.write({"step": self.step_idx, "event": event, "reason": reason, **values})
+        self.write_event({"step": self.step_idx, "event": event, "reason": reason, **values})
+
+    def write_event(self, record: dict) -> None:
+        """One events.jsonl record (the managers' `emit`; the sink is swapped when files open)."""
+        self.events_sink.write(record)
 
     # ================================================================ one step
     def train_step(self) -> dict:
@@ -135,7 +161,7 @@ class Trainer:
         self.step_idx += 1
         t_step = time.perf_counter()
         if self.is_eval_step():
-            self.monitors.before_step()                                 # snapshot for kl/to_prev
+            self.monitors.before_step(self.step_idx)                    # snapshot for kl/to_prev
         # ------------------------------------------------------------ 1. rollout + rewards
         with self.timer("rollout"):
             batch = self.rollout()
@@ -168,7 +194,7 @@ class Trainer:
         if self.is_eval_step():
             with self.timer("eval"):
                 m.update(self.run_eval(batch))
-        self.after_update(m)                                            # sees this step's reward/val
+        m.update(self.resets.after_step(self.step_idx, m))              # sees this step's reward/val
         m.update(self.growth.after_step(self.step_idx, m))              # adapter/rank; grows if due
         m.update(self.pop_step_stats(time.perf_counter() - t_step))
         self.metrics_sink.write(m)
@@ -328,17 +354,6 @@ class Trainer:
     def load_state_dict(self, state: dict) -> None:
         """Overwrite this freshly built Trainer with a saved state (RNG states included)."""
         checkpoint.load_trainer_state(self, state)
-
-    # ================================================================ resets
-    def after_update(self, m: dict) -> None:
-        """Reset bookkeeping after the update and this step's eval (reset_loop.ResetManager): best
-        checkpoint, recovery events, triggers (periodic, KL spike, stall) and `reset/steps_since`."""
-        m.update(self.resets.after_step(self.step_idx, m))
-
-    def reference_reset(self, decision) -> dict:
-        """One reset (a resets.Decision): target -> pi_ref -> optimizer side; writes the
-        `ref_reset` and `opt_reset` events and returns the `ref_reset` record."""
-        return self.resets.reset(decision)
 
     # ================================================================ evaluation and stats
     def is_eval_step(self) -> bool:
