@@ -1,2 +1,1 @@
-"""Analysis of saved run directories (reads only files): run logs, findings, paired comparisons,
-plots and the result report."""
+"""Analysis of saved run directories (reads only files): run logs, findings, comparisons, plots, report."""

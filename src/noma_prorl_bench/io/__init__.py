@@ -1,2 +1,3 @@
-"""A run on disk: the run directory, metric sinks and the counter/timer facility, checkpoints
-(one state tree), resume, and the NOMA training-state interchange."""
+"""A run on disk: run directory, metric sinks and counters, checkpoints (one state tree), resume.
+
+Also the NOMA training-state interchange (interchange.py)."""

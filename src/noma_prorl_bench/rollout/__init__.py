@@ -1,2 +1,1 @@
-"""Rollout: G sampled responses per prompt with behaviour log-probs (sampling.py) and the
-reference log-probs under A0 / A1 / A2 / B (reference.py)."""
+"""Rollout: sampled responses with behaviour log-probs (sampling.py), reference log-probs A0/A1/A2/B."""

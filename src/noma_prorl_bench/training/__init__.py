@@ -1,2 +1,1 @@
-"""Training: the trainer loop, the reset / drift-monitor / growth managers, optimizer-state
-transforms, growth with state migration, and the NaN and signal guards."""
+"""Training: the trainer loop, reset / monitor / growth managers, optimizer-state transforms, guards."""
