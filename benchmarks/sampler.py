@@ -18,6 +18,10 @@ and depth. Runs alternate path by path within each repeat; we report medians of 
 (N*T / wall seconds of the call) and the ratios of ours to `generate`, from wall time and from process CPU time (which a shared
 machine disturbs less).
 
+On CUDA (`--device cuda`, untested in the session that wrote it: no GPU) each timing is
+bracketed by torch.cuda.synchronize, and `--compile` adds `ours_compiled`
+(HFPolicy.compile_decode: the static-cache decode step under torch.compile "reduce-overhead").
+
 Run (CPU, one thread, as recorded in docs/performance.md):
     OMP_NUM_THREADS=1 nice -n 5 env PYTHONPATH=src .venv/bin/python benchmarks/sampler.py \
         --hidden 256 --layers 4 --B 8 --G 8 --lengths 64 128 --repeats 5 --out sampler.json
@@ -60,10 +64,17 @@ def prompts_for(tok, B: int, G: int) -> torch.Tensor:
     return tok.encode_prompts([e.prompt for e in ex for _ in range(G)])
 
 
+def _sync(ids) -> None:
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def run_ours(policy, ids, T, pad_id, seed, G=1) -> tuple[float, float]:
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=ids.device).manual_seed(seed)
+    _sync(ids)
     t0, c0 = time.perf_counter(), time.process_time()
     resp, *_ = generate(policy, ids, T, 1.0, eos_id=-1, pad_id=pad_id, generator=g, group_size=G)
+    _sync(ids)
     dt, ct = time.perf_counter() - t0, time.process_time() - c0
     assert resp.shape == (ids.shape[0], T), resp.shape
     return dt, ct
@@ -73,11 +84,13 @@ def run_hf(model, ids, T, pad_id, seed, static: bool) -> tuple[float, float]:
     torch.manual_seed(seed)
     mask = (ids != pad_id).long().cumsum(1).gt(0).long()
     kw = {"cache_implementation": "static"} if static else {}
+    _sync(ids)
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
                              top_p=1.0, max_new_tokens=T, min_new_tokens=T, eos_token_id=None,
                              pad_token_id=pad_id, **kw)
+    _sync(ids)
     dt, ct = time.perf_counter() - t0, time.process_time() - c0
     assert out.shape[1] - ids.shape[1] == T, out.shape
     return dt, ct
@@ -93,8 +106,12 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", type=int, nargs="+", default=[64, 128])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--paths", nargs="+", default=["ours", "ours_noshare", "ours_dynamic_noshare", "hf_dynamic",
                                                    "hf_static", "transformer"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--compile", action="store_true",
+                   help="CUDA only: also time ours_compiled (HFPolicy.compile_decode, CUDA graphs)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import transformers
@@ -103,21 +120,22 @@ def main(argv=None) -> int:
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
     from noma_prorl_bench.models.transformer import TransformerPolicy
     torch.set_num_threads(a.threads)
-    device = "cpu"
-    info = {"device": f"cpu ({platform.processor() or platform.machine()})", "threads": a.threads,
+    device = a.device
+    name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine())
+    info = {"device": f"{device} ({name})", "threads": a.threads,
             "torch": torch.__version__, "transformers": transformers.__version__, "args": vars(a)}
     print(f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} float32; "
+          f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
           f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
           flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
-        policy, tok = load_hf_policy(path, device=device)
-        ids = prompts_for(tok, a.B, a.G)
+        policy, tok = load_hf_policy(path, device=device, dtype=a.dtype)
+        ids = prompts_for(tok, a.B, a.G).to(device)
         N, P = ids.shape
         torch.manual_seed(0)
-        ours_tf = TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval()
+        ours_tf = TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval().to(device)
         G = a.G
         fns = {"ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
                "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
@@ -126,6 +144,11 @@ def main(argv=None) -> int:
                "hf_static": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=True),
                "transformer": lambda T, s: run_ours(ours_tf, ids, T, tok.pad_id, s, G)}
         fns = {k: fns[k] for k in a.paths}
+        if a.compile:
+            import copy
+            compiled = copy.deepcopy(policy)
+            compiled.compile_decode()
+            fns["ours_compiled"] = lambda T, s: run_ours(compiled, ids, T, tok.pad_id, s, G)
         print(f"# prompts: P={P} (left-padded, {int((ids == tok.pad_id).sum())} PAD tokens in all)")
         for T in a.lengths:
             for f in fns.values():

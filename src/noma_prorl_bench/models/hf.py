@@ -173,6 +173,9 @@ class HFPolicy(nn.Module):
                     layer.keys = layer.keys.repeat_interleave(G, 0)
                     layer.values = layer.values.repeat_interleave(G, 0)
                     layer.batch_size = layer.keys.shape[0]
+                    if getattr(self, "_compiled", False):      # new tensors: tell dynamo they stay put
+                        torch._dynamo.mark_static_address(layer.keys)
+                        torch._dynamo.mark_static_address(layer.values)
             return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
                                  state.next_pos.repeat_interleave(G, 0))
         state.cache.batch_repeat_interleave(G)
@@ -213,11 +216,26 @@ class HFPolicy(nn.Module):
             raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
         state.valid[:, state.filled] = True                                          # the column written now
         with autocast(self), self._no_ckpt():
-            out = self.model(input_ids=tok[:, None], attention_mask=state.valid[:, None, None, :],
-                             position_ids=state.next_pos[:, None], past_key_values=state.cache, use_cache=True)
+            logits = self._static_step(tok[:, None], state.valid[:, None, None, :], state.next_pos[:, None],
+                                       state.cache)
         state.filled += 1
         state.next_pos = state.next_pos + 1
-        return out.logits[:, -1].float(), state
+        return logits[:, -1].float(), state
+
+    def _static_step(self, ids, attn, pos, cache) -> torch.Tensor:
+        """One decode forward on the StaticCache -> logits[N, 1, V] (compiled by `compile_decode`)."""
+        return self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                          use_cache=True).logits
+
+    def compile_decode(self, mode: str = "reduce-overhead") -> None:
+        """CUDA only, opt-in, NOT RUN in the sessions that wrote it (no GPU): compile the static-cache
+        decode step with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs over fixed shapes
+        and the StaticCache's fixed addresses, which ``repeat_state`` re-marks). Measure with
+        ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""
+        if next(self.model.parameters()).device.type != "cuda":
+            raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
+        self._static_step = torch.compile(self._static_step, mode=mode, dynamic=False)
+        self._compiled = True
 
 
 def disable_dropout(model: nn.Module) -> int:
