@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -84,19 +84,19 @@ def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Te
     return report
 
 
-def nan_guard(trainer, sl: slice, *, loss, grad_norm, logp, kl, mask) -> bool:
-    """True when this minibatch's update must be skipped (gradients already dropped); writes the
-    `nan_guard` event; raises NonFiniteError under --on_nan stop."""
-    report = nonfinite_report(loss, grad_norm, logp, kl, mask, trainer.policy)
+def nan_guard(policy, optimizer, on_nan: str, event: Callable[..., None], step: int, sl: slice, *,
+              loss, grad_norm, logp, kl, mask) -> bool:
+    """True when this minibatch's update must be skipped (the optimizer's gradients already
+    dropped); writes the `nan_guard` event through `event(name, reason, **values)`; raises
+    NonFiniteError under --on_nan stop (`on_nan`)."""
+    report = nonfinite_report(loss, grad_norm, logp, kl, mask, policy)
     if not report:
         return False
-    trainer.optimizer.zero_grad(set_to_none=True)
-    action = trainer.cfg.on_nan
+    optimizer.zero_grad(set_to_none=True)
     bad = [k for k in report if k != "grads"] + (["gradients"] if "grads" in report else [])
-    trainer.event("nan_guard", f"non-finite {', '.join(bad)}", action=action,
-                  rows=[sl.start, sl.stop], **report)
-    if action == "stop":
-        raise NonFiniteError(trainer.step_idx, bad)
+    event("nan_guard", f"non-finite {', '.join(bad)}", action=on_nan, rows=[sl.start, sl.stop], **report)
+    if on_nan == "stop":
+        raise NonFiniteError(step, bad)
     return True
 
 

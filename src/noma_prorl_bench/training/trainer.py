@@ -293,8 +293,8 @@ class Trainer:
         loss, logp, ent, pg, kl, kl_tok, metrics = micro.join(parts)   # the minibatch's, detached
         gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
               if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
-        skipped = guards.nan_guard(self, sl, loss=loss, grad_norm=gn, logp=logp, kl=kl_tok,
-                                   mask=batch.mask[sl])                 # --on_nan: NaN/Inf -> no step
+        skipped = guards.nan_guard(self.policy, self.optimizer, cfg.on_nan, self.event, self.step_idx, sl, loss=loss,
+                                   grad_norm=gn, logp=logp, kl=kl_tok, mask=batch.mask[sl])   # --on_nan: skip/stop
         if not skipped:
             self.optimizer.step()
             self.scheduler.step()
