@@ -28,7 +28,7 @@ def _config(**kw: Any) -> dict[str, Any]:
     cfg = dict(variant="A", ref_compute="cached", opt_reset="keep", reset_every=10, seed=0,
                steps=40, ppo_epochs=2, minibatches=2, task="reverse_digits",
                enable_growth=False, growth_migration="adam_map", beta=0.05, kl_estimator="k3",
-               eval_every=5, grow_every=15, lr=1e-3)
+               eval_every=5, grow_every=15, lr=1e-3, batch_size=4, group_size=2)  # N_SEQ = 8
     cfg.update(kw)
     cfg["versions"] = {"noma_prorl_bench": "0.1.0", "torch": "fake"}
     cfg["outdir"] = "set-per-run"
@@ -64,7 +64,7 @@ def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Gene
         "time/rollout": rollout, "time/ref": ref, "time/train": train, "time/step": step_time,
         "perf/tokens_per_s": tokens / step_time,
         "perf/peak_rss_mb": 300.0 + 0.5 * t + (50.0 if ref_fwd > 1 else 0.0),
-        "reset/steps_since": since, "kl/to_init": 0.001 * t,
+        "reset/steps_since": since, "kl/to_init": 0.001 * t, "response/len_mean": float(T_TOK),
     }
     if cfg["variant"] != "B":
         spike = 0.05 if (cfg["opt_reset"] == "hard" and 0 < since <= 2 and t > since) else 0.0
@@ -113,7 +113,9 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
     (out / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     if complete:
-        (out / "summary.json").write_text(json.dumps({"complete": True, "steps": cfg["steps"]}))
+        # the warm-started policy's val reward is the curve at t = 0: 0.01 * seed
+        (out / "summary.json").write_text(json.dumps({"complete": True, "steps": cfg["steps"],
+                                                      "warmstart_val_reward": 0.01 * cfg["seed"]}))
     return out
 
 

@@ -29,20 +29,21 @@ from typing import Optional
 from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
 
 # ---------------------------------------------------------------------------- the matrix
-#: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence.
-#: `full` is the evidence (>= 10 paired seeds; 120 runs x 200 steps: about an hour with 2 jobs on a
-#: 2-core VM shared with other work, where a step took ~0.4 s instead of the idle ~0.07 s);
+#: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
+#: score is its mean validation reward over its last K evaluations).
+#: `full` is the evidence (>= 10 paired seeds; 120 runs x 150 steps: about an hour with 2 jobs on a
+#: 2-core VM shared with other work, where a step took 0.4-1 s instead of the idle ~0.07 s);
 #: `quick` and `smoke` are smoke runs; `aa` is the A/A test of the statistics (two identical arms
 #: that differ only in their seeds), small enough to run as a test.
 PRESETS = {
-    "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False,
+    "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
                   base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                         "--n_val", "32", "--eval_every", "2"]),
-    "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, arms="aa",
+    "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, k=5, arms="aa",
                base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                      "--n_val", "32", "--eval_every", "2"]),
-    "quick": dict(seeds=3, steps=300, reset_every=100, evidence=False, base=["--eval_every", "10"]),
-    "full": dict(seeds=10, steps=200, reset_every=50, evidence=True, base=["--eval_every", "5"]),
+    "quick": dict(seeds=3, steps=300, reset_every=100, evidence=False, k=10, base=["--eval_every", "10"]),
+    "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"]),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -294,6 +295,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
                 os.path.join(args.outdir, r["name"], "metrics.jsonl")))]
     settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
+                "score_evals": PRESETS[args.preset]["k"],
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
                 "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),

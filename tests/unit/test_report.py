@@ -1,6 +1,7 @@
 """Tests for report.py: every matrix number is recomputed here straight from metrics.jsonl /
-events.jsonl (plain json + numpy, no runlog), plus the cost model, the B-vs-A criterion, the
-reset ranking, the conclusion and the written report."""
+events.jsonl (plain json + numpy, no runlog), plus the cost model, the paired comparisons
+(score = mean of the last K val rewards; verdicts from Holm-corrected sign-flip tests), the
+B-vs-A share of the RL gain, the conclusion and the written report / summary.json."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import SUITE, write_suite  # noqa: E402
 
+from noma_prorl_bench.analysis import compare as cmp  # noqa: E402
 from noma_prorl_bench.analysis import findings as fd  # noqa: E402
 from noma_prorl_bench.analysis import report as rp  # noqa: E402
 from noma_prorl_bench.analysis import runlog  # noqa: E402
@@ -104,9 +106,11 @@ def test_kl_is_absent_for_b_and_spike_sees_hard_reset(matrix):
 def test_stat_of_and_format():
     st = fd.Stat.of([1.0, 2.0, math.nan, 3.0])
     assert (st.mean, st.std, st.min, st.max, st.n, st.n_total) == (2.0, 1.0, 1.0, 3.0, 3, 4)
-    assert st.fmt() == "2 ± 1 (1–3)" and st.fmt(counts=True) == "2 ± 1 (1–3) [3/4]"
+    # fixed decimals with units (the old 4-significant-digit format printed 7.252e+04)
+    assert st.fmt() == "2.000 ± 1.000" and st.fmt(1, counts=True) == "2.0 ± 1.0 [3/4]"
+    assert fd.Stat.of([72520.0, 72530.0]).fmt(0, unit="tok/s") == "72525 ± 7 tok/s"
     one = fd.Stat.of([0.5])
-    assert one.fmt() == "0.5" and math.isnan(one.std)
+    assert one.fmt() == "0.500" and math.isnan(one.std)
     assert fd.Stat.of([]).fmt() == "—"
 
 
@@ -140,42 +144,81 @@ def test_cost_model_matches_hand_formula(suite, groups):
     assert c["expected_ref_fwd"] == 4 and c["ref_fwd_a0"] == 4 and c["ref_fwd_a1"] == 1
 
 
-def test_b_vs_a_criterion(groups, matrix):
-    (b,) = fd.b_vs_a(groups, matrix)
-    assert b["a"] == GROUP["A1"] and b["differs_in"] == []
-    frac = matrix[GROUP["B"]]["final_val"].mean / matrix[GROUP["A1"]]["final_val"].mean
-    assert b["fraction"] == pytest.approx(frac) and 0.8 <= frac < 0.9     # quality 0.85
-    assert b["step_change"] < 0 and b["held_80"] and not b["held_90"]
+def _score(d: Path, k: int) -> float:
+    """Mean of the last k reward/val values, recomputed from metrics.jsonl."""
+    return float(_col(_rows(d, "metrics.jsonl"), "reward/val")[1][-k:].mean())
 
 
-def test_reset_ranking_and_separation(groups, matrix):
-    (bucket,) = fd.reset_ranking(groups, matrix)
-    rows = bucket["members"]
-    assert [r["semantics"] for r in rows] == ["keep", "soft", "asym", "hard"]
-    # seeds shift val by 0.01*seed: keep spans 0.868..0.888, hard 0.842..0.862 -> separated
-    assert [r["separated_from_best"] for r in rows] == [None, False, False, True]
+TEN = tuple(range(10))
+KS = 5                              # 8 evaluations per fake run: score = mean of the last 5
+PAIR = [("A1", dict(ref_compute="cached"), 1.0), ("B", dict(variant="B"), 0.85),
+        ("hard", dict(opt_reset="hard"), 0.97)]
+G10 = {"A1": "A1 cached, opt=keep", "B": "B no-ref, opt=keep", "hard": "A1 cached, opt=hard"}
 
 
-def test_conclusion_reports_only_supported_claims(groups, matrix):
-    text = "\n".join(fd.conclusion(fd.cost_model_check(groups), fd.b_vs_a(groups, matrix),
-                                   fd.reset_ranking(groups, matrix), groups))
+@pytest.fixture(scope="module")
+def ten(tmp_path_factory):
+    """A1, B (quality 0.85) and hard (0.97) on 10 seeds: arms are configurations, pairs seeds."""
+    root = tmp_path_factory.mktemp("ten")
+    runs = load_runs(write_suite(root, seeds=TEN, suite=PAIR))
+    return root, cmp.arm_table(runs)
+
+
+def test_scores_and_paired_differences_recomputed(ten):
+    root, arms = ten
+    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS)
+    assert {(r["name"], r["metric"]) for r in rows} == {
+        (f"{G10['B']} vs {G10['A1']}", m) for m in ("score", "s_step", "s_token")} | {
+        (f"{G10['hard']} vs {G10['A1']}", "score")}
+    hard = next(r for r in rows if r["arm"] == G10["hard"])
+    d = [_score(root / f"hard_s{s}", KS) - _score(root / f"A1_s{s}", KS) for s in TEN]
+    assert hard["n_pairs"] == 10 and hard["diff"] == pytest.approx(np.mean(d), rel=1e-12)
+    # the seed offset (0.01 * seed) cancels in the pairs: every d_i is the same -0.03 * curve, so
+    # the CI is that point, all 2^10 sign patterns but two fall short: p = 2/1024, and Holm over
+    # the 4 rows multiplies the smallest p by at most 4
+    assert np.ptp(d) < 1e-6 and hard["ci95"] == pytest.approx([np.mean(d)] * 2, abs=1e-6)
+    assert hard["p"] == pytest.approx(2 / 1024) and hard["p_holm"] <= 4 * 2 / 1024
+    assert hard["verdict"] == "worse"
+    # B has no reference forward: its step time is lower in every pair -> "better" (faster)
+    fast = next(r for r in rows if r["arm"] == G10["B"] and r["metric"] == "s_step")
+    assert fast["diff"] < 0 and fast["verdict"] == "better"
+
+
+def test_three_seeds_never_give_a_verdict(groups):
+    # the old rule called keep > hard "beyond the seed spread" from 3 seeds (ranges 0.868..0.888
+    # vs 0.842..0.862); with 3 pairs the smallest sign-flip p is 2/8 = 0.25: no verdict possible
+    arms = {label: {json.dumps(r.seed): r for r in rs} for label, rs in groups.items()}
+    rows = cmp.compare(arms, [["hard vs A1", GROUP["hard"], GROUP["A1"]]], KS)
+    (row,) = rows
+    assert row["diff"] < 0 and row["p"] == pytest.approx(0.25)
+    assert row["verdict"] == "no detectable difference"
+
+
+def test_gain_kept_share_and_criterion(ten):
+    root, arms = ten
+    rows = cmp.compare(arms, [["B vs A1", G10["B"], G10["A1"]]], KS)
+    (g,) = cmp.gain_kept(arms, rows, KS)
+    # warm-start score = 0.01 * seed = the curve at t = 0; gains scale with quality: B keeps 85%
+    gb = [_score(root / f"B_s{s}", KS) - 0.01 * s for s in TEN]
+    ga = [_score(root / f"A1_s{s}", KS) - 0.01 * s for s in TEN]
+    assert g["share"] == pytest.approx(np.mean(gb) / np.mean(ga)) == pytest.approx(0.85)
+    assert g["ci95"] == pytest.approx([0.85, 0.85], abs=1e-6) and g["speed"] == "better"
+    assert (g["held_80"], g["held_90"]) == ("held", "not held")
+    assert g["warm"] == pytest.approx(0.045)
+
+
+def test_conclusion_states_verdicts_and_caveats(ten, groups):
+    _, arms = ten
+    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS)
+    gains = cmp.gain_kept(arms, rows, KS)
+    text = "\n".join(fd.conclusion(fd.cost_model_check(groups), rows, gains, n_pairs=10))
     assert "took 1.06× A1's step time" in text
-    assert "held at 80% but not at 90%" in text
-    assert "keep beats hard beyond the seed spread" in text
-    assert "Caveat" not in text                          # 3 seeds, all complete
-
-
-def test_conclusion_says_within_noise_and_too_few_seeds(tmp_path):
-    suite = [("keep", dict(opt_reset="keep"), 1.0), ("hard", dict(opt_reset="hard"), 0.995)]
-    runs = load_runs(write_suite(tmp_path / "a", seeds=(0, 1, 2), suite=suite))
-    groups = group_runs(runs)
-    m = fd.result_matrix(groups, threshold=0.5, source="val")
-    text = " ".join(fd.conclusion([], [], fd.reset_ranking(groups, m), groups))
-    assert "within seed noise" in text and "Wedge B" in text and "not supported" in text
-    one = group_runs(load_runs(write_suite(tmp_path / "b", seeds=(0,), suite=suite)))
-    m1 = fd.result_matrix(one, threshold=0.5, source="val")
-    text = " ".join(fd.conclusion([], [], fd.reset_ranking(one, m1), one))
-    assert "too few seeds" in text and "as few as 1 seed" in text
+    assert "kept 85% of" in text and "'keeps >= 80% at lower step time': held" in text
+    assert f"{G10['hard']} is worse than {G10['A1']}" in text
+    assert "Caveat" not in text and "smoke run" not in text
+    short = " ".join(fd.conclusion([], rows, [], n_pairs=3, partial=1, evidence=False))
+    assert "smoke run, not evidence" in short and "as few as 3 paired seed" in short
+    assert "1 run(s) are incomplete" in short
 
 
 def test_steps_to_threshold_train_source_and_not_reached(groups):
@@ -193,21 +236,34 @@ def test_steps_to_threshold_train_source_and_not_reached(groups):
 def test_write_report_files_sections_and_numbers(suite, tmp_path):
     root, dirs = suite
     out = rp.write_report(dirs, tmp_path / "rep" / "report.md", tmp_path / "rep" / "figures",
-                          {"preset": "unit-test", "reward_threshold": THRESHOLD})
+                          {"preset": "unit-test", "reward_threshold": THRESHOLD, "score_evals": 5,
+                           "commit": "abc123", "command": "prorl-bench suite --preset x",
+                           "machine": "test box"})
     md = out.read_text()
-    for heading in ("## Conclusion", "## Result matrix", "## Cost model check (A0 vs A1)",
-                    "## B (no reference) vs A", "## Reset semantics ranking",
-                    "## Sample rollouts", "## Settings", "## Runs"):
+    for heading in ("## Conclusion", "## Paired comparisons", "## Arms",
+                    "## B (no reference model) vs A: share of the RL gain",
+                    "## Cost model check (A0 vs A1)", "# Appendix", "## Per-seed numbers",
+                    "## Configuration details", "## Sample rollouts", "## Settings", "## Runs"):
         assert heading in md
+    assert "abc123" in md and "prorl-bench suite --preset x" in md and "test box" in md
+    assert "last K = 5 evaluations" in md and "reaches 0.700" in md
     for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", md):
         assert not Path(link).is_absolute() and (out.parent / link).is_file()
-    assert "unit-test" in md and "reaches 0.7" in md
-    # the matrix cell printed for A1's final val reward is the recomputed mean ± std (min–max)
-    vals = np.array([_expected(root / f"A1_s{s}")["final_val"] for s in SEEDS])
-    cell = f"{vals.mean():.4g} ± {vals.std(ddof=1):.2g} ({vals.min():.4g}–{vals.max():.4g})"
-    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {GROUP['A1']} |"))
-    assert line.split(" | ")[3] == cell
+    # tables a person reads: at most 8 columns, no scientific notation
+    for line in md.splitlines():
+        if line.startswith("|") and "---" not in line and not line.startswith("| `"):
+            assert line.count(" | ") + 1 <= 8, line
+    assert not re.search(r"\d\.\d+e[+-]\d", md.split("## Settings")[0])
+    # the per-seed score printed for A1 seed 1 is the recomputed mean of its last 5 val rewards
+    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {GROUP['A1']} | 1 | 1 |"))
+    assert line.split(" | ")[3] == f"{_score(root / 'A1_s1', 5):.3f}"
+    summary = json.loads((out.parent / "summary.json").read_text())
+    assert summary["score"]["k"] == 5 and summary["evidence"] is True
+    for c in summary["comparisons"]:
+        assert set(c) >= {"name", "metric", "n_pairs", "diff", "ci95", "p_holm", "verdict"}
+        assert c["verdict"] in ("better", "worse", "no detectable difference") and c["n_pairs"] == 3
     numbers = json.loads(out.with_suffix(".json").read_text())
+    vals = np.array([_expected(root / f"A1_s{s}")["final_val"] for s in SEEDS])
     assert numbers["matrix"][GROUP["A1"]]["final_val"]["mean"] == pytest.approx(vals.mean())
     # samples from the earliest (5) and latest (40) logged step
     sample_steps = {int(ln.split(" | ")[1]) for ln in md.split("## Sample rollouts")[1]

@@ -1,6 +1,7 @@
-"""Findings from saved runs: the result matrix (one value per seed, mean and spread per
-configuration), the A0/A1 cost-model check, the B-vs-A criterion, the reset ranking and the
-generated conclusion. Pure functions of `runlog.Run` objects; report.py renders them.
+"""Findings from saved runs: the per-configuration details (one value per seed, mean and spread),
+the A0/A1 cost-model check and the generated conclusion, which states only what the paired
+comparisons of `compare.py` (bootstrap CI, Holm-corrected sign-flip test) support. Pure
+functions of `runlog.Run` objects; report.py renders them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from noma_prorl_bench.analysis.compare import METRICS
 from noma_prorl_bench.analysis.runlog import (
     Run,
     config_key,
@@ -27,15 +29,6 @@ COLUMNS = {
     "ref_fwd": "ref fwd / step", "step_time": "median step time (s)",
     "tokens_per_s": "policy tokens/s", "peak_mem": "peak RSS (MB)",
 }
-#: fields not counted as differences when pairing B with an A configuration: B has no reference,
-#: so neither its KL term nor reference resets apply (they only break ties between A configs)
-B_IGNORE = frozenset({"variant", "beta", "kl_estimator", "k2_mode", "kl_in", "target_kl",
-                      "kl_horizon", "reset_every", "opt_reset", "soft_factor", "reset_to",
-                      "ref_update", "ref_mix_alpha", "reset_kl_above", "reset_kl_min_gap",
-                      "reset_on_stall", "stall_min_delta", "reset_opt_step",
-                      "reset_lr_schedule", "reset_kl_coef", "preset"})
-
-
 @dataclass
 class Stat:
     """Spread over seeds of one per-run number: n counts finite values, n_total all runs."""
@@ -55,13 +48,16 @@ class Stat:
         std = float(v.std(ddof=1)) if v.size > 1 else math.nan
         return cls(float(v.mean()), std, float(v.min()), float(v.max()), int(v.size), len(values))
 
-    def fmt(self, counts: bool = False) -> str:
+    def fmt(self, decimals: int = 3, counts: bool = False, unit: str = "") -> str:
+        """'mean ± std' with fixed decimals (and a unit); '—' without values; `counts` adds
+        [n/N] (values that are finite out of all runs)."""
+        u = f" {unit}" if unit else ""
         if self.n == 0:
             text = "—"
         elif self.n == 1:
-            text = f"{self.mean:.4g}"
+            text = f"{self.mean:.{decimals}f}{u}"
         else:
-            text = f"{self.mean:.4g} ± {self.std:.2g} ({self.min:.4g}–{self.max:.4g})"
+            text = f"{self.mean:.{decimals}f} ± {self.std:.{decimals}f}{u}"
         return f"{text} [{self.n}/{self.n_total}]" if counts else text
 
 
@@ -170,61 +166,6 @@ def cost_model_check(groups: dict[str, list[Run]]) -> list[dict[str, Any]]:
     return out
 
 
-def b_vs_a(groups: dict[str, list[Run]], matrix: dict[str, dict[str, Stat]]) -> list[dict]:
-    """Each B configuration against its closest A configuration (A1 preferred, then A2, A0):
-    fraction of A's mean final val reward kept and the change in median step time; the seed's
-    criterion holds at level L when fraction >= L and B's step time is lower."""
-    keys = _keys(groups)
-    order = {"A1": 0, "A2": 1, "A0": 2}
-    a_keys = dict(sorted(((lab, k) for lab, k in keys.items() if _variant(k) in order),
-                         key=lambda item: order[_variant(item[1])]))
-    out = []
-    for lab_b, kb in keys.items():
-        match = closest(kb, a_keys, B_IGNORE) if _variant(kb) == "B" else None
-        if match is None:
-            continue
-        lab_a, diff = match
-        vb, va = matrix[lab_b]["final_val"].mean, matrix[lab_a]["final_val"].mean
-        tb, ta = matrix[lab_b]["step_time"].mean, matrix[lab_a]["step_time"].mean
-        frac = vb / va if va > 0 else math.nan
-        faster = tb < ta
-        out.append(dict(b=lab_b, a=lab_a, differs_in=diff, val_b=vb, val_a=va, fraction=frac,
-                        step_b=tb, step_a=ta, step_change=tb / ta - 1.0,
-                        held_80=bool(frac >= 0.8 and faster), held_90=bool(frac >= 0.9 and faster)))
-    return out
-
-
-def separated(a: Stat, b: Stat) -> bool | None:
-    """True when the seed ranges [min, max] do not overlap; None with fewer than 2 seeds."""
-    if a.n < 2 or b.n < 2:
-        return None
-    return a.max < b.min or b.max < a.min
-
-
-def reset_ranking(groups: dict[str, list[Run]], matrix: dict[str, dict[str, Stat]]) -> list[dict]:
-    """Configurations that differ only in `opt_reset` (variant A), ranked by mean final val;
-    for each the separation of the best from every other (seed ranges overlap or not)."""
-    buckets: dict[str, list[tuple[str, str]]] = {}
-    for lab, key in _keys(groups).items():
-        if _variant(key) == "B" or "opt_reset" not in key:
-            continue
-        rest = json.dumps({n: v for n, v in key.items() if n != "opt_reset"}, sort_keys=True)
-        buckets.setdefault(rest, []).append((json.loads(key["opt_reset"]), lab))
-    out = []
-    for members in buckets.values():
-        if len({sem for sem, _ in members}) < 2:
-            continue
-        ranked = sorted(members, key=lambda m: -np.nan_to_num(matrix[m[1]]["final_val"].mean,
-                                                               nan=-np.inf))
-        best = matrix[ranked[0][1]]["final_val"]
-        rows = [dict(semantics=sem, label=lab, final_val=matrix[lab]["final_val"],
-                     separated_from_best=None if i == 0 else
-                     separated(best, matrix[lab]["final_val"]))
-                for i, (sem, lab) in enumerate(ranked)]
-        out.append(dict(members=rows))
-    return out
-
-
 # ---------------------------------------------------------------- conclusion
 
 
@@ -241,59 +182,55 @@ def _cost_sentences(cost: list[dict]) -> list[str]:
     return lines
 
 
-def _bva_sentences(bva: list[dict]) -> list[str]:
+def _fmt_diff(row: dict) -> str:
+    _, unit, _, scale, dec = METRICS[row["metric"]]
+    lo, hi = (v * scale for v in row["ci95"])
+    return (f"{row['diff'] * scale:+.{dec}f} {unit} (95% CI {lo:+.{dec}f} to {hi:+.{dec}f}, "
+            f"n = {row['n_pairs']}, p_holm = {row['p_holm']:.3f})")
+
+
+def _comparison_sentences(rows: list[dict]) -> list[str]:
     lines = []
-    for b in bva:
-        if not math.isfinite(b["fraction"]):
-            lines.append(f"B vs A: cannot be judged ({b['a']} has no positive final val reward).")
-            continue
-        verdict = ("held at both the 80% and 90% levels" if b["held_90"] else
-                   "held at 80% but not at 90%" if b["held_80"] else "did not hold")
-        speed = (f"{-b['step_change']:.0%} lower" if b["step_change"] < 0 else
-                 f"{b['step_change']:.0%} higher (B was not faster)")
-        lines.append(f"No-reference (B) kept {b['fraction']:.0%} of {b['a']}'s final validation "
-                     f"reward with {speed} median step time: the success criterion {verdict}.")
-    if any(math.isfinite(b["fraction"]) for b in bva):
-        held = any(b["held_80"] for b in bva)
-        lines.append(f"Wedge A (\"no-ref preserves most gains\"): "
-                     f"{'supported' if held else 'not supported'} by these runs.")
-    return lines
-
-
-def _ranking_sentences(ranking: list[dict]) -> list[str]:
-    lines, sep_any = [], False
-    for bucket in ranking:
-        rows = bucket["members"]
-        seps = [r["separated_from_best"] for r in rows[1:]]
-        order = " > ".join(f"{r['semantics']} {r['final_val'].mean:.3g}" for r in rows)
-        if any(s is None for s in seps):
-            lines.append(f"Reset semantics ({order}): too few seeds to judge against seed noise.")
-        elif any(seps):
-            sep_any = True
-            beaten = ", ".join(r["semantics"] for r in rows[1:] if r["separated_from_best"])
-            lines.append(f"Reset semantics ({order}): {rows[0]['semantics']} beats {beaten} "
-                         "beyond the seed spread (seed ranges do not overlap).")
+    for row in rows:
+        what = {"score": "validation score", "s_step": "step time",
+                "s_token": "time per generated token"}[row["metric"]]
+        if row["verdict"] == "no detectable difference":
+            lines.append(f"{row['name']}, {what}: no detectable difference, {_fmt_diff(row)}.")
         else:
-            lines.append(f"Reset semantics ({order}): differences between reset semantics "
-                         "are within seed noise (seed ranges overlap).")
-    if ranking:
-        lines.append(f"Wedge B (\"optimizer reset semantics matter\"): "
-                     f"{'supported' if sep_any else 'not supported'} by these runs.")
+            lines.append(f"{row['name']}, {what}: {row['arm']} is {row['verdict']} than "
+                         f"{row['baseline']}, {_fmt_diff(row)}.")
     return lines
 
 
-def conclusion(cost: list[dict], bva: list[dict], ranking: list[dict],
-               groups: dict[str, list[Run]]) -> list[str]:
+def _gain_sentences(gains: list[dict]) -> list[str]:
+    lines = []
+    for g in gains:
+        if not math.isfinite(g["share"]):
+            lines.append(f"{g['b']} vs {g['a']}: the share of the RL gain cannot be computed "
+                         f"({g['a']}'s mean gain over the warm-start score is "
+                         f"{g['gain_a']:+.3f}, not positive).")
+            continue
+        lo, hi = g["ci95"]
+        lines.append(f"{g['b']} kept {g['share']:.0%} of {g['a']}'s RL gain over the warm-start "
+                     f"score {g['warm']:.3f} (95% CI {lo:.0%} to {hi:.0%}, n = {g['n_pairs']}; "
+                     f"gains {g['gain_b']:+.3f} vs {g['gain_a']:+.3f}); B's step time: "
+                     f"{g['speed']}. Criterion 'keeps >= 80% at lower step time': "
+                     f"{g['held_80']}; '>= 90%': {g['held_90']}.")
+    return lines
+
+
+def conclusion(cost: list[dict], rows: list[dict], gains: list[dict], n_pairs: int,
+               partial: int = 0, evidence: bool = True) -> list[str]:
     """Short statements, each backed by a number computed above, plus caveats."""
-    lines = _cost_sentences(cost) + _bva_sentences(bva) + _ranking_sentences(ranking)
-    n_seeds = min(len(rs) for rs in groups.values()) if groups else 0
-    if n_seeds < 3:
-        lines.append(f"Caveat: as few as {n_seeds} seed(s) per configuration; spreads are rough.")
-    partial = sum(not r.complete for rs in groups.values() for r in rs)
+    lines = [] if evidence else [
+        "This is a smoke run, not evidence: its preset is sized to check that the pipeline "
+        "works, not to detect effects (see the `full` preset)."]
+    lines += _cost_sentences(cost) + _gain_sentences(gains) + _comparison_sentences(rows)
+    if n_pairs < 10:
+        lines.append(f"Caveat: as few as {n_pairs} paired seed(s) per comparison; with n pairs "
+                     f"the smallest possible p-value is 2/2^n ({2 / 2 ** max(n_pairs, 1):.3f}), "
+                     "so small effects cannot be detected.")
     if partial:
         lines.append(f"Caveat: {partial} run(s) are incomplete (no summary.json); their numbers "
                      "cover the steps logged so far.")
     return lines
-
-
-# ---------------------------------------------------------------- markdown

@@ -1,0 +1,149 @@
+"""Markdown sections of the result report (report.py assembles them). Tables a person reads:
+fixed decimals with units, at most 8 columns; the long per-seed tables go to the appendix."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from noma_prorl_bench.analysis.compare import METRICS, run_numbers
+from noma_prorl_bench.analysis.findings import Stat
+from noma_prorl_bench.analysis.runlog import Run, kl_loss_key, reduce_key
+
+import numpy as np
+
+
+def _cell(text: Any, limit: int = 60) -> str:
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def _f(x: float, decimals: int = 3, unit: str = "", sign: bool = False) -> str:
+    """Fixed decimals (and a unit); '—' for NaN."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:+.{decimals}f}" if sign else f"{x:.{decimals}f}" + (f" {unit}" if unit else "")
+
+
+def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence: bool) -> list[str]:
+    lines = [] if evidence else [
+        "> **Smoke run, not evidence.** This preset checks that the pipeline works; its seeds "
+        "and steps are too few to detect effects. The evidence is the `full` preset.", ""]
+    lines += [f"{n_runs} runs in {n_arms} arms. Made at commit `{settings.get('commit', 'unknown')}` "
+              f"on {settings.get('machine', 'an unrecorded machine')} with", "",
+              f"    {settings.get('command', '(command not recorded)')}", "",
+              f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
+              "evaluations. Every comparison is paired by seed: the effect is the mean of the "
+              "per-seed differences (arm − baseline), with a 95% bootstrap CI (BCa, 10 000 "
+              "resamples), a two-sided sign-flip permutation p-value, Holm-corrected over every "
+              "row of the comparison table, and a verdict at family-wise 5%: `better`, `worse` or "
+              "`no detectable difference` (for times, lower is better).", ""]
+    return lines
+
+
+def comparison_lines(rows: list[dict]) -> list[str]:
+    body = []
+    for r in rows:
+        _, unit, _, scale, dec = METRICS[r["metric"]]
+        lo, hi = r["ci95"]
+        body.append([_cell(r["name"], 40), unit, r["n_pairs"], _f(r["diff"] * scale, dec, sign=True),
+                     f"[{_f(lo * scale, dec, sign=True)}, {_f(hi * scale, dec, sign=True)}]",
+                     _f(r["p_holm"], 3), r["verdict"]])
+    table = _table(["comparison (arm vs baseline)", "metric", "pairs", "mean diff", "95% CI",
+                    "p (Holm)", "verdict"], body) if body else ["No comparisons (fewer than two arms)."]
+    return ["## Paired comparisons", ""] + table + [""]
+
+
+def gain_lines(gains: list[dict]) -> list[str]:
+    if not gains:
+        return []
+    body = [[_cell(g["name"], 30), g["n_pairs"], _f(g["warm"]), _f(g["gain_a"], sign=True),
+             _f(g["gain_b"], sign=True),
+             f"{_pct(g['share'])} [{_pct(g['ci95'][0])}, {_pct(g['ci95'][1])}]",
+             g["held_80"], g["held_90"]] for g in gains]
+    return ["## B (no reference model) vs A: share of the RL gain", "",
+            "gain = score − warm-start score (validation reward of the warm-started policy before "
+            "RL, same seed); share = mean(B's gain) ÷ mean(A's gain) with a paired bootstrap 95% "
+            "CI. Criterion (seed 000): B keeps ≥ 80% (≥ 90%) of A's gain at a lower step time; "
+            "`held` when the CI's lower end is ≥ the level and B's step time is detectably lower, "
+            "`not held` when the CI's upper end is below the level (or B is detectably slower), "
+            "otherwise `undecided`.", ""] + _table(
+        ["B vs A", "pairs", "warm-start score", "A gain", "B gain", "share kept [95% CI]",
+         "≥ 80%", "≥ 90%"], body) + [""]
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x is not None and math.isfinite(x) else "—"
+
+
+def arm_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
+    body = []
+    for arm, runs in arms.items():
+        nums = [run_numbers(r, k) for r in runs.values()]
+        st = {m: Stat.of([n[m] for n in nums]) for m in ("score", "final_val", "s_step", "s_token")}
+        kl = Stat.of([reduce_key(r, kl_loss_key(r), np.mean) for r in runs.values()])
+        ref = Stat.of([reduce_key(r, "count/ref_fwd", np.mean) for r in runs.values()])
+        body.append([_cell(arm, 40), len(runs), st["score"].fmt(3), st["final_val"].fmt(3),
+                     st["s_step"].fmt(3, unit="s"), _scaled(st["s_token"], 1e6, 1, "µs"),
+                     ref.fmt(1), kl.fmt(4)])
+    return ["## Arms", "", "Mean ± std over seeds (std with ddof = 1). Step time and time per "
+            "generated token are per-run medians (evaluation steps included); KL = the estimate "
+            "in the loss (for B: to the old policy, not a reference).", ""] + _table(
+        ["arm", "runs", f"score (last {k} evals)", "final val reward", "step time",
+         "time / generated token", "ref fwd / step", "KL mean"], body) + [""]
+
+
+def _scaled(st: Stat, scale: float, decimals: int, unit: str) -> str:
+    return Stat(st.mean * scale, st.std * scale, st.min * scale, st.max * scale, st.n,
+                st.n_total).fmt(decimals, unit=unit)
+
+
+def cost_lines(cost: list[dict]) -> list[str]:
+    intro = ("predicted A0 step = A1 (rollout + train + other) + A0 reference units per step × "
+             "(A1 `time/ref` ÷ A1 reference units per step), units = `count/tokens_ref` (or "
+             "`count/ref_fwd`), other = step − rollout − ref − train; ratios are A0 step ÷ A1 "
+             "step (means over steps, then over seeds); noise = 2 × the pooled per-step standard "
+             "error (it understates the noise: steps are not independent).")
+    body = [[_cell(c["a0"], 30), _cell(c["a1"], 30), c["unit"], _f(c["ref_fwd_a0"], 1),
+             _f(c["predicted_ratio"], 3), _f(c["measured_ratio"], 3), f"±{c['ratio_noise']:.3f}",
+             ", ".join(c["differs_in"]) or "—"] for c in cost]
+    return ["## Cost model check (A0 vs A1)", "", intro, ""] + (_table(
+        ["A0", "A1", "unit", "A0 ref fwd / step", "predicted ratio", "measured ratio",
+         "timing noise (2 SE)", "configs also differ in"], body) if body
+        else ["No A0/A1 pair in these runs."]) + [""]
+
+
+def per_seed_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
+    body = []
+    for arm, runs in arms.items():
+        for pair, run in sorted(runs.items(), key=lambda item: str(item[0])):
+            n = run_numbers(run, k)
+            body.append([_cell(arm, 40), pair, run.seed, _f(n["score"]), _f(n["final_val"]),
+                         _f(n["warm"]), _f(n["s_step"], 3, "s"), _f(n["s_token"] * 1e6, 1, "µs")])
+    return ["## Per-seed numbers", ""] + _table(
+        ["arm", "pair", "seed", f"score (last {k} evals)", "final val reward",
+         "warm-start score", "step time", "time / generated token"], body) + [""]
+
+
+def details_lines(groups: dict[str, list[Run]], matrix: dict, threshold: float, source: str,
+                  window: int, spike: int) -> list[str]:
+    what = ("validation reward (`reward/val`)" if source == "val" else
+            f"train reward (`reward/mean`, trailing mean over {window} steps)")
+    reach = (f"first step where the {what} reaches {threshold:.3f}" if math.isfinite(threshold)
+             else "not computed (no positive reward to set a threshold)")
+    body = [[_cell(label, 60), len(runs), matrix[label]["steps_to_thr"].fmt(1, counts=True),
+             matrix[label]["kl_max"].fmt(4), matrix[label]["kl_spike"].fmt(4),
+             _scaled(matrix[label]["tokens_per_s"], 1e-3, 1, "k tok/s"),
+             matrix[label]["peak_mem"].fmt(1, unit="MB")] for label, runs in groups.items()]
+    return ["## Configuration details", "",
+            f"Mean ± std over seeds; `[n/N]` = seeds that reached the threshold. Steps to "
+            f"threshold: {reach}. Spike = max KL within {spike} steps after a reset. Policy "
+            "tokens/s = `count/tokens_policy` ÷ `time/step` (per-run median); peak RSS is the "
+            "per-run max.", ""] + _table(
+        ["configuration", "runs", "steps to threshold", "KL max", "KL spike after reset",
+         "policy tokens/s", "peak RSS"], body) + [""]
