@@ -82,8 +82,8 @@ RUN_PRESETS: dict[str, dict[str, object]] = {
         "answer_extraction": "lenient", "format_reward": 0.0,
         "enable_growth": 1, "initial_rank": 8, "max_rank": 8, "grow_on": "stall", "lora_alpha": 16.0,
         "adapter_targets": "q_proj,k_proj,v_proj,o_proj",
-        "lr": 3e-4, "batch_size": 8, "group_size": 4, "max_new_tokens": 32, "temperature": 1.0,
-        "ppo_epochs": 1, "minibatches": 1, "beta": 0.01, "steps": 40, "eval_every": 40, "n_val": 200,
+        "lr": 1e-3, "batch_size": 2, "group_size": 4, "max_new_tokens": 32, "temperature": 0.7,
+        "ppo_epochs": 1, "minibatches": 1, "beta": 0.01, "steps": 8, "eval_every": 8, "n_val": 200,
     },
 }
 RUN_PRESET_SOURCES: dict[str, str] = {
