@@ -56,6 +56,7 @@ ARMS = {
     "A2": ["--variant", "A", "--ref_compute", "ring"],
     "B": ["--variant", "B"],
     "A1-beta0": [*_A1, "--beta", "0"],
+    "A1-aa": _A1,                     # A1 on seeds s + AA_OFFSET: the A/A control of every report
     **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m]
        for m in ("keep", "hard", "soft", "asym")},
     **{f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}",
@@ -66,7 +67,7 @@ AA_ARMS = {"AA-1": _A1, "AA-2": _A1}
 COMPARISONS = [
     ("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1"),
     ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),
-    ("reset-keep vs A1", "reset-keep", "A1"),
+    ("A/A: A1-aa vs A1", "A1-aa", "A1"), ("reset-keep vs A1", "reset-keep", "A1"),
     ("reset-hard vs reset-keep", "reset-hard", "reset-keep"),
     ("reset-soft vs reset-keep", "reset-soft", "reset-keep"),
     ("reset-asym vs reset-keep", "reset-asym", "reset-keep"),
@@ -119,7 +120,7 @@ def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None
     for group in groups:
         for s in range(n_seeds):
             for arm in group:
-                seed = s + AA_OFFSET if arm == "AA-2" else s
+                seed = s + AA_OFFSET if arm in ("AA-2", "A1-aa") else s
                 flags = [f.replace("{reset_every}", str(cadence)) for f in chosen[arm]]
                 runs.append(RunSpec(f"{arm}_s{seed}", [*base, *flags, "--seed", str(seed)], arm, s))
     return runs

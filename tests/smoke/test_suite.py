@@ -27,7 +27,8 @@ def test_smoke_suite_report_matches_metrics(tmp_path, capsys):
         assert f"--outdir {out}/{s.name} " in err
         assert json.load(open(out / s.name / "summary.json"))["complete"] is True
     report = (out / "report.md").read_text()
-    assert "## Result matrix" in report and "figures/summary.png" in report
+    assert "## Paired comparisons" in report and "## Arms" in report and "figures/summary.png" in report
+    assert "Smoke run, not evidence" in report and (out / "summary.json").is_file()
     assert (out / "figures" / "summary.png").stat().st_size > 0
     data = json.loads((out / "report.json").read_text())
     groups = group_runs(load_runs([out / s.name for s in specs]))
