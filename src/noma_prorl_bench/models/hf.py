@@ -75,6 +75,7 @@ class StaticHFState:
     valid: torch.Tensor        # [N, capacity] bool, updated in place
     filled: int                # columns written so far
     next_pos: torch.Tensor     # [N]
+    prefix: bool = True        # attention reads the written columns only (_prefix_layer_class)
 
 
 class HFPolicy(nn.Module):
@@ -177,7 +178,7 @@ class HFPolicy(nn.Module):
                         torch._dynamo.mark_static_address(layer.keys)
                         torch._dynamo.mark_static_address(layer.values)
             return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
-                                 state.next_pos.repeat_interleave(G, 0))
+                                 state.next_pos.repeat_interleave(G, 0), state.prefix)
         state.cache.batch_repeat_interleave(G)
         return HFState(state.cache, state.mask.repeat_interleave(G, 0), state.next_pos.repeat_interleave(G, 0))
 
@@ -204,19 +205,26 @@ class HFPolicy(nn.Module):
         from transformers import StaticCache  # noqa: PLC0415  (transformers is imported lazily)
         N, P = tokens.shape
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        prefix = not getattr(self, "_compiled", False)        # compiled steps need fixed shapes
+        if prefix:
+            for layer in cache.layers:
+                if type(layer).__name__ == "StaticLayer":
+                    layer.__class__ = _prefix_layer_class()
         valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
         valid[:, :P] = mask.bool()
-        with autocast(self), self._no_ckpt():   # 2D mask over all cap columns: HF adds causality
-            out = self.model(input_ids=tokens, attention_mask=valid.long(), position_ids=pos,
+        attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality
+        with autocast(self), self._no_ckpt():
+            out = self.model(input_ids=tokens, attention_mask=attn, position_ids=pos,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1)
+        return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1, prefix)
 
     def _decode_static(self, tok: torch.Tensor, state: StaticHFState):
         if state.filled >= state.valid.shape[1]:
             raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
         state.valid[:, state.filled] = True                                          # the column written now
+        cols = state.filled + 1 if state.prefix else state.valid.shape[1]
         with autocast(self), self._no_ckpt():
-            logits = self._static_step(tok[:, None], state.valid[:, None, None, :], state.next_pos[:, None],
+            logits = self._static_step(tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None],
                                        state.cache)
         state.filled += 1
         state.next_pos = state.next_pos + 1
@@ -236,6 +244,32 @@ class HFPolicy(nn.Module):
             raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
         self._static_step = torch.compile(self._static_step, mode=mode, dynamic=False)
         self._compiled = True
+
+
+_PREFIX_LAYER: list = []
+
+
+def _prefix_layer_class():
+    """transformers' StaticLayer, except that `update` returns views of the columns written so
+    far instead of the whole preallocated capacity: attention then reads P + t columns at decode
+    step t, not P + T - 1 (the unwritten ones were masked anyway, so the same logits up to
+    float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
+    if not _PREFIX_LAYER:
+        from transformers.cache_utils import StaticLayer  # noqa: PLC0415
+
+        class PrefixStaticLayer(StaticLayer):
+            written = 0
+
+            def update(self, key_states, value_states, *args, **kwargs):
+                k, v = super().update(key_states, value_states, *args, **kwargs)
+                self.written += key_states.shape[-2]
+                return k[:, :, :self.written], v[:, :, :self.written]
+
+            def get_mask_sizes(self, query_length: int, *args, **kwargs):
+                return self.written + query_length, 0
+
+        _PREFIX_LAYER.append(PrefixStaticLayer)
+    return _PREFIX_LAYER[0]
 
 
 def disable_dropout(model: nn.Module) -> int:
