@@ -62,11 +62,6 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     except RunLocked as e:                              # another run took the outdir meanwhile
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:                              # disk full, file-size limit, a path gone read-only
-        if os_error(e) is None:
-            raise
-        print(write_failed(os_error(e), cfg, prog), file=sys.stderr)
-        return 1
     except NonFiniteError as e:
         print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
@@ -74,6 +69,11 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: aborted. `--outdir {cfg.outdir} --resume` continues from the last complete checkpoint "
               "(if any)", file=sys.stderr)
         return 130
+    except Exception as e:                              # disk full, file-size limit, a path gone read-only
+        if os_error(e) is None:
+            raise
+        print(write_failed(os_error(e), cfg, prog), file=sys.stderr)
+        return 1
     if not summary["complete"]:
         print(_stopped_message(summary, cfg, prog), file=sys.stderr)
         return summary["exit_code"]
