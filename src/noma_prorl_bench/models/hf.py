@@ -18,6 +18,7 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   ``[N, capacity]`` boolean mask (prompt PADs and unwritten columns off). Without
   ``capacity``, or with a non-SDPA attention, the model's ``DynamicCache`` is used instead
   (its mask grown by one column per step). Models load with ``attn_implementation="sdpa"``.
+  The static-cache code lives in ``models/hf_cache.py``.
 * Precision. The model computes in its dtype (``float32`` or ``bfloat16``), or under bf16
   autocast over float32 weights (``bf16_mixed``); returned logits are upcast to float32, so all
   log-probabilities downstream are float32.
@@ -39,6 +40,7 @@ import torch
 import torch.nn as nn
 
 from noma_prorl_bench.models.base import autocast
+from noma_prorl_bench.models.hf_cache import StaticHFState, decode_static, prefill_static, repeat_static
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -64,18 +66,6 @@ class HFState:
     cache: Any                 # transformers Cache (DynamicCache)
     mask: torch.Tensor         # [N, S] long
     next_pos: torch.Tensor     # [N] position id of the next token
-
-
-@dataclass
-class StaticHFState:
-    """Decoding state over a preallocated StaticCache: which of its columns are attendable,
-    how many are written, and the next positions."""
-
-    cache: Any                 # transformers StaticCache, capacity columns
-    valid: torch.Tensor        # [N, capacity] bool, updated in place
-    filled: int                # columns written so far
-    next_pos: torch.Tensor     # [N]
-    prefix: bool = True        # attention reads the written columns only (_prefix_layer_class)
 
 
 class HFPolicy(nn.Module):
@@ -143,7 +133,7 @@ class HFPolicy(nn.Module):
         mask = left_pad_mask(tokens, self.pad_id)
         pos = positions_from_mask(mask)
         if capacity is not None and self._sdpa():
-            return self._prefill_static(tokens, mask, pos, capacity)
+            return prefill_static(self, tokens, mask, pos, capacity)
         with autocast(self), self._no_ckpt():
             out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
                              use_cache=True, logits_to_keep=1)
@@ -152,7 +142,7 @@ class HFPolicy(nn.Module):
     def decode(self, tok: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """One step: tok[N] -> (float32 logits[N, V], state with one more cached position)."""
         if isinstance(state, StaticHFState):
-            return self._decode_static(tok, state)
+            return decode_static(self, tok, state)
         mask = torch.cat([state.mask, state.mask.new_ones(state.mask.shape[0], 1)], dim=1)  # [N, S+1]
         attn = mask
         if self._sdpa():
@@ -169,16 +159,7 @@ class HFPolicy(nn.Module):
         """A prefill state of B rows -> the state of N = B*G rows (row i -> rows G*i .. G*i+G-1):
         the sampler prefills each distinct prompt once and shares its KV cache with its G samples."""
         if isinstance(state, StaticHFState):
-            for layer in state.cache.layers:
-                if getattr(layer, "is_initialized", False):
-                    layer.keys = layer.keys.repeat_interleave(G, 0)
-                    layer.values = layer.values.repeat_interleave(G, 0)
-                    layer.batch_size = layer.keys.shape[0]
-                    if getattr(self, "_compiled", False):      # new tensors: tell dynamo they stay put
-                        torch._dynamo.mark_static_address(layer.keys)
-                        torch._dynamo.mark_static_address(layer.values)
-            return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
-                                 state.next_pos.repeat_interleave(G, 0), state.prefix)
+            return repeat_static(state, G, compiled=getattr(self, "_compiled", False))
         state.cache.batch_repeat_interleave(G)
         return HFState(state.cache, state.mask.repeat_interleave(G, 0), state.next_pos.repeat_interleave(G, 0))
 
@@ -199,37 +180,6 @@ class HFPolicy(nn.Module):
     def _sdpa(self) -> bool:
         return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
 
-    def _prefill_static(self, tokens, mask, pos, capacity: int):
-        """Prefill into a StaticCache of ``capacity`` columns; ``valid[N, capacity]`` marks the
-        columns a query may attend (real prompt tokens, then each decoded token as it is written)."""
-        from transformers import StaticCache  # noqa: PLC0415  (transformers is imported lazily)
-        N, P = tokens.shape
-        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
-        prefix = not getattr(self, "_compiled", False)        # compiled steps need fixed shapes
-        if prefix:
-            for layer in cache.layers:
-                if type(layer).__name__ == "StaticLayer":
-                    layer.__class__ = _prefix_layer_class()
-        valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
-        valid[:, :P] = mask.bool()
-        attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality
-        with autocast(self), self._no_ckpt():
-            out = self.model(input_ids=tokens, attention_mask=attn, position_ids=pos,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1, prefix)
-
-    def _decode_static(self, tok: torch.Tensor, state: StaticHFState):
-        if state.filled >= state.valid.shape[1]:
-            raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
-        state.valid[:, state.filled] = True                                          # the column written now
-        cols = state.filled + 1 if state.prefix else state.valid.shape[1]
-        with autocast(self), self._no_ckpt():
-            logits = self._static_step(tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None],
-                                       state.cache)
-        state.filled += 1
-        state.next_pos = state.next_pos + 1
-        return logits[:, -1].float(), state
-
     def _static_step(self, ids, attn, pos, cache) -> torch.Tensor:
         """One decode forward on the StaticCache -> logits[N, 1, V] (compiled by `compile_decode`)."""
         return self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
@@ -244,32 +194,6 @@ class HFPolicy(nn.Module):
             raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
         self._static_step = torch.compile(self._static_step, mode=mode, dynamic=False)
         self._compiled = True
-
-
-_PREFIX_LAYER: list = []
-
-
-def _prefix_layer_class():
-    """transformers' StaticLayer, except that `update` returns views of the columns written so
-    far instead of the whole preallocated capacity: attention then reads P + t columns at decode
-    step t, not P + T - 1 (the unwritten ones were masked anyway, so the same logits up to
-    float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
-    if not _PREFIX_LAYER:
-        from transformers.cache_utils import StaticLayer  # noqa: PLC0415
-
-        class PrefixStaticLayer(StaticLayer):
-            written = 0
-
-            def update(self, key_states, value_states, *args, **kwargs):
-                k, v = super().update(key_states, value_states, *args, **kwargs)
-                self.written += key_states.shape[-2]
-                return k[:, :, :self.written], v[:, :, :self.written]
-
-            def get_mask_sizes(self, query_length: int, *args, **kwargs):
-                return self.written + query_length, 0
-
-        _PREFIX_LAYER.append(PrefixStaticLayer)
-    return _PREFIX_LAYER[0]
 
 
 def disable_dropout(model: nn.Module) -> int:

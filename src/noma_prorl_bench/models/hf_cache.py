@@ -1,0 +1,101 @@
+"""The static (preallocated) KV cache of `HFPolicy` sampling: prefill into a transformers
+`StaticCache`, decode in place, share one prefill among a prompt's G samples.
+
+`prefill_static(policy, ...)` / `decode_static(policy, ...)` take the HFPolicy as `self` (they
+are its `_prefill_static` / `_decode_static`, kept here so hf.py stays one screen per concern).
+Shapes: N sequences, P prompt length, cap = capacity columns, V logits width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from noma_prorl_bench.models.base import autocast
+
+
+@dataclass
+class StaticHFState:
+    """Decoding state over a preallocated StaticCache: which of its columns are attendable,
+    how many are written, and the next positions."""
+
+    cache: Any                 # transformers StaticCache, capacity columns
+    valid: torch.Tensor        # [N, capacity] bool, updated in place
+    filled: int                # columns written so far
+    next_pos: torch.Tensor     # [N]
+    prefix: bool = True        # attention reads the written columns only (prefix_layer_class)
+
+
+def prefill_static(self, tokens, mask, pos, capacity: int):
+    """Prefill into a StaticCache of ``capacity`` columns; ``valid[N, capacity]`` marks the
+    columns a query may attend (real prompt tokens, then each decoded token as it is written)."""
+    from transformers import StaticCache  # noqa: PLC0415  (transformers is imported lazily)
+    N, P = tokens.shape
+    cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+    prefix = not getattr(self, "_compiled", False)        # compiled steps need fixed shapes
+    if prefix:
+        for layer in cache.layers:
+            if type(layer).__name__ == "StaticLayer":
+                layer.__class__ = prefix_layer_class()
+    valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
+    valid[:, :P] = mask.bool()
+    attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality
+    with autocast(self), self._no_ckpt():
+        out = self.model(input_ids=tokens, attention_mask=attn, position_ids=pos,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1, prefix)
+
+
+def decode_static(self, tok: torch.Tensor, state: StaticHFState):
+    """One decode step: write column `filled` in place, attend through `valid` -> (logits[N, V], state)."""
+    if state.filled >= state.valid.shape[1]:
+        raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
+    state.valid[:, state.filled] = True                                          # the column written now
+    cols = state.filled + 1 if state.prefix else state.valid.shape[1]
+    with autocast(self), self._no_ckpt():
+        logits = self._static_step(tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None],
+                                   state.cache)
+    state.filled += 1
+    state.next_pos = state.next_pos + 1
+    return logits[:, -1].float(), state
+
+
+def repeat_static(state: StaticHFState, G: int, compiled: bool = False) -> StaticHFState:
+    """B rows -> N = B*G rows (row i -> rows G*i .. G*i+G-1) of every cache layer, mask and position."""
+    for layer in state.cache.layers:
+        if getattr(layer, "is_initialized", False):
+            layer.keys = layer.keys.repeat_interleave(G, 0)
+            layer.values = layer.values.repeat_interleave(G, 0)
+            layer.batch_size = layer.keys.shape[0]
+            if compiled:                                   # new tensors: tell dynamo they stay put
+                torch._dynamo.mark_static_address(layer.keys)
+                torch._dynamo.mark_static_address(layer.values)
+    return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
+                         state.next_pos.repeat_interleave(G, 0), state.prefix)
+
+
+_PREFIX_LAYER: list = []
+
+
+def prefix_layer_class():
+    """transformers' StaticLayer, except that `update` returns views of the columns written so
+    far instead of the whole preallocated capacity: attention then reads P + t columns at decode
+    step t, not P + T - 1 (the unwritten ones were masked anyway, so the same logits up to
+    float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
+    if not _PREFIX_LAYER:
+        from transformers.cache_utils import StaticLayer  # noqa: PLC0415
+
+        class PrefixStaticLayer(StaticLayer):
+            written = 0
+
+            def update(self, key_states, value_states, *args, **kwargs):
+                k, v = super().update(key_states, value_states, *args, **kwargs)
+                self.written += key_states.shape[-2]
+                return k[:, :, :self.written], v[:, :, :self.written]
+
+            def get_mask_sizes(self, query_length: int, *args, **kwargs):
+                return self.written + query_length, 0
+
+        _PREFIX_LAYER.append(PrefixStaticLayer)
+    return _PREFIX_LAYER[0]
