@@ -185,20 +185,33 @@ def _cost_sentences(cost: list[dict]) -> list[str]:
 def _fmt_diff(row: dict) -> str:
     _, unit, _, scale, dec = METRICS[row["metric"]]
     lo, hi = (v * scale for v in row["ci95"])
-    return (f"{row['diff'] * scale:+.{dec}f} {unit} (95% CI {lo:+.{dec}f} to {hi:+.{dec}f}, "
-            f"n = {row['n_pairs']}, p_holm = {row['p_holm']:.3f})")
+    ci = (f"95% CI {lo:+.{dec}f} to {hi:+.{dec}f}" if math.isfinite(lo) and math.isfinite(hi)
+          else "no CI with < 2 pairs")
+    return (f"{row['diff'] * scale:+.{dec}f} {unit} ({ci}, n = {row['n_pairs']}, "
+            f"p_holm = {row['p_holm']:.3f})")
+
+
+_WHAT = {"score": "validation score", "s_step": "step time", "s_token": "time per generated token"}
 
 
 def _comparison_sentences(rows: list[dict]) -> list[str]:
+    """The A/A control first, then every verdict, then the null results in one sentence."""
     lines = []
     for row in rows:
-        what = {"score": "validation score", "s_step": "step time",
-                "s_token": "time per generated token"}[row["metric"]]
-        if row["verdict"] == "no detectable difference":
-            lines.append(f"{row['name']}, {what}: no detectable difference, {_fmt_diff(row)}.")
-        else:
-            lines.append(f"{row['name']}, {what}: {row['arm']} is {row['verdict']} than "
-                         f"{row['baseline']}, {_fmt_diff(row)}.")
+        if row["name"].startswith("A/A") or row["arm"].startswith("AA-"):
+            lines.append(f"A/A control ({row['arm']} vs {row['baseline']}: identical settings, "
+                         f"different seeds), {_WHAT[row['metric']]}: {row['verdict']}, "
+                         f"{_fmt_diff(row)}.")
+    for row in rows:
+        if row["verdict"] != "no detectable difference":
+            lines.append(f"{row['name']}, {_WHAT[row['metric']]}: {row['arm']} is "
+                         f"{row['verdict']} than {row['baseline']}, {_fmt_diff(row)}.")
+    nulls = [f"{r['name']} ({_WHAT[r['metric']]})" for r in rows
+             if r["verdict"] == "no detectable difference" and not r["name"].startswith("A/A")
+             and not r["arm"].startswith("AA-")]
+    if nulls:
+        lines.append("No detectable difference (p_holm >= 0.05; effects and CIs in the table "
+                     "below): " + "; ".join(nulls) + ".")
     return lines
 
 
