@@ -2,11 +2,16 @@
 
     prorl-bench suite --preset quick --outdir runs/suite_quick     # ~10 min on 2 cores
     prorl-bench suite --preset smoke --outdir /tmp/suite           # ~1 min (tests)
-    prorl-bench suite --preset full --outdir runs/suite_full       # the real study
+    prorl-bench suite --preset full --outdir runs/suite_full       # the evidence (10 paired seeds)
+    prorl-bench suite --preset aa --outdir /tmp/aa                 # A/A test of the statistics
+    prorl-bench suite --preset full --seeds 12 --steps 300 --arms A1,B,A1-beta0 --outdir DIR
 
-The matrix: variants A0 / A1 / A2 / B; reset semantics keep / hard / soft / asym at a fixed
-cadence; growth migration modes (preserve / reset / naive) when growth is available; several
-seeds each. Every run's exact command is printed before it starts; runs go in parallel up to
+The matrix (ARMS): variants A0 / A1 / A2 / B, A1 with beta = 0 (no KL, reference still computed),
+A1 on seeds + 1000 (the A/A control), reset semantics keep / hard / soft / asym at a fixed
+cadence, growth migration modes (preserve / reset / naive) when growth is available, last. Every
+arm runs the same seeds (a paired design); `--seeds N` / `--steps S` override the preset (the
+reset cadence scales with S), `--arms` picks a subset. The report compares arms pairwise by seed
+(COMPARISONS; analysis/compare.py, analysis/stats.py). Every run's exact command is printed before it starts; runs go in parallel up to
 `--jobs` (default: the number of cores), one torch thread each, with a live progress bar.
 A run whose `summary.json` says complete (with the same config) is skipped, and one that was
 interrupted after a checkpoint is continued with `--resume`, so re-running the same command
