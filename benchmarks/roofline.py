@@ -9,12 +9,13 @@ then, on a random Llama-style model (`models/tiny_hf.py`, float32 on CPU):
                weight-read bound  N / ((weight bytes + mean KV-cache bytes) / bandwidth)
                compute bound      N / (2 * params * N / peak_flops)
                and the fraction of the lower one (the roofline) that the sampler reaches
-  train step   one forward + backward + Adam step over the N rollout sequences (Trainer's
-               `time/train`, median over steps), model FLOPs = 6 * params * tokens (the usual
+  train step   one forward + backward + Adam step over the N rollout sequences (the update's
+               minibatch step, median over Trainer steps), model FLOPs = 6 * params * tokens (the usual
                2 forward + 4 backward per parameter per token; attention scores not counted),
                as a fraction of peak_flops
 `params` excludes the input embedding table (a gather, not a matmul) and counts the output head.
-On CPU the "weight-read bound" is a loose ceiling (a 1-thread core rarely saturates DRAM) and
+Times on CPU are process CPU seconds (the machine is shared; wall time would measure the other
+jobs), on CUDA wall seconds. On CPU the "weight-read bound" is a loose ceiling (a 1-thread core rarely saturates DRAM) and
 peak_flops is what one thread's matmul reaches, not a datasheet number.
 
 Run (CPU, one thread, recorded in docs/performance.md):
@@ -33,13 +34,19 @@ import time
 import torch
 
 
+# On a CPU shared with other jobs wall time measures the neighbours; one thread's process CPU
+# time is the time it actually ran. CUDA timings (untested here) use the wall clock.
+CLOCK = {"cpu": time.process_time, "cuda": time.perf_counter}
+clock = time.process_time
+
+
 def _median_time(fn, repeats: int) -> float:
     fn()                                                   # warm-up
     ts = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(clock() - t0)
     return statistics.median(ts)
 
 
@@ -103,6 +110,8 @@ def main(argv=None) -> int:
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
     torch.set_num_threads(a.threads)
     device = "cpu"
+    global clock
+    clock = CLOCK[device]
     out = {"device": f"cpu ({platform.processor() or platform.machine()}), {a.threads} thread(s)",
            "torch": torch.__version__, "transformers": transformers.__version__, "args": vars(a)}
     print(f"# {out['device']}, torch {torch.__version__}, transformers {transformers.__version__}; "
@@ -132,7 +141,8 @@ def main(argv=None) -> int:
 
 
 def train_step_flops(model_dir: str, a, params: int, ceil: dict) -> dict:
-    """Median `time/train` of Trainer steps (first dropped) and 6 * params * update tokens / it."""
+    """Median time of the update's minibatch steps (forward, backward, clip, Adam; first Trainer
+    step dropped) and 6 * params * update tokens / it."""
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.training.trainer import Trainer
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,19 +151,23 @@ def train_step_flops(model_dir: str, a, params: int, ceil: dict) -> dict:
                            "minibatches": 1, "beta": 0.0, "variant": "B", "warmstart_steps": 0, "steps": a.steps,
                            "eval_every": 10 ** 6, "n_val": 8, "quiet": True, "lr": 1e-5, "threads": a.threads})
         tr = Trainer(cfg)
-        seen = []
+        seen, spent = [], []
         orig = tr.minibatch_step
 
         def spy(batch, sl, inp, record_anchor=True):
             seen.append(batch.tokens[sl].numel())                  # positions through forward+backward
-            return orig(batch, sl, inp, record_anchor)
+            t0 = clock()
+            out = orig(batch, sl, inp, record_anchor)
+            spent.append(clock() - t0)
+            return out
 
         tr.minibatch_step = spy
         rows = []
         for _ in range(a.steps):
             seen.clear()
-            m = tr.train_step()
-            rows.append({"time_train_s": m["time/train"], "update_tokens": sum(seen)})
+            spent.clear()
+            tr.train_step()
+            rows.append({"time_train_s": sum(spent), "update_tokens": sum(seen)})
     rows = rows[1:] or rows
     t = statistics.median(r["time_train_s"] for r in rows)
     n_tok = statistics.median(r["update_tokens"] for r in rows)
