@@ -79,6 +79,17 @@ def test_describe_preset_lists_every_setting_and_a_source():
             assert f"{key}={value}" in line
     assert "arXiv:2505.24864" in describe_preset("prorl_v1")
     assert "0.6" in describe_preset("trl_sync") and "512" in describe_preset("trl_sync")
-    assert len(describe_all().splitlines()) == 4
+    assert len(describe_all().splitlines()) == 5          # 4 reset presets + the smollm2_demo run preset
     with pytest.raises(KeyError):
         describe_preset("prorl_v3")
+
+
+def test_smollm2_demo_run_preset_sets_valid_fields_and_flags_win():
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.config.presets import RUN_PRESETS
+    cfg = make_config({"outdir": "x", "preset": "smollm2_demo", "steps": 3})
+    assert cfg.steps == 3                                   # explicit flag wins
+    for key, value in RUN_PRESETS["smollm2_demo"].items():
+        if key != "steps":
+            assert getattr(cfg, key) == value, key
+    assert cfg.task == "rg:basic_arithmetic" and cfg.enable_growth == 1 and cfg.max_rank == cfg.initial_rank
