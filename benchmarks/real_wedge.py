@@ -8,6 +8,12 @@ alternating A0, A1, A2, B, A0, ... so machine noise hits them alike; the first s
 is dropped (warm-up); medians over the rest. Reference share = time/ref / (time/step - time/eval)
 (time/ref includes A0's in-update forwards; docs/metrics.md).
 
+Clock (`--clock`): `cpu` (default) makes every stage timer of the run read this process's CPU time
+(time.process_time, patched in for time.perf_counter in the trainer, reference and metrics
+modules), so that the numbers do not depend on how many other processes share the cores; with
+one torch thread that is close to the wall time on an idle core. `wall` keeps the wall clock.
+With `--clock cpu` the variants may run as parallel processes (`--variants A0` ... then `--merge`).
+
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_wedge.py --out docs/real_model/wedge.json
 """
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 import torch
 
@@ -57,6 +64,26 @@ def run_once(overrides: dict, args) -> tuple[list[dict], list[dict]]:
     return [trainer.train_step() for _ in range(args.steps)], events
 
 
+def use_cpu_clock() -> None:
+    """Stage timers read process CPU time instead of wall time (see the module docstring)."""
+    import noma_prorl_bench.io.metrics as metrics_mod
+    import noma_prorl_bench.rollout.reference as reference_mod
+    import noma_prorl_bench.training.trainer as trainer_mod
+    shim = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
+    shim.perf_counter = time.process_time
+    for mod in (metrics_mod, reference_mod, trainer_mod):
+        mod.time = shim
+
+
+def merge(files: list[str], out: str) -> None:
+    parts = [json.load(open(f)) for f in files]
+    merged = {"settings": parts[0]["settings"], "variants": {}, "extra_runs": {}}
+    for p in parts:
+        merged["variants"].update(p["variants"])
+        merged["extra_runs"].update(p["extra_runs"])
+    json.dump(merged, open(out, "w"), indent=1, default=str)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
@@ -67,14 +94,25 @@ def main(argv=None) -> int:
     ap.add_argument("--ppo_epochs", type=int, default=2)
     ap.add_argument("--minibatches", type=int, default=2)
     ap.add_argument("--n_val", type=int, default=4)
+    ap.add_argument("--variants", default="A0,A1,A2,B", help="subset of A0,A1,A2,B to run")
+    ap.add_argument("--extra", default="reset,growth", help="subset of reset,growth ('' for none)")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument("--merge", nargs="*", default=None, help="merge these result files into --out and exit")
     ap.add_argument("--out", default="docs/real_model/wedge.json")
     args = ap.parse_args(argv)
+    if args.merge is not None:
+        merge(args.merge, args.out)
+        return 0
     torch.set_num_threads(1)
+    if args.clock == "cpu":
+        use_cpu_clock()
+    variants = {k: VARIANTS[k] for k in args.variants.split(",") if k}
+    extras = {k: EXTRA_RUNS[k] for k in args.extra.split(",") if k}
     t0 = time.time()
     load0 = os.getloadavg()[0]
-    samples: dict[str, list[dict]] = {k: [] for k in VARIANTS}
+    samples: dict[str, list[dict]] = {k: [] for k in variants}
     for rep in range(args.reps):
-        for name, ov in VARIANTS.items():
+        for name, ov in variants.items():
             samples[name].extend(run_once(ov, args)[0][1:])
             print(f"rep {rep + 1}/{args.reps} {name} done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     table = {}
@@ -85,7 +123,7 @@ def main(argv=None) -> int:
         med["n_steps"] = len(rs)
         table[name] = med
     extra = {}
-    for name, ov in EXTRA_RUNS.items():
+    for name, ov in extras.items():
         ms, ev = run_once(ov, args)
         extra[name] = {"overrides": ov, "events": [e for e in ev if e.get("event") in ("reset", "growth")],
                        "adapter_rank": [m.get("adapter/rank") for m in ms],
@@ -93,7 +131,7 @@ def main(argv=None) -> int:
                            all(v == v for v in m.values() if isinstance(v, float)) for m in ms)}
         print(f"{name} run done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = {"settings": {**settings(args), "reps": args.reps, "dropped_first_steps": 1, "torch": torch.__version__,
-                        "loadavg_start": load0, "loadavg_end": os.getloadavg()[0]},
+                        "clock": args.clock, "loadavg_start": load0, "loadavg_end": os.getloadavg()[0]},
            "variants": table, "extra_runs": extra}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     json.dump(out, open(args.out, "w"), indent=1, default=str)
