@@ -67,7 +67,7 @@ def compare(name: str, metric: str, arm: list[float], base: list[float], lower_i
     """One paired comparison (arm - base), before the Holm adjustment."""
     d = np.asarray(arm, dtype=float) - np.asarray(base, dtype=float)
     lo, hi = bootstrap_ci(d)
-    return {"name": name, "metric": metric, "n_pairs": int(len(d)), "diff": float(d.mean()),
+    return {"name": name, "metric": metric, "n_pairs": len(d), "diff": float(d.mean()),
             "ci95": [lo, hi], "p": sign_flip_p(d), "lower_is_better": lower_is_better,
             "arm_mean": float(np.mean(arm)), "base_mean": float(np.mean(base))}
 

@@ -223,7 +223,7 @@ def test_checkpoint_resume_keeps_cohorts(opt_name, tmp_path):
 
 @pytest.mark.unit
 def test_noma_flat_cohort_is_the_flat_tail():
-    m, opt, g = _pretrained("adam", 1, steps=10, dtype=torch.float32)
+    m, opt, _ = _pretrained("adam", 1, steps=10, dtype=torch.float32)
     realloc_param(m, "w", NEW[1], None, opt, "noma_flat")
     want = grow_flat_prefix(torch.zeros(OLD[1]), NEW[1], torch.ones(NEW[1]))
     assert torch.equal(opt.state[m.w][adam_cohorts.COHORT], want)

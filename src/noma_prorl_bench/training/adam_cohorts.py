@@ -38,6 +38,7 @@ and optimizers with other bias corrections (NAdam, RAdam, Adamax: growth keeps t
 from __future__ import annotations
 
 import torch
+import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 COHORT, COUNTS = "entry_cohort", "cohort_steps"
@@ -165,8 +166,7 @@ def to_raw_moments(optimizer) -> int:
     return n
 
 
-import torch.optim.optimizer as _torch_optimizer  # noqa: E402  (sentinel: one hook even after a reload)
-
+# one global hook per process, even if this module is reloaded (the sentinel lives in torch's module)
 if not getattr(_torch_optimizer, "_noma_prorl_cohort_hook", False):
     register_optimizer_step_pre_hook(_pre_step_hook)
     _torch_optimizer._noma_prorl_cohort_hook = True
