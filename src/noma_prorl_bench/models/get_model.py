@@ -197,6 +197,7 @@ def get_model(name: str, dest: str | Path | None = None, log=print) -> Path:
             "source_sha256": digest, "check_question": spec.check_question, "check_answer": answer,
         }
         (tmp / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
+        os.chmod(tmp, 0o755)                      # mkdtemp makes it 0700
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
