@@ -248,4 +248,4 @@ def test_shared_step_factor_hand_worked():
         before = float(m.w.detach()[1, 0])
         m.w.grad = torch.full((2, 1), 3.0, dtype=torch.float64)
         opt.step()
-        assert abs((float(m.w[1, 0]) - before) / -1.0 - want) < 1e-3, cohorts
+        assert abs((float(m.w.detach()[1, 0]) - before) / -1.0 - want) < 1e-3, cohorts
