@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from noma_prorl_bench.io.interchange import BATCH_KEYS, export_state, import_state
+from noma_prorl_bench.training.interchange import BATCH_KEYS, export_state, import_state
 from noma_prorl_bench.models.lora import adapter_rank, attach_lora
 from noma_prorl_bench.training.growth import grow_adapters
 
