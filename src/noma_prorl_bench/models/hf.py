@@ -17,7 +17,8 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   positions; each ``decode`` writes one column in place and attends through a preallocated
   ``[N, capacity]`` boolean mask (prompt PADs and unwritten columns off). Without
   ``capacity``, or with a non-SDPA attention, the model's ``DynamicCache`` is used instead
-  (its mask grown by one column per step). Models load with ``attn_implementation="sdpa"``.
+  (its mask grown by one column per step). Models load with ``attn_implementation="sdpa"``
+  (their default attention if the architecture has no SDPA path).
   The static-cache code lives in ``models/hf_cache.py``.
 * Precision. The model computes in its dtype (``float32`` or ``bfloat16``), or under bf16
   autocast over float32 weights (``bf16_mixed``); returned logits are upcast to float32, so all
@@ -324,9 +325,13 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
         tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"cannot load a tokenizer from {p}: {_first_line(e)}") from e
+    load = lambda **kw: AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype,  # noqa: E731
+                                                             local_files_only=True, **kw)
     try:
-        model = AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype, local_files_only=True,
-                                                     attn_implementation="sdpa")
+        try:
+            model = load(attn_implementation="sdpa")
+        except ValueError:             # an architecture without SDPA support: its default attention
+            model = load()
     except OSError as e:  # missing or unreadable weight files
         raise ValueError(f"cannot load model weights from {p}: {_first_line(e)}") from e
     model.to(device)
