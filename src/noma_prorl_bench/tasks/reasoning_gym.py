@@ -39,7 +39,9 @@ from noma_prorl_bench.tasks.base import Example
 VAL_SEED = 20_251_123
 TRAIN_SEED = 7_919  # base seed of the training dataset (indices come from the run's rng)
 INDEX_RANGE = 2**30  # training indices are drawn from [0, INDEX_RANGE)
-INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags, e.g. <answer>42</answer>."
+# No example answer in the instruction: with "e.g. <answer>42</answer>" the model answered "The answer
+# is 42." on 125 of 200 basic_arithmetic validation prompts (measured; docs/real_model.md).
+INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags."
 EXTRACTIONS = ("lenient", "tag")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
