@@ -233,11 +233,13 @@ def _gain_sentences(gains: list[dict]) -> list[str]:
 
 
 def conclusion(cost: list[dict], rows: list[dict], gains: list[dict], n_pairs: int,
-               partial: int = 0, evidence: bool = True) -> list[str]:
-    """Short statements, each backed by a number computed above, plus caveats."""
+               partial: int = 0, evidence: bool = True, caveats: Sequence[str] = ()) -> list[str]:
+    """Short statements, each backed by a number computed above, plus caveats (`caveats`: what
+    the person who ran the suite knows and the logs do not, e.g. machine load, printed first)."""
     lines = [] if evidence else [
         "This is a smoke run, not evidence: its preset is sized to check that the pipeline "
         "works, not to detect effects (see the `full` preset)."]
+    lines += [f"Caveat: {c}" for c in caveats]
     lines += _cost_sentences(cost) + _gain_sentences(gains) + _comparison_sentences(rows)
     if n_pairs < 10:
         lines.append(f"Caveat: as few as {n_pairs} paired seed(s) per comparison; with n pairs "

@@ -92,7 +92,8 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
                  settings: dict | None = None, suite: dict | None = None) -> Path:
     """Write `out_md`, `summary.json` and `report.json` beside it, and the figures under
     `figures_dir`. `settings` may hold `score_evals` (K, default 10), `reward_threshold`,
-    `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run) and anything to
+    `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run), `caveats` (a
+    string or list printed first in the conclusion) and anything to
     print (preset, command, commit, machine). `suite` is a suite.json (arms, pairs,
     comparisons); without it arms are configurations and pairs are seeds."""
     settings = dict(settings or {})
@@ -121,8 +122,9 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
     lines = ["# Result report", ""] + provenance_lines(settings, len(runs), len(arms), k, evidence)
-    lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(cost, rows, gains, n_pairs,
-                                                                     partial, evidence)]
+    caveats = settings.get("caveats") or []
+    lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
+        cost, rows, gains, n_pairs, partial, evidence, [caveats] if isinstance(caveats, str) else caveats)]
     lines += [""] + comparison_lines(rows) + gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})",
               ""] + cost_lines(cost)
