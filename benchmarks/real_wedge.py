@@ -125,7 +125,8 @@ def main(argv=None) -> int:
     extra = {}
     for name, ov in extras.items():
         ms, ev = run_once(ov, args)
-        extra[name] = {"overrides": ov, "events": [e for e in ev if e.get("event") in ("reset", "growth")],
+        extra[name] = {"overrides": ov, "events": [e for e in ev if e.get("event") in ("ref_reset", "opt_reset", "growth")],
+                       "reset_steps_since": [m.get("reset/steps_since") for m in ms],
                        "adapter_rank": [m.get("adapter/rank") for m in ms],
                        "kl_k3": [m.get("kl/k3") for m in ms], "finite": all(
                            all(v == v for v in m.values() if isinstance(v, float)) for m in ms)}
