@@ -242,33 +242,6 @@ class ForwardCounter(Counters):
         return out
 
 
-class ForwardCounter(Counters):
-    """Exact count of one model role's forwards and the tokens they processed, plus their
-    seconds: `count/<fwd_key>`, `count/<tokens_key>`. The reference holder (`ref_fwd`,
-    `tokens_ref`) and the drift monitor (`monitor_fwd`, `tokens_monitor`) keep one each; the
-    trainer merges their `pop_counts()` into the step's metrics."""
-
-    def __init__(self, fwd_key: str, tokens_key: str):
-        super().__init__((fwd_key, tokens_key))
-        self.fwd_key, self.tokens_key = fwd_key, tokens_key
-        self.seconds = 0.0
-
-    def forward(self, n_tokens: int, seconds: float = 0.0, calls: int = 1) -> None:
-        """Count `calls` forwards over `n_tokens` tokens that took `seconds`."""
-        self.add(self.fwd_key, calls)
-        self.add(self.tokens_key, n_tokens)
-        self.seconds += seconds
-
-    def pop_counts(self) -> dict[str, int]:
-        """{"count/<fwd_key>", "count/<tokens_key>"} since the last pop, then zero them."""
-        return self.pop()
-
-    def pop_time(self) -> float:
-        """Seconds since the last pop, then zero."""
-        out, self.seconds = self.seconds, 0.0
-        return out
-
-
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
