@@ -81,21 +81,9 @@ def run_engine(cfg, ckpt=None) -> dict:
 def _open_for_resume(cfg, ckpt) -> RunFiles:
     """The run files cut back to the checkpoint's step, config.json with the resume recorded, the
     files opened for appending and a `resume` event (as `run_dir.open_outputs` for the local engine)."""
-    from noma_prorl_bench.io.resume import prepare_outdir_for_resume  # noqa: PLC0415
-    from noma_prorl_bench.io.run_dir import resolved_config, write_json  # noqa: PLC0415
-    dropped = prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
-    config = resolved_config(cfg)
-    try:
-        with open(os.path.join(cfg.outdir, "config.json")) as f:
-            config["resumes"] = json.load(f).get("resumes", [])
-    except (OSError, ValueError, AttributeError):
-        config["resumes"] = []
-    changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
-               if ckpt.config.get(k) != v and k != "resume"}
-    config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
-    write_json(os.path.join(cfg.outdir, "config.json"), config)
+    from noma_prorl_bench.io.run_dir import record_resume  # noqa: PLC0415
+    resumed = record_resume(cfg, ckpt)
     files = RunFiles(cfg.outdir, "a")
     files.events.write({"step": ckpt.step, "event": "resume", "reason": "continued from the last complete checkpoint",
-                        "checkpoint": os.path.relpath(ckpt.path, cfg.outdir), "changed": changed,
-                        "dropped_lines": {f: d["dropped"] + d["partial"] for f, d in dropped.items()}})
+                        **resumed})
     return files

@@ -133,23 +133,32 @@ def _read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def record_resume(cfg: RunConfig, ckpt) -> dict:
+    """Cut the run files back to the checkpoint's step and write config.json with this resume
+    appended to its `resumes` list; returns the fields of the `resume` event (both engines)."""
+    dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
+    config = resolved_config(cfg)
+    try:
+        with open(os.path.join(cfg.outdir, "config.json")) as f:
+            config["resumes"] = json.load(f).get("resumes", [])
+    except (OSError, ValueError, AttributeError):
+        config["resumes"] = []
+    changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
+               if ckpt.config.get(k) != v and k != "resume"}
+    config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
+    write_json(os.path.join(cfg.outdir, "config.json"), config)
+    return {"checkpoint": os.path.relpath(ckpt.path, cfg.outdir), "changed": changed,
+            "dropped_lines": {f: d["dropped"] + d["partial"] for f, d in dropped.items()}}
+
+
 def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
     """Create or (resume) cut back the run files, attach JSONL sinks to the trainer."""
-    config = resolved_config(cfg)
     if ckpt is None:
         os.makedirs(cfg.outdir, exist_ok=True)
         clear_run_files(cfg.outdir)
+        write_json(os.path.join(cfg.outdir, "config.json"), resolved_config(cfg))
     else:
-        dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
-        try:
-            with open(os.path.join(cfg.outdir, "config.json")) as f:
-                config["resumes"] = json.load(f).get("resumes", [])
-        except (OSError, ValueError, AttributeError):
-            config["resumes"] = []
-        changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
-                   if ckpt.config.get(k) != v and k != "resume"}
-        config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
-    write_json(os.path.join(cfg.outdir, "config.json"), config)
+        resumed = record_resume(cfg, ckpt)
     sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
     history = [] if ckpt is None else _read_jsonl(os.path.join(cfg.outdir, "metrics.jsonl"))
     sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history)])
@@ -159,7 +168,5 @@ def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
             for rec in buf.records:
                 sink.write(rec)
     else:
-        trainer.event("resume", "continued from the last complete checkpoint",
-                      checkpoint=os.path.relpath(ckpt.path, cfg.outdir), changed=changed,
-                      dropped_lines={f: d["dropped"] + d["partial"] for f, d in dropped.items()})
+        trainer.event("resume", "continued from the last complete checkpoint", **resumed)
     return sinks
