@@ -288,8 +288,8 @@ def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     ref_png = out.parent / "ref_cost.png"
-    summary_figure(runs, by_config).savefig(out, dpi=dpi)
-    ref_cost_figure(runs, by_config).savefig(ref_png, dpi=dpi)
+    summary_figure(runs, by_config).savefig(out, dpi=dpi, bbox_inches="tight")      # long legends widen it
+    ref_cost_figure(runs, by_config).savefig(ref_png, dpi=dpi, bbox_inches="tight")
     return out, ref_png
 
 
