@@ -1,12 +1,12 @@
 """`prorl-bench suite` under SIGTERM / SIGINT, with real processes (issue 18 item 4).
 
-One suite of three small runs (smoke preset flags, 12 steps, 2 in parallel; ~1.5 min on 2 busy cores) is interrupted twice
+One suite of three small runs (smoke preset flags, 40 steps, 2 in parallel) is interrupted twice
 and re-run with the same command each time:
   1. SIGTERM while A1 and B train: both get it, checkpoint and exit 143; reset-soft never starts;
      the suite exits 143 without a traceback, no run process is left behind, no report (none finished).
   2. the same command resumes A1 and B from their checkpoints (`--resume`); SIGINT once both are
      complete and reset-soft trains: exit 130, a partial report of A1 and B only.
-  3. the same command skips A1 and B and resumes reset-soft: exit 0, every run has steps 1..12 once.
+  3. the same command skips A1 and B and resumes reset-soft: exit 0, every run has steps 1..40 once.
 """
 import json
 import os
@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS = 12
+STEPS = 40      # long enough that a signal sent after 2 logged steps lands mid-run on an idle machine
 RUNS = ("A1_s0", "B_s0", "reset-soft_s0")
 
 
