@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 try:
-    from noma_prorl_bench.analysis.plots import plot_main
+    from noma_prorl_bench.analysis.commands import plot_main
 except ImportError:  # not installed: use the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from noma_prorl_bench.analysis.plots import plot_main
+    from noma_prorl_bench.analysis.commands import plot_main
 
 if __name__ == "__main__":
     sys.exit(plot_main(prog="plot_runs.py"))

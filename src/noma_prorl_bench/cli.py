@@ -42,10 +42,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         from noma_prorl_bench.suite import main as suite_main
         return suite_main(rest)
     if cmd == "plot":
-        from noma_prorl_bench.analysis.plots import plot_main
+        from noma_prorl_bench.analysis.commands import plot_main
         return plot_main(rest, prog="prorl-bench plot")
     if cmd == "report":
-        from noma_prorl_bench.analysis.report import main as report_main
+        from noma_prorl_bench.analysis.commands import report_main
         return report_main(rest)
     if cmd == "get-model":
         from noma_prorl_bench.models.get_model import main as get_model_main

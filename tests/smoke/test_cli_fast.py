@@ -43,6 +43,11 @@ def probe(entry, *argv):
     ("cli", ["run", "--help"], 0),
     ("cli", ["suite", "--help"], 0),
     ("cli", ["runn"], 2),
+    ("cli", ["plot", "--help"], 0),
+    ("cli", ["plot", "--out", "x.png"], 2),                          # --runs missing
+    ("cli", ["report", "--help"], 0),
+    ("cli", ["report"], 2),                                          # DIR missing
+    ("cli", ["get-model", "--help"], 0),
 ])
 def test_parser_answers_before_heavy_imports(entry, argv, code):
     got, heavy, out = probe(entry, *argv)

@@ -21,6 +21,7 @@ from noma_prorl_bench.analysis import compare as cmp  # noqa: E402
 from noma_prorl_bench.analysis import findings as fd  # noqa: E402
 from noma_prorl_bench.analysis import report as rp  # noqa: E402
 from noma_prorl_bench.analysis import runlog  # noqa: E402
+from noma_prorl_bench.analysis.commands import report_main  # noqa: E402
 from noma_prorl_bench.analysis.runlog import group_runs, load_runs  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -273,9 +274,9 @@ def test_write_report_files_sections_and_numbers(suite, tmp_path):
 
 def test_report_main_cli(suite, tmp_path, capsys):
     root, _ = suite
-    assert rp.main([str(root), "--out", str(tmp_path / "r.md")]) == 0
+    assert report_main([str(root), "--out", str(tmp_path / "r.md")]) == 0
     assert (tmp_path / "r.md").is_file() and (tmp_path / "figures" / "ref_cost.png").is_file()
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit) as err:
-        rp.main([str(tmp_path / "empty")])
+        report_main([str(tmp_path / "empty")])
     assert err.value.code == 2 and "not a run directory" in capsys.readouterr().err

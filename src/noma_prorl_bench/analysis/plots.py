@@ -12,13 +12,12 @@ In every time-series panel each run is one line labelled with `Run.label` (with
 `by_config=True`: one line per configuration, the mean over its seeds, with a min–max band);
 reference/optimizer resets are vertical dotted lines and growth events vertical dashed lines in
 the entry's colour (their Line2D labels start with "_", so `run_lines(ax)` returns data lines).
-The command line entry (`plot_main`) backs `scripts/plot_runs.py` and `prorl-bench plot`.
+The command line entry (`analysis/commands.plot_main`, which parses before importing this module)
+backs `scripts/plot_runs.py` and `prorl-bench plot`.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -34,7 +33,6 @@ from noma_prorl_bench.analysis.runlog import (
     group_runs,
     kl_loss_key,
     load_run,
-    load_runs,
     smooth,
 )
 
@@ -301,27 +299,3 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     diag = plots / "diagnostics.png"
     diagnostics_figure(run).savefig(diag, dpi=dpi)
     return written + [diag]
-
-
-def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """`--runs DIR... --out PATH.png`: write PATH.png and ref_cost.png beside it. Exit 2 on a
-    missing directory or one that is not a run."""
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Plot saved runs: writes OUT (summary: reward, validation reward, KL, throughput) "
-        "and ref_cost.png in the same folder (reference forwards/time, stage times)."))
-    parser.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories")
-    parser.add_argument("--out", required=True, metavar="PATH.png", help="summary figure path")
-    parser.add_argument("--by-config", action="store_true",
-                        help="one line per configuration (mean over seeds, min-max band)")
-    parser.add_argument("--dpi", type=int, default=110)
-    args = parser.parse_args(argv)
-    try:
-        runs = load_runs(args.runs)
-    except (OSError, ValueError) as err:
-        parser.error(f"--runs: {err}")
-    summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
-    print(f"wrote {summary}\nwrote {ref_cost}", file=sys.stdout)
-    return 0
-
-
-main = plot_main  # `prorl-bench plot` (cli.py) calls plots.main(argv, prog=...)

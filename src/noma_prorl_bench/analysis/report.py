@@ -45,7 +45,6 @@ from noma_prorl_bench.analysis.plots import save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
     Run,
-    find_run_dirs,
     group_runs,
     load_runs,
 )
@@ -178,47 +177,3 @@ def _nan_to_none(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_nan_to_none(v) for v in obj]
     return obj
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`prorl-bench report DIR...`: regenerate report.md from saved logs only."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="prorl-bench report", description=(
-        "Write report.md (and report.json, figures/) from saved run directories."))
-    parser.add_argument("dirs", nargs="+", metavar="DIR",
-                        help="a suite folder (searched for run directories) or run directories")
-    parser.add_argument("--out", help="report path (default: DIR/report.md for a single DIR)")
-    parser.add_argument("--figures", help="figure folder (default: figures/ beside the report)")
-    parser.add_argument("--settings", help="JSON settings to print (default: DIR/settings.json "
-                                           "when it exists)")
-    parser.add_argument("--threshold", type=float, help="reward threshold (default: 0.8 x best "
-                                                        "mean final val reward)")
-    args = parser.parse_args(argv)
-    run_dirs = []
-    for d in map(Path, args.dirs):
-        found = [d] if (d / "config.json").is_file() else find_run_dirs(d) if d.is_dir() else []
-        if not found:
-            parser.error(f"DIR: {d} is not a run directory and holds none")
-        run_dirs += found
-    if args.out is None and len(args.dirs) > 1:
-        parser.error("--out is required with several DIR arguments")
-    out = Path(args.out or Path(args.dirs[0]) / "report.md")
-    settings_file = Path(args.settings) if args.settings else Path(args.dirs[0]) / "settings.json"
-    try:
-        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
-    except json.JSONDecodeError as err:
-        parser.error(f"--settings: {settings_file}: {err}")
-    if args.threshold is not None:
-        settings["reward_threshold"] = args.threshold
-    suite_file = Path(args.dirs[0]) / "suite.json"
-    try:
-        suite = json.loads(suite_file.read_text()) if suite_file.is_file() else None
-    except json.JSONDecodeError as err:
-        parser.error(f"DIR: {suite_file}: {err}")
-    try:
-        path = write_report(run_dirs, out, args.figures or out.parent / "figures", settings, suite)
-    except (OSError, ValueError) as err:
-        parser.error(str(err))
-    print(f"wrote {path}")
-    return 0

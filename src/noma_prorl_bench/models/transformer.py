@@ -18,7 +18,7 @@ rollout of T tokens costs O(T * L) attention work instead of the O(T * L^2) of r
 whole prefix every step. ``prefill``/``decode`` are for sampling under ``torch.no_grad()``
 (the in-place writes would invalidate saved tensors for autograd); training uses ``forward``.
 
-Memory and precision switches (set by ``models.build_policy``): ``grad_checkpoint`` recomputes
+Memory and precision switches (set by ``models.build.build_policy``): ``grad_checkpoint`` recomputes
 each block during backward (``torch.utils.checkpoint``, non-reentrant) instead of keeping its
 activations; ``compute_dtype = torch.bfloat16`` runs every forward under autocast while the
 parameters (and hence Adam's state) stay float32 (``--dtype bf16_mixed``).

@@ -10,7 +10,7 @@ Prompts. Item ``i`` of a reasoning-gym dataset is generated from ``random.Random
   question is redrawn, so training never sees a validation problem (disjoint by question text).
 Each prompt is the task's question plus ``INSTRUCTION`` (answer inside ``<answer></answer>``);
 the model's chat template wraps it as one user turn (the HF tokenizer adapter does this for every
-``rg:`` task: ``models.build_policy``).
+``rg:`` task: ``models.build.build_policy``).
 
 Reward. ``reward(response, answer)`` = ``correct + format_weight * format`` where
 * ``correct`` = the dataset's own ``score_answer(extracted, entry)`` (in [0, 1]; many tasks give

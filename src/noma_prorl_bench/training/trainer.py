@@ -23,7 +23,7 @@ from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
-from noma_prorl_bench.models import build_policy
+from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.base import policy_device, response_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate

@@ -1,0 +1,62 @@
+"""Build the policy of a run: GRU (default), transformer with KV cache, or a Hugging Face causal LM.
+
+`build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
+`--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast),
+with `--grad_checkpoint` switched on. Errors a user can fix (a bad `hf:PATH`, `--device cuda` without CUDA) are
+`config.ConfigError`s naming the flag, which the CLI reports with exit code 2.
+"""
+from __future__ import annotations
+
+import torch
+
+TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16_mixed": torch.float32}
+# The transformer's position table holds max(P + T, MIN_MAX_LEN) rows. Its init draws come
+# before the blocks', so its size shapes the whole initialisation; the floor keeps every run
+# whose P + T fits in 64 (all toy-task defaults) initialised exactly as before max_len was derived.
+MIN_MAX_LEN = 64
+
+
+def resolve_device(name: str) -> torch.device:
+    """cpu | cuda | auto -> torch.device (auto picks cuda when available)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def build_policy(cfg, max_len: int | None = None):
+    """(policy, tokenizer) for cfg.model in gru | transformer | hf:PATH, on cfg.device in cfg.dtype.
+
+    `max_len`: the longest sequence the transformer must handle, P + T of the task (its
+    position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
+    from noma_prorl_bench.config import ConfigError  # noqa: PLC0415
+    from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+    try:
+        device = resolve_device(cfg.device)
+    except ValueError as e:
+        raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
+    if cfg.model.startswith("hf:"):
+        from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
+        try:
+            # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
+            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype,
+                                         chat=cfg.task.startswith("rg:"))
+        except ValueError as e:
+            raise ConfigError("model", str(e)) from e
+        if getattr(cfg, "grad_checkpoint", False):
+            policy.set_grad_checkpoint(True)
+        return policy, tok
+    tok = CharTokenizer()
+    if cfg.model == "gru":
+        from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
+        policy = GRUPolicy(tok.vocab_size, hidden=cfg.hidden)
+    else:
+        from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
+        policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                                   n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
+    policy = policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype])
+    if cfg.model == "transformer":
+        policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
+        policy.compute_dtype = torch.bfloat16 if cfg.dtype == "bf16_mixed" else None
+    return policy, tok
