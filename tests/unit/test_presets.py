@@ -93,3 +93,19 @@ def test_smollm2_demo_run_preset_sets_valid_fields_and_flags_win():
         if key != "steps":
             assert getattr(cfg, key) == value, key
     assert cfg.task == "rg:basic_arithmetic" and cfg.enable_growth == 1 and cfg.max_rank == cfg.initial_rank
+
+
+def test_smollm2_demo_full_fine_tune_drops_the_presets_adapter_fields():
+    """`--preset smollm2_demo --enable_growth 0 --lr 1e-5` (the documented full fine-tune) is valid:
+    the preset's growth-only values (rank 8, targets, alpha) go with its adapters; a growth flag
+    the user gives explicitly still errors."""
+    import pytest
+
+    from noma_prorl_bench.config import ConfigError, RunConfig, make_config
+    from noma_prorl_bench.config.validate import GROWTH_FLAGS
+    cfg = make_config({"outdir": "x", "preset": "smollm2_demo", "enable_growth": 0, "lr": 1e-5})
+    assert cfg.enable_growth == 0 and cfg.lr == 1e-5 and cfg.task == "rg:basic_arithmetic"
+    for name in GROWTH_FLAGS:
+        assert getattr(cfg, name) == getattr(RunConfig(), name), name
+    with pytest.raises(ConfigError, match="only applies with --enable_growth 1"):
+        make_config({"outdir": "x", "preset": "smollm2_demo", "enable_growth": 0, "initial_rank": 16})

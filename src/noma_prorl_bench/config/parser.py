@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.fields import NOT_YET, RunConfig, field_docs, field_sections
-from noma_prorl_bench.config.validate import ConfigError, validate
+from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, validate
 
 
 def _choices(tp) -> Optional[list]:
@@ -102,6 +102,9 @@ def make_config(explicit: dict) -> RunConfig:
     if preset != "none":
         from noma_prorl_bench.config import presets  # noqa: PLC0415  (small module, only needed with presets)
         values.update(presets.preset_values(preset))
+        if values.get("enable_growth") and explicit.get("enable_growth") in (0, False):
+            # the user turned the preset's adapters off (full fine-tune): its growth-only values go too
+            values = {k: v for k, v in values.items() if k not in GROWTH_FLAGS}
     values.update(explicit)
     unknown = set(values) - {f.name for f in fields(RunConfig)}
     if unknown:
