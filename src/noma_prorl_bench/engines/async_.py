@@ -23,6 +23,17 @@ the newest version right before its next launch. Reference resets are sent to ev
 holder as they happen (queued behind their current call); a batch scored by an older
 reference version is re-scored before it trains. With `--ref_placement own_actor` each batch
 is scored as soon as it is sampled, while the learner is still busy.
+
+Checkpoints (`--save_every N` and at the end; `--ref_placement learner`): after step s the
+driver *drains* (finishes and handles every call in flight without launching or training
+anything new), then the learner saves its Trainer (checkpoints.py) with generator 0's streams,
+and `extra` holds the batches in flight (launch indices s.., at most S, sampled and not
+discarded), the launch counter, generators 1..'s streams and the sync counters not yet
+reported. A resume puts those batches back as ready at their indices (they train at their
+saved version and staleness) and starts every generator at version s. With N = 1 and S <= 1
+the schedule is fixed by the config (batch i is sampled by version max(0, i - S)) and a resume
+reproduces the uninterrupted run; otherwise it depends on timing and a resume keeps the
+invariants (docs/ray.md "Checkpoints and resume").
 """
 from __future__ import annotations
 
