@@ -116,9 +116,10 @@ def inexact_steps_change(old_steps: int, step: int, cfg: RunConfig) -> str | Non
         return (f"--lr_schedule {cfg.lr_schedule} spans --steps, so a {cfg.steps}-step run has other learning "
                 f"rates from step 1 on")
     if cfg.engine == "ray_async" and step + cfg.max_staleness > old_steps:
-        return (f"--engine ray_async samples up to --max_staleness {cfg.max_staleness} batches ahead of training, "
-                f"but the {old_steps}-step run sampled none past step {old_steps}, so steps {old_steps + 1}.. would "
-                f"train on batches sampled by newer policy versions than in a {cfg.steps}-step run")
+        return (f"--engine ray_async samples batches ahead of training (--max_staleness {cfg.max_staleness}), "
+                f"but the {old_steps}-step run sampled none for the steps after {old_steps}, so steps "
+                f"{old_steps + 1}.. would train on batches sampled by newer policy versions than in a "
+                f"{cfg.steps}-step run")
     if step == old_steps < cfg.steps and step % cfg.eval_every:
         return (f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
                 f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
