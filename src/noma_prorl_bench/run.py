@@ -125,8 +125,8 @@ def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
 def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     """--engine ray_colocated | ray_async. Exit codes: 0 done; 1 an actor died, hung past
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
-    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; ray_colocated
-    resumes from its last --save_every checkpoint)."""
+    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; --resume
+    continues from the last --save_every checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
     from noma_prorl_bench.io.lock import run_lock
     try:
@@ -141,7 +141,7 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)
         again = (f"`{prog} --outdir {cfg.outdir} --resume` continues from its checkpoint at step {ckpts[-1][0]}"
-                 if ckpts else "no checkpoint was written (--save_every N writes them with --engine ray_colocated)")
+                 if ckpts else "no checkpoint was written yet (--save_every N writes them)")
         print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum
     if not cfg.quiet:

@@ -1,13 +1,18 @@
 """Ray engines end to end on the session's cluster: colocated K=1 equals local, K rounds,
-the async staleness bound, and a generator that dies or hangs."""
+the async staleness bound, both engines' resume, and a generator that dies or hangs."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+import torch
 
+from noma_prorl_bench.config import make_config
+from noma_prorl_bench.engines.actors import Learner
+from noma_prorl_bench.io.checkpoint import read
 from noma_prorl_bench.run import main
 
 pytestmark = [pytest.mark.ray, pytest.mark.smoke]
@@ -122,6 +127,85 @@ def test_async_never_trains_beyond_max_staleness(ray_cluster, tmp_path, fast_fla
     # resets after steps 2 and 4 reach the generators: later batches are (re)scored by the new reference
     assert [r["ref_version"] for r in recs] == [0, 0, 1, 1, 2, 2]
     assert {s["actor"] for s in _lines(out, "timeline.jsonl")} >= {"learner", "generator/0", "generator/1"}
+
+
+def _resumed_copy(full, dest, keep_step):
+    """`full` as a run killed after its checkpoint at `keep_step` would leave it (later lines
+    are cut back by the resume; later checkpoints deleted), resumed in place."""
+    shutil.copytree(full, dest)
+    for name in os.listdir(dest / "checkpoints"):
+        if int(name[5:]) > keep_step:
+            shutil.rmtree(dest / "checkpoints" / name)
+    assert main(["--outdir", str(dest), "--resume"]) == 0
+    return _lines(dest)
+
+
+def _stable(rec):
+    return {k: v for k, v in rec.items() if not k.startswith(VOLATILE + ("sync/",))}
+
+
+ASYNC = ["--steps", "6", "--engine", "ray_async", "--keep_checkpoints", "3"]
+
+
+def test_async_resume_is_exact_where_the_schedule_is_fixed(ray_cluster, tmp_path, fast_flags):
+    """N=1, S=1: batch i (0-based) is always sampled by version max(0, i-1) (the one generator
+    launches batch i as soon as batch i-1 is sampled, and only once step i-1 is done), so the
+    schedule is fixed by the config and a resume must reproduce it. The checkpoint at step 3
+    drains and holds batch 3 (sampled by version 2, in flight); resumed from it, every metric but
+    time/perf/sync equals the uninterrupted run's, events too, and summary.json counts the
+    staleness of all 6 steps."""
+    full, flags = tmp_path / "full", [*fast_flags, *ASYNC, "--max_staleness", "1", "--save_every", "3"]
+    assert main(["--outdir", str(full), *flags]) == 0
+    assert sorted(os.listdir(full / "checkpoints")) == ["step_000003", "step_000006"]
+    extra = read(str(full / "checkpoints" / "step_000003")).extra
+    assert extra["launched"] == 4 and [(d["index"], d["info"]["version"]) for d in extra["inflight"]] == [(3, 2)]
+    assert extra["staleness"] == [0, 1, 1] and extra["engine"] == "ray_async"
+    a, b = _lines(full), _resumed_copy(full, tmp_path / "cut", 3)
+    assert [r["step"] for r in b] == list(range(1, 7))
+    assert [r["version"] for r in b] == [0, 0, 1, 2, 3, 4] and [r["staleness"] for r in b] == [0, 1, 1, 1, 1, 1]
+    assert [_stable(r) for r in a] == [_stable(r) for r in b]
+    sync = [r["sync/version"] for r in b]
+    assert sync == sorted(sync) and sync[3] >= extra["sync_version"] >= 1      # continued, not reset to 0
+    assert [e for e in _events(tmp_path / "cut") if e[1] != "resume"] == _events(full)
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["resumed_from_step"] == 3 and summary["staleness_hist"] == {"0": 1, "1": 5}
+
+
+def test_async_resume_keeps_its_invariants_where_timing_decides(ray_cluster, tmp_path, fast_flags):
+    """N=2, S=2: which generator samples which batch, by which version, depends on timing, so
+    only invariants are promised. Resumed from the checkpoint at step 2: steps 1..6 once each;
+    the steps that train the batches saved in flight equal the uninterrupted run's (same batches,
+    same learner state); every later batch is sampled by version >= 2 (the generators restart
+    from the learner's version, not 0); staleness <= S everywhere; the learner restored from the
+    checkpoint has exactly the saved optimizer state."""
+    S, full = 2, tmp_path / "full"
+    assert main(["--outdir", str(full), *fast_flags, *ASYNC, "--max_staleness", str(S), "--num_generators", "2",
+                 "--save_every", "2"]) == 0
+    ckpt = read(str(full / "checkpoints" / "step_000002"))
+    inflight = [d["index"] for d in ckpt.extra["inflight"]]
+    assert inflight == list(range(2, ckpt.extra["launched"])) and 1 <= len(inflight) <= S
+    a, b = _lines(full), _resumed_copy(full, tmp_path / "cut", 2)
+    assert [r["step"] for r in b] == list(range(1, 7)) and [r["learner_version"] for r in b] == list(range(6))
+    assert a[:2] == b[:2]
+    n = 2 + len(inflight)
+    assert [_stable(r) for r in a[:n]] == [_stable(r) for r in b[:n]]
+    assert [r["version"] for r in b[2:n]] == [d["info"]["version"] for d in ckpt.extra["inflight"]]
+    assert all(r["version"] >= 2 for r in b[n:])
+    assert all(r["staleness"] == r["learner_version"] - r["version"] <= S for r in b)
+    sync = [r["sync/version"] for r in b]
+    assert sync == sorted(sync)
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert summary["staleness_hist"] == {str(k): [r["staleness"] for r in b].count(k) for k in range(S + 1)
+                                         if any(r["staleness"] == k for r in b)}
+    assert summary["resumed_from_step"] == 2 and summary["max_staleness_seen"] <= S
+    learner = Learner(make_config(ckpt.config), 0.0, False)
+    learner.restore(ckpt.path)
+    saved = ckpt.state["components"]["optimizer"]
+    assert saved["state"] and all(float(st["step"]) > 0 for st in saved["state"].values())
+    now = learner.trainer.optimizer.state_dict()
+    assert now["param_groups"] == saved["param_groups"] and now["state"].keys() == saved["state"].keys()
+    for i, st in saved["state"].items():
+        assert all(torch.equal(now["state"][i][k], v) for k, v in st.items())
 
 
 def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_path, fast_flags, alive_actors):

@@ -1,5 +1,6 @@
 """The Ray engines' parts that need no Ray: exact weight packs, the generator's sampling core,
-the learner-side reference proxy, reference updates on a holder, spans, config validation."""
+the learner-side reference proxy, reference updates on a holder, spans, config validation,
+what ray_async keeps in a checkpoint."""
 import copy
 
 import pytest
@@ -7,6 +8,9 @@ import torch
 
 from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.engines import actors
+from noma_prorl_bench.engines.async_ import batch_state
+from noma_prorl_bench.io import checkpoint as ck
+from noma_prorl_bench.io.resume import inexact_steps_change
 from noma_prorl_bench.engines.timeline import (
     SpanRecorder,
     stage_seconds,
@@ -15,6 +19,7 @@ from noma_prorl_bench.engines.timeline import (
 from noma_prorl_bench.engines.weights import load_state, pack_state, structure
 from noma_prorl_bench.models.gru import GRUPolicy
 from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.unit
@@ -132,11 +137,68 @@ def test_span_recorder_fills_gaps_with_idle():
     ({"engine": "ray_async", "ref_placement": "generator", "ref_compute": "ring"}, "ref_compute cached"),
     ({"engine": "ray_async", "ref_placement": "own_actor", "variant": "B"}, "no reference model"),
     ({"engine": "ray_colocated", "actor_timeout": 0.0}, "must be > 0"),
-    ({"engine": "ray_async", "save_every": 5}, "ray_async cannot checkpoint or resume"),
-    ({"engine": "ray_async", "resume": True}, "batches in flight"),
+    ({"engine": "ray_async", "save_every": 5, "ref_placement": "generator"}, "ray_async checkpoints only with"),
+    ({"engine": "ray_async", "resume": True, "ref_placement": "own_actor"}, "reference held by the own_actor"),
     ({"engine": "ray_colocated", "save_every": 2, "ref_placement": "own_actor"}, "only with --ref_placement learner"),
     ({"engine": "ray_colocated", "save_every": 3, "steps_per_rollout": 2}, "multiple of --steps_per_rollout"),
 ])
 def test_engine_flags_are_validated(flags, match):
     with pytest.raises(ConfigError, match=match):
         make_config({"outdir": "/tmp/unused", **flags})
+
+
+def test_ray_async_checkpoints_with_the_reference_in_the_learner():
+    cfg = make_config({"outdir": "/tmp/unused", "engine": "ray_async", "save_every": 3, "max_staleness": 2,
+                       "num_generators": 2})
+    assert cfg.save_every == 3                                  # accepted (refused before issue 18)
+
+
+# ---------------------------------------------------------------- ray_async checkpoints
+def test_async_checkpoint_extra_round_trips_a_batch_in_flight_and_sampling_streams(tmp_path):
+    """ray_async saves its batches in flight and generators 1..'s streams in the checkpoint's
+    `extra` (tensors under extra/...): read() gives back an equal RolloutBatch (dtypes too), and
+    set_rng puts a generator back where rng_state was taken, so it draws the same next batch."""
+    cfg = make_config({"outdir": "/tmp/unused", "batch_size": 2, "group_size": 3, "warmstart_steps": 1,
+                       "n_val": 4})
+    tr = Trainer(cfg)
+    streams = actors.rng_streams({}, 1, cfg.seed)                       # generator 1's own streams
+    gen = actors.Generator.__new__(actors.Generator)
+    gen.cpu, gen.rec = actors.CpuClock(), SpanRecorder("generator/1", 0.0)
+    gen.core = actors.RolloutCore(cfg, tr.task, tr.tok, tr.policy, tr.T_max, tr.P, *streams)
+    batch = gen.core.rollout()
+    batch.version = 5
+    state = gen.rng_state()
+    want = gen.core.rollout()                                           # what it draws next
+    gen.core.rollout()                                                  # moves the streams on
+    info = {"version": 5, "generator": 1, "counts": {"count/tokens_policy": 7}, "gen_s": 0.25}
+    path = ck.save(tr, str(tmp_path), 1, extra={"inflight": [{"index": 6, "info": info, "batch": batch_state(batch)}],
+                                                 "gen_rng": [state], "launched": 7})
+    back = ck.read(path).extra
+    assert back["launched"] == 7 and back["inflight"][0]["info"] == info
+    got = RolloutBatch(**back["inflight"][0]["batch"])
+    for name, value in batch_state(batch).items():
+        if isinstance(value, torch.Tensor):
+            assert getattr(got, name).dtype == value.dtype and torch.equal(getattr(got, name), value), name
+        else:
+            assert getattr(got, name) == value, name
+    gen.set_rng(back["gen_rng"][0])
+    again = gen.core.rollout()
+    assert torch.equal(again.tokens, want.tokens) and torch.equal(again.logp_old, want.logp_old)
+
+
+@pytest.mark.parametrize("engine,S,old,step,new,refused", [
+    ("ray_async", 1, 6, 6, 8, True),       # final checkpoint: step 7's batch would be sampled by version 6, not 5
+    ("ray_async", 1, 6, 5, 8, False),      # 5 + 1 <= 6: step 6's batch was sampled ahead (by version 4) as in an 8-step run
+    ("ray_async", 2, 6, 5, 8, True),       # 5 + 2 > 6: step 7's batch was never sampled ahead (by version 4)
+    ("ray_async", 0, 6, 6, 8, False),      # synchronous: nothing is sampled ahead
+    ("ray_async", 1, 6, 6, 6, False),      # --steps unchanged
+    ("local", 1, 6, 6, 8, False),
+])
+def test_async_refuses_a_steps_change_that_cuts_the_pipeline(engine, S, old, step, new, refused):
+    flags = {"outdir": "/tmp/unused", "engine": engine, "steps": new, "eval_every": 2}
+    if engine == "ray_async":
+        flags["max_staleness"] = S
+    problem = inexact_steps_change(old, step, make_config(flags))
+    assert (problem is not None) == refused
+    if refused:
+        assert "--max_staleness" in problem

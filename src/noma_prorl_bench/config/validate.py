@@ -120,17 +120,14 @@ def _validate_rg_task(cfg: RunConfig) -> None:
 
 
 def _validate_ray_checkpoints(cfg: RunConfig) -> None:
-    """--save_every / --resume with a Ray engine: ray_colocated with the reference in the learner
-    checkpoints at round ends and resumes exactly; the rest is refused with the reason."""
+    """--save_every / --resume with a Ray engine: with the reference in the learner, ray_colocated
+    checkpoints at round ends and ray_async after draining its batches in flight (docs/ray.md);
+    the rest is refused with the reason."""
     flag = "resume" if cfg.resume else "save_every"
-    if cfg.engine == "ray_async":
-        raise ConfigError(flag, "--engine ray_async cannot checkpoint or resume in this build: batches in flight "
-                                "(sampled by older policy versions, up to --max_staleness) are not saved, so a "
-                                "resume could not continue its trajectory; use --engine ray_colocated or local")
     if cfg.variant == "A" and cfg.ref_placement != "learner":
-        raise ConfigError(flag, f"--engine ray_colocated checkpoints only with --ref_placement learner (the "
+        raise ConfigError(flag, f"--engine {cfg.engine} checkpoints only with --ref_placement learner (the "
                                 f"reference held by the {cfg.ref_placement} actor is not saved)")
-    if cfg.save_every % cfg.steps_per_rollout:
+    if cfg.engine == "ray_colocated" and cfg.save_every % cfg.steps_per_rollout:
         raise ConfigError("save_every", f"--engine ray_colocated checkpoints at the end of a rollout round: "
                                         f"--save_every must be a multiple of --steps_per_rollout "
                                         f"{cfg.steps_per_rollout}, got {cfg.save_every}")

@@ -205,6 +205,12 @@ class Generator(_RefSide):
         return {"data_rng_state": self.core.data_rng.bit_generator.state,
                 "sample_gen_state": self.core.sample_gen.get_state()}
 
+    def set_rng(self, state: dict) -> dict:
+        """Resume (ray_async, generators 1..): continue the streams `rng_state` saved."""
+        self.core.data_rng.bit_generator.state = state["data_rng_state"]
+        self.core.sample_gen.set_state(state["sample_gen_state"])
+        return {"spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+
     def _maybe_fault(self) -> None:
         """Test hook (NOMA_PRORL_FAULT, read by the driver): `generator_exit@K` ends this process
         at its K-th generate call, `generator_hang@K` never returns from it."""
@@ -286,7 +292,7 @@ class Learner:
                 "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def restore(self, path: str) -> dict:
-        """Resume (ray_colocated): load the checkpoint written by `save_checkpoint`; its sampling
+        """Resume: load the checkpoint written by `save_checkpoint`; its sampling
         streams are generator 0's, handed over by the next `init_payload`. The set-up records
         (already in the run's files) are dropped; a growth due on a shorter run's last step is done."""
         from noma_prorl_bench.io.checkpoint import read  # noqa: PLC0415

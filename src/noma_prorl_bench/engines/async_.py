@@ -23,15 +23,30 @@ the newest version right before its next launch. Reference resets are sent to ev
 holder as they happen (queued behind their current call); a batch scored by an older
 reference version is re-scored before it trains. With `--ref_placement own_actor` each batch
 is scored as soon as it is sampled, while the learner is still busy.
+
+Checkpoints (`--save_every N` and at the end; `--ref_placement learner`): after step s the
+driver *drains* (finishes and handles every call in flight without launching or training
+anything new), then the learner saves its Trainer (checkpoints.py) with generator 0's streams,
+and `extra` holds the batches in flight (launch indices s.., at most S, sampled and not
+discarded), the launch counter, generators 1..'s streams and the sync counters not yet
+reported. A resume puts those batches back as ready at their indices (they train at their
+saved version and staleness) and starts every generator at version s. With N = 1 and S <= 1
+the schedule is fixed by the config (batch i is sampled by version max(0, i - S)) and a resume
+reproduces the uninterrupted run; otherwise it depends on timing and a resume keeps the
+invariants (docs/ray.md "Checkpoints and resume").
 """
 from __future__ import annotations
 
 from collections import deque
 
+from dataclasses import fields
+
+from noma_prorl_bench.engines.checkpoints import Checkpointing
 from noma_prorl_bench.engines.driver import EngineError, RayEngine
+from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 
-class AsyncEngine(RayEngine):
+class AsyncEngine(Checkpointing, RayEngine):
     name = "ray_async"
 
     def n_generators(self) -> int:
@@ -40,19 +55,28 @@ class AsyncEngine(RayEngine):
     def loop(self) -> None:
         cfg = self.cfg
         self.place_ref = cfg.ref_placement if cfg.variant == "A" else "learner"
-        self.gen_version = [0] * len(self.gens)     # weights version sent to each generator
-        self.idle = deque(range(len(self.gens)))
+        step = self.steps_done                       # > 0 on resume
+        self.gen_version = [step] * len(self.gens)  # weights version sent to each generator (a resume
+        self.idle = deque(range(len(self.gens)))     # starts them all from the learner's version)
         self.pending: dict = {}                      # object ref -> Call
         self.batches: dict[int, dict] = {}           # launch index -> {"ref", "info", "ready", "gen"}
-        self.launched = self.next_train = self.v_done = 0
+        self.launched = self.next_train = self.v_done = step
         self.training, self.pub = False, None
+        if self.ckpt is not None:
+            self.restore_pipeline(self.ckpt.extra)
         while self.steps_done < cfg.steps:
             self.launch_generations()
             if self.start_update():
                 continue
-            ref, call, val = self.wait_any(self.pending)
-            self.absorb(val)
-            getattr(self, f"on_{call.kind}")(call, val)
+            self.handle_next()
+        if self.steps_done != self.saved:
+            self.save_checkpoint("final")
+
+    def handle_next(self) -> None:
+        """Wait for the first pending call to finish and handle its result."""
+        ref, call, val = self.wait_any(self.pending)
+        self.absorb(val)
+        getattr(self, f"on_{call.kind}")(call, val)
 
     # ---------------------------------------------------------------- decisions
     def launch_generations(self) -> None:
@@ -121,6 +145,9 @@ class AsyncEngine(RayEngine):
         for ref, c in self.propagate_ref(val["ref_update"], self.v_done):
             self.pending[ref] = c
         self.write_step(val, call.data)
+        every = self.cfg.save_every
+        if every and self.steps_done % every == 0 and self.steps_done < self.cfg.steps:
+            self.save_checkpoint("periodic")
 
     def on_sync(self, call, val: dict) -> None:
         if val["version"] != call.data[1]:
@@ -129,3 +156,47 @@ class AsyncEngine(RayEngine):
 
     def on_ref_ack(self, call, val: dict) -> None:
         self.check_ref_ack(val, call)
+
+    # ---------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, reason: str, extra=None, rng=None) -> None:
+        """Drain, then save: every call in flight (generations, weight syncs, scores, reset acks)
+        is finished and handled without launching or training anything new, so the learner is
+        at a step boundary and the batches already launched (at most S) are sampled; they are
+        saved with their info, plus every generator's sampling streams and the pipeline counters."""
+        while self.pending:
+            self.handle_next()
+        step = self.steps_done
+        rngs = [self.get(g.rng_state.remote(), f"generator/{i} sampling state (step {step})")
+                for i, g in enumerate(self.gens)]
+        inflight = [{"index": i, "info": b["info"], "gen": b["gen"],
+                     "batch": batch_state(self.get(b["ref"], f"batch {i + 1} (in flight at step {step})"))}
+                    for i, b in sorted(self.batches.items())]
+        extra = {"launched": self.launched, "inflight": inflight, "gen_rng": rngs[1:],
+                 "sync_pending": dict(self.sync), **(extra or {})}
+        super().save_checkpoint(reason, extra, rngs[0])
+
+    def restore_pipeline(self, extra: dict) -> None:
+        """Resume: the saved batches in flight become ready batches (same launch indices, so they
+        train at the saved staleness), generators 1.. continue their saved sampling streams
+        (generator 0's came with the learner's payload)."""
+        import ray  # noqa: PLC0415
+        self.launched = int(extra.get("launched", self.steps_done))
+        indices = [int(d["index"]) for d in extra.get("inflight", [])]
+        if indices != list(range(self.steps_done, self.launched)):
+            raise EngineError(f"checkpoint at step {self.steps_done} is inconsistent: batches in flight {indices}, "
+                              f"launched {self.launched}")
+        for d in extra.get("inflight", []):
+            self.batches[int(d["index"])] = {"ref": ray.put(RolloutBatch(**d["batch"])), "info": dict(d["info"]),
+                                             "ready": True, "gen": int(d["gen"])}
+        self.sync.update(extra.get("sync_pending", {}))
+        states = extra.get("gen_rng", [])
+        if len(states) != len(self.gens) - 1:
+            raise EngineError(f"the checkpoint has sampling states for {len(states) + 1} generators, this run has "
+                              f"{len(self.gens)} (--num_generators)")
+        for i, state in enumerate(states, start=1):
+            self.absorb(self.get(self.gens[i].set_rng.remote(state), f"generator/{i} sampling state", setup=True))
+
+
+def batch_state(batch: RolloutBatch) -> dict:
+    """A RolloutBatch as a tree of tensors and plain values (io.checkpoint encodes it)."""
+    return {f.name: getattr(batch, f.name) for f in fields(batch)}

@@ -19,19 +19,17 @@ batches stale for a remote reference; they are re-scored (counted in `count/ref_
 """
 from __future__ import annotations
 
-import os
-
+from noma_prorl_bench.engines.checkpoints import Checkpointing
 from noma_prorl_bench.engines.driver import EngineError, RayEngine
 
 
-class ColocatedEngine(RayEngine):
+class ColocatedEngine(Checkpointing, RayEngine):
     name = "ray_colocated"
 
     def loop(self) -> None:
         cfg = self.cfg
         K, gen = cfg.steps_per_rollout, self.gens[0]
         step = self.steps_done                       # > 0 on resume (a round end)
-        self.saved = step if self.ckpt is not None else -1
         while step < cfg.steps:
             k = min(K, cfg.steps - step)
             refs = gen.generate.options(num_returns=k + 1).remote(k, step + 1)
@@ -57,30 +55,6 @@ class ColocatedEngine(RayEngine):
                     self.save_checkpoint("periodic")
         if self.steps_done != self.saved:
             self.save_checkpoint("final")
-
-    # ---------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, reason: str) -> None:
-        """At a round end (the generator has sampled exactly the trained steps): the learner saves
-        its Trainer with generator 0's sampling streams and the driver's counters in `extra`."""
-        step = self.steps_done
-        rng = self.get(self.gens[0].rng_state.remote(), f"generator/0 sampling state (step {step})")
-        extra = {"last_val": self.last_val, "sync_version": self.sync_version, "sync_struct": self.sync_struct,
-                 "staleness": list(self.staleness), "engine": self.name}
-        res = self.get(self.learner.save_checkpoint.remote(os.path.abspath(self.cfg.outdir),
-                                                           self.cfg.keep_checkpoints, extra, rng),
-                       f"learner checkpoint (step {step})")
-        self.absorb(res)
-        self.saved = step
-        self.files.events.write({"step": step, "event": "checkpoint", "reason": reason,
-                                 "path": os.path.relpath(res["path"], os.path.abspath(self.cfg.outdir))})
-
-    def restore_driver(self, ckpt) -> None:
-        """The driver's side of a resume: step count, sync counters, staleness history, last val."""
-        extra = ckpt.extra
-        self.steps_done = ckpt.step
-        self.sync_version, self.sync_struct = int(extra.get("sync_version", 0)), int(extra.get("sync_struct", 0))
-        self.staleness = list(extra.get("staleness", []))
-        self.last_val = extra.get("last_val", self.last_val)
 
     def score_if_needed(self, batch_ref, info: dict, step: int):
         """own_actor: score now; generator placement: re-score if a reset made the batch stale."""

@@ -14,8 +14,9 @@ inside one (`RayTaskError`) becomes an `EngineError` naming the actor and the ca
 the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
 `summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
 `run.main` exits 1. SIGINT / SIGTERM take the same path (`EngineStopped`, a `stopped` event,
-exit 130 / 143); `ray_colocated` writes checkpoints (`--save_every`, at round ends, and at the
-end) and resumes from them (colocated.py); `ray_async` does neither.
+exit 130 / 143). Both engines write checkpoints (`--save_every`, and at the end) and resume
+from them (checkpoints.py; `ray_colocated` at round ends, `ray_async` after draining the batches
+in flight, which the checkpoint holds: async_.py).
 
 Placement. Each actor asks for min(1, cluster CPUs / actors) CPUs. `ray_colocated` puts all
 actors in one STRICT_PACK placement group (one node; on GPUs this is where they would share a
@@ -352,9 +353,6 @@ class RayEngine:
 
     def n_generators(self) -> int:
         return 1
-
-    def restore_driver(self, ckpt) -> None:
-        raise NotImplementedError(f"{self.name} does not resume")
 
 
 class EngineStopped(Exception):

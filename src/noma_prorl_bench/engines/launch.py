@@ -33,8 +33,8 @@ class RunFiles:
 
 def run_engine(cfg, ckpt=None) -> dict:
     """Train one run with a Ray engine into cfg.outdir (same files as the local engine plus
-    timeline.jsonl and plots/timeline.png), or continue it from `ckpt` (ray_colocated; the
-    files are cut back to its step as for the local engine). On failure it flushes the outputs,
+    timeline.jsonl and plots/timeline.png), or continue it from `ckpt` (the files are cut
+    back to its step as for the local engine). On failure it flushes the outputs,
     stops every actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
     from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
     from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415

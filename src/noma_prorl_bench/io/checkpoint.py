@@ -6,7 +6,8 @@ Layout (one directory per checkpoint, the newest `--keep_checkpoints` kept):
         tensors.safetensors   every tensor, flat names: policy/<param>, ref/model/<param>,
                               optimizer/state/<idx>/exp_avg, rng/torch/sample_gen, ...
         state.json            format tag, step, config (+ hash), versions, and the state tree
-                              with tensors replaced by {"__t__": name} (scalars, RNG states)
+                              with tensors replaced by {"__t__": name} (scalars, RNG states);
+                              the engine's `extra` tree likewise (its tensors under extra/...)
         COMPLETE              written last
 
 A checkpoint is written into `checkpoints/.tmp_step_XXXXXX_*` (files fsynced, COMPLETE last)
@@ -238,7 +239,9 @@ def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     from noma_prorl_bench._version import __version__  # noqa: PLC0415
     step, cfg = int(trainer.step_idx), trainer.cfg.to_dict()
     tensors: dict[str, torch.Tensor] = {}
-    tree = encode(trainer_state(trainer), "", tensors, {})
+    seen: dict = {}
+    tree = encode(trainer_state(trainer), "", tensors, seen)
+    extra_tree = encode(extra or {}, "extra", tensors, seen)     # may hold tensors (ray_async's batches)
     root = os.path.join(outdir, CKPT_DIR)
     os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp_step_{step:06d}_{os.getpid()}")
@@ -249,7 +252,7 @@ def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
             "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
-            "n_tensors": len(tensors), "extra": extra or {}, "state": tree}
+            "n_tensors": len(tensors), "extra": extra_tree, "state": tree}
     with open(os.path.join(tmp, STATE), "w") as f:
         json.dump(meta, f)
     with open(os.path.join(tmp, MARKER), "w") as f:
@@ -328,9 +331,10 @@ def read(path: str) -> Checkpoint:
         raise CheckpointError(f"{path}/{TENSORS} holds {len(tensors)} tensors, {STATE} expects {meta.get('n_tensors')}")
     try:
         state = decode(meta["state"], tensors)
+        extra = decode(meta.get("extra") or {}, tensors)
         step = int(state["step"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}/{STATE} is corrupt: {e!r}") from e
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
-    return Checkpoint(path, step, meta["config"], meta.get("extra") or {}, state)
+    return Checkpoint(path, step, meta["config"], extra, state)

@@ -107,12 +107,19 @@ def inexact_steps_change(old_steps: int, step: int, cfg: RunConfig) -> str | Non
     equal an uninterrupted `--steps cfg.steps` run, or None when it would (resume is exact or
     refused). What depends on --steps: the cosine LR schedule (its horizon, from step 1 on) and the
     work done only on the last step: an evaluation off the --eval_every cadence (also refreshing
-    the kl/to_prev snapshot). A growth due on the last step is done by the resume (growth_loop)."""
+    the kl/to_prev snapshot); with --engine ray_async, the batches sampled ahead (up to
+    --max_staleness), which a run stops launching at its last step. A growth due on the last step
+    is done by the resume (growth_loop)."""
     if cfg.steps == old_steps:
         return None
     if cfg.lr_schedule != "constant":
         return (f"--lr_schedule {cfg.lr_schedule} spans --steps, so a {cfg.steps}-step run has other learning "
                 f"rates from step 1 on")
+    if cfg.engine == "ray_async" and step + cfg.max_staleness > old_steps:
+        return (f"--engine ray_async samples batches ahead of training (--max_staleness {cfg.max_staleness}), "
+                f"but the {old_steps}-step run sampled none for the steps after {old_steps}, so steps "
+                f"{old_steps + 1}.. would train on batches sampled by newer policy versions than in a "
+                f"{cfg.steps}-step run")
     if step == old_steps < cfg.steps and step % cfg.eval_every:
         return (f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
                 f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
