@@ -62,6 +62,22 @@ def test_bootstrap_ci_equal_differences_and_coverage():
     assert hits >= 85
 
 
+def test_small_n_ci_is_the_t_interval_and_covers():
+    # d = [0.1, 0.2, 0.3]: mean 0.2, sd 0.1, t(0.975, 2) = 4.3027 -> 0.2 +- 4.3027 * 0.1 / sqrt(3)
+    lo, hi = stats.bootstrap_ci([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])
+    assert (lo, hi) == pytest.approx((0.2 - 0.24842, 0.2 + 0.24842), abs=1e-4)
+    # A/A at n = 3 (true mean diff 0): the interval covers 0 in ~95% of studies; the BCa bootstrap
+    # this replaced covered it in far fewer (a quick-suite A/A gave [+0.017, +0.043])
+    rng = np.random.default_rng(1)
+    hits = sum(lo <= 0 <= hi for lo, hi in (stats.bootstrap_ci(rng.normal(0, 1, 3), np.zeros(3))
+                                            for _ in range(400)))
+    assert hits >= 0.92 * 400
+    # no interval for the gain share below 10 pairs: the criterion stays undecided
+    share, lo, hi = stats.ratio_ci([0.17, 0.18, 0.16], [0.2, 0.21, 0.19])
+    assert share == pytest.approx(0.85) and math.isnan(lo) and math.isnan(hi)
+    assert stats.criterion(lo, hi, 0.8) == "undecided"
+
+
 def _study(effect: float, seed: int, n: int = 10) -> tuple[float, float]:
     """One synthetic paired study: seed-level noise shared by both arms (sd 0.05, as seeds move
     the score) plus per-run noise (sd 0.02); returns (mean diff, p)."""

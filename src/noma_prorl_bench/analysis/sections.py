@@ -40,7 +40,8 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
               f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
               "evaluations. Every comparison is paired by seed: the effect is the mean of the "
               "per-seed differences (arm − baseline), with a 95% bootstrap CI (BCa, 10 000 "
-              "resamples), a two-sided sign-flip permutation p-value, Holm-corrected over every "
+              "resamples; with fewer than 10 pairs the Student t interval, and no CI for the gain "
+              "share), a two-sided sign-flip permutation p-value, Holm-corrected over every "
               "row of the comparison table, and a verdict at family-wise 5%: `better`, `worse` or "
               "`no detectable difference` (for times, lower is better).", ""]
     return lines

@@ -7,7 +7,11 @@ evidence is the per-seed difference d_i = x_i - y_i (n pairs). For each comparis
     diff     = mean(d)                                   (the effect, in the metric's units)
     ci95     = 95% bootstrap CI of mean(d): scipy.stats.bootstrap over the pairs (paired=True,
                BCa, 10 000 resamples, fixed seed; percentile when BCa is undefined; [d, d] when
-               every d_i is equal)
+               every d_i is equal). Below MIN_BOOTSTRAP_N = 10 pairs the bootstrap is not used:
+               a resample of 3 pairs has only 10 distinct means, and the BCa interval then covers
+               the true mean far less often than 95% (a quick-preset A/A control at n = 3 gave
+               [+0.017, +0.043]); mean(d) gets the Student t interval mean +- t(n-1) sd / sqrt(n)
+               instead, and other statistics (the gain share) get no interval (NaN: "undecided")
     p        = two-sided paired permutation (sign-flip) test of mean(d) = 0: under H0 each d_i
                is as likely to be -d_i, so p = share of the 2^n sign patterns whose |mean| is
                >= the observed |mean| (exact for n <= 16, else 20 000 random patterns, (k+1)/(N+1))
@@ -34,6 +38,7 @@ ALPHA = 0.05
 VERDICTS = ("better", "worse", "no detectable difference")
 N_RESAMPLES = 10_000
 EXACT_MAX_N = 16
+MIN_BOOTSTRAP_N = 10   # fewer pairs: t interval for mean(d), no interval for other statistics
 
 
 def _clean(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +64,8 @@ def mean_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = mean_diff,
                  level: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Paired bootstrap CI of the vectorised `statistic(x, y, axis)` (default mean(x - y)) over
-    the (x_i, y_i) pairs. NaN bounds with fewer than 2 pairs."""
+    the (x_i, y_i) pairs. NaN bounds with fewer than 2 pairs; below MIN_BOOTSTRAP_N pairs the t
+    interval for mean_diff and NaN bounds for any other statistic (module docstring)."""
     from scipy import stats as sps
 
     x, y = _clean(x, y)
@@ -68,6 +74,12 @@ def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = m
     if statistic is mean_diff and np.ptp(x - y) == 0:
         d = float(x[0] - y[0])
         return d, d
+    if x.size < MIN_BOOTSTRAP_N:
+        if statistic is not mean_diff:
+            return math.nan, math.nan
+        d = x - y
+        half = float(sps.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
+        return float(d.mean()) - half, float(d.mean()) + half
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
