@@ -224,8 +224,10 @@ def _gain_sentences(gains: list[dict]) -> list[str]:
                          f"{g['gain_a']:+.3f}, not positive).")
             continue
         lo, hi = g["ci95"]
+        ci = (f"95% CI {lo:.0%} to {hi:.0%}" if math.isfinite(lo) and math.isfinite(hi)
+              else "no CI below 10 pairs")
         lines.append(f"{g['b']} kept {g['share']:.0%} of {g['a']}'s RL gain over the warm-start "
-                     f"score {g['warm']:.3f} (95% CI {lo:.0%} to {hi:.0%}, n = {g['n_pairs']}; "
+                     f"score {g['warm']:.3f} ({ci}, n = {g['n_pairs']}; "
                      f"gains {g['gain_b']:+.3f} vs {g['gain_a']:+.3f}); B's step time: "
                      f"{g['speed']}. Criterion 'keeps >= 80% at lower step time': "
                      f"{g['held_80']}; '>= 90%': {g['held_90']}.")
