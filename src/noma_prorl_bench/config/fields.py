@@ -98,7 +98,7 @@ class RunConfig:
     grad_checkpoint: bool = False
     """Activation (gradient) checkpointing in training forwards: transformer per block (torch.utils.checkpoint, non-reentrant), hf:PATH through the model's gradient_checkpointing_enable. Less memory, about one extra forward of compute; same gradients (not for gru)."""
     logprob_chunk: int = 0
-    """Compute training log-probs and entropy this many token positions at a time (output head + float32 log-softmax per chunk, recomputed in backward), so the float32 logits of the whole minibatch [n, T, V] never exist at once; 0: one piece. transformer and hf:PATH only; not with --kl_estimator full (which needs the logits)."""
+    """Compute log-probs (and the learner's entropy) this many token positions at a time (output head + float32 log-softmax per chunk, recomputed in backward), so no [n, T, V] float32 logits tensor of a whole batch exists at once. Applies to every log-prob pass: the learner's forward, the reference forward (A0/A1/A2, and the Ray reference actor), the pre-update recompute of --tis_cap, the warm start and the policy/delta_logp monitor; not to sampling (one [N, V] row per token) nor to the kl/to_init, kl/to_prev monitors (exact full-vocabulary KL). 0: one piece. transformer and hf:PATH only; not with --kl_estimator full (which needs the logits)."""
     micro_batch: int = 0
     """Rows (sequences) per forward/backward inside a minibatch; the gradients of the micro-batches are accumulated into one optimizer step equal to the whole minibatch's (gradient accumulation). 0: the whole minibatch at once."""
     warmstart_steps: int = -1
