@@ -14,9 +14,16 @@ exactly T new tokens per sequence on every path (EOS disabled: our sampler gets 
   hf_dynamic            model.generate(do_sample=True), default DynamicCache
   hf_static             model.generate(..., cache_implementation="static")
 and, for reference only (a different model), our own `TransformerPolicy` of the same width
-and depth. Runs alternate path by path within each repeat; we report medians of tokens/s
-(N*T / wall seconds of the call) and the ratios of ours to `generate`, from wall time and from process CPU time (which a shared
-machine disturbs less).
+and depth (`transformer`); `--compile_transformer MODE` adds `transformer_compiled`, the same
+policy with `--compile_decode MODE` (models/static_decode.py: the decode step through
+torch.compile with static shapes). Every path is first run once untimed at each T (the same
+shapes as the timed runs, so the compiled path compiles there, not inside a timed run); that
+first call's time is recorded (`first_wall_s`, `first_cpu_s`) and, for the compiled path,
+first call minus the median call is its compile time. Set TORCHINDUCTOR_FORCE_DISABLE_CACHES=1
+to measure a cold compile (inductor otherwise reuses its on-disk cache from an earlier run).
+Runs alternate path by path within each repeat; we report medians of tokens/s (N*T / wall
+seconds of the call) and the ratios of ours to `generate`, from wall time and from process CPU
+time (which a shared machine disturbs less).
 
 On CUDA (`--device cuda`, untested in the session that wrote it: no GPU) each timing is
 bracketed by torch.cuda.synchronize, and `--compile` adds `ours_compiled`
@@ -29,7 +36,9 @@ Run (CPU, one thread, as recorded in docs/performance.md):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -112,6 +121,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--compile", action="store_true",
                    help="CUDA only: also time ours_compiled (HFPolicy.compile_decode, CUDA graphs)")
+    p.add_argument("--compile_transformer", default="off", choices=["off", "default", "reduce-overhead"],
+                   help="also time transformer_compiled: our TransformerPolicy with --compile_decode MODE")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import transformers
@@ -122,7 +133,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     device = a.device
     name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine())
-    info = {"device": f"{device} ({name})", "threads": a.threads,
+    info = {"device": f"{device} ({name})", "threads": a.threads, "loadavg_start": os.getloadavg(),
+            "inductor_caches_disabled": os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES", ""),
             "torch": torch.__version__, "transformers": transformers.__version__, "args": vars(a)}
     print(f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
@@ -144,15 +156,17 @@ def main(argv=None) -> int:
                "hf_static": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=True),
                "transformer": lambda T, s: run_ours(ours_tf, ids, T, tok.pad_id, s, G)}
         fns = {k: fns[k] for k in a.paths}
+        if a.compile_transformer != "off":
+            tf_compiled = copy.deepcopy(ours_tf)
+            tf_compiled.compile_decode(a.compile_transformer)
+            fns["transformer_compiled"] = lambda T, s: run_ours(tf_compiled, ids, T, tok.pad_id, s, G)
         if a.compile:
-            import copy
             compiled = copy.deepcopy(policy)
             compiled.compile_decode()
             fns["ours_compiled"] = lambda T, s: run_ours(compiled, ids, T, tok.pad_id, s, G)
         print(f"# prompts: P={P} (left-padded, {int((ids == tok.pad_id).sum())} PAD tokens in all)")
         for T in a.lengths:
-            for f in fns.values():
-                f(8, 0)                                             # warm-up, not timed
+            first = {k: f(T, 0) for k, f in fns.items()}           # warm-up (compiles), not in the medians
             wall, cpu = {k: [] for k in fns}, {k: [] for k in fns}
             for r in range(a.repeats):
                 order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
@@ -160,7 +174,9 @@ def main(argv=None) -> int:
                     w, c = fns[k](T, r)
                     wall[k].append(w)
                     cpu[k].append(c)
-            row = {"N": N, "P": P, "T": T, "wall_s": wall, "cpu_s": cpu,
+            row = {"N": N, "P": P, "T": T, "wall_s": wall, "cpu_s": cpu, "loadavg": os.getloadavg(),
+                   "first_wall_s": {k: v[0] for k, v in first.items()},
+                   "first_cpu_s": {k: v[1] for k, v in first.items()},
                    "tok_s": {k: N * T / statistics.median(v) for k, v in wall.items()},
                    "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()}}
             for key in ("tok_s", "tok_cpu_s"):
@@ -168,7 +184,17 @@ def main(argv=None) -> int:
                 row[f"ratios_{key}"] = {f"{o}/{h}": ts[o] / ts[h] for o in ("ours", "ours_noshare", "ours_dynamic_noshare")
                                         for h in ("hf_dynamic", "hf_static") if o in ts and h in ts}
                 print(f"T={T} {key}: " + ", ".join(f"{k} {v:,.0f}" for k, v in ts.items()), flush=True)
+                if "transformer" in ts and "transformer_compiled" in ts:
+                    tc = ts["transformer_compiled"] / ts["transformer"]
+                    row[f"ratios_{key}"]["transformer_compiled/transformer"] = tc
                 print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in row[f"ratios_{key}"].items()), flush=True)
+            if "transformer_compiled" in fns:
+                for kind in ("wall", "cpu"):
+                    med = statistics.median((wall if kind == "wall" else cpu)["transformer_compiled"])
+                    row[f"compile_{kind}_s"] = row[f"first_{kind}_s"]["transformer_compiled"] - med
+                fw, fc = row["first_wall_s"]["transformer_compiled"], row["first_cpu_s"]["transformer_compiled"]
+                print(f"T={T} transformer_compiled: first call {fw:.1f} s wall / {fc:.1f} s CPU; compile "
+                      f"~{row['compile_wall_s']:.1f} s wall / {row['compile_cpu_s']:.1f} s CPU", flush=True)
             rows.append(row)
     if a.out:
         with open(a.out, "w") as f:

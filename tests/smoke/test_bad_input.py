@@ -85,6 +85,9 @@ BAD = [
     (["--weight_sync", "nccl"], "--weight_sync"),
     (["--engine", "ray_colocated", "--device", "cuda"], "--device"),
     (["--tis_cap", "0.9"], "--tis_cap"),
+    (["--compile_decode", "max-autotune"], "--compile_decode"),     # choices: off, default, reduce-overhead
+    (["--compile_decode", "default"], "--compile_decode"),          # the default model is the GRU
+    (["--model", "hf:/x", "--compile_decode", "reduce-overhead"], "--compile_decode"),
     (["--kl_in", "reward", "--ref_compute", "naive_epoch"], "--kl_in"),
     # growth without (usable) adapters
     (["--lora_alpha", "2"], "--lora_alpha"),                          # adapter flag without --enable_growth 1

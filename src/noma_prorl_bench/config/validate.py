@@ -271,7 +271,7 @@ def _validate_loss(cfg: RunConfig) -> None:
 
 
 def _check_memory(cfg: RunConfig) -> None:
-    """--micro_batch, --logprob_chunk, --grad_checkpoint (issue 17)."""
+    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode (issue 17)."""
     _nonneg(cfg, ["micro_batch", "logprob_chunk"])
     for n in ("grad_checkpoint", "logprob_chunk"):
         if getattr(cfg, n) and cfg.model == "gru":
@@ -279,6 +279,9 @@ def _check_memory(cfg: RunConfig) -> None:
     if cfg.dtype == "bf16_mixed" and cfg.model == "gru":
         raise ConfigError("dtype", "bf16_mixed needs --model transformer or hf:PATH; use float32 or bfloat16 "
                                    "with the GRU")
+    if cfg.compile_decode != "off" and cfg.model != "transformer":
+        raise ConfigError("compile_decode", f"compiles our transformer's decode step: needs --model transformer, "
+                                            f"not {cfg.model} (use off)")
     if cfg.logprob_chunk and cfg.kl_estimator == "full":
         raise ConfigError("logprob_chunk", "cannot be used with --kl_estimator full, which needs the whole "
                                            "[n, T, V] logits; use 0 or another estimator")

@@ -107,7 +107,7 @@ class _RefSide:
     """A ReferenceHolder (A1) that scores batches and applies reset updates by version."""
 
     def _init_ref(self, cfg, module, N_max: int, T_max: int):
-        self.ref = ReferenceHolder(module, "cached", cfg.temperature, N_max, T_max)
+        self.ref = ReferenceHolder(module, "cached", cfg.temperature, N_max, T_max, chunk=cfg.logprob_chunk)
         self.ref_version = 0
         self.ref_struct_version = 0
 

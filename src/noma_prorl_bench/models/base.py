@@ -141,3 +141,19 @@ def chunked_response_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, te
     logp = torch.cat(logps).view(N, T)                                      # [N, T]
     ent = torch.cat(ents).view(N, T) if with_entropy else None
     return logp, ent, None
+
+
+def policy_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0,
+                    with_entropy: bool = False, chunk: int = 0):
+    """Every log-prob pass of a run goes through here (`--logprob_chunk` = `chunk`): the learner's
+    forward, the reference forward (A0/A1/A2), the pre-update recompute for --tis_cap, the warm
+    start and the delta_logp monitor. -> (logp[N, T], entropy[N, T] | None, logits[N, T, V] | None).
+
+    chunk > 0: `chunked_response_logprobs` (no [N, T, V] logits; the third item is None);
+    0: `response_logprobs` (one forward, the logits returned)."""
+    if chunk > 0:
+        if not chunks_logprobs(model):
+            raise ValueError(f"chunked log-probs need a policy with hidden_states/logits_from_hidden, "
+                             f"not {type(model).__name__}")
+        return chunked_response_logprobs(model, tokens, P, temperature, with_entropy=with_entropy, chunk=chunk)
+    return response_logprobs(model, tokens, P, temperature, with_entropy=with_entropy)

@@ -2,8 +2,9 @@
 
 `build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
 `--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast),
-with `--grad_checkpoint` switched on. Errors a user can fix (a bad `hf:PATH`, `--device cuda` without CUDA) are
-`config.ConfigError`s naming the flag, which the CLI reports with exit code 2.
+with `--grad_checkpoint` switched on and `--compile_decode` set. Errors a user can fix (a bad
+`hf:PATH`, `--device cuda` without CUDA) are `config.ConfigError`s naming the flag, which the CLI
+reports with exit code 2.
 """
 from __future__ import annotations
 
@@ -59,4 +60,6 @@ def build_policy(cfg, max_len: int | None = None):
     if cfg.model == "transformer":
         policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
         policy.compute_dtype = torch.bfloat16 if cfg.dtype == "bf16_mixed" else None
+        if getattr(cfg, "compile_decode", "off") != "off":
+            policy.compile_decode(cfg.compile_decode)      # static_decode.py: torch.compile on first decode
     return policy, tok

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from noma_prorl_bench.models.base import autocast
+from noma_prorl_bench.models.static_decode import CompiledStep
 
 
 @dataclass
@@ -46,6 +47,7 @@ class KVCache:
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     pos: int  # number of positions already written (= position id of the next token)
+    pos_t: torch.Tensor | None = None  # the same as a [1] long tensor (--compile_decode; static_decode.py)
 
     @property
     def capacity(self) -> int:
@@ -127,6 +129,7 @@ class TransformerPolicy(nn.Module):
         self.grad_checkpoint = False   # --grad_checkpoint: recompute each block in backward
         self.compute_dtype = None      # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
         self.reuse_kv_on = {"cuda"}    # device types whose KV buffers are reused across rollouts
+        self.static_decode = None      # --compile_decode: a static_decode.CompiledStep (compile_decode())
         self._kv_pool: dict = {}
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.tok_emb = nn.Embedding(vocab_size, d_model)
@@ -208,17 +211,26 @@ class TransformerPolicy(nn.Module):
         new cache memory step after step (a sampler caller never keeps the state)."""
         like = self.tok_emb.weight
         H, D = self.n_heads, self.d_model // self.n_heads
+        new = like.new_empty if self.static_decode is None else like.new_zeros   # compiled: finite everywhere
         if like.device.type not in self.reuse_kv_on:
-            return [like.new_empty(N, H, cap, D) for _ in range(self.n_layers)]
+            return [new(N, H, cap, D) for _ in range(self.n_layers)]
         key = (name, N, cap, like.dtype, str(like.device))
         if key not in self._kv_pool:
-            self._kv_pool[key] = [like.new_empty(N, H, cap, D) for _ in range(self.n_layers)]
+            self._kv_pool[key] = [new(N, H, cap, D) for _ in range(self.n_layers)]
         return self._kv_pool[key]
+
+    def compile_decode(self, mode: str = "default", backend: str = "inductor") -> None:
+        """``--compile_decode``: from now on ``decode`` runs ``static_decode.static_step`` (fixed shapes:
+        position as a tensor, attention over the whole cache under a mask) through ``torch.compile``,
+        compiled once per rollout shape; ``mode="reduce-overhead"`` uses CUDA graphs on CUDA."""
+        self.static_decode = CompiledStep(mode, backend)
 
     def decode(self, tok: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
         """One step: tok[N] at position ``state.pos`` -> (logits[N, V], state advanced by one)."""
         if state.pos >= state.capacity:
             raise ValueError(f"KV cache full ({state.capacity} positions); prefill with a larger capacity")
+        if self.static_decode is not None:                  # --compile_decode
+            return self.static_decode.decode(self, tok, state), state
         logits = self._run(tok[:, None], state.pos, state)  # [N, 1, V]
         state.pos += 1
         return logits[:, 0], state

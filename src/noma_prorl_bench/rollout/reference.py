@@ -25,6 +25,10 @@ into a second buffer [max_seqs, max_resp_len, V] allocated once; naive_epoch ret
 logits of the forward that `minibatch` just ran for the same slice (so a minibatch is still
 exactly one reference forward) and runs a counted forward otherwise. Memory is N*T*V floats.
 
+Chunked forwards (`chunk > 0`, `--logprob_chunk`): every reference forward computes logp_ref
+with `models.base.chunked_response_logprobs`, `chunk` token positions per output-head call,
+so the reference's [n, T, V] float32 logits never exist at once (not with keep_logits).
+
 Reference updates (`reset_to`): `hard` copies the policy bit for bit; `polyak` mixes
 ref <- alpha * pi + (1 - alpha) * ref in place, the same arithmetic as TRL's
 SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py).
@@ -40,7 +44,7 @@ import torch
 from torch import nn
 
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.models.base import response_logprobs
+from noma_prorl_bench.models.base import policy_logprobs
 
 REF_MODES = ("naive_epoch", "cached", "ring", "none")
 REF_UPDATES = ("hard", "polyak")
@@ -60,9 +64,12 @@ class ReferenceHolder:
     """Frozen reference policy + logp_ref provider; see the module docstring for the modes."""
 
     def __init__(self, policy: nn.Module | None, mode: str, temperature: float = 1.0,
-                 max_seqs: int = 0, max_resp_len: int = 0, keep_logits: bool = False):
+                 max_seqs: int = 0, max_resp_len: int = 0, keep_logits: bool = False, chunk: int = 0):
         if mode not in REF_MODES:
             raise ValueError(f"ref_compute must be one of {REF_MODES}, got {mode!r}")
+        if chunk > 0 and keep_logits:
+            raise ValueError("chunked reference log-probs (chunk > 0) keep no logits: keep_logits must be False")
+        self.chunk = int(chunk)                      # --logprob_chunk: positions per head call
         self.mode = mode
         self.temperature = float(temperature)
         self.model: nn.Module | None = None
@@ -114,7 +121,8 @@ class ReferenceHolder:
         """One counted, timed reference forward: tokens[n, L] -> logp_ref[n, T] (float32)."""
         model = self._require()
         t0 = time.perf_counter()
-        logp, _, logits = response_logprobs(model, tokens, P, self.temperature)  # [n, T], [n, T, V]
+        # logp[n, T]; logits[n, T, V], or None when chunked
+        logp, _, logits = policy_logprobs(model, tokens, P, self.temperature, chunk=self.chunk)
         self._fwd_logits = logits if self.keep_logits else None
         if logp.is_cuda:
             torch.cuda.synchronize(logp.device)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from noma_prorl_bench.algorithms import losses as loss_lib
-from noma_prorl_bench.models.base import chunked_response_logprobs, response_logprobs
+from noma_prorl_bench.models.base import policy_logprobs
 
 
 def slices(sl: slice, micro_batch: int) -> list[slice]:
@@ -46,9 +46,7 @@ def aggregate_in(x: Tensor, mask_ctx: Tensor, rows: slice, ctx: slice, agg: str,
 
 def logprobs(policy, tokens: Tensor, P: int, temperature: float, chunk: int):
     """The learner's forward -> (logp[m, T], entropy[m, T], logits[m, T, V] or None with `chunk` > 0)."""
-    if chunk > 0:
-        return chunked_response_logprobs(policy, tokens, P, temperature, with_entropy=True, chunk=chunk)
-    return response_logprobs(policy, tokens, P, temperature, with_entropy=True)
+    return policy_logprobs(policy, tokens, P, temperature, with_entropy=True, chunk=chunk)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.io.metrics import Counters
-from noma_prorl_bench.models.base import policy_device, response_logprobs
+from noma_prorl_bench.models.base import policy_device, policy_logprobs
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
@@ -189,7 +189,8 @@ class EvalMonitors:
         out = self.drift.measure(policy)
         was_training = policy.training
         policy.eval()
-        logp, _, _ = response_logprobs(policy, batch.tokens, batch.prompt_len, self.cfg.temperature)  # [N, T]
+        logp, _, _ = policy_logprobs(policy, batch.tokens, batch.prompt_len, self.cfg.temperature,
+                                     chunk=self.cfg.logprob_chunk)                                  # [N, T]
         policy.train(was_training)
         out["policy/delta_logp"] = float(loss_lib.masked_mean((logp - batch.logp_old).abs(), batch.mask))
         counts = self.drift.pop_counts()

@@ -24,7 +24,7 @@ from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from noma_prorl_bench.models.build import build_policy
-from noma_prorl_bench.models.base import policy_device, response_logprobs
+from noma_prorl_bench.models.base import policy_device, policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
 from noma_prorl_bench.tasks import make_task, part_metrics
@@ -75,7 +75,7 @@ class Trainer:
         N_max = cfg.batch_size * cfg.group_size
         mode = "none" if cfg.variant == "B" else cfg.ref_compute
         self.ref = ReferenceHolder(self.policy, mode, cfg.temperature, N_max, self.T_max,
-                                   keep_logits=self.kl.needs_ref_logits)
+                                   keep_logits=self.kl.needs_ref_logits, chunk=cfg.logprob_chunk)
         # ------------------------------------------------------------ optimizer, schedule, KL coef
         optimizer = self.make_optimizer()
         self.optim = OptimSide(optimizer, run_scheduler(optimizer, cfg))     # shared with the managers
@@ -136,7 +136,7 @@ class Trainer:
                 ans[i, :len(a)] = torch.tensor(a)
                 mask[i, :len(a)] = 1.0
             tokens = torch.cat([prompts, ans], 1).to(self.device)                    # [n, P + T]
-            logp, _, _ = response_logprobs(self.policy, tokens, prompts.shape[1])
+            logp, _, _ = policy_logprobs(self.policy, tokens, prompts.shape[1], chunk=cfg.logprob_chunk)
             mask = mask.to(self.device)
             loss = -(logp * mask).sum() / mask.sum()
             opt.zero_grad(set_to_none=True)
@@ -265,17 +265,17 @@ class Trainer:
         return out
 
     def update_inputs(self, batch: RolloutBatch) -> tuple[objective.UpdateInputs, dict]:
-        """The loss mask (--overlong filter) and, for --tis_cap or Variant B's exact KL, one no_grad
-        forward of the pre-update policy over the batch (counted in count/policy_fwd_train):
-        the learner's own logp_old (the ratio's denominator; TIS weights it against the
-        sampler's) and the old logits [N, T, V]."""
+        """The loss mask (--overlong filter) and, for --tis_cap or Variant B's exact KL, one no_grad forward of
+        the pre-update policy over the batch (count/policy_fwd_train; chunked with --logprob_chunk): the learner's
+        own logp_old (the ratio's denominator; TIS weights it against the sampler's) and the old logits [N, T, V]."""
         cfg = self.cfg
         mask, metrics = objective.loss_mask(batch.mask, batch.truncated, cfg.overlong)
         inp = objective.UpdateInputs(mask=mask, logp_old=batch.logp_old)
         b_full = self.kl.needs_old_logits
         if cfg.tis_cap > 0 or b_full:
             with torch.no_grad():
-                logp, _, logits = response_logprobs(self.policy, batch.tokens, batch.prompt_len, cfg.temperature)
+                logp, _, logits = policy_logprobs(self.policy, batch.tokens, batch.prompt_len, cfg.temperature,
+                                                  chunk=cfg.logprob_chunk)   # logits None when chunked
             self.counters.add("policy_fwd_train", 1)
             self.counters.add("tokens_policy", batch.tokens.numel())
             if cfg.tis_cap > 0:
