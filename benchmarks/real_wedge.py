@@ -14,7 +14,8 @@ modules), so that the numbers do not depend on how many other processes share th
 one torch thread that is close to the wall time on an idle core. `wall` keeps the wall clock.
 With `--clock cpu` the variants may run as parallel processes (`--variants A0` ... then `--merge`).
 
-    PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_wedge.py --out docs/real_model/wedge.json
+    PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_wedge.py --reps 3 --steps 4 \
+        --out docs/real_model/wedge.json
 """
 from __future__ import annotations
 
@@ -133,7 +134,9 @@ def main(argv=None) -> int:
         print(f"{name} run done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = {"settings": {**settings(args), "reps": args.reps, "dropped_first_steps": 1, "torch": torch.__version__,
                         "clock": args.clock, "loadavg_start": load0, "loadavg_end": os.getloadavg()[0]},
-           "variants": table, "extra_runs": extra}
+           "variants": table, "extra_runs": extra,
+           "per_step": {name: [{k: r[k] for k in ("time/step", "time/rollout", "time/ref", "time/train", "time/eval")}
+                               for r in rs] for name, rs in samples.items()}}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     json.dump(out, open(args.out, "w"), indent=1, default=str)
     for name, m in table.items():
