@@ -32,6 +32,7 @@ from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
+from noma_prorl_bench.training.warmstart import supervised_warm_start
 
 REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
 COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
@@ -115,34 +116,10 @@ class Trainer:
         return cls(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def warm_start(self) -> dict:
-        """Supervised teacher forcing on correct responses (the task's `demonstration(example)`
-        when it has one, else the answer) so RL starts from a policy that is sometimes right.
-        --warmstart_steps -1 resolves to 50 (gru), 100 (transformer) or 0 (hf:PATH). Its cost is
-        reported separately (the `warmstart` event)."""
-        cfg = self.cfg
+        """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
+        is reported separately (the `warmstart` event)."""
         t0 = time.perf_counter()
-        rng = np.random.default_rng([cfg.seed, 3])
-        opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.warmstart_lr)
-        demo = getattr(self.task, "demonstration", None)
-        n_steps = cfg.warmstart_steps_resolved
-        for _ in range(n_steps):
-            ex = self.task.sample(rng, 64)
-            prompts = self.tok.encode_prompts([e.prompt for e in ex], self.P)          # [n, P]
-            answers = [self.tok.encode_answer(demo(e) if demo else e.answer) for e in ex]
-            T = max(len(a) for a in answers)
-            ans = torch.full((len(ex), T), self.tok.pad_id, dtype=torch.long)
-            mask = torch.zeros(len(ex), T)
-            for i, a in enumerate(answers):
-                ans[i, :len(a)] = torch.tensor(a)
-                mask[i, :len(a)] = 1.0
-            tokens = torch.cat([prompts, ans], 1).to(self.device)                    # [n, P + T]
-            logp, _, _ = policy_logprobs(self.policy, tokens, prompts.shape[1], chunk=cfg.logprob_chunk)
-            mask = mask.to(self.device)
-            loss = -(logp * mask).sum() / mask.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        self.policy.zero_grad(set_to_none=True)     # no stale grads (frozen params would keep them)
+        n_steps = supervised_warm_start(self.policy, self.task, self.tok, self.cfg, self.P, self.device)
         val, _, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
         info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
         self.event("warmstart", "supervised warm start", **info)
