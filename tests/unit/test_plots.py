@@ -101,6 +101,24 @@ def test_by_config_draws_one_line_per_configuration_with_band(suite):
 
 
 @pytest.mark.unit
+def test_by_config_keeps_suite_arms_apart(suite):
+    """An A/A control has A1's configuration with other seeds: grouped by configuration it would
+    merge into A1 (one line, 4 seeds); with the suite's arm names set it is its own line."""
+    runs = load_runs([d for d in suite if d.name.startswith("A1_")])
+    runs += load_runs([d for d in suite if d.name.startswith("A1_")])   # the same configuration again
+    for r in runs[:2]:
+        r.arm = "A1"
+    for r in runs[2:]:
+        r.arm = "A1-aa"
+    fig = summary_figure(runs, by_config=True)
+    labels = [ln.get_label() for ln in run_lines(fig.axes[1])]
+    assert labels == ["A1 (2 seeds)", "A1-aa (2 seeds)"]
+    for r in runs:
+        r.arm = ""
+    assert len(run_lines(summary_figure(runs, by_config=True).axes[1])) == 1    # configuration only
+
+
+@pytest.mark.unit
 def test_ref_cost_figure_panels_bars_and_lines(five):
     fig = ref_cost_figure(five)
     assert [ax.get_title() for ax in fig.axes] == [

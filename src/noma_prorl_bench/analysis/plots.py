@@ -58,10 +58,15 @@ def run_lines(ax) -> list[Line2D]:
 
 
 def entries(runs: Sequence[Run], by_config: bool = False) -> list[Entry]:
-    """One entry per run, or (by_config) one per configuration averaging its seeds."""
+    """One entry per run, or (by_config) one per suite arm (when the report set `run.arm`),
+    else per configuration, averaging its seeds. Arms keep an A/A control (same configuration,
+    other seeds) apart from the arm it controls."""
     if not by_config:
         return [(r.label, [r]) for r in runs]
-    groups = group_runs(list(runs))
+    group_runs(list(runs))                                  # sets run.group
+    groups: dict[str, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(r.arm or r.group, []).append(r)
     return [(f"{g} ({len(rs)} seeds)" if len(rs) > 1 else g, rs) for g, rs in groups.items()]
 
 

@@ -103,6 +103,9 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
     arms = cmp.arm_table(runs, suite)
+    for arm, members in arms.items():                     # figures: one line per arm (A1-aa apart from A1)
+        for run in members.values():
+            run.arm = arm if suite else ""
     comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
     rows = cmp.compare(arms, comparisons, k)
     gains = cmp.gain_kept(arms, rows, k)

@@ -79,6 +79,7 @@ class Run:
     summary: dict[str, Any] | None
     label: str = ""                         # set by load_run / load_runs
     group: str = ""                         # label without the seed (configuration label)
+    arm: str = ""                           # the suite arm (report.py sets it from suite.json)
     dropped: list[str] = field(default_factory=list)   # "file:line" of unparseable lines
 
     @property
