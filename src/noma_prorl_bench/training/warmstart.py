@@ -13,8 +13,10 @@ import torch
 from noma_prorl_bench.models.base import policy_logprobs
 
 
-def demonstration_batch(task, tok, rng: np.random.Generator, n: int, P: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """n sampled examples as (tokens [n, P + T], response mask [n, T]), right-padded responses."""
+def demonstration_batch(task, tok, rng: np.random.Generator, n: int,
+                        P: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """n sampled examples as (tokens [n, P' + T], response mask [n, T]), right-padded responses;
+    P' = P, or the longest prompt of the batch when P is None (HF tokenizers: left-padded)."""
     demo = getattr(task, "demonstration", None)
     ex = task.sample(rng, n)
     prompts = tok.encode_prompts([e.prompt for e in ex], P)                      # [n, P]
@@ -28,7 +30,7 @@ def demonstration_batch(task, tok, rng: np.random.Generator, n: int, P: int) -> 
     return torch.cat([prompts, ans], 1), mask                                    # [n, P + T], [n, T]
 
 
-def supervised_warm_start(policy, task, tok, cfg, P: int, device) -> int:
+def supervised_warm_start(policy, task, tok, cfg, P: int | None, device) -> int:
     """`cfg.warmstart_steps_resolved` Adam steps of mean response NLL on batches of 64; returns
     the number of steps. Seeded by (cfg.seed, 3), so the warm start is the same for every arm."""
     rng = np.random.default_rng([cfg.seed, 3])
@@ -37,7 +39,8 @@ def supervised_warm_start(policy, task, tok, cfg, P: int, device) -> int:
     for _ in range(n_steps):
         tokens, mask = demonstration_batch(task, tok, rng, 64, P)
         tokens, mask = tokens.to(device), mask.to(device)
-        logp, _, _ = policy_logprobs(policy, tokens, P, chunk=cfg.logprob_chunk)
+        prompt_len = tokens.shape[1] - mask.shape[1]                           # P, or this batch's
+        logp, _, _ = policy_logprobs(policy, tokens, prompt_len, chunk=cfg.logprob_chunk)
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
