@@ -19,7 +19,8 @@ and the process CPU time between consecutive step ends (the first step, which pa
 warm-up costs, is dropped). We report the medians over all timed steps, the ratios TRL / ours
 (wall; CPU time, which a shared machine disturbs less; and the median of the per-pair ratios of
 run medians), generation tokens per CPU second of each side's generate call, and our sampler
-with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off).
+with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off;
+`--rollout_kv off` skips it: the no-cache path costs minutes per repeat at hidden 512).
 
 Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
 TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
@@ -30,6 +31,8 @@ Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
         --hidden 256 --layers 4 --heads 8 --T 64
+    PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
+        --hidden 512 --layers 8 --heads 8 --T 64 --rollout_kv off
 """
 from __future__ import annotations
 
@@ -70,7 +73,8 @@ def _peak_mb() -> float:
 
 
 def _result(obj: dict) -> None:
-    print("RESULT " + json.dumps(obj), flush=True)
+    """Print the worker's result line, with the 1/5/15-minute load averages at its end."""
+    print("RESULT " + json.dumps({**obj, "loadavg_end": os.getloadavg()}), flush=True)
 
 
 # ============================================================================ workers
@@ -207,6 +211,14 @@ def worker_rollout(a) -> None:
 
 
 # ============================================================================ driver
+def count_params(model_dir: str) -> dict:
+    """Parameter count of the benchmark model (all tensors; the input embedding separately)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    return {"total": sum(p.numel() for p in model.parameters()),
+            "input_embedding": model.get_input_embeddings().weight.numel(), "vocab": model.config.vocab_size}
+
+
 def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--model_dir", a.model_dir,
            "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
@@ -220,6 +232,15 @@ def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{worker} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def rollout_kv(a) -> dict:
+    """Our sampler with vs without the KV cache on the benchmark model (a worker process)."""
+    ro = spawn("rollout", a, 0.0)
+    print(f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "
+          f"KV cache {ro['cache_tok_s']:,.0f} tok/s, no cache {ro['no_cache_tok_s']:,.0f} tok/s "
+          f"({ro['cache_tok_s'] / ro['no_cache_tok_s']:.2f}x)", flush=True)
+    return ro
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -277,6 +298,9 @@ def main(argv=None) -> int:
     p.add_argument("--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"],
                    help="gradient checkpointing, set the same on both sides (TRL's GRPOConfig default is on)")
     p.add_argument("--logprob_chunk", type=int, default=0, help="ours: --logprob_chunk")
+    p.add_argument("--rollout_kv", default="on", choices=["on", "off"],
+                   help="also time our sampler with vs without the KV cache (off for large models: the "
+                        "no-cache path recomputes the whole sequence per token)")
     p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="optional JSON file for every run")
     p.add_argument("--grad_ckpt", default="off", help=argparse.SUPPRESS)
@@ -301,6 +325,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
                                               layers=a.layers, heads=a.heads, seed=0))
+        results["params"] = count_params(a.model_dir)
+        print(f"# parameters: {results['params']['total']:,} ({results['params']['input_embedding']:,} in the "
+              f"input embedding, vocab {results['params']['vocab']})", flush=True)
         print("| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
               "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
               "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |")
@@ -308,11 +335,8 @@ def main(argv=None) -> int:
         for ckpt in a.ckpt:
             for beta in a.betas:
                 results["rows"].append(compare(a, beta, ckpt))
-        ro = spawn("rollout", a, 0.0)
-        results["rollout_kv"] = ro
-        print(f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "
-              f"KV cache {ro['cache_tok_s']:,.0f} tok/s, no cache {ro['no_cache_tok_s']:,.0f} tok/s "
-              f"({ro['cache_tok_s'] / ro['no_cache_tok_s']:.2f}x)", flush=True)
+        if a.rollout_kv == "on":
+            results["rollout_kv"] = rollout_kv(a)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)
