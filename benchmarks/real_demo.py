@@ -92,6 +92,24 @@ def mean_ci(x, n_boot: int = 5000, seed: int = 0):
     return float(x.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
+def over_seeds(befores, afters, n_boot: int = 5000, seed: int = 0) -> dict:
+    """The lift averaged over training seeds, mean over seeds s and prompts p of (after_sp -
+    before_p), with a 95% two-level percentile bootstrap CI (each replicate resamples seeds and,
+    independently, prompts; the prompt sample is shared by before and every seed, so the pairing
+    by prompt is kept: the CI covers both the training-seed and the prompt-sampling variability),
+    and the exact two-sided sign-flip p over the per-seed lifts (analysis/stats.sign_flip_p)."""
+    from noma_prorl_bench.analysis.stats import sign_flip_p
+    D = np.asarray(afters, float) - np.asarray(befores, float)                 # [S, P]
+    S, P = D.shape
+    rng = np.random.default_rng(seed)
+    boots = np.array([D[np.ix_(rng.integers(0, S, S), rng.integers(0, P, P))].mean() for _ in range(n_boot)])
+    per_seed = D.mean(1)
+    return {"n_seeds": S, "n_prompts": P, "mean_lift": float(D.mean()),
+            "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
+            "sign_flip_p": float(sign_flip_p(per_seed)), "seeds_up": int((per_seed > 0).sum()),
+            "per_seed": [float(x) for x in per_seed]}
+
+
 def report(root: str, doc: str) -> None:
     seeds = sorted(d for d in os.listdir(root) if d.startswith("seed")
                    and os.path.exists(os.path.join(root, d, "demo_eval.json")))
@@ -107,14 +125,23 @@ def report(root: str, doc: str) -> None:
         ms = [json.loads(ln) for ln in open(os.path.join(root, d, "metrics.jsonl"))]
         curves[r["seed"]] = {"step": [m["step"] for m in ms], "correct": [m.get("reward/correct") for m in ms],
                              "step_s": [m.get("time/step") for m in ms]}
+    evals = [json.load(open(os.path.join(root, d, "demo_eval.json"))) for d in seeds]
+    summary = {part: over_seeds([e["before"][part] for e in evals], [e["after"][part] for e in evals])
+               for part in ("correct", "format")}
     os.makedirs(doc, exist_ok=True)
-    json.dump({"rows": rows, "curves": curves}, open(os.path.join(doc, "demo.json"), "w"), indent=1)
+    json.dump({"rows": rows, "curves": curves, "over_seeds": summary}, open(os.path.join(doc, "demo.json"), "w"),
+              indent=1)
     lines = ["| seed | n | correct before [95% CI] | correct after [95% CI] | after - before [95% CI] | "
              "format before | format after |", "|---|---|---|---|---|---|---|"]
     f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
     for r in rows:
         lines.append(f"| {r['seed']} | {r['n']} | {f(r['correct_before'])} | {f(r['correct_after'])} | "
                      f"{f(r['correct_diff'])} | {r['format_before'][0]:.3f} | {r['format_after'][0]:.3f} |")
+    c = summary["correct"]
+    lines += ["", f"Over the {c['n_seeds']} seeds: mean lift in `correct` {c['mean_lift']:+.3f} "
+              f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] (95% two-level bootstrap over seeds and prompts), "
+              f"{c['seeds_up']} of {c['n_seeds']} seeds up, sign-flip p = {c['sign_flip_p']:.4f} over the per-seed lifts; "
+              f"format lift {summary['format']['mean_lift']:+.3f}."]
     open(os.path.join(doc, "demo.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
     import matplotlib
