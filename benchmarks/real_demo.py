@@ -147,7 +147,7 @@ def report(root: str, doc: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
     for s, c in curves.items():
         ax[0].plot(c["step"], c["correct"], label=f"seed {s}", alpha=0.8)
     ax[0].set(xlabel="RL step", ylabel="train reward/correct (batch mean)", title="training batches (T=sampling)")
@@ -157,8 +157,9 @@ def report(root: str, doc: str) -> None:
         m = np.array([r[key][0] for r in rows])
         err = np.array([[r[key][0] - r[key][1], r[key][2] - r[key][0]] for r in rows]).T
         ax[1].bar(x + 0.38 * k, m, 0.38, yerr=err, capsize=3, label=lab)
-    ax[1].set_xticks(x + 0.19, [f"seed {r['seed']}" for r in rows])
-    ax[1].set(ylabel="greedy val correct (n prompts)", title="validation before / after, 95% CI")
+    ax[1].set_xticks(x + 0.19, [str(r["seed"]) for r in rows])
+    ax[1].set(xlabel="training seed", ylabel="greedy val correct (n prompts)",
+              title="validation before / after, 95% CI")
     ax[1].legend()
     fig.tight_layout()
     fig.savefig(os.path.join(doc, "demo.png"), dpi=110)
