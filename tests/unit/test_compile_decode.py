@@ -6,6 +6,8 @@ graph, so its shape guards and recompilations are the real ones; only inductor's
 skipped) and count compilations with a counting backend. tests/slow/test_compile_decode_inductor.py
 runs inductor itself (`torch.compile` default mode, tens of seconds to compile on a CPU)."""
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,34 +15,15 @@ import torch
 from noma_prorl_bench.config import make_config
 from noma_prorl_bench.models.base import response_logprobs
 from noma_prorl_bench.models.static_decode import CompiledStep, static_step
-from noma_prorl_bench.models.transformer import TransformerPolicy
-from noma_prorl_bench.rollout.sampling import generate
-from noma_prorl_bench.tasks.base import EOS, PAD, CharTokenizer
+from noma_prorl_bench.tasks.base import EOS
 
 pytestmark = pytest.mark.unit
-V = CharTokenizer().vocab_size
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Every test starts with empty dynamo caches (compilations are counted per test)."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _policy(seed=0):
-    torch.manual_seed(seed)
-    return TransformerPolicy(V, d_model=32, n_layers=2, n_heads=4, max_len=48)
-
-
-def _prompts(B=3, G=2, P=8, seed=1):
-    return torch.randint(4, V, (B, P), generator=torch.Generator().manual_seed(seed)).repeat_interleave(G, 0)
-
-
-def _sample(policy, prompts, seed=3, T=12, eos=-1, G=2):
-    g = torch.Generator().manual_seed(seed)
-    return generate(policy, prompts, T, 1.0, eos, PAD, g, group_size=G)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from decodehelp import V, fresh_dynamo  # noqa: E402,F401  (fresh_dynamo: autouse fixture)
+from decodehelp import compiled as _compiled  # noqa: E402
+from decodehelp import grouped_prompts as _prompts  # noqa: E402
+from decodehelp import sample as _sample  # noqa: E402
+from decodehelp import tiny_policy as _policy  # noqa: E402
 
 
 class CountingBackend:
@@ -52,12 +35,6 @@ class CountingBackend:
     def __call__(self, gm, example_inputs):
         self.graphs += 1
         return gm.forward
-
-
-def _compiled(policy, backend):
-    out = copy.deepcopy(policy)
-    out.compile_decode("default", backend=backend)
-    return out
 
 
 @torch.no_grad()
