@@ -47,8 +47,21 @@ PRESETS = {
     "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, k=5, arms="aa",
                base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                      "--n_val", "32", "--eval_every", "2"]),
-    "quick": dict(seeds=3, steps=300, reset_every=100, evidence=False, k=10, base=["--eval_every", "10"]),
+    # the headline question on a loose and a clamping beta (QUICK_ARMS: a subset of the atlas, the same
+    # runs): 8 paired seeds x 6 arms x 300 steps
+    "quick": dict(seeds=8, steps=300, reset_every=50, evidence=True, k=10, arms="quick",
+                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
+                        "--n_val", "128", "--kl_estimator", "k3"]),
     "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"]),
+    # the regime map: reference treatment x beta (ATLAS_ARMS), 10 paired seeds, long enough for the
+    # beta = 1 fixed reference to clamp (docs/atlas/report.md)
+    "atlas": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="atlas",
+                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
+                        "--n_val", "128", "--kl_estimator", "k3"]),
+    # step-time cost: A0 / A1 / A2 / B alternating seed by seed with one job, so their timings are
+    # interleaved in time (the only timing comparisons a report makes)
+    "cost": dict(seeds=5, steps=100, reset_every=50, evidence=True, k=5, arms="cost",
+                 base=["--eval_every", "10", "--n_val", "64"]),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -68,6 +81,22 @@ ARMS = {
                      "--growth_migration", m] for m in ("preserve", "reset", "naive")},
 }
 AA_ARMS = {"AA-1": _A1, "AA-2": _A1}
+#: the regime map: beta (k3 in the loss) x reference treatment at one reset cadence. `none` never
+#: resets; the others reset every {reset_every} steps and differ only in what happens to Adam there:
+#: keep (moments and step kept), hard (moments, step and schedule cleared), soft (m, v *= 0.2),
+#: asym (m *= 0.2, v kept), step (moments kept, Adam's step count t <- 0: Adam-Rel, arXiv 2412.17113)
+ATLAS_BETAS = ("0.01", "0.05", "0.2", "1")
+ATLAS_TREATMENTS = {
+    "none": [],
+    "keep": ["--reset_every", "{reset_every}", "--opt_reset", "keep"],
+    "hard": ["--reset_every", "{reset_every}", "--opt_reset", "hard"],
+    "soft": ["--reset_every", "{reset_every}", "--opt_reset", "soft"],
+    "asym": ["--reset_every", "{reset_every}", "--opt_reset", "asym"],
+    "step": ["--reset_every", "{reset_every}", "--opt_reset", "keep", "--reset_opt_step", "1"],
+}
+ATLAS_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ATLAS_BETAS for t, flags in ATLAS_TREATMENTS.items()}
+QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
+COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 #: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
 COMPARISONS = [
     ("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1"),
@@ -80,6 +109,21 @@ COMPARISONS = [
     ("grow-naive vs grow-reset", "grow-naive", "grow-reset"),
     ("AA-2 vs AA-1", "AA-2", "AA-1"),
 ]
+#: per beta: does a reset (moments kept) beat no reset, and does each optimizer treatment beat keep
+ATLAS_COMPARISONS = [c for b in ATLAS_BETAS for c in
+                     [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
+                     + [(f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
+                        for t in ATLAS_TREATMENTS if t not in ("none", "keep")]]
+#: comparison name -> Holm family. A family is the set of questions one reader asks together: the
+#: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
+#: one beta and asks "should I reset, and what should Adam do?" there)
+FAMILIES = {**{c[0]: "outcome" for c in COMPARISONS},
+            **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS}}
+#: pairs identical by construction (same rewards per step, not a question): the report verifies that
+#: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
+#: logp_ref as A1 (only the cost differs); naive and reset growth differ only in the optimizer
+#: object, which holds no state in either (identical under a constant learning rate)
+CHECKS = [("A0 = A1", "A0", "A1"), ("A2 = A1", "A2", "A1"), ("grow-naive = grow-reset", "grow-naive", "grow-reset")]
 
 
 @dataclass
@@ -107,6 +151,9 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
     """Arm name -> flags of a preset (growth arms only when growth is available)."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
+    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS}
+    if PRESETS[preset].get("arms") in named:
+        return dict(named[PRESETS[preset]["arms"]])
     return {a: f for a, f in ARMS.items() if not a.startswith("grow-") or growth_available()}
 
 
@@ -132,8 +179,13 @@ def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None
 
 
 def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The COMPARISONS whose two arms are both in `arms`."""
-    return [c for c in COMPARISONS if c[1] in arms and c[2] in arms]
+    """The COMPARISONS (and ATLAS_COMPARISONS) whose two arms are both in `arms`."""
+    return [c for c in COMPARISONS + ATLAS_COMPARISONS if c[1] in arms and c[2] in arms]
+
+
+def checks_for(arms: list[str]) -> list[tuple[str, str, str]]:
+    """The CHECKS (identical-by-construction pairs) whose two arms are both in `arms`."""
+    return [c for c in CHECKS if c[1] in arms and c[2] in arms]
 
 
 # ---------------------------------------------------------------------------- running
@@ -336,7 +388,9 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
     listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
-              "comparisons": [list(c) for c in comparisons_for(arms)]}
+              "comparisons": [list(c) for c in comparisons_for(arms)],
+              "families": {c[0]: FAMILIES[c[0]] for c in comparisons_for(arms)},
+              "checks": [list(c) for c in checks_for(arms)]}
     with open(path, "w") as f:
         json.dump(listed, f, indent=2)
     return listed
