@@ -52,12 +52,16 @@ PRESETS = {
     "quick": dict(seeds=8, steps=300, reset_every=50, evidence=True, k=10, arms="quick",
                   base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
                         "--n_val", "128", "--kl_estimator", "k3"]),
-    "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"]),
+    "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"],
+                 drop=("grow-",)),   # the GRU's head-only adapters do not learn: growth is its own preset
     # the regime map: reference treatment x beta (ATLAS_ARMS), 10 paired seeds, long enough for the
     # beta = 1 fixed reference to clamp (docs/atlas/report.md)
     "atlas": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="atlas",
                   base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
                         "--n_val", "128", "--kl_estimator", "k3"]),
+    # optimizer state at adapter growth, on a task where the adapter arms learn (GROWTH_ARMS)
+    "growth": dict(seeds=10, steps=100, reset_every=25, evidence=True, k=5, arms="growth",
+                   base=["--model", "transformer", "--eval_every", "10", "--n_val", "128"]),
     # step-time cost: A0 / A1 / A2 / B alternating seed by seed with one job, so their timings are
     # interleaved in time (the only timing comparisons a report makes)
     "cost": dict(seeds=5, steps=100, reset_every=50, evidence=True, k=5, arms="cost",
@@ -97,17 +101,25 @@ ATLAS_TREATMENTS = {
 ATLAS_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ATLAS_BETAS for t, flags in ATLAS_TREATMENTS.items()}
 QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
 COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
+#: growth on the transformer policy with LoRA adapters on every attention and MLP projection (the
+#: trunk, not only the output head), frozen base, rank 2 -> 8 in steps of 2; learning rates from a
+#: pilot (adapters 3e-3, full fine-tune the default 1e-3). full-rank trains every weight (no
+#: adapters); fixed-r2 keeps rank 2 (is the rank the bottleneck?)
+_ADAPT = [*_A1, "--enable_growth", "1", "--adapter_targets", "*proj,up,down", "--initial_rank", "2", "--lr", "3e-3"]
+GROWTH_ARMS = {"full-rank": _A1, "fixed-r2": [*_ADAPT, "--max_rank", "2", "--grow_every", "{reset_every}"],
+               **{f"grow-{m}": [*_ADAPT, "--rank_step", "2", "--max_rank", "8", "--grow_every", "{reset_every}",
+                                "--growth_migration", m] for m in ("preserve", "reset", "naive", "noma_flat")}}
 #: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
 COMPARISONS = [
-    ("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1"),
     ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),
     ("A/A: A1-aa vs A1", "A1-aa", "A1"), ("reset-keep vs A1", "reset-keep", "A1"),
     ("reset-hard vs reset-keep", "reset-hard", "reset-keep"),
     ("reset-soft vs reset-keep", "reset-soft", "reset-keep"),
     ("reset-asym vs reset-keep", "reset-asym", "reset-keep"),
     ("grow-preserve vs grow-reset", "grow-preserve", "grow-reset"),
-    ("grow-naive vs grow-reset", "grow-naive", "grow-reset"),
     ("AA-2 vs AA-1", "AA-2", "AA-1"),
+    ("grow-noma_flat vs grow-preserve", "grow-noma_flat", "grow-preserve"),
+    ("grow-preserve vs fixed-r2", "grow-preserve", "fixed-r2"),
 ]
 #: per beta: does a reset (moments kept) beat no reset, and does each optimizer treatment beat keep
 ATLAS_COMPARISONS = [c for b in ATLAS_BETAS for c in
@@ -151,10 +163,12 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
     """Arm name -> flags of a preset (growth arms only when growth is available)."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
-    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS}
+    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS}
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
-    return {a: f for a, f in ARMS.items() if not a.startswith("grow-") or growth_available()}
+    drop = PRESETS[preset].get("drop", ())
+    return {a: f for a, f in ARMS.items() if (not a.startswith("grow-") or growth_available())
+            and not a.startswith(tuple(drop))}
 
 
 def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,
