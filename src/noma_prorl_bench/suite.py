@@ -1,18 +1,24 @@
 """`prorl-bench suite`: run an ablation matrix in parallel and write report.md (the main job).
 
-    prorl-bench suite --preset quick --outdir runs/suite_quick     # ~10 min on 2 cores
-    prorl-bench suite --preset smoke --outdir /tmp/suite           # ~1 min (tests)
-    prorl-bench suite --preset full --outdir runs/suite_full       # the evidence (10 paired seeds)
+    prorl-bench suite --preset quick --outdir runs/suite_quick     # ~10 min on 2 idle cores: the headline
+    prorl-bench suite --preset smoke --outdir /tmp/suite           # ~1 min: the pipeline (tests)
+    prorl-bench suite --preset atlas --outdir runs/atlas           # the regime map (240 runs, ~1 h)
+    prorl-bench suite --preset full --outdir runs/suite_full       # variants A0/A1/A2/B and resets, 10 seeds
+    prorl-bench suite --preset growth --outdir runs/growth         # optimizer state at adapter growth
+    prorl-bench suite --preset cost --outdir runs/cost --jobs 1    # step-time cost, arms interleaved
     prorl-bench suite --preset aa --outdir /tmp/aa                 # A/A test of the statistics
     prorl-bench suite --preset full --seeds 12 --steps 300 --arms A1,B,A1-beta0 --outdir DIR
 
-The matrix (ARMS): variants A0 / A1 / A2 / B, A1 with beta = 0 (no KL, reference still computed),
-A1 on seeds + 1000 (the A/A control), reset semantics keep / hard / soft / asym at a fixed
-cadence, growth migration modes (preserve / reset / naive) when growth is available, last. Every
-arm runs the same seeds (a paired design); `--seeds N` / `--steps S` override the preset (the
-reset cadence scales with S), `--arms` picks a subset. The report compares arms pairwise by seed
-(COMPARISONS; analysis/compare.py, analysis/stats.py). Every run's exact command is printed before it starts; runs go in parallel up to
-`--jobs` (default: the number of cores), one torch thread each, with a live progress bar.
+Matrices: ARMS (variants A0 / A1 / A2 / B, A1 with beta = 0, A1 on seeds + 1000 as the A/A
+control, reset semantics keep / hard / soft / asym at a fixed cadence; `full`, `smoke`);
+ATLAS_ARMS (beta x reference treatment; `atlas`, and its headline subset `quick`); GROWTH_ARMS
+(`growth`); COST_ARMS (`cost`). Every arm runs the same seeds (a paired design); `--seeds N` /
+`--steps S` override the preset (the reset cadence scales with S), `--arms` picks a subset. The
+report compares arms pairwise by seed (COMPARISONS, ATLAS_COMPARISONS, each in a Holm family:
+FAMILIES) and verifies the pairs identical by construction (CHECKS) step by step instead of testing
+them (analysis/compare.py, analysis/stats.py). Every run's exact command is printed before it
+starts; runs go in parallel up to `--jobs` (default: the number of cores), one torch thread each,
+with a live progress bar.
 A run whose `summary.json` says complete (with the same config) is skipped, and one that was
 interrupted after a checkpoint is continued with `--resume`, so re-running the same command
 resumes an interrupted suite. SIGINT / SIGTERM (Ctrl-C) are forwarded to the running runs, which
@@ -35,11 +41,8 @@ from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_stat
 
 # ---------------------------------------------------------------------------- the matrix
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
-#: score is its mean validation reward over its last K evaluations).
-#: `full` is the evidence (>= 10 paired seeds; 120 runs x 150 steps: about an hour with 2 jobs on a
-#: 2-core VM shared with other work, where a step took 0.4-1 s instead of the idle ~0.07 s);
-#: `quick` and `smoke` are smoke runs; `aa` is the A/A test of the statistics (two identical arms
-#: that differ only in their seeds), small enough to run as a test.
+#: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
+#: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
 PRESETS = {
     "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
                   base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
