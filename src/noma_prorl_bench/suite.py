@@ -55,8 +55,10 @@ PRESETS = {
     "quick": dict(seeds=8, steps=300, reset_every=50, evidence=True, k=10, arms="quick",
                   base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
                         "--n_val", "128", "--kl_estimator", "k3"]),
+    # variants A0/A1/A2/B and the KL term at beta 0.05; resets are mapped by `atlas` and growth has
+    # its own preset (the GRU's head-only adapters do not learn)
     "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"],
-                 drop=("grow-",)),   # the GRU's head-only adapters do not learn: growth is its own preset
+                 drop=("grow-", "reset-")),
     # the regime map: reference treatment x beta (ATLAS_ARMS), 10 paired seeds, long enough for the
     # beta = 1 fixed reference to clamp (docs/atlas/report.md)
     "atlas": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="atlas",
