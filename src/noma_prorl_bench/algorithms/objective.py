@@ -25,11 +25,8 @@ from torch import Tensor
 
 from noma_prorl_bench.algorithms import dapo
 from noma_prorl_bench.algorithms import kl as kl_lib
-from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 Metrics = dict[str, float]
-
-DS_MAX_EXTRA_ROUNDS = 3   # --dynamic_sampling: at most 3 extra rollout rounds of B prompts per step
 
 
 def overlong_cache_len(T: int) -> int:
@@ -83,55 +80,12 @@ class UpdateInputs:
     old_logits: Optional[Tensor] = None  # [N, T, V] pre-update logits (Variant B, --kl_estimator full)
 
 
-# ---------------------------------------------------------------- dynamic sampling
+# DAPO group assembly is a rollout stage (rollout/collector.py); the names stay importable here.
+from noma_prorl_bench.rollout.collector import (  # noqa: E402
+    DS_MAX_EXTRA_ROUNDS,
+    assemble_groups,
+    informative_groups,
+)
 
-
-def informative_groups(batch: RolloutBatch, G: int) -> Tensor:
-    """Keep-mask [B'] of the groups of `batch` whose task rewards are not all equal."""
-    keep, _ = dapo.dynamic_sampling_mask(batch.rewards.view(-1, G))              # [B']
-    return keep
-
-
-def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> tuple[RolloutBatch, Metrics]:
-    """DAPO dynamic sampling: a batch of exactly B groups out of one or more rollout rounds.
-
-    Groups whose G task rewards have zero spread carry no group-relative advantage and are
-    dropped; the first B informative groups (in sampling order) are kept. If fewer than B
-    exist (the trainer stops after DS_MAX_EXTRA_ROUNDS extra rounds), the remaining slots are
-    filled with dropped groups in sampling order, so every step keeps the shape [B*G, ...]
-    (those groups then contribute only KL/entropy terms, as without dynamic sampling).
-    Rounds may differ in P (text tasks) and T: prompts are left-padded and responses
-    right-padded with PAD (mask 0, logp_old 0), which changes no logprob (the toy tasks have a
-    fixed P; HF policies mask leading PADs).
-    """
-    picks, fill, n_zero = [], [], 0
-    for r, b in enumerate(rounds):
-        for g, k in enumerate(informative_groups(b, G).tolist()):
-            (picks if k else fill).append((r, g))
-            n_zero += not k
-    n_fill = max(0, B - len(picks))
-    chosen = picks[:B] + fill[:n_fill]                                            # B (round, group)
-    P = max(b.prompt_len for b in rounds)
-    T = max(b.T for b in rounds)
-    parts = []
-    for r, g in chosen:
-        b = rounds[r]
-        rows = list(range(g * G, (g + 1) * G))                                    # G row indices
-        p_pad, t_pad = P - b.prompt_len, T - b.T
-        tok = b.tokens[rows]                                                      # [G, L_r]
-        tok = torch.cat([tok.new_full((G, p_pad), pad_id), tok, tok.new_full((G, t_pad), pad_id)], 1)  # [G, P+T]
-        zeros = b.mask.new_zeros(G, t_pad)
-        parts.append((tok, torch.cat([b.mask[rows], zeros], 1), torch.cat([b.logp_old[rows], zeros], 1),
-                      b.rewards[rows], b.truncated[rows],
-                      [b.prompts[i] for i in rows], [b.answers[i] for i in rows], [b.responses[i] for i in rows]))
-    cols = list(zip(*parts))
-    batch = RolloutBatch(
-        tokens=torch.cat(cols[0]), mask=torch.cat(cols[1]), logp_old=torch.cat(cols[2]),
-        rewards=torch.cat(cols[3]), truncated=torch.cat(cols[4]),
-        group=torch.arange(B, device=rounds[0].group.device).repeat_interleave(G),
-        prompt_len=P, prompts=sum(cols[5], []), answers=sum(cols[6], []), responses=sum(cols[7], []),
-        version=rounds[0].version)
-    metrics = {"dapo/dropped_groups": float(n_zero - n_fill), "dapo/filler_groups": float(n_fill),
-               "dapo/extra_rounds": float(len(rounds) - 1),
-               "dapo/reward_mean_sampled": float(torch.cat([b.rewards for b in rounds]).mean())}
-    return batch, metrics
+__all__ = ["DS_MAX_EXTRA_ROUNDS", "UpdateInputs", "assemble_groups", "informative_groups", "loss_mask",
+           "overlong_cache_len", "shape_rewards"]
