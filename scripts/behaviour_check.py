@@ -21,7 +21,7 @@ FLAG_SETS: dict[str, list[str]] = {
     "B": ["--variant", "B"],
     "reset_soft5": ["--reset_every", "5", "--opt_reset", "soft"],
     "growth_preserve": ["--enable_growth", "1", "--grow_every", "5", "--growth_migration", "preserve"],
-    "ray_colocated": ["--engine", "ray_colocated"],
+    "ray_colocated": ["--engine", "ray_colocated", "--actor_timeout", "900"],   # a busy machine starts actors slowly
 }
 FILES = ("metrics.jsonl", "events.jsonl")
 TIMING_PREFIXES = ("time/", "perf/")

@@ -20,7 +20,7 @@ from dataclasses import MISSING, fields
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from noma_prorl_bench.config import NOT_YET, RunConfig, field_docs  # noqa: E402
+from noma_prorl_bench.config import RunConfig, field_docs  # noqa: E402
 from noma_prorl_bench.config.fields import field_sections  # noqa: E402
 from noma_prorl_bench.config.parser import HELP_GROUPS, _choices  # noqa: E402
 from noma_prorl_bench.config.presets import describe_all  # noqa: E402
@@ -41,8 +41,7 @@ def flags_table() -> str:
             choices = _choices(hints[f.name])
             values = ", ".join(map(str, choices)) if choices else hints[f.name].__name__
             default = "" if f.default is MISSING else repr(f.default)
-            note = f" *(not supported yet: {NOT_YET[f.name]})*" if f.name in NOT_YET else ""
-            rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')}{note} |")
+            rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')} |")
         out.append("\n".join(rows))
     return "\n\n".join(out)
 

@@ -159,21 +159,15 @@ class RunSpec:
                 "--quiet", mode, "--threads", "1", *self.flags]
 
 
-def growth_available() -> bool:
-    from noma_prorl_bench.config import NOT_YET
-    return "enable_growth" not in NOT_YET
-
-
 def preset_arms(preset: str) -> dict[str, list[str]]:
-    """Arm name -> flags of a preset (growth arms only when growth is available)."""
+    """Arm name -> flags of a preset."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
     named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS}
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
     drop = PRESETS[preset].get("drop", ())
-    return {a: f for a, f in ARMS.items() if (not a.startswith("grow-") or growth_available())
-            and not a.startswith(tuple(drop))}
+    return {a: f for a, f in ARMS.items() if not a.startswith(tuple(drop))}
 
 
 def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,
@@ -313,16 +307,8 @@ def _positive(name: str):
 
 
 def _git_commit() -> str:
-    src = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", src, "status", "--porcelain", "--", "."], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    head = out.stdout.strip() if out.returncode == 0 else ""
-    return (head + (" (+ uncommitted changes)" if dirty else "")) if head else os.environ.get(
-        "PRORL_BENCH_COMMIT", "unknown")
+    from noma_prorl_bench.io.run_dir import git_commit
+    return git_commit(mark_dirty=True) or os.environ.get("PRORL_BENCH_COMMIT", "unknown")
 
 
 def _machine() -> str:

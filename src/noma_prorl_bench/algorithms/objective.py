@@ -1,26 +1,24 @@
-"""What the trainer optimises, between scoring and the optimizer step (the issue-3 flags).
+"""What the learner optimises, between scoring and the optimizer step (reward shaping, loss mask).
 
 Legend: B prompts, G samples per prompt, N = B*G, n rows of a minibatch, P prompt length,
 T response length, L = P + T, V vocabulary.
 
-The trainer calls these, in this order, each a function of tensors and flags (no model,
+The learner (training/learner.py) calls these, in this order, each a function of tensors and flags (no model,
 optimizer or I/O):
 
-  assemble_groups  --dynamic_sampling 1: B groups picked from several rollout rounds, padded
-                   to one P and T (DAPO dynamic sampling; see the function for the fill rule)
   shape_rewards    the task reward + DAPO soft overlong penalty (--overlong shape); the KL in
                    the reward (--kl_in reward, token or sequence form) is added with the
                    advantages by kl_term.KLTerm.advantages; `reward/mean` stays the raw task reward
   loss_mask        the mask the loss sees: --overlong filter zeroes truncated rows
 
-The per-token KL estimates and the KL term of the loss come from kl_term.KLTerm.
+The per-token KL estimates and the KL term of the loss come from kl_term.KLTerm; DAPO group
+assembly (--dynamic_sampling) is a rollout stage: rollout/collector.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
 from torch import Tensor
 
 from noma_prorl_bench.algorithms import dapo
@@ -78,14 +76,3 @@ class UpdateInputs:
     logp_old: Tensor                     # [N, T] ratio denominator: sampler's, or learner's (--tis_cap)
     tis_weight: Optional[Tensor] = None  # [N, T] min(pi_learner_old / pi_sampler, C), --tis_cap
     old_logits: Optional[Tensor] = None  # [N, T, V] pre-update logits (Variant B, --kl_estimator full)
-
-
-# DAPO group assembly is a rollout stage (rollout/collector.py); the names stay importable here.
-from noma_prorl_bench.rollout.collector import (  # noqa: E402
-    DS_MAX_EXTRA_ROUNDS,
-    assemble_groups,
-    informative_groups,
-)
-
-__all__ = ["DS_MAX_EXTRA_ROUNDS", "UpdateInputs", "assemble_groups", "informative_groups", "loss_mask",
-           "overlong_cache_len", "shape_rewards"]

@@ -15,13 +15,12 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-# Flags that exist in the CLI but whose behaviour has not landed yet. Setting one to a
-# non-default value is an error ("not supported yet"), never silently ignored.
-NOT_YET: dict[str, str] = {}
-
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
 # other change). None of them changes what the next step computes, except `steps` (a longer run:
 # the cosine-schedule horizon follows it) and `threads` (float reductions may round differently).
+#: --ref_compute -> the variant code of reports (A0 / A1 / A2; Variant B has no reference).
+REF_CODES: dict[str, str] = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
+
 RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "report_to", "steps", "threads", "plots",
                                        "save_every", "keep_checkpoints", "on_nan")
 
@@ -311,7 +310,7 @@ class RunConfig:
         """A0/A1/A2/B label used in reports."""
         if self.variant == "B":
             return "B"
-        return {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}[self.ref_compute]
+        return REF_CODES[self.ref_compute]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

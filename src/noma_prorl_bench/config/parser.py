@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Literal, Optional
 
 from noma_prorl_bench._version import __version__
-from noma_prorl_bench.config.fields import NOT_YET, RunConfig, field_docs, field_sections
+from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
 from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, validate
 
 
@@ -67,8 +67,6 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
     hints = typing.get_type_hints(RunConfig)
     for f in fields(RunConfig):
         tp, helptext = hints[f.name], docs.get(f.name, "")
-        if f.name in NOT_YET:
-            helptext += f" [not supported yet: {NOT_YET[f.name]}]"
         if f.name == "preset":
             from noma_prorl_bench.config.presets import describe_all  # noqa: PLC0415  (the presets' own text, one per preset)
             helptext += " " + " || ".join(describe_all().splitlines())

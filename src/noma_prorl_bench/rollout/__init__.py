@@ -1,1 +1,1 @@
-"""Rollout: sampled responses with behaviour log-probs (sampling.py), reference log-probs A0/A1/A2/B."""
+"""Rollout: the Collector stage (collector.py), sampling with behaviour log-probs (sampling.py), reference strategies A0/A1/A2/B (reference.py)."""

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from noma_prorl_bench.models.lora import LoRALinear
 from noma_prorl_bench.training import adam_cohorts
 
 MODES = ("preserve", "reset", "naive", "noma_flat")
@@ -197,8 +198,6 @@ def grow_adapters(model: nn.Module, optimizer: torch.optim.Optimizer | None, new
     """Grow every ``LoRALinear`` in ``model`` to ``new_rank``: append rows of ``A`` (declared init
     ``init``, default each adapter's ``a_init``, seeded per adapter and growth) and zero columns
     of ``B``. Returns the optimizer to use from now on (same object except for ``naive``)."""
-    from noma_prorl_bench.models.lora import LoRALinear
-
     plan = {}
     for name, mod in model.named_modules():
         if isinstance(mod, LoRALinear):

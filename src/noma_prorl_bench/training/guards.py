@@ -1,6 +1,6 @@
 """Run guards: the NaN/Inf guard of the minibatch update and graceful SIGINT/SIGTERM.
 
-NaN guard (`nan_guard`, called by Trainer.minibatch_step after backward and gradient
+NaN guard (`nan_guard`, called by Learner.minibatch_step after backward and gradient
 clipping, before `optimizer.step()`): if the loss, the gradient norm (any non-finite gradient
 makes it non-finite), the policy log-probs or the loss's KL term (both on response tokens)
 is NaN or Inf, the gradients are dropped and neither the optimizer nor the LR scheduler

@@ -128,9 +128,10 @@ class Learner:
         with torch.no_grad():
             resp = batch.mask[sl]                                       # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
+            agg, T = cfg.loss_agg_resolved, self.T_max
             out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
-                        "loss/pg": float(loss_lib.aggregate(pg, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
-                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, cfg.loss_agg_resolved, norm_const=self.T_max)),
+                        "loss/pg": float(loss_lib.aggregate(pg, mask, agg, norm_const=T)),
+                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, agg, norm_const=T)),
                         "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
                         "guard/nan_skip_frac": float(skipped)})
         out.update(metrics)

@@ -118,7 +118,6 @@ class Trainer:
 
     # ================================================================ one step
     def train_step(self) -> dict:
-        cfg = self.cfg
         self.step_idx += 1
         t_step = time.perf_counter()
         if self.is_eval_step():
