@@ -335,10 +335,12 @@ def field_sections(cls=RunConfig) -> dict[str, str]:
 def field_docs(cls=RunConfig) -> dict[str, str]:
     """Attribute docstrings (the string literal under each field), parsed from the source."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
+    cls_def = tree.body[0]
+    assert isinstance(cls_def, ast.ClassDef)
+    body: list[ast.stmt | None] = list(cls_def.body)
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:] + [None]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
                 docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs

@@ -10,7 +10,7 @@ import difflib
 import re
 import typing
 from dataclasses import fields
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, cast
 
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
@@ -107,6 +107,6 @@ def make_config(explicit: dict) -> RunConfig:
     unknown = set(values) - {f.name for f in fields(RunConfig)}
     if unknown:
         raise ConfigError(sorted(unknown)[0], "unknown field")
-    cfg = RunConfig(**values)
+    cfg = RunConfig(**cast(dict[str, Any], values))
     validate(cfg, set(explicit))
     return cfg

@@ -111,7 +111,9 @@ def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> 
     right-padded with PAD (mask 0, logp_old 0), which changes no logprob (the toy tasks have a
     fixed P; HF policies mask leading PADs).
     """
-    picks, fill, n_zero = [], [], 0
+    picks: list[tuple[int, int]] = []
+    fill: list[tuple[int, int]] = []
+    n_zero = 0
     for r, b in enumerate(rounds):
         for g, k in enumerate(informative_groups(b, G).tolist()):
             (picks if k else fill).append((r, g))

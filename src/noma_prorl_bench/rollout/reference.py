@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, cast
 
 import torch
 from torch import nn
@@ -64,8 +64,8 @@ class ReferenceSource(Protocol):
     """What the step and the managers ask of a reference: `ReferenceHolder` (A0/A1/A2),
     `NoReference` (Variant B: the anchor is pi_old) and the Ray learner's `RemoteReference`."""
 
-    enabled: bool
-    mode: str
+    @property
+    def enabled(self) -> bool: ...
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
 
@@ -168,7 +168,8 @@ class ReferenceHolder:
             self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32,
                                     device=_model_device(self.model))
             if self.keep_logits:
-                self._lbuf = torch.empty(max_seqs, max_resp_len, int(policy.vocab_size), dtype=torch.float32,
+                vocab = int(cast(int, policy.vocab_size))
+                self._lbuf = torch.empty(max_seqs, max_resp_len, vocab, dtype=torch.float32,
                                          device=_model_device(self.model))
 
     # ------------------------------------------------------------ properties

@@ -54,7 +54,7 @@ def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
 
 def _describe(t: torch.Tensor, n: int) -> dict:
     """{"nonfinite": count, "numel": n} plus the value itself for a scalar (a string if non-finite)."""
-    out = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": n}
+    out: dict[str, int | float | str] = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": n}
     if t.numel() == 1:
         v = float(t)
         out["value"] = v if math.isfinite(v) else str(v)

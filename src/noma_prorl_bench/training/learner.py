@@ -6,7 +6,7 @@ side (`OptimSide`: optimizer, scheduler, adaptive-KL controller) that the manage
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -152,7 +152,7 @@ class Learner:
         if anchors is not None:                                         # once per row: the k2 diagnostic
             anchors[sl] = anchor.detach()
         pg, metrics = loss_lib.LOSSES[cfg.loss](
-            logp, inp.logp_old[sl], batch.advantages[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
+            logp, inp.logp_old[sl], cast(torch.Tensor, batch.advantages)[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
             dual_clip_c=cfg.dual_clip_c or None, tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl])
         kl = self.kl.estimates(logp, anchor, inp.logp_old[sl], logits=logits, logits_anchor=logits_anchor,
                                temperature=cfg.temperature)           # {name: [n, T]}

@@ -64,7 +64,7 @@ def _functional(policy: nn.Module, params: Params):
         kwargs = {"keep_last": keep_last} if keep_last else {}
         return functional_call(policy, params, (toks,), kwargs, tie_weights=False, strict=True)
 
-    call.slice_logits = slices_logits(policy)
+    setattr(call, "slice_logits", slices_logits(policy))  # read by models.base.response_logits
     return call
 
 

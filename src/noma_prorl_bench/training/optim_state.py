@@ -271,7 +271,7 @@ def apply_reset_semantics(
         reset_step_count(optimizer)
     rec["lr_before"] = float(optimizer.param_groups[0]["lr"])
     rec["lr_schedule_reset"] = do_lr
-    if do_lr:
+    if do_lr and scheduler is not None:
         restart_schedule(scheduler)
     rec["lr_after"] = float(optimizer.param_groups[0]["lr"])
     kl = _reset_kl(kl_ctrl) if do_kl else None

@@ -71,7 +71,7 @@ def fixed_batch(policy: nn.Module, prompts: torch.Tensor, T_max: int, tok
 
 
 def _jsonable(d: dict) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             out[k] = v

@@ -20,7 +20,7 @@ from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.rollout.collector import BatchSource, Collector
-from noma_prorl_bench.rollout.reference import make_reference
+from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
 from noma_prorl_bench.rollout.sampling import RolloutBatch, evaluate
 from noma_prorl_bench.tasks import make_task, part_metrics
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
@@ -81,7 +81,7 @@ class Trainer:
         self.collector: BatchSource = Collector.from_config(cfg, self.task, self.tok, self.policy, self.T_max,
                                                             self.P, self.data_rng, self.sample_gen, self.counters)
         self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
-        self.ref = make_reference(self.policy, "none" if cfg.variant == "B" else cfg.ref_compute, cfg.temperature,
+        self.ref: ReferenceSource = make_reference(self.policy, "none" if cfg.variant == "B" else cfg.ref_compute, cfg.temperature,
                                   cfg.batch_size * cfg.group_size, self.T_max,
                                   keep_logits=self.kl.needs_ref_logits, chunk=cfg.logprob_chunk)
         self.learner = Learner(cfg, self.policy, self.kl, self.T_max, self.counters, self.timer, self.order_gen,
@@ -199,7 +199,7 @@ class Trainer:
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:
-        out = {}
+        out: dict[str, float] = {}
         out.update(self.counters.pop())
         out.update(self.ref.pop_counts())
         times = self.timer.pop()
