@@ -50,7 +50,8 @@ def load(path: Path) -> list:
 
 
 def run_all(outdir: Path, only: list[str]) -> int:
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled")
+    # Ray renices its workers to 19 by default: on a busy machine they would hardly run
+    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled", RAY_worker_niceness="0")
     rc_all = 0
     for name, flags in FLAG_SETS.items():
         if only and name not in only:

@@ -1,1 +1,4 @@
-"""Rollout: the Collector stage (collector.py), sampling with behaviour log-probs (sampling.py), reference strategies A0/A1/A2/B (reference.py)."""
+"""Rollout: the Collector stage (collector.py), sampling (sampling.py), reference strategies A0/A1/A2/B.
+
+`collector.py` assembles the step's batch, `sampling.py` samples with behaviour log-probs,
+`reference.py` holds the reference strategies (ReferenceHolder, NoReference)."""

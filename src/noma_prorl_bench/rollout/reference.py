@@ -213,14 +213,14 @@ class ReferenceHolder:
             self._cache = self._forward(tokens, P)                           # [N, T]
             self._logits = self._fwd_logits                                  # [N, T, V] | None
         elif self.mode == "ring":
-            buf = self._buf
+            buf = cast(torch.Tensor, self._buf)                              # allocated for ring
             if n > buf.shape[0] or t > buf.shape[1]:
                 raise ValueError(f"batch [{n}, {t}] exceeds the ring buffer {list(buf.shape)}")
             logp = self._forward(tokens, P)                                  # [N, T]
             t0 = time.perf_counter()
             buf[:n, :t].copy_(logp)                                          # in place, no realloc
             if self._lbuf is not None:
-                self._lbuf[:n, :t].copy_(self._fwd_logits)                   # [N, T, V]
+                self._lbuf[:n, :t].copy_(cast(torch.Tensor, self._fwd_logits))   # [N, T, V]
             self.counter.seconds += time.perf_counter() - t0                # the ring write's time
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
@@ -241,8 +241,8 @@ class ReferenceHolder:
             self._naive_last = (start, stop)
             return self._forward(tokens_mb, P)                               # [n, T]
         if self.mode == "cached":
-            return self._cache[start:stop]                                   # view [n, T]
-        return self._buf[start:stop, : self._t]                              # view [n, T]
+            return cast(torch.Tensor, self._cache)[start:stop]               # view [n, T]
+        return cast(torch.Tensor, self._buf)[start:stop, : self._t]          # view [n, T]
 
     def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
                old_logits: Optional[torch.Tensor] = None,
@@ -268,10 +268,10 @@ class ReferenceHolder:
             if self._naive_last != (start, stop):
                 self._forward(tokens_mb, P)
             self._naive_last = None
-            return self._fwd_logits                                          # [n, T, V]
+            return cast(torch.Tensor, self._fwd_logits)                      # [n, T, V]
         if self.mode == "cached":
-            return self._logits[start:stop]                                  # view [n, T, V]
-        return self._lbuf[start:stop, : self._t]                             # view [n, T, V]
+            return cast(torch.Tensor, self._logits)[start:stop]              # view [n, T, V]
+        return cast(torch.Tensor, self._lbuf)[start:stop, : self._t]         # view [n, T, V]
 
     # ------------------------------------------------------------ counters
 

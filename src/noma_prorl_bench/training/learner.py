@@ -151,8 +151,9 @@ class Learner:
                                                      with_logits=self.kl.needs_ref_logits)
         if anchors is not None:                                         # once per row: the k2 diagnostic
             anchors[sl] = anchor.detach()
+        adv = cast(torch.Tensor, batch.advantages)[sl]                   # set by `advantages` before the update
         pg, metrics = loss_lib.LOSSES[cfg.loss](
-            logp, inp.logp_old[sl], cast(torch.Tensor, batch.advantages)[sl], mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
+            logp, inp.logp_old[sl], adv, mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
             dual_clip_c=cfg.dual_clip_c or None, tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl])
         kl = self.kl.estimates(logp, anchor, inp.logp_old[sl], logits=logits, logits_anchor=logits_anchor,
                                temperature=cfg.temperature)           # {name: [n, T]}

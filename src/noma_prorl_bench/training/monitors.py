@@ -126,11 +126,12 @@ class PrevPolicySnapshot:
     def capture(self, policy: nn.Module, step: int | None = None) -> None:
         """Copy `policy`'s current parameters and buffers (reusing storage when shapes match)."""
         sd = policy.state_dict()
-        same = self.params is not None and self.params.keys() == sd.keys() and all(
-            self.params[k].shape == v.shape and self.params[k].dtype == v.dtype for k, v in sd.items())
-        if same:
+        params = self.params
+        same = params is not None and params.keys() == sd.keys() and all(
+            params[k].shape == v.shape and params[k].dtype == v.dtype for k, v in sd.items())
+        if same and params is not None:
             for k, v in sd.items():
-                self.params[k].copy_(v)
+                params[k].copy_(v)
         else:
             self.params = clone_state_dict(policy)
         self.step = step

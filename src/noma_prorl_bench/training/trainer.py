@@ -81,9 +81,10 @@ class Trainer:
         self.collector: BatchSource = Collector.from_config(cfg, self.task, self.tok, self.policy, self.T_max,
                                                             self.P, self.data_rng, self.sample_gen, self.counters)
         self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
-        self.ref: ReferenceSource = make_reference(self.policy, "none" if cfg.variant == "B" else cfg.ref_compute, cfg.temperature,
-                                  cfg.batch_size * cfg.group_size, self.T_max,
-                                  keep_logits=self.kl.needs_ref_logits, chunk=cfg.logprob_chunk)
+        mode = "none" if cfg.variant == "B" else cfg.ref_compute    # NoReference: the anchor is pi_old
+        self.ref: ReferenceSource = make_reference(self.policy, mode, cfg.temperature, cfg.batch_size * cfg.group_size,
+                                                   self.T_max, keep_logits=self.kl.needs_ref_logits,
+                                                   chunk=cfg.logprob_chunk)
         self.learner = Learner(cfg, self.policy, self.kl, self.T_max, self.counters, self.timer, self.order_gen,
                                self.event)         # optimizer, scheduler, adaptive KL: learner.optim
         # ------------------------------------------------------------ resets, drift monitors, growth
