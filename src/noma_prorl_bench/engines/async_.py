@@ -54,7 +54,7 @@ class AsyncEngine(Checkpointing, RayEngine):
 
     def loop(self) -> None:
         cfg = self.cfg
-        self.place_ref = cfg.ref_placement if cfg.variant == "A" else "learner"
+        self.place_ref = self.ref_place
         step = self.steps_done                       # > 0 on resume
         self.gen_version = [step] * len(self.gens)  # weights version sent to each generator (a resume
         self.idle = deque(range(len(self.gens)))     # starts them all from the learner's version)

@@ -58,7 +58,7 @@ class ColocatedEngine(Checkpointing, RayEngine):
 
     def score_if_needed(self, batch_ref, info: dict, step: int):
         """own_actor: score now; generator placement: re-score if a reset made the batch stale."""
-        place = self.cfg.ref_placement if self.cfg.variant == "A" else "learner"
+        place = self.ref_place
         if place == "learner" or (place == "generator" and info["ref_version"] == self.ref_version):
             return batch_ref, info
         meta_ref, scored, call = self.rescore(0, batch_ref, step)
