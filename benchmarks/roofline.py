@@ -33,7 +33,6 @@ import time
 
 import torch
 
-
 # On a CPU shared with other jobs wall time measures the neighbours; one thread's process CPU
 # time is the time it actually ran. CUDA timings (untested here) use the wall clock.
 CLOCK = {"cpu": time.process_time, "cuda": time.perf_counter}

@@ -14,8 +14,8 @@ from noma_prorl_bench.models.base import response_logprobs
 
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from decodehelp import fresh_dynamo  # noqa: E402,F401  (autouse fixture)
 from decodehelp import compiled as _compiled  # noqa: E402
+from decodehelp import fresh_dynamo  # noqa: E402,F401  (autouse fixture)
 from decodehelp import grouped_prompts as _prompts  # noqa: E402
 from decodehelp import sample as _sample  # noqa: E402
 from decodehelp import tiny_policy as _policy  # noqa: E402

@@ -38,7 +38,6 @@ invariants (docs/ray.md "Checkpoints and resume").
 from __future__ import annotations
 
 from collections import deque
-
 from dataclasses import fields
 
 from noma_prorl_bench.engines.checkpoints import Checkpointing
