@@ -105,7 +105,8 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
     ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
     kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
             f"then: {prog} --outdir {cfg.outdir} --resume" if ckpts else
-            f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to start over")
+            f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to "
+            "start over")
     return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
            f"{e.filename or cfg.outdir}; {kept}"
 

@@ -276,7 +276,8 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
                     print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
                 elif proc.returncode != 0:
                     failures.append(name)
-                    print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log", file=sys.stderr)
+                    print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log",
+                          file=sys.stderr)
         if bar is not None:
             live = sum(_steps_done(os.path.join(outdir, n)) for n in running)
             bar.n = min(finished_steps + live, total_steps)

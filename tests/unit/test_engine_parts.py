@@ -9,14 +9,14 @@ import torch
 from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.engines import actors
 from noma_prorl_bench.engines.async_ import batch_state
-from noma_prorl_bench.io import checkpoint as ck
-from noma_prorl_bench.io.resume import inexact_steps_change
 from noma_prorl_bench.engines.timeline import (
     SpanRecorder,
     stage_seconds,
     timeline_figure,
 )
 from noma_prorl_bench.engines.weights import load_state, pack_state, structure
+from noma_prorl_bench.io import checkpoint as ck
+from noma_prorl_bench.io.resume import inexact_steps_change
 from noma_prorl_bench.models.gru import GRUPolicy
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch

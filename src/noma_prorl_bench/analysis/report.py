@@ -30,6 +30,13 @@ from noma_prorl_bench.analysis.findings import (
     result_matrix,
     threshold_source,
 )
+from noma_prorl_bench.analysis.plots import save_summary
+from noma_prorl_bench.analysis.runlog import (
+    NOT_CONFIG,
+    Run,
+    group_runs,
+    load_runs,
+)
 from noma_prorl_bench.analysis.sections import (
     _cell,
     _table,
@@ -40,13 +47,6 @@ from noma_prorl_bench.analysis.sections import (
     gain_lines,
     per_seed_lines,
     provenance_lines,
-)
-from noma_prorl_bench.analysis.plots import save_summary
-from noma_prorl_bench.analysis.runlog import (
-    NOT_CONFIG,
-    Run,
-    group_runs,
-    load_runs,
 )
 
 

@@ -170,7 +170,8 @@ def _validate_engine(cfg: RunConfig) -> None:
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:
     if cfg.variant == "B":
         if cfg.ref_compute != "cached" and "ref_compute" in explicit:
-            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) has none. Drop --ref_compute or use --variant A")
+            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) "
+                                             "has none. Drop --ref_compute or use --variant A")
         for n in ("reset_every", "reset_kl_above", "reset_on_stall"):
             if getattr(cfg, n):
                 raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")
