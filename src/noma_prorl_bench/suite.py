@@ -356,6 +356,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "score_evals": PRESETS[args.preset]["k"],
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
                 "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
+                "interleaved": args.preset == "cost",       # arms alternate seed by seed: timings compare
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
@@ -363,17 +364,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(os.path.join(args.outdir, "settings.json"), "w") as f:
         json.dump(settings, f, indent=2)
     out = os.path.join(args.outdir, "report.md")
+    bad_checks = []
     if dirs:
+        from noma_prorl_bench.analysis.report import failed_checks
         write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
+        bad_checks = failed_checks(out)
     print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
-          + (f"; {len(failures)} runs failed: {failures}" if failures else ""), file=sys.stderr)
+          + (f"; {len(failures)} runs failed: {failures}" if failures else "")
+          + (f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
+          file=sys.stderr)
     stop.restore()
     if stop.signum is not None:
         print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
               f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
               file=sys.stderr)
         return stop.exit_code
-    return 1 if failures else 0
+    return 1 if failures or bad_checks else 0
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
