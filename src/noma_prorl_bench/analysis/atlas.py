@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from noma_prorl_bench.analysis import stats
 from noma_prorl_bench.analysis.compare import run_numbers
-from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run
+from noma_prorl_bench.analysis.plots import _colors, _draw, _panel, _style, smooth_window
+from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run, smooth
 
 ARM_RE = re.compile(r"^b(?P<beta>[0-9.]+(?:e-?[0-9]+)?)-(?P<treatment>[a-z]+)$")
 #: the short verdict marks printed in cells
@@ -94,8 +96,6 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
     grid = parse_arms(arms)
     if grid is None:
         return []
-    from noma_prorl_bench.analysis.plots import clamp_figure, heatmap_figure
-
     cells = effect_cells(arms, rows, k)
     cols = [t for t in treatments(grid) if t != "none"]
     body = []
@@ -134,6 +134,106 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def reset_steps(runs: list[Run]) -> list[int]:
-    """Steps where any of `runs` logged a reference/optimizer reset."""
-    return sorted({s for r in runs for s in r.event_steps(*RESET_EVENTS)})
+# ---------------------------------------------------------------- figures
+
+
+def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
+    """Beta rows x treatment columns (analysis/atlas.py): colour = mean paired score effect vs
+    that beta's `none` arm (diverging, 0 white), text = effect, 95% CI and the verdict of the
+    cell's tested question; a solid frame marks `better`, a dashed frame `worse` (so the
+    verdict reads without colour)."""
+    from matplotlib.patches import Rectangle
+
+    betas = list(grid)
+    cols = [t for t in dict.fromkeys(t for ts in grid.values() for t in ts) if t != "none"]
+    data = np.full((len(betas), len(cols)), np.nan)
+    for (beta, t), c in cells.items():
+        if t in cols:
+            data[betas.index(beta), cols.index(t)] = c["diff"]
+    lim = float(np.nanmax(np.abs(data))) if np.isfinite(data).any() else 1.0
+    fig = Figure(figsize=(2.1 * len(cols) + 2.2, 1.25 * len(betas) + 1.8))
+    ax = fig.subplots()
+    im = ax.imshow(data, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_xticks(range(len(cols)), [f"reset + {t}" for t in cols])
+    ax.set_yticks(range(len(betas)), [f"beta {b}" for b in betas])
+    for (beta, t), c in cells.items():
+        if t not in cols:
+            continue
+        i, j = betas.index(beta), cols.index(t)
+        lo, hi = c["ci95"]
+        mark = {"better": "better", "worse": "worse"}.get(c["verdict"], "n.d.")
+        if c["verdict"] is None:
+            mark = "not tested"
+        dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
+        ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
+        ax.text(j, i, f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']})",
+                ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        if c["verdict"] in ("better", "worse"):
+            ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, linewidth=2.2,
+                                   edgecolor="black",
+                                   linestyle="-" if c["verdict"] == "better" else "--"))
+    for i, j in zip(*np.nonzero(~np.isfinite(data))):
+        ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
+    fig.colorbar(im, ax=ax, label="score effect vs no reset (same beta)")
+    ax.set_title("Score effect of each reference treatment vs no reset, per beta\n"
+                 "mean paired difference [95% t CI]; verdict of the tested question "
+                 "(Holm per beta); frame: solid = better, dashed = worse", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def clamp_figure(arms: dict, grid: dict[str, dict[str, str]]) -> Figure:
+    """Per beta (columns): top, the weighted KL term beta x `loss/kl` (solid) against |`loss/pg`|
+    (dashed) for the `none` and `keep` arms (log scale; trailing means, then means over seeds);
+    bottom, `kl/to_init` of every treatment. Resets dotted."""
+    betas = list(grid)
+    fig = Figure(figsize=(4.2 * len(betas), 8.2))
+    axes = fig.subplots(2, len(betas), squeeze=False)
+    for j, beta in enumerate(betas):
+        ts = grid[beta]
+        top, bottom = axes[0, j], axes[1, j]
+        _panel(top, f"beta {beta}: KL term vs policy-gradient term", "|loss term|")
+        _panel(bottom, f"beta {beta}: KL to the warm start", "kl/to_init")
+        top.set_yscale("log")
+        for i, t in enumerate(("none", "keep")):
+            runs = list(arms[ts[t]].values()) if t in ts else []
+            if not runs:
+                continue
+            w = smooth_window(max(len(r.steps) for r in runs)) * 2
+            color = f"C{i}"
+            kl = [_abs_series(r, "loss/kl", float(beta)) for r in runs]
+            pg = [_abs_series(r, "loss/pg", 1.0) for r in runs]
+            for series, ls, what in ((kl, "-", "beta x loss/kl"), (pg, "--", "|loss/pg|")):
+                steps, mean = _mean_smoothed(series, w)
+                top.plot(steps, mean, color=color, linestyle=ls, label=f"{t}: {what}")
+        top.legend(fontsize=7)
+        colors = _colors(len(ts))
+        for i, (t, arm) in enumerate(ts.items()):
+            runs = list(arms[arm].values())
+            _draw(bottom, t, runs, "kl/to_init", colors[i], linestyle=_style(i), marker=".",
+                  markersize=3)
+        resets = sorted({s for arm in ts.values() for r in arms[arm].values()
+                         for s in r.event_steps(*RESET_EVENTS)})
+        for ax in (top, bottom):
+            for step in resets:
+                ax.axvline(step, color="gray", linestyle=":", linewidth=0.9, label="_reset")
+        bottom.legend(fontsize=7, title="treatment (resets dotted)", title_fontsize=7)
+    fig.suptitle("Clamp evidence: does the KL term dominate the loss, and does the policy stop "
+                 "moving from its warm start? (means over seeds)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def _abs_series(run: Run, key: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    steps, v = run.series(key)
+    return steps, np.abs(v) * scale
+
+
+def _mean_smoothed(series: list, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing-mean smoothed series, averaged over runs on the union of their steps."""
+    steps = np.unique(np.concatenate([s for s, _ in series])) if series else np.zeros(0, int)
+    table = np.full((len(series), steps.size), np.nan)
+    for row, (s, v) in zip(table, series):
+        row[np.searchsorted(steps, s)] = smooth(v, window)
+    with np.errstate(invalid="ignore"):
+        return steps, np.nanmean(table, 0) if steps.size else np.zeros(0)

@@ -240,10 +240,12 @@ def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) ->
         text = "This report makes no comparison (fewer than two arms)."
     else:
         found = [r for r in questions if r["verdict"] != "no detectable difference"]
-        text = (f"**What it found.** {len(questions)} question{'s' * (len(questions) != 1)} in "
-                f"{len(fams)} Holm famil{'ies' if len(fams) != 1 else 'y'} "
-                f"({', '.join(f'`{f}`' for f in fams)}; family-wise error 5% within each); "
-                f"{len(found)} reached a verdict")
+        n_aa = len(rows) - len(questions)
+        text = (f"**What it found.** {len(questions)} question{'s' * (len(questions) != 1)}"
+                + (f" (plus {n_aa} A/A control row{'s' * (n_aa != 1)})" if n_aa else "")
+                + f" in {len(fams)} Holm famil{'ies' if len(fams) != 1 else 'y'} "
+                f"({', '.join(f'`{f}`' for f in fams)}; family-wise error 5% within "
+                f"{'each' if len(fams) != 1 else 'it'}); {len(found)} reached a verdict")
         text += (": " + "; ".join(f"{r['name']} ({_WHAT[r['metric']]}): {r['verdict']}, "
                                   f"{_fmt_diff(r)}" for r in found) + "." if found else ".")
         nulls = [r for r in questions if r["verdict"] == "no detectable difference"]

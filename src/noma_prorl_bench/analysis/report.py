@@ -130,11 +130,10 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     """Write `out_md`, `summary.json` and `report.json` beside it, and the figures under
     `figures_dir`. `settings` may hold `score_evals` (K, default 10), `reward_threshold`,
     `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run), `interleaved`
-    (True: the arms ran alternating in time, so timing comparisons and the cost-model check
-    are made), `caveats` (a string or list printed first in the conclusion) and anything to
-    print (preset, command, commit, machine; absolute paths are printed relative to the
-    report). `suite` is a suite.json (arms, pairs, comparisons, families, checks); without it
-    arms are configurations, pairs are seeds, every comparison is in family "outcome"."""
+    (True: arms alternated in time: timing rows and the cost-model check are made), `caveats`
+    (printed first in the conclusion) and anything to print (preset, command, commit, machine;
+    absolute paths made relative). `suite` is a suite.json (arms, pairs, comparisons, families,
+    checks); without it arms are configurations, pairs seeds, and the family "outcome"."""
     out = Path(out_md)
     settings = portable(dict(settings or {}), out.parent.resolve())
     runs = load_runs(run_dirs)
@@ -143,9 +142,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     groups = dict(sorted(group_runs(runs).items()))       # configurations: A0, A1, A2, B, ...
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
-    arms = cmp.arm_table(runs, suite)
-    order = list(dict.fromkeys(r["arm"] for r in (suite or {}).get("runs", [])))
-    arms = {a: arms[a] for a in sorted(arms, key=lambda a: order.index(a) if a in order else len(order))}
+    arms = _matrix_order(cmp.arm_table(runs, suite), suite)
     for arm, members in arms.items():                     # figures: one line per arm (A1-aa apart from A1)
         for run in members.values():
             run.arm = arm if suite else ""
@@ -183,14 +180,17 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     lines += gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})",
               ""]
-    lines += cost_lines(cost) if interleaved else [
-        "## Cost model check (A0 vs A1)", "", "Not made: the arms did not run interleaved in time "
-        "(the `cost` preset does); a step-time ratio between runs made at different machine "
-        "loads measures the load.", ""]
+    lines += cost_lines(cost, interleaved)
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
     out.write_text("\n".join(lines), encoding="utf-8")
     _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
     return out
+
+
+def _matrix_order(arms: dict, suite: dict | None) -> dict:
+    """`arms` in the order suite.json lists them (the matrix's order); unlisted arms last."""
+    order = list(dict.fromkeys(r["arm"] for r in (suite or {}).get("runs", [])))
+    return {a: arms[a] for a in sorted(arms, key=lambda a: order.index(a) if a in order else len(order))}
 
 
 def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:

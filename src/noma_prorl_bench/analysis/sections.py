@@ -158,7 +158,11 @@ def _scaled(st: Stat, scale: float, decimals: int, unit: str) -> str:
                 st.n_total).fmt(decimals, unit=unit)
 
 
-def cost_lines(cost: list[dict]) -> list[str]:
+def cost_lines(cost: list[dict], interleaved: bool = True) -> list[str]:
+    if not interleaved:
+        return ["## Cost model check (A0 vs A1)", "", "Not made: the arms did not run interleaved "
+                "in time (the `cost` preset does); a step-time ratio between runs made at "
+                "different machine loads measures the load.", ""]
     intro = ("predicted A0 step = A1 (rollout + train + other) + A0 reference units per step × "
              "(A1 `time/ref` ÷ A1 reference units per step), units = `count/tokens_ref` (or "
              "`count/ref_fwd`), other = step − rollout − ref − train; ratios are A0 step ÷ A1 "
