@@ -132,15 +132,15 @@ def test_summary_figure_draws_identical_arms_once(twins):
 
 @pytest.fixture(scope="module")
 def five(tmp_path_factory):
-    """A1, hard (quality 0.97, every pair the same difference), B (0.85) and soft (0.99) on 5 seeds;
+    """A1, hard (quality 0.97, every pair the same difference), B (0.85) and soft (0.995 or 1.005 by seed) on 6 seeds;
     suite.json puts hard and B in family `one`, soft in family `two`."""
     root = tmp_path_factory.mktemp("five")
-    seeds = [0, 1, 2, 3, 4]
+    seeds = [0, 1, 2, 3, 4, 5]
     for s in seeds:
         write_run(root / f"A1_s{s}", seed=s)
         write_run(root / f"hard_s{s}", seed=s, quality=0.97, opt_reset="hard")
         write_run(root / f"B_s{s}", seed=s, quality=0.85, variant="B")
-        write_run(root / f"soft_s{s}", seed=s, quality=0.99 + 0.004 * (s % 2), opt_reset="soft")
+        write_run(root / f"soft_s{s}", seed=s, quality=0.995 + 0.01 * (s % 2), opt_reset="soft")
     comps = [("hard vs A1", "hard", "A1"), ("B vs A1", "B", "A1"), ("soft vs A1", "soft", "A1")]
     suite = _suite_json(root, {a: seeds for a in ("A1", "hard", "B", "soft")}, comps,
                         {"hard vs A1": "one", "B vs A1": "one", "soft vs A1": "two"})
@@ -158,9 +158,10 @@ def test_holm_within_families_mde80_and_timing_only_when_interleaved(five):
         assert [r["p_holm"] for r in members] == pytest.approx(stats.holm([r["p"] for r in members]))
         assert all(r["family_size"] == len(members) for r in members)
     soft = rows[2]
-    assert soft["mde80"] == pytest.approx(stats.mde80(soft["sd"], 5, 1))
-    # 5 pairs in a family of 2: 2/2^5 = 0.0625 >= 0.025, nothing is detectable -> mde80 = inf
-    assert rows[0]["mde80"] == math.inf
+    # family `two` holds one question: 6 pairs reach 2/2^6 = 0.031 < 0.05, so mde80 is finite
+    assert math.isfinite(soft["mde80"]) and soft["mde80"] == pytest.approx(stats.mde80(soft["sd"], 6, 1))
+    # 6 pairs in a family of 2: 2/2^6 = 0.031 >= 0.025, nothing is detectable -> mde80 = inf
+    assert rows[0]["mde80"] == math.inf and rows[1]["mde80"] == math.inf
     timed = cmp.compare(arms, suite["comparisons"], K, suite["families"], timing=True)
     cost = [r for r in timed if r["family"] == cmp.COST_FAMILY]
     assert {(r["name"], r["metric"]) for r in cost} == {("B vs A1", "s_step"), ("B vs A1", "s_token")}
@@ -184,9 +185,9 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert summary["families"] == {"one": 2, "two": 1}
     # no machine path anywhere: the absolute --outdir is printed relative to the report
     assert str(tmp_path) not in json.dumps(summary) and str(tmp_path) not in md
-    assert summary["provenance"]["command"].endswith("--outdir ../../five0")
+    assert summary["provenance"]["command"].endswith("--outdir five0")    # outside report, cwd
     # every pair of hard vs A1 differs by the same amount: its CI is a point that excludes 0,
-    # but 5 pairs cannot reach p < 0.05/2 -> the row says which is which, and its mde80 is inf
+    # but 6 pairs cannot reach p < 0.05/2 -> the row says which is which, and its mde80 is inf
     hard = next(ln for ln in md.splitlines() if ln.startswith("| hard vs A1 |"))
     assert "no detectable difference; *CI excludes 0 (uncorrected)*" in hard and hard.endswith("| ∞ |")
     assert next(c for c in summary["comparisons"] if c["name"] == "hard vs A1")["mde80"] is None
@@ -194,6 +195,7 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     first = md.split("\n\n")[1]
     assert first.startswith("**What it found.** 3 questions in 2 Holm families")
     assert "0 reached a verdict" in first and "with 80% power they could have detected" in first
+    assert "2 of them could detect no effect at all" in first
     assert rp.TIMING_NOTE in md and "Not made: the arms did not run interleaved" in md
     assert "### Family `one`: 2 questions, Holm within" in md
     for line in md.splitlines():

@@ -26,7 +26,14 @@ from matplotlib.figure import Figure
 
 from noma_prorl_bench.analysis import stats
 from noma_prorl_bench.analysis.compare import run_numbers
-from noma_prorl_bench.analysis.plots import _colors, _draw, _panel, _style, smooth_window
+from noma_prorl_bench.analysis.plots import (
+    _colors,
+    _draw,
+    _panel,
+    _style,
+    smooth_window,
+    summary_figure,
+)
 from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run, smooth
 
 ARM_RE = re.compile(r"^b(?P<beta>[0-9.]+(?:e-?[0-9]+)?)-(?P<treatment>[a-z]+)$")
@@ -114,6 +121,13 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
     heat, clamp = figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png"
     heatmap_figure(grid, cells).savefig(heat, dpi=110, bbox_inches="tight")
     clamp_figure(arms, grid).savefig(clamp, dpi=110, bbox_inches="tight")
+    per_beta = []
+    for beta, ts in grid.items():                  # one readable training summary per beta
+        png = figures_dir / f"summary_beta{beta}.png"
+        runs = [r for arm in ts.values() for r in arms[arm].values()]
+        summary_figure(runs, by_config=True, throughput=False).savefig(png, dpi=100,
+                                                                       bbox_inches="tight")
+        per_beta.append(f"[beta {beta}]({rel(png)})")
     header = ["beta"] + [f"{t}" for t in cols]
     return ["## The map: reference treatment x beta", "",
             f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
@@ -126,7 +140,9 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
         "", f"![Atlas heatmap]({rel(heat)})", "",
         "Clamp evidence per beta: the weighted KL term (beta × `loss/kl`, solid) against "
         "|`loss/pg`| (dashed), and the policy's KL to its warm start (`kl/to_init`) over steps, "
-        "means over seeds; resets dotted.", "", f"![Clamp evidence]({rel(clamp)})", ""]
+        "means over seeds; resets dotted.", "", f"![Clamp evidence]({rel(clamp)})", "",
+        "Training curves per beta (one line per treatment, mean over seeds with a min–max "
+        "band): " + ", ".join(per_beta) + ".", ""]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -191,6 +191,14 @@ def _fmt_diff(row: dict) -> str:
             f"p_holm = {row['p_holm']:.3f})")
 
 
+def _short_diff(row: dict) -> str:
+    """'+0.017 reward [+0.011, +0.026], p_holm 0.010'."""
+    _, unit, _, scale, dec = METRICS[row["metric"]]
+    lo, hi = (v * scale for v in row["ci95"])
+    ci = f" [{lo:+.{dec}f}, {hi:+.{dec}f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{row['diff'] * scale:+.{dec}f} {unit}{ci}, p_holm {row['p_holm']:.3f}"
+
+
 def fmt_mde(row: dict) -> str:
     """'mde80 0.021 reward' (in the metric's unit), '∞' when undetectable at this n."""
     _, unit, _, scale, dec = METRICS[row["metric"]]
@@ -231,6 +239,31 @@ def _comparison_sentences(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _null_power(nulls: list[dict]) -> str:
+    """'; with 80% power they could have detected effects of A to B reward (...)' and how many
+    could detect nothing (too few pairs for the sign-flip test) or have no SD (< 2 pairs)."""
+    spans, inf, unknown = [], 0, 0
+    for unit in dict.fromkeys(METRICS[r["metric"]][1] for r in nulls):
+        _, _, _, scale, dec = next(v for v in METRICS.values() if v[1] == unit)
+        vals = [r.get("mde80", math.nan) * scale for r in nulls if METRICS[r["metric"]][1] == unit]
+        fin = [v for v in vals if math.isfinite(v)]
+        inf += sum(v == math.inf for v in vals)
+        unknown += sum(math.isnan(v) for v in vals)
+        if fin:
+            spans.append(f"{min(fin):.{dec}f} {unit}" if min(fin) == max(fin) else
+                         f"{min(fin):.{dec}f} to {max(fin):.{dec}f} {unit}")
+    parts = []
+    if spans:
+        parts.append("with 80% power they could have detected effects of " + "; ".join(spans)
+                     + " (mde80 per row below), so smaller effects are not ruled out")
+    if inf:
+        parts.append(f"{inf} of them could detect no effect at all (too few pairs for the "
+                     "sign-flip test to reach 0.05/m)")
+    if unknown:
+        parts.append(f"{unknown} of them have no mde80 (fewer than 2 pairs)")
+    return ("; " + "; ".join(parts) if parts else "") + "."
+
+
 def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) -> str:
     """The report's first paragraph: what it found and how sure it is (verdicts with effect and
     CI; nulls with the range of their mde80; the identity checks)."""
@@ -246,30 +279,13 @@ def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) ->
                 + f" in {len(fams)} Holm famil{'ies' if len(fams) != 1 else 'y'} "
                 f"({', '.join(f'`{f}`' for f in fams)}; family-wise error 5% within "
                 f"{'each' if len(fams) != 1 else 'it'}); {len(found)} reached a verdict")
-        text += (": " + "; ".join(f"{r['name']} ({_WHAT[r['metric']]}): {r['verdict']}, "
-                                  f"{_fmt_diff(r)}" for r in found) + "." if found else ".")
+        text += (": " + "; ".join(f"{r['name']}" + (f" ({_WHAT[r['metric']]})" if r["metric"]
+                                                     != "score" else "")
+                                  + f": **{r['verdict']}**, {_short_diff(r)}" for r in found)
+                 + "." if found else ".")
         nulls = [r for r in questions if r["verdict"] == "no detectable difference"]
         if nulls:
-            text += f" {len(nulls)} found no detectable difference"
-            by_unit: dict[str, list[float]] = {}
-            for r in nulls:
-                _, unit, _, scale, _ = METRICS[r["metric"]]
-                by_unit.setdefault(unit, []).append(r.get("mde80", math.nan) * scale)
-            spans = []
-            for unit, vals in by_unit.items():
-                fin = [v for v in vals if math.isfinite(v)]
-                dec = next(d for _, u, _, _, d in METRICS.values() if u == unit)
-                span = (f"{min(fin):.{dec}f}" if min(fin) == max(fin) else
-                        f"{min(fin):.{dec}f} to {max(fin):.{dec}f}") if fin else ""
-                inf = sum(v == math.inf for v in vals)
-                spans.append(f"{span} {unit}".strip() * bool(fin)
-                             + (f"{'; ' if fin else ''}{inf} could detect no effect at all "
-                                "(too few pairs)" if inf else ""))
-            spans = [sp for sp in spans if sp]
-            text += ("; with 80% power they could have detected effects of "
-                     + "; ".join(spans) + " (mde80 per row below), so smaller effects are "
-                     "not ruled out." if spans else
-                     "; their mde80 cannot be computed (fewer than 2 pairs).")
+            text += f" {len(nulls)} found no detectable difference" + _null_power(nulls)
     if checks:
         bad = [c["name"] for c in checks if c["identical"] is False]
         ok = sum(c["identical"] is True for c in checks)

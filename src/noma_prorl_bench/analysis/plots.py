@@ -235,8 +235,9 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: boo
     _clip_outliers(axes[2])
     for ax in axes:
         _mark_events(ax, shown, [color[src[lab]] for lab, _ in shown])
-    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (solid)")]
-    kl_keys += [Line2D([], [], color="gray", linestyle=st, label=k[3:]) for k, st in KL_STYLES]
+    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (the entry's line)")]
+    kl_keys += [Line2D([], [], color="gray", linestyle=st, linewidth=0.8, label=f"{k[3:]} (thin)")
+                for k, st in KL_STYLES]
     extra = [(f"{lab} (throughput panel only)", rs) for lab, rs in ents
              if lab not in src.values()] if throughput else []
     legend_ents = shown + extra

@@ -94,8 +94,9 @@ def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
 
 
 def portable(value: Any, base: Path) -> Any:
-    """`value` with absolute paths made relative to `base` (strings, also inside `--flag=PATH`
-    and command lines; lists and dicts recursively): a report names no machine path."""
+    """`value` with no machine path (strings, also inside `--flag=PATH` and command lines; lists
+    and dicts recursively): an absolute path inside `base` (the report's folder) becomes relative
+    to it, one inside the working directory relative to that, any other its last component."""
     if isinstance(value, dict):
         return {k: portable(v, base) for k, v in value.items()}
     if isinstance(value, list):
@@ -107,7 +108,10 @@ def portable(value: Any, base: Path) -> Any:
         head, eq, tail = token.rpartition("=") if token.startswith("-") else ("", "", token)
         if not os.path.isabs(tail):
             return token
-        return head + eq + Path(os.path.relpath(tail, base)).as_posix()
+        for root in (base, Path.cwd()):
+            if Path(tail).resolve().is_relative_to(root.resolve()):
+                return head + eq + Path(os.path.relpath(tail, root)).as_posix()
+        return head + eq + Path(tail).name
 
     return " ".join(rel(t) for t in value.split(" "))
 
