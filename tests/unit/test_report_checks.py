@@ -87,6 +87,7 @@ def test_identity_checks_pass_for_twins_and_fail_for_a_perturbed_run(twins, tmp_
     # the report: checks instead of tests (no score row for a check pair), NO marked as an error
     assert report_main([str(root), "--out", str(tmp_path / "rep" / "report.md")]) == 1
     assert "identical-by-construction check(s) failed: A0 = A1" in capsys.readouterr().err
+    assert "Not made: the arms did not run interleaved" in (tmp_path / "rep" / "report.md").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| A2 = A1 | A2 = A1 | 3 | identical: yes |" in md
     assert "**identical: NO** (ERROR; first difference pair 1, `reward/mean` at step 7" in md
@@ -196,7 +197,7 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert first.startswith("**What it found.** 3 questions in 2 Holm families")
     assert "0 reached a verdict" in first and "with 80% power they could have detected" in first
     assert "2 of them could detect no effect at all" in first
-    assert rp.TIMING_NOTE in md and "Not made: the arms did not run interleaved" in md
+    assert rp.TIMING_NOTE in md and "## Cost model check" not in md        # no A0 arm here
     assert "### Family `one`: 2 questions, Holm within" in md
     for line in md.splitlines():
         if line.startswith("| soft vs A1 |") or line.startswith("| B vs A1 |"):

@@ -115,7 +115,9 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
                 continue
             lo, hi = c["ci95"]
             mark = MARKS.get(c["verdict"], "not tested")
-            line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']})")
+            mde = ("" if c["verdict"] != "no detectable difference" else ", mde80 ∞"
+                   if c["mde80"] == np.inf else f", mde80 {_fmt(c['mde80'], sign=False)}")
+            line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})")
         body.append(line)
     figures_dir.mkdir(parents=True, exist_ok=True)
     heat, clamp = figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png"
@@ -133,7 +135,7 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
             f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
             "beta's `none` arm (no reference reset), with its 95% t interval, then the verdict "
             "of the question the suite tests for the cell (Holm within the beta's family; "
-            "`n.d.` = no detectable difference): `keep` is tested against `none`, every other "
+            "`n.d.` = no detectable difference, with its mde80): `keep` is tested against `none`, every other "
             "treatment against `keep` (so a cell can differ from `none` and still be `n.d.` "
             "against `keep`). Effects and mde80 of the tested questions are in the comparison "
             "tables below.", ""] + _table(header, body) + [
@@ -180,9 +182,13 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
         mark = {"better": "better", "worse": "worse"}.get(c["verdict"], "n.d.")
         if c["verdict"] is None:
             mark = "not tested"
+        mde = ""
+        if mark == "n.d.":
+            mde = ("\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}"
+                   if np.isfinite(c["mde80"]) else "")
         dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
         ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
-        ax.text(j, i, f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']})",
+        ax.text(j, i, f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
                 ha="center", va="center", fontsize=8, color="white" if dark else "black")
         if c["verdict"] in ("better", "worse"):
             ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, linewidth=2.2,

@@ -51,6 +51,7 @@ from noma_prorl_bench.analysis.plots import save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
     Run,
+    base_label,
     group_runs,
     load_runs,
 )
@@ -184,7 +185,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     lines += gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})",
               ""]
-    lines += cost_lines(cost, interleaved)
+    lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
     out.write_text("\n".join(lines), encoding="utf-8")
     _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
