@@ -135,8 +135,9 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
             f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
             "beta's `none` arm (no reference reset), with its 95% t interval, then the verdict "
             "of the question the suite tests for the cell (Holm within the beta's family; "
-            "`n.d.` = no detectable difference, with its mde80): `keep` is tested against `none`, every other "
-            "treatment against `keep` (so a cell can differ from `none` and still be `n.d.` "
+            "`n.d.` = no detectable difference, with its mde80): `keep` is tested against "
+            "`none`, every other treatment against `keep` (so a cell can differ from `none` and "
+            "still be `n.d.` "
             "against `keep`). Effects and mde80 of the tested questions are in the comparison "
             "tables below.", ""] + _table(header, body) + [
         "", f"![Atlas heatmap]({rel(heat)})", "",

@@ -124,10 +124,12 @@ def gain_lines(gains: list[dict]) -> list[str]:
     return ["## B (no reference model) vs A: share of the RL gain", "",
             "gain = score − warm-start score (validation reward of the warm-started policy before "
             "RL, same seed); share = mean(B's gain) ÷ mean(A's gain) with Fieller's 95% interval "
-            "(t with n − 1 df, paired; no resampling). Criterion (seed 000): B keeps ≥ 80% (≥ 90%) of A's gain at a lower step time; "
+            "(t with n − 1 df, paired; no resampling). Criterion (seed 000): B keeps ≥ 80% "
+            "(≥ 90%) of A's gain at a lower step time; "
             "`held` when the CI's lower end is ≥ the level and B's step time is detectably lower, "
             "`not held` when the CI's upper end is below the level (or B is detectably slower), "
-            "otherwise `undecided`.", ""] + _table(
+            "otherwise `undecided` (always, unless not held, when the runs were not interleaved "
+            "in time: their step times are not compared).", ""] + _table(
         ["B vs A", "pairs", "warm-start score", "A gain", "B gain", "share kept [95% CI]",
          "≥ 80%", "≥ 90%"], body) + [""]
 
