@@ -368,7 +368,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
     unfinished = [] if stop.signum is None else [s.name for s in specs
                                                  if not is_complete(os.path.join(args.outdir, s.name), s)]
-    from noma_prorl_bench.analysis.report import write_report
+    from noma_prorl_bench.analysis.report import failed_checks, write_report
     names = {s.name for s in specs}
     dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
             if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
@@ -376,7 +376,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
                 "score_evals": PRESETS[args.preset]["k"],
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
-                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
+                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs, "interleaved": args.preset == "cost",
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
@@ -384,17 +384,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(os.path.join(args.outdir, "settings.json"), "w") as f:
         json.dump(settings, f, indent=2)
     out = os.path.join(args.outdir, "report.md")
-    if dirs:
-        write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
+    bad_checks = failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed)) if dirs else []
     print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
-          + (f"; {len(failures)} runs failed: {failures}" if failures else ""), file=sys.stderr)
+          + (f"; {len(failures)} runs failed: {failures}" if failures else "") + (
+              f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""), file=sys.stderr)
     stop.restore()
     if stop.signum is not None:
         print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
               f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
               file=sys.stderr)
         return stop.exit_code
-    return 1 if failures else 0
+    return 1 if failures or bad_checks else 0
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:

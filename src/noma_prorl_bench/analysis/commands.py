@@ -1,4 +1,4 @@
-"""The `prorl-bench plot` and `prorl-bench report` entry points, light on purpose: their argument
+"""The `prorl-bench plot`, `prorl-bench report` and `prorl-bench plan` entry points, light on purpose: their argument
 parsers live here, and numpy, scipy and matplotlib (analysis/plots.py, analysis/report.py) are
 imported only after the command line has parsed, so `--help` and argument errors answer at once
 (issue 18, item 3; tests/smoke/test_cli_speed.py asserts that none of them is imported).
@@ -62,7 +62,8 @@ def _read_json(parser: argparse.ArgumentParser, path: Path, flag: str):
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:
-    """`prorl-bench report DIR...`: regenerate report.md from saved logs only."""
+    """`prorl-bench report DIR...`: regenerate report.md from saved logs only. Exit 1 when an
+    identical-by-construction check failed (the report says where)."""
     parser = report_parser()
     args = parser.parse_args(argv)
     from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
@@ -86,4 +87,49 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         parser.error(str(err))
     print(f"wrote {path}")
+    from noma_prorl_bench.analysis.report import failed_checks  # noqa: PLC0415
+    bad = failed_checks(path)
+    if bad:
+        print(f"prorl-bench report: ERROR: identical-by-construction check(s) failed: "
+              f"{', '.join(bad)} (see the report's Checks section)", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prorl-bench plan", description=(
+        "Read a pilot suite directory and print, per comparison, the paired seeds needed to "
+        "detect an effect with the given power after its Holm family's correction (from the "
+        "pilot's SD of the paired differences)."))
+    parser.add_argument("dir", metavar="DIR", help="a finished suite folder (suite.json, runs)")
+    parser.add_argument("--effect", type=float, help="effect to detect on the score, in reward "
+                        "units (default: each comparison's observed |mean difference|; timing "
+                        "rows always use theirs)")
+    parser.add_argument("--power", type=float, default=0.8, help="power (default: 0.8)")
+    return parser
+
+
+def plan_main(argv: Sequence[str] | None = None) -> int:
+    """`prorl-bench plan DIR [--effect E] [--power P]`: print the seeds table. Exit 2 on bad
+    input (not a suite folder, --effect <= 0, --power outside (0, 1))."""
+    parser = plan_parser()
+    args = parser.parse_args(argv)
+    if args.effect is not None and not args.effect > 0:
+        parser.error(f"--effect: must be > 0, got {args.effect}")
+    if not 0 < args.power < 1:
+        parser.error(f"--power: must be in (0, 1), got {args.power}")
+    from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
+    root = Path(args.dir)
+    dirs = find_run_dirs(root) if root.is_dir() else []
+    if not dirs:
+        parser.error(f"DIR: {root} holds no run directories")
+    suite = _read_json(parser, root / "suite.json", "DIR")
+    settings = _read_json(parser, root / "settings.json", "DIR") or {}
+    from noma_prorl_bench.analysis.plan import plan_lines, plan_rows  # noqa: PLC0415
+    try:
+        rows = plan_rows(dirs, suite, settings, args.effect, args.power)
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
+    if not rows:
+        parser.error(f"DIR: {root}: no comparison between complete runs of two arms")
+    print("\n".join(plan_lines(rows, args.power)))
     return 0
