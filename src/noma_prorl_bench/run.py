@@ -25,8 +25,10 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     explicit = vars(parser.parse_args(argv))
     try:
         if explicit.get("resume"):
-            from noma_prorl_bench.io.resume import resume_config
-            return resume_config(explicit)
+            from noma_prorl_bench.io.resume import require_intact_log, resume_config
+            cfg, ckpt = resume_config(explicit)
+            require_intact_log(cfg, ckpt)            # metrics.jsonl holds steps 1..k exactly once
+            return cfg, ckpt
         return make_config(explicit), None
     except ConfigError as e:
         parser.error(str(e))
@@ -39,6 +41,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
+    from noma_prorl_bench.io.safe_files import RunDirRefused
     from noma_prorl_bench.training.guards import NonFiniteError
     err = lock_error(cfg.outdir) or (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
@@ -59,7 +62,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
             print(f"{prog}: error: cannot set up the run: {e}", file=sys.stderr)
             return 2
         summary = run(cfg, ckpt, trainer, buffers)
-    except RunLocked as e:                              # another run took the outdir meanwhile
+    except (RunLocked, RunDirRefused) as e:             # another run took the outdir meanwhile; a symlinked run file
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
@@ -128,10 +131,14 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; --resume
     continues from the last --save_every checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
-    from noma_prorl_bench.io.lock import run_lock
+    from noma_prorl_bench.io.lock import RunLocked, run_lock
+    from noma_prorl_bench.io.safe_files import RunDirRefused
     try:
         with run_lock(cfg.outdir):
             summary = run_engine(cfg, ckpt)
+    except (RunLocked, RunDirRefused) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     except EngineError as e:
         stop = e.cause_name == "NonFiniteError"
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "

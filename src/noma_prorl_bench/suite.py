@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
 
 # ---------------------------------------------------------------------------- the matrix
@@ -179,7 +180,8 @@ def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Pope
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
     print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
           "python -m noma_prorl_bench.run", 1), file=sys.stderr)
-    with open(os.path.join(outdir, f"{spec.name}.log"), "a" if state == "resumable" else "w") as log:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if state == "resumable" else os.O_TRUNC)
+    with os.fdopen(safe_files.open_nofollow(os.path.join(outdir, f"{spec.name}.log"), flags), "w") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -287,9 +289,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad or not arms:
         ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
     specs = expand(args.preset, args.seeds, args.steps, arms)
-    os.makedirs(args.outdir, exist_ok=True)
+    try:
+        safe_files.makedirs(args.outdir)
+    except OSError as e:
+        ap.error(f"argument --outdir: cannot create {args.outdir!r}: {e.strerror or e}")
+    except safe_files.RunDirRefused as e:
+        ap.error(str(e))
+    names_checked = ["suite.json", "settings.json", "report.md", "report.json", "summary.json", "figures",
+                     *(f"{s.name}.log" for s in specs)]
+    err = safe_files.link_error(args.outdir, names_checked)
+    if err:
+        ap.error(err)
     suite_json = os.path.join(args.outdir, "suite.json")
-    listed = _merge_suite_json(suite_json, args.preset, specs)
+    try:
+        listed = _merge_suite_json(suite_json, args.preset, specs)
+    except ValueError as e:
+        ap.error(f"argument --outdir: {e}")
     t0 = time.perf_counter()
     stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
     failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
@@ -308,8 +323,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
                 "commit": _git_commit(), "machine": _machine()}
-    with open(os.path.join(args.outdir, "settings.json"), "w") as f:
-        json.dump(settings, f, indent=2)
+    safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
     if dirs:
         write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
@@ -328,17 +342,21 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     """Write suite.json: this invocation's runs merged with those an earlier invocation on the same
     outdir listed (e.g. `--arms` run in two parts); arm, pair and the comparisons among all arms."""
     try:
-        with open(path) as f:
-            old = json.load(f)
-    except (OSError, ValueError):
+        old = json.loads(safe_files.read_bytes(path))
+    except FileNotFoundError:
         old = {}
-    runs = {r["name"]: r for r in old.get("runs", []) if old.get("preset") == preset and "arm" in r}
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is unreadable ({str(e)[:100]}); move it away or choose another --outdir") from e
+    runs_old = old.get("runs", []) if isinstance(old, dict) else None
+    if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 for r in runs_old):
+        raise ValueError(f"{path} is not a suite.json written by this tool; move it away or choose another --outdir")
+    runs = {r["name"]: r for r in runs_old if old.get("preset") == preset and "arm" in r}
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
     listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
               "comparisons": [list(c) for c in comparisons_for(arms)]}
-    with open(path, "w") as f:
-        json.dump(listed, f, indent=2)
+    safe_files.write_json(path, listed)
     return listed
 
 
