@@ -7,7 +7,8 @@ completes, summary.json. `--outdir OUTDIR --resume` continues a run from its las
 checkpoint (see docs/reliability.md).
 
 Exit codes: 0 done; 2 bad input (flags, --outdir, model path, checkpoint; nothing written);
-3 stopped by the NaN guard (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM after
+3 stopped by the NaN guard (--on_nan stop; non-finite logits while sampling; no update applied
+in the whole run); 130 / 143 / 129 / 138 stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 after
 writing a checkpoint (resumable).
 """
 from __future__ import annotations
@@ -42,12 +43,15 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.io.lock import RunLocked, lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
     from noma_prorl_bench.io.safe_files import RunDirRefused
-    from noma_prorl_bench.training.guards import NonFiniteError
+    from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits
     err = lock_error(cfg.outdir) or (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if cfg.engine != "local":
+        if ckpt is not None and ckpt.digest_error:
+            print(f"{prog}: error: argument --resume: {ckpt.digest_error}", file=sys.stderr)
+            return 2
         return main_ray(cfg, prog, ckpt)
     try:
         try:
@@ -66,7 +70,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
-        print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
+        why = "" if isinstance(e, NonFiniteLogits) else " (--on_nan stop)"
+        print(f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print(f"{prog}: aborted. `--outdir {cfg.outdir} --resume` continues from the last complete checkpoint "
@@ -115,6 +120,8 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
 
 def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
     again = f"Continue with: {prog} --outdir {cfg.outdir} --resume"
+    if summary.get("no_updates"):
+        return f"{prog}: error: {summary['reason']}; the run is not complete (summary.json says so)"
     if not summary.get("abandoned"):
         return (f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
                 f"{summary['checkpoint']}. {again}")
@@ -157,4 +164,9 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:                # Ctrl-C while torch imports, before the run's own handling
+        print("python -m noma_prorl_bench.run: interrupted (SIGINT) before the run started; nothing written",
+              file=sys.stderr)
+        sys.exit(130)

@@ -326,6 +326,7 @@ class Checkpoint:
     config: dict
     extra: dict
     state: dict
+    digest_error: Optional[str] = None      # read(..., defer_digests=True): a sha256 mismatch to raise later
 
 
 def _read_small(path: str, limit: int = 1 << 30) -> bytes:
@@ -363,8 +364,10 @@ def verify(path: str) -> Optional[int]:
     return marker.get("step")
 
 
-def read(path: str) -> Checkpoint:
-    """Load and validate one checkpoint directory; CheckpointError says what is wrong."""
+def read(path: str, defer_digests: bool = False) -> Checkpoint:
+    """Load and validate one checkpoint directory; CheckpointError says what is wrong. With
+    `defer_digests` a sha256 mismatch is kept in `digest_error` instead, for the caller to raise
+    after trying to load the state (whose "does not fit" names the problem more precisely)."""
     from safetensors.torch import load_file  # noqa: PLC0415
     if is_link(path):
         raise CheckpointError(f"{path} is a symbolic link; refusing to read a checkpoint through it")
@@ -390,7 +393,13 @@ def read(path: str) -> Checkpoint:
         raise CheckpointError(f"{path}/{TENSORS} is unreadable: {str(e)[:200]}") from e
     if len(tensors) != meta.get("n_tensors"):
         raise CheckpointError(f"{path}/{TENSORS} holds {len(tensors)} tensors, {STATE} expects {meta.get('n_tensors')}")
-    verify(path)                            # after the checks above, which name the damage more precisely
+    digest_error = None
+    try:
+        verify(path)                        # after the checks above, which name the damage more precisely
+    except CheckpointError as e:
+        if not defer_digests:
+            raise
+        digest_error = str(e)
     try:
         state = decode(meta["state"], tensors)
         extra = decode(meta.get("extra") or {}, tensors)
@@ -399,4 +408,4 @@ def read(path: str) -> Checkpoint:
         raise CheckpointError(f"{path}/{STATE} is corrupt: {str(e)[:200]!r}") from e
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
-    return Checkpoint(path, step, meta["config"], extra, state)
+    return Checkpoint(path, step, meta["config"], extra, state, digest_error)

@@ -42,7 +42,7 @@ def truncate_jsonl(path: str, step: int) -> dict[str, int]:
         try:
             rec = json.loads(line)
             ok = isinstance(rec, dict) and not (isinstance(rec.get("step"), (int, float)) and rec["step"] > step)
-        except ValueError:
+        except (ValueError, RecursionError):           # RecursionError: deeply nested JSON
             ok = False
         if ok:
             kept.append(line)
@@ -83,6 +83,13 @@ def check_metrics_log(path: str, step: int) -> str | None:
                  f"steps out of range {_ranges(foreign)}" if foreign else ""]
         return f"{path} does not hold steps 1..{step} exactly once ({'; '.join(p for p in parts if p)})"
     return None
+
+
+def require_verified(ckpt: Checkpoint) -> None:
+    """CheckpointError if the checkpoint's files do not match the sha256 digests in its COMPLETE
+    marker (checked by `read`; raised here, after the state was tried on the trainer)."""
+    if ckpt.digest_error:
+        raise CheckpointError(f"{ckpt.digest_error} (delete that checkpoint directory to resume from an older one)")
 
 
 def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
@@ -131,7 +138,7 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     if explicit.get("overwrite"):
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
     try:
-        ckpt = read(find_resumable(explicit["outdir"]))
+        ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)   # raised by require_verified
     except CheckpointError as e:
         raise ConfigError("resume", f"{e} (delete that checkpoint directory to resume from an older one)") from e
     known = {f.name: f.default for f in fields(RunConfig)}
