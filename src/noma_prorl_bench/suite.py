@@ -154,7 +154,9 @@ def _steps_done(run_dir: str) -> int:
 def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
             stop: Optional[SuiteSignals] = None) -> list[str]:
     """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
-    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`.
+    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`; a
+    run still held by a live process (an earlier suite's child that outlived it) is waited for,
+    its log left alone, then counted as complete or continued.
     SIGINT/SIGTERM (`stop`, installed here if not given) are forwarded to the running runs,
     which checkpoint and exit 130/143; no new run starts and this returns once they exited
     (`stop.signum` is set; the interrupted runs are not counted as failures)."""
@@ -192,13 +194,30 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
         from tqdm import tqdm
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple[subprocess.Popen, RunSpec]] = {}
+    adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
     failures, queue, finished_steps = [], list(pending), 0
-    while running or (queue and stop.signum is None):
-        while queue and len(running) < jobs and stop.signum is None:
+    while running or ((queue or adopted) and stop.signum is None):
+        while queue and len(running) + len(adopted) < jobs and stop.signum is None:
             spec = queue.pop(0)
+            holder = _live_holder(os.path.join(outdir, spec.name))
+            if holder is not None:          # e.g. the earlier suite was killed with -9: wait, never truncate its log
+                print(f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
+                      "waiting for it to finish", file=sys.stderr)
+                adopted[spec.name] = spec
+                continue
             running[spec.name] = (_start(spec, states[spec.name], outdir, env), spec)
             stop.children[spec.name] = running[spec.name][0]
         time.sleep(0.5)
+        for name in list(adopted):
+            run_dir = os.path.join(outdir, name)
+            if _live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
+                spec = adopted.pop(name)
+                states[name] = run_state(run_dir, spec.command("X")[3:])
+                if states[name] == "complete":
+                    finished_steps += _spec_steps(spec)
+                    print(f"suite: run {name} (started earlier) finished", file=sys.stderr)
+                else:
+                    queue.insert(0, spec)
         for name in list(running):
             proc, spec = running[name]
             if proc.poll() is not None:
@@ -220,6 +239,15 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
     if bar is not None:
         bar.close()
     return failures
+
+
+def _live_holder(run_dir: str) -> Optional[dict]:
+    """The lock record of a live process that holds run_dir (a run an earlier suite started and
+    that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
+    from noma_prorl_bench.io.lock import LOCK_FILE, lock_error, read_lock  # noqa: PLC0415 (standard library only)
+    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
+        return None
+    return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
 
 
 def _spec_steps(spec: RunSpec) -> int:

@@ -265,6 +265,7 @@ def test_sighup_checkpoints_and_exits_129(tmp_path):
     (["--lr", "1e300"], "--lr"),
     (["--beta", "-1e39"], "--beta"),
     (["--ppo_epochs", "1000000000"], "--ppo_epochs"),
+    (["--model", "transformer", "--d_model", "300000"], "--d_model"),   # the memory refusal names the model size
 ])
 def test_out_of_range_numbers_name_their_flag(tmp_path, capsys, extra, flag):
     out = tmp_path / "never"
@@ -285,3 +286,33 @@ def test_suite_bad_outdir_is_one_line(tmp_path, capsys, case):
     assert _run_suite(suite_main, ["--preset", "smoke", "--outdir", str(outdir)]) == 2
     err = capsys.readouterr().err
     assert len(_error_lines(err)) == 1 and "--outdir" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ suite restart
+def test_suite_waits_for_a_run_still_going_instead_of_failing_it(tmp_path, capsys):
+    """An earlier suite was killed with -9 and its child run goes on (it holds its lock): a new
+    suite waits for it, leaves its log alone, and counts it once it completes."""
+    from noma_prorl_bench.suite import expand
+    from noma_prorl_bench.suite import main as suite_main
+    out = tmp_path / "s"
+    out.mkdir()
+    spec = expand("smoke", 1, 40, ["A1"])[0]
+    (out / f"{spec.name}.log").write_text("the earlier suite's log\n")
+    child = subprocess.Popen(spec.command(str(out)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        metrics = out / spec.name / "metrics.jsonl"
+        t0 = time.time()
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+            assert time.time() - t0 < 300 and child.poll() is None
+            time.sleep(0.1)
+        code = _run_suite(suite_main, ["--preset", "smoke", "--arms", "A1", "--seeds", "1", "--steps", "40",
+                                       "--jobs", "1", "--quiet", "--outdir", str(out)])
+    finally:
+        child.wait(timeout=600)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "is still going" in err and "failed" not in err
+    assert (out / f"{spec.name}.log").read_text() == "the earlier suite's log\n"
+    assert json.loads((out / spec.name / "summary.json").read_text())["complete"] is True
+    assert child.returncode == 0
