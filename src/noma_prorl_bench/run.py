@@ -41,10 +41,10 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error
-    from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
+    from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
     from noma_prorl_bench.io.safe_files import RunDirRefused
     from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits
-    err = lock_error(cfg.outdir) or (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
+    err = lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

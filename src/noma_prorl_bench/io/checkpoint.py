@@ -248,12 +248,6 @@ def _write_new(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def _fresh_dir(path: str) -> None:
-    """Create an empty directory at `path`, removing what was there (a link is unlinked, not followed)."""
-    remove_tree(path)
-    os.mkdir(path)
-
-
 def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     """Write the trainer's checkpoint for its current step atomically; keep the newest `keep`.
     COMPLETE records the sha256 of tensors.safetensors and state.json (checked by `read`)."""
@@ -270,7 +264,8 @@ def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
         raise UnsafePath(root)
     os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp_step_{step:06d}_{os.getpid()}")
-    _fresh_dir(tmp)                          # made by this process: nothing in it is a link
+    remove_tree(tmp)                         # a link is unlinked, not followed
+    os.mkdir(tmp)                            # made by this process: nothing in it is a link
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
@@ -339,15 +334,9 @@ def verify(path: str) -> Optional[int]:
     records, or None for a checkpoint written before digests were recorded (COMPLETE holds only
     the step: not verified). CheckpointError names a file that is a symlink, missing or altered."""
     try:
-        raw = _read_small(os.path.join(path, MARKER), 1 << 16)
-    except UnsafePath as e:
-        raise CheckpointError(f"{path}/{MARKER} is a symbolic link; refusing to read it") from e
-    except OSError as e:
+        marker = json.loads(_read_small(os.path.join(path, MARKER), 1 << 16))
+    except (OSError, UnsafePath, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}/{MARKER} is unreadable: {e}") from e
-    try:
-        marker = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        raise CheckpointError(f"{path}/{MARKER} is corrupt: {e}") from e
     if isinstance(marker, int) and not isinstance(marker, bool):
         return None                                         # legacy marker: the step only
     if not isinstance(marker, dict) or not isinstance(marker.get("sha256"), dict):
@@ -356,7 +345,7 @@ def verify(path: str) -> Optional[int]:
         want = marker["sha256"].get(name)
         try:
             got = sha256_file(os.path.join(path, name))
-        except OSError as e:
+        except (OSError, UnsafePath) as e:
             raise CheckpointError(f"{path}/{name} is unreadable: {e}") from e
         if got != want:
             raise CheckpointError(f"{path}/{name} does not match the sha256 recorded in {MARKER} (the file was "
@@ -369,13 +358,11 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
     `defer_digests` a sha256 mismatch is kept in `digest_error` instead, for the caller to raise
     after trying to load the state (whose "does not fit" names the problem more precisely)."""
     from safetensors.torch import load_file  # noqa: PLC0415
-    if is_link(path):
-        raise CheckpointError(f"{path} is a symbolic link; refusing to read a checkpoint through it")
     if not os.path.isfile(os.path.join(path, MARKER)):
         raise CheckpointError(f"{path} is incomplete (no {MARKER} marker)")
-    for name in (MARKER, STATE, TENSORS):
-        if is_link(os.path.join(path, name)):
-            raise CheckpointError(f"{path}/{name} is a symbolic link; refusing to read a checkpoint through it")
+    for p in (path, *(os.path.join(path, name) for name in (MARKER, STATE, TENSORS))):
+        if is_link(p):
+            raise CheckpointError(f"{p} is a symbolic link; refusing to read a checkpoint through it")
     try:
         meta = json.loads(_read_small(os.path.join(path, STATE)))
     except (OSError, ValueError, RecursionError) as e:

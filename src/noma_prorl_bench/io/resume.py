@@ -60,7 +60,9 @@ def check_metrics_log(path: str, step: int) -> str | None:
         raw = read_bytes(path)
     except FileNotFoundError:
         return f"{path} is missing" if step else None
-    except (OSError, UnsafePath) as e:
+    except UnsafePath:
+        return f"{path} is a symbolic link"
+    except OSError as e:
         return f"{path} is unreadable: {e}"
     lines = raw.split(b"\n")
     counts: dict[int, int] = {}
@@ -117,10 +119,6 @@ def find_resumable(outdir: str) -> str:
     """Path of the newest complete checkpoint in `outdir`, or a ConfigError saying why not."""
     if not os.path.isdir(outdir):
         raise ConfigError("resume", f"{outdir!r} does not exist: there is no run to resume")
-    from noma_prorl_bench.io.run_dir import run_dir_links  # noqa: PLC0415 (run_dir imports this module)
-    err = run_dir_links(outdir)
-    if err:
-        raise ConfigError("resume", err.replace("argument --outdir: ", ""))
     ckpts = list_checkpoints(outdir)
     if ckpts:
         return ckpts[-1][1]
