@@ -263,7 +263,7 @@ def test_sighup_checkpoints_and_exits_129(tmp_path):
     (["--threads", "100000"], "--threads"),
     (["--seed", "9" * 30], "--seed"),
     (["--lr", "1e300"], "--lr"),
-    (["--beta", "-1e39"], "--beta"),
+    (["--beta", "1e39"], "--beta"),
     (["--ppo_epochs", "1000000000"], "--ppo_epochs"),
     (["--model", "transformer", "--d_model", "300000"], "--d_model"),   # the memory refusal names the model size
 ])
