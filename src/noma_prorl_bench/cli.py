@@ -28,6 +28,17 @@ COMMANDS = ("run", "suite", "plot", "report", "plan", "get-model")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """The `prorl-bench` entry point; a Ctrl-C before a command installs its own handling (e.g.
+    while torch imports) is one line and exit 130, not a traceback."""
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        print("prorl-bench: interrupted (SIGINT) before the command started its work; nothing to resume",
+              file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
 
 # ---------------------------------------------------------------------------- the matrix
@@ -226,7 +227,9 @@ def _steps_done(run_dir: str) -> int:
 def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
             stop: Optional[SuiteSignals] = None) -> list[str]:
     """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
-    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`.
+    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`; a
+    run still held by a live process (an earlier suite's child that outlived it) is waited for,
+    its log left alone, then counted as complete or continued.
     SIGINT/SIGTERM (`stop`, installed here if not given) are forwarded to the running runs,
     which checkpoint and exit 130/143; no new run starts and this returns once they exited
     (`stop.signum` is set; the interrupted runs are not counted as failures)."""
@@ -252,7 +255,8 @@ def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Pope
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
     print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
           "python -m noma_prorl_bench.run", 1), file=sys.stderr)
-    with open(os.path.join(outdir, f"{spec.name}.log"), "a" if state == "resumable" else "w") as log:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if state == "resumable" else os.O_TRUNC)
+    with os.fdopen(safe_files.open_nofollow(os.path.join(outdir, f"{spec.name}.log"), flags), "w") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -263,13 +267,30 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
         from tqdm import tqdm
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple[subprocess.Popen, RunSpec]] = {}
+    adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
     failures, queue, finished_steps = [], list(pending), 0
-    while running or (queue and stop.signum is None):
-        while queue and len(running) < jobs and stop.signum is None:
+    while running or ((queue or adopted) and stop.signum is None):
+        while queue and len(running) + len(adopted) < jobs and stop.signum is None:
             spec = queue.pop(0)
+            holder = _live_holder(os.path.join(outdir, spec.name))
+            if holder is not None:          # e.g. the earlier suite was killed with -9: wait, never truncate its log
+                print(f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
+                      "waiting for it to finish", file=sys.stderr)
+                adopted[spec.name] = spec
+                continue
             running[spec.name] = (_start(spec, states[spec.name], outdir, env), spec)
             stop.children[spec.name] = running[spec.name][0]
         time.sleep(0.5)
+        for name in list(adopted):
+            run_dir = os.path.join(outdir, name)
+            if _live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
+                spec = adopted.pop(name)
+                states[name] = run_state(run_dir, spec.command("X")[3:])
+                if states[name] == "complete":
+                    finished_steps += _spec_steps(spec)
+                    print(f"suite: run {name} (started earlier) finished", file=sys.stderr)
+                else:
+                    queue.insert(0, spec)
         for name in list(running):
             proc, spec = running[name]
             if proc.poll() is not None:
@@ -291,6 +312,15 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
     if bar is not None:
         bar.close()
     return failures
+
+
+def _live_holder(run_dir: str) -> Optional[dict]:
+    """The lock record of a live process that holds run_dir (a run an earlier suite started and
+    that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
+    from noma_prorl_bench.io.lock import LOCK_FILE, lock_error, read_lock  # noqa: PLC0415 (standard library only)
+    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
+        return None
+    return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
 
 
 def _spec_steps(spec: RunSpec) -> int:
@@ -360,9 +390,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad or not arms:
         ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
     specs = expand(args.preset, args.seeds, args.steps, arms)
-    os.makedirs(args.outdir, exist_ok=True)
+    try:
+        safe_files.makedirs(args.outdir)
+    except OSError as e:
+        ap.error(f"argument --outdir: cannot create {args.outdir!r}: {e.strerror or e}")
+    except safe_files.RunDirRefused as e:
+        ap.error(str(e))
+    names_checked = ["suite.json", "settings.json", "report.md", "report.json", "summary.json", "figures",
+                     *(f"{s.name}.log" for s in specs)]
+    err = safe_files.link_error(args.outdir, names_checked)
+    if err:
+        ap.error(err)
     suite_json = os.path.join(args.outdir, "suite.json")
-    listed = _merge_suite_json(suite_json, args.preset, specs)
+    try:
+        listed = _merge_suite_json(suite_json, args.preset, specs)
+    except ValueError as e:
+        ap.error(f"argument --outdir: {e}")
     t0 = time.perf_counter()
     stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
     failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
@@ -381,8 +424,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
                 "commit": _git_commit(), "machine": _machine()}
-    with open(os.path.join(args.outdir, "settings.json"), "w") as f:
-        json.dump(settings, f, indent=2)
+    safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
     bad_checks = failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed)) if dirs else []
     print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
@@ -401,19 +443,23 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     """Write suite.json: this invocation's runs merged with those an earlier invocation on the same
     outdir listed (e.g. `--arms` run in two parts); arm, pair and the comparisons among all arms."""
     try:
-        with open(path) as f:
-            old = json.load(f)
-    except (OSError, ValueError):
+        old = json.loads(safe_files.read_bytes(path))
+    except FileNotFoundError:
         old = {}
-    runs = {r["name"]: r for r in old.get("runs", []) if old.get("preset") == preset and "arm" in r}
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is unreadable ({str(e)[:100]}); move it away or choose another --outdir") from e
+    runs_old = old.get("runs", []) if isinstance(old, dict) else None
+    if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 for r in runs_old):
+        raise ValueError(f"{path} is not a suite.json written by this tool; move it away or choose another --outdir")
+    runs = {r["name"]: r for r in runs_old if old.get("preset") == preset and "arm" in r}
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
     listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
               "comparisons": [list(c) for c in comparisons_for(arms)],
               "families": {c[0]: FAMILIES[c[0]] for c in comparisons_for(arms)},
               "checks": [list(c) for c in checks_for(arms)]}
-    with open(path, "w") as f:
-        json.dump(listed, f, indent=2)
+    safe_files.write_json(path, listed)
     return listed
 
 

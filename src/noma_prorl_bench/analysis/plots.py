@@ -341,11 +341,12 @@ def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
                  twins: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and `ref_cost_figure`
     to `ref_cost.png` beside it."""
+    from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
     out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    makedirs(str(out.parent))
     ref_png = out.parent / "ref_cost.png"
-    summary_figure(runs, by_config, throughput, twins).savefig(out, dpi=dpi, bbox_inches="tight")
-    ref_cost_figure(runs, by_config).savefig(ref_png, dpi=dpi, bbox_inches="tight")
+    save_figure(summary_figure(runs, by_config, throughput, twins), str(out), dpi=dpi, bbox_inches="tight")
+    save_figure(ref_cost_figure(runs, by_config), str(ref_png), dpi=dpi, bbox_inches="tight")  # never via a link
     return out, ref_png
 
 
@@ -355,5 +356,6 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     plots = run.path / "plots"
     written = list(save_summary([run], plots / "summary.png", dpi=dpi))
     diag = plots / "diagnostics.png"
-    diagnostics_figure(run).savefig(diag, dpi=dpi)
+    from noma_prorl_bench.io.safe_files import save_figure  # noqa: PLC0415
+    save_figure(diagnostics_figure(run), str(diag), dpi=dpi)
     return written + [diag]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,6 +57,33 @@ from noma_prorl_bench.analysis.runlog import (
     group_runs,
     load_runs,
 )
+from noma_prorl_bench.io import safe_files
+
+
+# a recorded command printed as is: this tool's own entry point, then only characters no shell acts on
+_SHELL_SAFE = re.compile(r"(\S*/)?(prorl-bench|python[0-9.]*)( [A-Za-z0-9_./=:,@%+-]+)*")
+
+
+def as_data(text: Any, limit: int = 300) -> str:
+    """Text read from a run or suite directory (untrusted), made safe to print inside a one-line
+    markdown code span: newlines and other unprintable characters escaped (`\\n`, `\\u2028`),
+    backticks replaced by `'` (so the span cannot be closed early)."""
+    s = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in str(text)).replace("`", "'")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _provenance_as_data(settings: dict) -> dict:
+    """`settings` with commit, machine and command rendered as data: a commit that is not a hex id
+    is escaped, and a command with shell metacharacters is shown as one single-quoted word (so
+    pasting it into a shell runs nothing)."""
+    out = dict(settings)
+    for key in ("commit", "machine"):
+        if key in out:
+            out[key] = as_data(out[key], 80)
+    if "command" in out:
+        cmd = str(out["command"])
+        out["command"] = cmd if _SHELL_SAFE.fullmatch(cmd) else shlex.quote(as_data(cmd, 2000))
+    return out
 
 
 def _num(x: Any) -> Any:
@@ -82,15 +111,15 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
 def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     lines = ["## Settings", ""]
     if settings:
-        lines += _table(["setting", "value"], [[_cell(k), f"`{_cell(json.dumps(v), 200)}`"]
+        lines += _table(["setting", "value"], [[_cell(as_data(k)), f"`{_cell(as_data(json.dumps(v)), 200)}`"]
                                                for k, v in settings.items()]) + [""]
     common = {k: v for k, v in runs[0].config.items() if k not in NOT_CONFIG
               and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)}
     lines += ["Configuration shared by every run (the matrix labels name what varies):", ""]
-    lines += [f"`{_cell(json.dumps(common, sort_keys=True), 10_000)}`", ""]
+    lines += [f"`{_cell(as_data(json.dumps(common, sort_keys=True), 10_000), 10_000)}`", ""]
     seeds = sorted({json.dumps(r.seed) for r in runs})
     versions = runs[0].config.get("versions")
-    lines += [f"Seeds: {', '.join(seeds)}.  Versions: `{json.dumps(versions)}`.", ""]
+    lines += [f"Seeds: {as_data(', '.join(seeds))}.  Versions: `{as_data(json.dumps(versions))}`.", ""]
     return lines
 
 
@@ -164,7 +193,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=spike)
     detail = (matrix, threshold, source, window, spike)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    safe_files.makedirs(str(out.parent))
     twins = {c["arm"]: c["baseline"] for c in check_rows if c["identical"]}
     in_arms = [r for members in arms.values() for r in members.values()]
     ordered = in_arms + [r for r in runs if all(r is not x for x in in_arms)]   # matrix order
@@ -175,7 +204,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
     lines = ["# Result report", "", headline(rows, check_rows, evidence), ""]
-    lines += provenance_lines(settings, len(runs), len(arms), k, evidence)
+    lines += provenance_lines(_provenance_as_data(settings), len(runs), len(arms), k, evidence)
     caveats = settings.get("caveats") or []
     lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
         cost, rows, gains, n_pairs, partial, evidence, [caveats] if isinstance(caveats, str) else caveats)]
@@ -187,7 +216,7 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
               ""]
     lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
-    out.write_text("\n".join(lines), encoding="utf-8")
+    safe_files.write_text(str(out), "\n".join(lines))       # never through a symlink
     _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
     return out
 
@@ -207,7 +236,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     lines += _settings_lines(runs, settings)
     return lines + ["## Runs", ""] + _table(
         ["directory", "label", "steps", "complete", "dropped lines"],
-        [[f"`{rel(r.path)}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
+        [[f"`{as_data(rel(r.path))}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
          for r in runs]) + [""]
 
 
@@ -246,10 +275,10 @@ def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, setti
                  | {"runs": len(ns)} for a, ns in nums.items()},
     }
     text = json.dumps(summary, indent=1, default=str)
-    (out.parent / "summary.json").write_text(json.dumps(_nan_to_none(json.loads(text)), indent=1))
+    safe_files.write_json(str(out.parent / "summary.json"), _nan_to_none(json.loads(text)), indent=1)
     numbers = dict(matrix={g: {m: asdict(st) for m, st in row.items()} for g, row in matrix.items()},
                    cost_model=cost, comparisons=rows, checks=check_rows, gain_kept=gains)
-    out.with_suffix(".json").write_text(json.dumps(numbers, indent=1, default=str))
+    safe_files.write_json(str(out.with_suffix(".json")), numbers, indent=1, default=str)
 
 
 def _nan_to_none(obj: Any) -> Any:

@@ -250,7 +250,7 @@ class RunConfig:
 
     # ---------------------------------------------------------------- reliability (issue 9)
     save_every: int = 0
-    """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM with --engine local); 0: only at the end."""
+    """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM/SIGHUP/SIGUSR1 with --engine local); 0: only at the end."""
     keep_checkpoints: int = 2
     """Keep the last N checkpoints."""
     resume: bool = False

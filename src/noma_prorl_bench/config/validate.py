@@ -241,6 +241,13 @@ def _validate_growth(cfg: RunConfig) -> None:
                                          "--reset_on_stall or a --preset that sets one")
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
+# integers whose huge values would only fail later (torch seeds must stay < 2**64, and the
+# trainer derives its streams as seed * 1000 + k; thread counts beyond the machine's are useless)
+INT_MAX = {"seed": 10**15, "threads": 1024, "ppo_epochs": 10_000}
+
+
 def _validate_reliability(cfg: RunConfig) -> None:
     """Checkpoint flags, and values that would only fail (or poison the run) later: a negative
     seed (NumPy rejects it mid-run), NaN or infinite floats."""
@@ -255,6 +262,10 @@ def _validate_reliability(cfg: RunConfig) -> None:
         v = getattr(cfg, f.name)
         if hints[f.name] is float and not math.isfinite(v):
             raise ConfigError(f.name, f"must be a finite number, got {v}")
+        if hints[f.name] is float and abs(v) > FLOAT32_MAX:      # tensors are float32: it would become inf
+            raise ConfigError(f.name, f"must be within the float32 range (|x| <= {FLOAT32_MAX:.4g}), got {v:g}")
+        if hints[f.name] is int and not isinstance(v, bool) and abs(v) > INT_MAX.get(f.name, INT64_MAX):
+            raise ConfigError(f.name, f"must be <= {INT_MAX.get(f.name, INT64_MAX)}, got {v}")
 
 
 def _validate_loss(cfg: RunConfig) -> None:

@@ -15,11 +15,12 @@ import json
 import math
 import os
 import resource
-import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterable, Optional
+
+from noma_prorl_bench.io import safe_files
 
 
 def _clean(v):
@@ -40,7 +41,7 @@ class JsonlSink:
     def __init__(self, path: str, mode: str = "a"):
         self.path = path
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
-        self._fd: Optional[int] = os.open(path, flags, 0o644)
+        self._fd: Optional[int] = safe_files.open_nofollow(path, flags, 0o644)   # never through a symlink
 
     def write(self, record: dict) -> None:
         data = (json.dumps({k: _clean(v) for k, v in record.items()}) + "\n").encode("utf-8")
@@ -127,17 +128,14 @@ class CsvSink:
         return buf.getvalue()
 
     def _rewrite(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self._line({k: k for k in self.columns}) + "".join(self._line(r) for r in self.rows))
-        os.replace(tmp, self.path)
+        safe_files.write_text(self.path, self._line({k: k for k in self.columns})
+                              + "".join(self._line(r) for r in self.rows))
 
     def write(self, record: dict) -> None:
         if self._add(record):
             self._rewrite()
         else:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(self._line(self.rows[-1]))
+            safe_files.append_text(self.path, self._line(self.rows[-1]))
 
     def close(self) -> None:
         pass
@@ -151,8 +149,7 @@ class TensorBoardSink:
 
     def __init__(self, logdir: str, history: Iterable[dict] = ()):
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (optional package)
-        if os.path.isdir(logdir):
-            shutil.rmtree(logdir)
+        safe_files.remove_tree(logdir)              # a symlink is removed, not followed
         self._w = SummaryWriter(log_dir=logdir, flush_secs=10)
         for rec in history:
             self.write(rec)
@@ -249,5 +246,5 @@ def peak_rss_mb() -> float:
 
 def open_run_files(outdir: str, mode: str = "w"):
     """(metrics sink, events sink) for a run directory."""
-    os.makedirs(outdir, exist_ok=True)
+    safe_files.makedirs(outdir)
     return JsonlSink(os.path.join(outdir, "metrics.jsonl"), mode), JsonlSink(os.path.join(outdir, "events.jsonl"), mode)

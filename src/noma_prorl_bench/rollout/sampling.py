@@ -156,7 +156,14 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
         if greedy:
             tok = logp_all.argmax(-1)                                          # [N]
         else:
-            tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            try:
+                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            except RuntimeError as e:                   # "probability tensor contains either inf, nan or ..."
+                bad = ~torch.isfinite(logp_all).all(-1)
+                if not bool(bad.any()):
+                    raise
+                from noma_prorl_bench.training.guards import NonFiniteLogits  # noqa: PLC0415
+                raise NonFiniteLogits(rows=int(bad.sum())) from e
         live = ~done
         logps[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
         tok = torch.where(live, tok, pad)

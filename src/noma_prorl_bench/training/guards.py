@@ -11,7 +11,11 @@ the next minibatch (each is checked); `--on_nan stop` raises `NonFiniteError`, w
 Test hook: the environment variable NOMA_PRORL_INJECT_NAN_STEP=k multiplies the loss of
 every minibatch of step k by NaN (read on every call; unset in normal runs).
 
-Signals (`GracefulStop`): the first SIGINT/SIGTERM sets a flag that the training loop reads
+Sampling: non-finite logits before `torch.multinomial` (e.g. weights blown up by a huge --lr)
+raise `NonFiniteLogits`, a NonFiniteError whatever --on_nan says (a policy that cannot sample
+cannot go on): the run writes a `nan_guard` event and exits 3 without a checkpoint of that state.
+
+Signals (`GracefulStop`): the first SIGINT/SIGTERM/SIGHUP/SIGUSR1 sets a flag that the training loop reads
 after each step (it then writes a checkpoint and exits 128 + signal number); a second one
 aborts at once (KeyboardInterrupt). A step still running STOP_GRACE_S seconds after the first
 signal is abandoned (`StepAbandoned` raised inside it by SIGALRM): its half-done update is never
@@ -41,6 +45,19 @@ class NonFiniteError(RuntimeError):
         super().__init__(f"non-finite {', '.join(bad)} at step {step} (see the nan_guard event in events.jsonl; "
                          "--on_nan skip drops such minibatches and goes on)")
         self.step, self.bad = step, bad
+
+
+class NonFiniteLogits(NonFiniteError):
+    """The policy's logits are NaN/Inf where tokens are sampled: stops the run (exit 3) whatever
+    --on_nan says. `step` is the step being sampled (set by the trainer)."""
+
+    def __init__(self, step: int = -1, rows: int = 0):
+        RuntimeError.__init__(self, step, rows)
+        self.step, self.bad, self.rows = step, ["logits"], rows
+
+    def __str__(self) -> str:
+        return (f"non-finite logits while sampling step {self.step} ({self.rows} rows): the policy's weights no longer "
+                "give a distribution (a --lr too large?); nothing of this step was saved")
 
 
 # ============================================================================ NaN guard
@@ -110,12 +127,12 @@ class StepAbandoned(BaseException):
 
 
 class GracefulStop:
-    """Context manager: SIGINT/SIGTERM request a stop after the current step (`.signum`).
+    """Context manager: SIGINT/SIGTERM/SIGHUP/SIGUSR1 request a stop after the current step (`.signum`).
 
     Handlers are only installed from the main thread (elsewhere signals stay as they were).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # HUP: a closed terminal
 
     def __init__(self, quiet: bool = False):
         self.signum: Optional[int] = None
@@ -129,7 +146,7 @@ class GracefulStop:
 
     @property
     def exit_code(self) -> int:
-        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM)."""
+        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."""
         return 128 + int(self.signum or 0)
 
     def _handle(self, signum, frame) -> None:

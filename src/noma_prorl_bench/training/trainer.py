@@ -69,6 +69,7 @@ class Trainer:
         self.counters = Counters(COUNTER_KEYS)
         self.timer = StageTimer()
         self.step_idx = 0
+        self.updates_applied = 0        # optimizer steps taken (a run with none ends non-zero)
         self.warmstart_info = self.warm_start()
         attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
         # ------------------------------------------------------------ reference (Variant A only)
@@ -275,6 +276,7 @@ class Trainer:
         if not skipped:
             self.optimizer.step()
             self.scheduler.step()
+            self.updates_applied += 1
         with torch.no_grad():
             resp = batch.mask[sl]                                       # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
