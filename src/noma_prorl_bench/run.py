@@ -17,6 +17,7 @@ import sys
 from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
+from noma_prorl_bench.config.files import with_config_file
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
@@ -24,6 +25,7 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     parser = build_parser(prog)
     explicit = vars(parser.parse_args(argv))
     try:
+        explicit = with_config_file(explicit)           # --config FILE: its values under the flags given
         if explicit.get("resume"):
             from noma_prorl_bench.io.resume import resume_config
             return resume_config(explicit)

@@ -271,7 +271,19 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    task = ap.add_argument_group("task (passed to every run; default: the runs' own, reverse_digits)")
+    for name in TASK_FLAGS:
+        task.add_argument(f"--{name}", help=f"the run flag --{name} (docs/flags.md, docs/tasks.md)")
     return ap
+
+
+#: run flags the suite passes to every run when given (your own task: docs/tasks.md)
+TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol")
+
+
+def task_flags(args: argparse.Namespace) -> list[str]:
+    """The given TASK_FLAGS as run flags."""
+    return [x for n in TASK_FLAGS if getattr(args, n) is not None for x in (f"--{n}", getattr(args, n))]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -287,6 +299,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad or not arms:
         ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
     specs = expand(args.preset, args.seeds, args.steps, arms)
+    for spec in specs:
+        spec.flags += task_flags(args)
+    if task_flags(args):
+        _check_task(ap, specs[0].flags)
     os.makedirs(args.outdir, exist_ok=True)
     suite_json = os.path.join(args.outdir, "suite.json")
     listed = _merge_suite_json(suite_json, args.preset, specs)
@@ -322,6 +338,17 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return stop.exit_code
     return 1 if failures else 0
+
+
+def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
+    """Exit 2 (nothing started) when the task flags make a bad run config or task."""
+    from noma_prorl_bench.config import ConfigError, build_parser, make_config
+    from noma_prorl_bench.tasks import make_task
+    try:
+        cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *flags])))
+        make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
+    except ConfigError as e:
+        ap.error(str(e))
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:

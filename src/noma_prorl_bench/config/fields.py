@@ -74,9 +74,17 @@ class RunConfig:
 
     # ---------------------------------------------------------------- task and model
     task: str = "reverse_digits"
-    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic, and rg:NAME, any reasoning-gym dataset (e.g. rg:basic_arithmetic, rg:chain_sum; needs pip install reasoning-gym==0.1.25): prompts from its generator (validation disjoint from training), wrapped in the model's chat template, reward = the dataset's score_answer on the extracted answer (docs/real_model.md)."""
+    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic, and rg:NAME, any reasoning-gym dataset (e.g. rg:basic_arithmetic, rg:chain_sum; needs pip install reasoning-gym==0.1.25): prompts from its generator (validation disjoint from training), wrapped in the model's chat template, reward = the dataset's score_answer on the extracted answer (docs/real_model.md). Your own: module.path:factory, an importable callable returning a Task (kwargs from --task_kwargs), or jsonl:PATH, one {"prompt", "answer"} object per line, reward by --reward_fn (docs/tasks.md)."""
     task_kwargs: str = ""
-    """rg:NAME only: JSON object of the reasoning-gym dataset's config fields (difficulty), passed to create_dataset, e.g. '{"min_terms": 2, "max_terms": 2, "max_digits": 2}'. Empty: the dataset's defaults."""
+    """rg:NAME and module.path:factory only: a JSON object. rg:NAME: the reasoning-gym dataset's config fields (difficulty), passed to create_dataset, e.g. '{"min_terms": 2, "max_terms": 2, "max_digits": 2}'. module.path:factory: keyword arguments of the factory. Empty: the defaults."""
+    prompt_field: str = "prompt"
+    """jsonl:PATH only: the key of each line's prompt."""
+    answer_field: str = "answer"
+    """jsonl:PATH only: the key of each line's reference answer."""
+    reward_fn: str = "exact"
+    """jsonl:PATH only: the reward in [0, 1]. exact: stripped response == answer; numeric: the last number in the response within --reward_tol of the answer; regex: the answer is a regular expression matching the whole stripped response; MODULE:FUNCTION: an importable FUNCTION(response, answer) returning a number or a dict with "reward"."""
+    reward_tol: float = 1e-6
+    """jsonl:PATH with --reward_fn numeric only: the absolute tolerance."""
     answer_extraction: Literal["lenient", "tag"] = "lenient"
     """rg:NAME only: how the answer is read from a response before score_answer. tag: the inside of the last <answer></answer> (none: reward 0). lenient: the tag if present, else the last number (numeric answers) or the last non-empty line."""
     format_reward: float = 0.0

@@ -27,7 +27,8 @@ from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.base import policy_device, policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
-from noma_prorl_bench.tasks import make_task, part_metrics
+from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
+from noma_prorl_bench.tasks.custom import check_vocabulary
 from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
@@ -59,6 +60,8 @@ class Trainer:
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
         self.policy, self.tok = build_policy(cfg, max_len=L_max)
+        if is_user_task(cfg.task):
+            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
         self.device = policy_device(self.policy)               # --device (auto resolved)
         self.data_rng = np.random.default_rng([cfg.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
