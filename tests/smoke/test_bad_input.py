@@ -74,7 +74,8 @@ BAD = [
     (["--stepz", "3"], "--stepz"),
     (["--kl_estimator", "k4"], "--kl_estimator"),
     (["--engine", "ray"], "--engine"),
-    (["--report_to", "wandb"], "--report_to"),
+    (["--report_to", "wandbb"], "--report_to"),                     # (wandb is a sink now)
+    (["--report_to", "csv,tensorbord"], "--report_to"),
     (["--preset", "prorl"], "--preset"),
     (["--opt_reset", "medium"], "--opt_reset"),
     (["--lr_schedule", "cosine2"], "--lr_schedule"),

@@ -60,6 +60,7 @@ def test_unwritable_outdir(outdir):
     (["--engine", "ray_async"], "ray", "--engine"),
     (["--model", "hf:/nonexistent"], "transformers", "--model"),
     (["--report_to", "tensorboard"], "tensorboard", "--report_to"),
+    (["--report_to", "csv,wandb"], "wandb", "--report_to"),
 ])
 def test_missing_optional_package_is_one_line_and_writes_nothing(tmp_path, flags, module, flag):
     out = tmp_path / "run"

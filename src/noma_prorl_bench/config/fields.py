@@ -57,8 +57,8 @@ class RunConfig:
     """Allow writing into a non-empty existing --outdir (its run files are replaced)."""
     quiet: bool = False
     """No progress bars on stderr (ours, and third-party ones such as transformers' weight loading)."""
-    report_to: Literal["none", "tensorboard", "csv"] = "none"
-    """Also send every metrics.jsonl record, same keys, to: tensorboard (OUTDIR/tb/, view with `tensorboard --logdir OUTDIR/tb`; needs the tensorboard package, pip install -e '.[tensorboard]'), csv (OUTDIR/metrics.csv, one column per key), or none. metrics.jsonl is always written; on --resume both are rebuilt from it."""
+    report_to: str = "none"
+    """Also send every metrics.jsonl record, same keys, to: tensorboard (OUTDIR/tb/, view with `tensorboard --logdir OUTDIR/tb`; needs the tensorboard package, pip install -e '.[tensorboard]'), csv (OUTDIR/metrics.csv, one column per key), wandb (Weights & Biases, OUTDIR/wandb/, config = the run's config; offline unless WANDB_MODE says otherwise, project $WANDB_PROJECT or prorl-bench; needs pip install -e '.[wandb]'), a comma list of them (csv,wandb), or none. metrics.jsonl is always written; on --resume each is rebuilt from it."""
     seed: int = 0
     """Seed for model init, prompt sampling and rollout sampling (runs are bit-reproducible)."""
     steps: int = 400

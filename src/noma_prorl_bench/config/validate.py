@@ -57,6 +57,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
                   "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
                   "reset_on_stall", "stall_min_delta", "dual_clip_c"])
     _check_memory(cfg)
+    _validate_report_to(cfg)
     if cfg.lr <= 0:
         raise ConfigError("lr", f"must be > 0, got {cfg.lr}")
     if cfg.warmstart_lr <= 0:
@@ -136,6 +137,20 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             raise ConfigError("task_kwargs", f"is not valid JSON ({e}): {cfg.task_kwargs!r}") from None
         if not isinstance(kw, dict):
             raise ConfigError("task_kwargs", f"must be a JSON object, got {cfg.task_kwargs!r}")
+
+
+REPORT_TO = ("none", "tensorboard", "csv", "wandb")
+
+
+def _validate_report_to(cfg: RunConfig) -> None:
+    """--report_to: none, or a comma list of tensorboard, csv, wandb (each once)."""
+    items = [t.strip() for t in cfg.report_to.split(",")]
+    for t in items:
+        if t not in REPORT_TO:
+            raise ConfigError("report_to", f"invalid choice: {t!r}{suggest(t, REPORT_TO)} (choose from "
+                                           f"{', '.join(REPORT_TO)}, or a comma list such as csv,wandb)")
+    if len(items) > 1 and "none" in items or len(set(items)) < len(items):
+        raise ConfigError("report_to", f"none stands alone and each name comes once, got {cfg.report_to!r}")
 
 
 def _validate_user_task(cfg: RunConfig) -> None:

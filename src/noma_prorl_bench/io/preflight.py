@@ -15,7 +15,8 @@ from typing import Optional
 from noma_prorl_bench.config import RunConfig
 
 # flag value -> (module it imports, the pip extra that installs it)
-EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard")}
+EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
+          "wandb": ("wandb", "wandb")}
 
 
 def outdir_error(outdir: str) -> Optional[str]:
@@ -49,8 +50,9 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
         needs.append(("engine", cfg.engine, "ray"))
     if cfg.model.startswith("hf:"):
         needs.append(("model", "hf:PATH", "hf"))
-    if getattr(cfg, "report_to", "none") == "tensorboard":
-        needs.append(("report_to", "tensorboard", "tensorboard"))
+    for target in ("tensorboard", "wandb"):
+        if target in [t.strip() for t in getattr(cfg, "report_to", "none").split(",")]:
+            needs.append(("report_to", target, target))
     for flag, value, extra in needs:
         module, pip_extra = EXTRAS[extra]
         if importlib.util.find_spec(module) is None:
