@@ -148,3 +148,19 @@ def test_wandb_offline_run_has_the_jsonl_keys_values_and_the_config_also_after_r
     assert {k: config[k] for k in ("seed", "lr", "loss", "report_to")} == \
            {k: saved[k] for k in ("seed", "lr", "loss", "report_to")}
     assert (out / "metrics.csv").is_file()
+
+
+def test_eval_samples_logs_pass_at_k_and_leaves_training_unchanged(tmp_path, fast_flags):
+    _run(tmp_path / "plain", fast_flags, "--steps", "4")
+    _run(tmp_path / "passk", fast_flags, "--steps", "4", "--eval_samples", "4")
+    plain, passk = read_jsonl(tmp_path / "plain" / "metrics.jsonl"), read_jsonl(tmp_path / "passk" / "metrics.jsonl")
+    evals = [r for r in passk if "reward/val" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for r in evals:
+        p = [r[f"reward/val_pass@{k}"] for k in (1, 2, 4)]
+        assert all(0.0 <= a <= b <= 1.0 for a, b in zip(p, p[1:]))               # pass@k grows with k
+    skip = ("time/", "perf/", "reward/val_pass@", "count/policy_fwd_eval")
+    strip = [[{k: v for k, v in r.items() if not k.startswith(skip)} for r in rows] for rows in (plain, passk)]
+    assert strip[0] == strip[1]                                                    # its own generator
+    assert all(b["count/policy_fwd_eval"] > a["count/policy_fwd_eval"] for a, b in zip(plain, passk)
+               if "reward/val" in a)

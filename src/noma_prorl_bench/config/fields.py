@@ -71,6 +71,8 @@ class RunConfig:
     """Evaluate every N steps: greedy validation reward, drift monitors (kl/to_init, kl/to_prev), samples."""
     n_val: int = 256
     """Number of held-out validation prompts (fixed across seeds)."""
+    eval_samples: int = 0
+    """K > 0: at each evaluation also sample K completions per validation prompt (at --temperature) and log reward/val_pass@k for k = 1, 2, 4, ..., K with the unbiased estimator of Chen et al. 2021, 1 - C(n-c, k)/C(n, k) (a sample is correct when it earns the full reward), beside the greedy reward/val. Costs K sampled generations per prompt per evaluation. 0: off."""
 
     # ---------------------------------------------------------------- task and model
     task: str = "reverse_digits"

@@ -53,7 +53,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
                     "eval_every", "n_val", "hidden", "d_model", "n_layers", "n_heads", "kl_horizon"])
     if cfg.warmstart_steps < -1:
         raise ConfigError("warmstart_steps", f"must be >= 0, or -1 for auto, got {cfg.warmstart_steps}")
-    _nonneg(cfg, ["max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
+    _nonneg(cfg, ["eval_samples", "max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
                   "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
                   "reset_on_stall", "stall_min_delta", "dual_clip_c"])
     _check_memory(cfg)

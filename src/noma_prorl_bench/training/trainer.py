@@ -25,6 +25,7 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.base import policy_device, policy_logprobs
+from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
 from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
@@ -348,6 +349,12 @@ class Trainer:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
+        if self.cfg.eval_samples:                  # its own seeded generator: training's streams are untouched
+            gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1000 + 7 + self.step_idx)
+            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, self.cfg.eval_samples,
+                                          self.T_max, self.cfg.temperature, gen, self.P)
+            self.counters.add("policy_fwd_eval", gs.fwd_calls)
+            val_parts.update(passk)
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:
