@@ -18,6 +18,7 @@ from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
 from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.io.shell import command
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
@@ -68,8 +69,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print(f"{prog}: aborted. `--outdir {cfg.outdir} --resume` continues from the last complete checkpoint "
-              "(if any)", file=sys.stderr)
+        print(f"{prog}: aborted. `{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from the last "
+              "complete checkpoint (if any)", file=sys.stderr)
         return 130
     except Exception as e:                              # disk full, file-size limit, a path gone read-only
         if os_error(e) is None:
@@ -106,14 +107,14 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
     full = e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
     ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
     kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
-            f"then: {prog} --outdir {cfg.outdir} --resume" if ckpts else
+            f"then: {command(prog, '--outdir', cfg.outdir, '--resume')}" if ckpts else
             f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to start over")
     return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
            f"{e.filename or cfg.outdir}; {kept}"
 
 
 def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
-    again = f"Continue with: {prog} --outdir {cfg.outdir} --resume"
+    again = f"Continue with: {command(prog, '--outdir', cfg.outdir, '--resume')}"
     if not summary.get("abandoned"):
         return (f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
                 f"{summary['checkpoint']}. {again}")
@@ -142,7 +143,7 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     except EngineStopped as e:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)
-        again = (f"`{prog} --outdir {cfg.outdir} --resume` continues from its checkpoint at step {ckpts[-1][0]}"
+        again = (f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step {ckpts[-1][0]}"
                  if ckpts else "no checkpoint was written yet (--save_every N writes them)")
         print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum

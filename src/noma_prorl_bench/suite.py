@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -177,8 +178,7 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
 def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Popen:
     """Print the run's command and start it in its own session (signals come from the suite)."""
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
-    print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
-          "python -m noma_prorl_bench.run", 1), file=sys.stderr)
+    print("$ " + shlex.join(cmd), file=sys.stderr)                 # sys.executable: pastes in any shell
     with open(os.path.join(outdir, f"{spec.name}.log"), "a" if state == "resumable" else "w") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

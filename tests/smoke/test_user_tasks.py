@@ -4,6 +4,7 @@ exit 2 before anything is written."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -65,6 +66,9 @@ def test_factory_task_runs_in_the_suite(work):
         assert json.loads((work / "suite" / arm / "config.json").read_text())["task"] == "copy_task:make"
         assert len(read_jsonl(work / "suite" / arm / "metrics.jsonl")) == 2
     assert (work / "suite" / "report.md").is_file()
+    started = [shlex.split(line[2:]) for line in r.stderr.splitlines() if line.startswith("$ ")]
+    assert len(started) == 2 and all(c[0] == sys.executable and c[1:3] == ["-m", "noma_prorl_bench.run"]
+                                     for c in started)               # a printed command pastes in any shell
     r = _cli(work, "--preset", "smoke", "--outdir", "suite2", "--task", "copy_task:mak", module="noma_prorl_bench.suite")
     assert r.returncode == 2 and "has no attribute 'mak'" in r.stderr and not (work / "suite2").exists()
 

@@ -13,6 +13,7 @@ import tempfile
 from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.io.shell import pip_install
 
 # flag value -> (module it imports, the pip extra that installs it)
 EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
@@ -57,7 +58,7 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
         module, pip_extra = EXTRAS[extra]
         if importlib.util.find_spec(module) is None:
             return (f"argument --{flag}: {value} needs the {module!r} package, which is not installed "
-                    f"(pip install -e '.[{pip_extra}]', or bash scripts/setup.sh)")
+                    f"({pip_install('-e', repr(f'.[{pip_extra}]'))}, or bash scripts/setup.sh)")
     return None
 
 
