@@ -60,7 +60,7 @@ BAD = [
     (["--resume", "--overwrite"], "--resume"),
     (["--resume"], "--resume"),                                      # nothing to resume
     (["--bogus_flag", "1"], "--bogus_flag"),                         # unknown flag
-    # issue 18: sizes the machine cannot hold, refused before anything runs
+    # sizes the machine cannot hold, refused before anything runs
     (["--batch_size", "100000000"], "--batch_size"),
     (["--n_val", "1000000000"], "--n_val"),
     (["--hidden", "200000"], "--hidden"),

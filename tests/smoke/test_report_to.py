@@ -1,4 +1,4 @@
-"""Logs users plug in (issue 18 item 9): `--report_to csv|tensorboard` carries exactly the keys and
+"""Logs users plug in: `--report_to csv|tensorboard` carries exactly the keys and
 values of metrics.jsonl, also across a --resume; JSONL lines are never torn by a failed write;
 `--quiet` silences transformers' weight-loading bar."""
 import csv

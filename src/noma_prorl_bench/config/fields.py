@@ -218,7 +218,7 @@ class RunConfig:
     reset_kl_coef: int = 0
     """1: reset the adaptive KL coefficient to its initial value at a reset."""
 
-    # ---------------------------------------------------------------- growth (issue 5; docs/growth.md)
+    # ---------------------------------------------------------------- growth (docs/growth.md)
     enable_growth: int = 0
     """1: after the warm start, wrap the --adapter_targets layers in LoRA adapters (W x + s B A x, s = lora_alpha / initial_rank fixed) and FREEZE the base model: only the adapters train, so RL capacity is the adapter rank. The rank grows during training (--grow_on); the reference (Variant A) is a copy of the adapted policy."""
     grow_every: int = 0
@@ -240,13 +240,13 @@ class RunConfig:
     lora_alpha: float = 16.0
     """Adapter scale numerator: s = lora_alpha / initial_rank, fixed when the rank grows (so growth leaves the policy unchanged)."""
 
-    # ---------------------------------------------------------------- engines (issue 7)
+    # ---------------------------------------------------------------- engines
     engine: Literal["local", "ray_colocated", "ray_async"] = "local"
     """Execution engine: local (one process, no Ray); ray_colocated (Generator and Learner actors on one node, generate -> train -> sync in turn); ray_async (generation of the next batches overlaps training, bounded by --max_staleness). See docs/ray.md."""
     ref_placement: Literal["learner", "generator", "own_actor"] = "learner"
     """Ray engines, Variant A: where pi_ref scores logp_ref. learner: inside the learner's update (as the local engine); generator: on the rollout workers right after sampling; own_actor: a separate ReferenceScorer actor. Remote placements compute it once per batch (needs --ref_compute cached)."""
     steps_per_rollout: int = 1
-    """ray_colocated, K: the generator samples K step-batches with one policy version, then the learner takes K steps (one per batch, each ppo_epochs x minibatches clipped updates, logp_old from the sampling version) before the next weight sync. With --ppo_epochs 1 --minibatches 1 this is K optimizer steps per rollout (seed 004 Problem 7); K=1 equals --engine local."""
+    """ray_colocated, K: the generator samples K step-batches with one policy version, then the learner takes K steps (one per batch, each ppo_epochs x minibatches clipped updates, logp_old from the sampling version) before the next weight sync. With --ppo_epochs 1 --minibatches 1 this is K optimizer steps per rollout; K=1 equals --engine local."""
     max_staleness: int = 1
     """ray_async, S: a batch sampled by policy version w is trained at learner version <= w + S; the driver delays generation (never discards) to keep it. 0 = synchronous."""
     num_generators: int = 1
@@ -258,7 +258,7 @@ class RunConfig:
     weight_sync: Literal["object_store", "nccl"] = "object_store"
     """Ray engines: weight transport from learner to generators. object_store (numpy arrays, CPU); nccl needs CUDA GPUs (one per actor) and is not available in this build."""
 
-    # ---------------------------------------------------------------- reliability (issue 9)
+    # ---------------------------------------------------------------- reliability
     save_every: int = 0
     """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM with --engine local); 0: only at the end."""
     keep_checkpoints: int = 2

@@ -320,7 +320,7 @@ def _validate_loss(cfg: RunConfig) -> None:
 
 
 def _check_memory(cfg: RunConfig) -> None:
-    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode (issue 17)."""
+    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode."""
     _nonneg(cfg, ["micro_batch", "logprob_chunk"])
     for n in ("grad_checkpoint", "logprob_chunk"):
         if getattr(cfg, n) and cfg.model == "gru":

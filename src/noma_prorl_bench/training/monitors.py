@@ -1,4 +1,4 @@
-"""Drift monitors (seed 004, Problem 6): exact KL of the policy to its initial and previous self.
+"""Drift monitors: exact KL of the policy to its initial and previous self.
 
 Legend: N evaluation sequences, P prompt length, T response length, L = P + T, V vocabulary.
 
