@@ -82,6 +82,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         return summary["exit_code"]
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
+        if summary.get("validation"):
+            from noma_prorl_bench.training.result import result_line
+            print(result_line(summary["validation"]))           # stdout: the run's result in one line
     return 0
 
 

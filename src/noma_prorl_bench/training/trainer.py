@@ -34,6 +34,7 @@ from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
+from noma_prorl_bench.training.result import eval_bar, per_prompt
 from noma_prorl_bench.training.warmstart import supervised_warm_start
 
 REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
@@ -124,7 +125,9 @@ class Trainer:
         is reported separately (the `warmstart` event)."""
         t0 = time.perf_counter()
         n_steps = supervised_warm_start(self.policy, self.task, self.tok, self.cfg, self.P, self.device)
-        val, _, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
+        bar = eval_bar(self.cfg, len(self.val_set), "evaluating before RL")
+        val, texts, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, bar=bar)
+        self.val_before = per_prompt(self.task, self.val_set, texts)     # training/result.py
         info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
         self.event("warmstart", "supervised warm start", **info)
         return info
@@ -349,6 +352,8 @@ class Trainer:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
+        if self.step_idx == self.cfg.steps:
+            self.val_after = per_prompt(self.task, self.val_set, texts)
         if self.cfg.eval_samples:                  # its own seeded generator: training's streams are untouched
             gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1000 + 7 + self.step_idx)
             passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, self.cfg.eval_samples,
