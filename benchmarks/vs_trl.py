@@ -3,7 +3,7 @@
 The same work on both sides, CPU, float32, one torch thread per process:
   model       a tiny random Llama built offline (`models/tiny_hf.build_tiny_hf_model`), loaded
               from its directory by both (TRL gets the path, so with beta > 0 it loads pi_ref too)
-  prompts     keyword_inclusion (seed 004), the exact sequence our trainer samples: B prompts per
+  prompts     keyword_inclusion, the exact sequence our trainer samples: B prompts per
               step replayed from its data stream into a `datasets.Dataset` (TRL: shuffle off)
   reward      `KeywordInclusionTask.reward` (= rewards.keyword_inclusion_reward_fn) on both
   one step    B prompts x G samples of at most T tokens (temperature 1, no top-k/top-p) -> rewards
@@ -24,7 +24,7 @@ with and without the KV cache on the same model and shapes (`rollout_kv.py`'s ti
 
 Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
 TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
-issue 17 left on for TRL and off for us. Each worker also reports its peak RSS (ru_maxrss: the
+the memory work left on for TRL and off for us. Each worker also reports its peak RSS (ru_maxrss: the
 model, optimizer, activations and every imported library, so TRL's larger import set counts).
 
 Run (recorded in docs/models.md and docs/performance.md):

@@ -18,6 +18,8 @@ import sys
 from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
+from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.io.shell import command
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
@@ -25,6 +27,7 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     parser = build_parser(prog)
     explicit = vars(parser.parse_args(argv))
     try:
+        explicit = with_config_file(explicit)           # --config FILE: its values under the flags given
         if explicit.get("resume"):
             from noma_prorl_bench.io.resume import require_intact_log, resume_config
             cfg, ckpt = resume_config(explicit)
@@ -74,8 +77,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print(f"{prog}: aborted. `--outdir {cfg.outdir} --resume` continues from the last complete checkpoint "
-              "(if any)", file=sys.stderr)
+        print(f"{prog}: aborted. `{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from the last "
+              "complete checkpoint (if any)", file=sys.stderr)
         return 130
     except Exception as e:                              # disk full, file-size limit, a path gone read-only
         if os_error(e) is None:
@@ -87,6 +90,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         return summary["exit_code"]
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
+        if summary.get("validation"):
+            from noma_prorl_bench.training.result import result_line
+            print(result_line(summary["validation"]))           # stdout: the run's result in one line
     return 0
 
 
@@ -112,14 +118,14 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
     full = e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
     ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
     kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
-            f"then: {prog} --outdir {cfg.outdir} --resume" if ckpts else
+            f"then: {command(prog, '--outdir', cfg.outdir, '--resume')}" if ckpts else
             f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to start over")
     return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
            f"{e.filename or cfg.outdir}; {kept}"
 
 
 def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
-    again = f"Continue with: {prog} --outdir {cfg.outdir} --resume"
+    again = f"Continue with: {command(prog, '--outdir', cfg.outdir, '--resume')}"
     if summary.get("no_updates"):
         return f"{prog}: error: {summary['reason']}; the run is not complete (summary.json says so)"
     if not summary.get("abandoned"):
@@ -154,7 +160,7 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     except EngineStopped as e:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)
-        again = (f"`{prog} --outdir {cfg.outdir} --resume` continues from its checkpoint at step {ckpts[-1][0]}"
+        again = (f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step {ckpts[-1][0]}"
                  if ckpts else "no checkpoint was written yet (--save_every N writes them)")
         print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum

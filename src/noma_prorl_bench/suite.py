@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -253,8 +254,7 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
 def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Popen:
     """Print the run's command and start it in its own session (signals come from the suite)."""
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
-    print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
-          "python -m noma_prorl_bench.run", 1), file=sys.stderr)
+    print("$ " + shlex.join(cmd), file=sys.stderr)                 # sys.executable: pastes in any shell
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if state == "resumable" else os.O_TRUNC)
     with os.fdopen(safe_files.open_nofollow(os.path.join(outdir, f"{spec.name}.log"), flags), "w") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -374,7 +374,19 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    task = ap.add_argument_group("task (passed to every run; default: the runs' own, reverse_digits)")
+    for name in TASK_FLAGS:
+        task.add_argument(f"--{name}", help=f"the run flag --{name} (docs/flags.md, docs/tasks.md)")
     return ap
+
+
+#: run flags the suite passes to every run when given (your own task: docs/tasks.md)
+TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol")
+
+
+def task_flags(args: argparse.Namespace) -> list[str]:
+    """The given TASK_FLAGS as run flags."""
+    return [x for n in TASK_FLAGS if getattr(args, n) is not None for x in (f"--{n}", getattr(args, n))]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -390,6 +402,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad or not arms:
         ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
     specs = expand(args.preset, args.seeds, args.steps, arms)
+    for spec in specs:
+        spec.flags += task_flags(args)
+    if task_flags(args):
+        _check_task(ap, specs[0].flags)
     try:
         safe_files.makedirs(args.outdir)
     except OSError as e:
@@ -437,6 +453,17 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return stop.exit_code
     return 1 if failures or bad_checks else 0
+
+
+def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
+    """Exit 2 (nothing started) when the task flags make a bad run config or task."""
+    from noma_prorl_bench.config import ConfigError, build_parser, make_config
+    from noma_prorl_bench.tasks import make_task
+    try:
+        cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *flags])))
+        make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
+    except ConfigError as e:
+        ap.error(str(e))
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:

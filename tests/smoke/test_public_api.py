@@ -1,4 +1,4 @@
-"""The public API (issue 14, rule 8): `from noma_prorl_bench import Config, train` runs the same
+"""The public API: `from noma_prorl_bench import Config, train` runs the same
 training job as the CLI. Same seed and flags -> the same metrics.jsonl rows (timing keys aside),
 the same event sequence and the same config.json apart from --outdir."""
 import json

@@ -1,4 +1,4 @@
-"""The package layout (issue 14): stage folders, arrows one way.
+"""The package layout: stage folders, arrows one way.
 
 The import graph is read from the source with `ast` (every import statement, at module level or
 inside a function): an edge A -> B for each module B of the package that A imports. The tests

@@ -1,7 +1,7 @@
 """The `prorl-bench plot`, `prorl-bench report` and `prorl-bench plan` entry points, light on purpose: their argument
 parsers live here, and numpy, scipy and matplotlib (analysis/plots.py, analysis/report.py) are
 imported only after the command line has parsed, so `--help` and argument errors answer at once
-(issue 18, item 3; tests/smoke/test_cli_speed.py asserts that none of them is imported).
+(tests/smoke/test_cli_speed.py asserts that none of them is imported).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Read saved run directories (the output contract in DESIGN.md) into plain numpy data.
+"""Read saved run directories (the output contract in docs/design.md) into plain numpy data.
 
 A run directory holds `config.json`, `metrics.jsonl`, `events.jsonl`, optionally
 `samples.jsonl` and, once the run finished, `summary.json` with `"complete": true`.
@@ -41,7 +41,7 @@ import numpy as np
 
 from noma_prorl_bench.config import KL_METRIC_KEYS, kl_metric_key
 
-#: ref_compute -> variant code used in labels (DESIGN.md vocabulary).
+#: ref_compute -> variant code used in labels (docs/design.md vocabulary).
 REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).

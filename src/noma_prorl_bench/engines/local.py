@@ -15,6 +15,7 @@ from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.io.run_dir import open_outputs, progress, quiet_third_party, write_json
 from noma_prorl_bench.training.guards import GracefulStop, NonFiniteLogits, StepAbandoned
+from noma_prorl_bench.training.result import before_after
 
 
 def build_trainer(cfg: RunConfig, ckpt=None):
@@ -90,10 +91,13 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
         return _no_updates(cfg, state["path"])
     summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
                "warmstart_val_reward": trainer.warmstart_info["val_reward"],
+               "val_reward_before_rl": trainer.warmstart_info["val_reward"],
                "warmstart_seconds": trainer.warmstart_info["seconds"],
                "wall_seconds": extra.get("wall_seconds", 0.0) + time.perf_counter() - t0}
     if ckpt is not None:
         summary["resumed_from_step"] = ckpt.step
+    if getattr(trainer, "val_after", None) is not None:      # the last step's evaluation ran in this process
+        summary["validation"] = before_after(trainer.val_before, trainer.val_after)
     write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     if cfg.plots:
         from noma_prorl_bench.analysis.plots import run_plots

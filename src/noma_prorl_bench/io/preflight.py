@@ -13,9 +13,11 @@ import tempfile
 from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.io.shell import pip_install
 
 # flag value -> (module it imports, the pip extra that installs it)
-EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard")}
+EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
+          "wandb": ("wandb", "wandb")}
 
 
 def outdir_error(outdir: str) -> Optional[str]:
@@ -49,13 +51,14 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
         needs.append(("engine", cfg.engine, "ray"))
     if cfg.model.startswith("hf:"):
         needs.append(("model", "hf:PATH", "hf"))
-    if getattr(cfg, "report_to", "none") == "tensorboard":
-        needs.append(("report_to", "tensorboard", "tensorboard"))
+    for target in ("tensorboard", "wandb"):
+        if target in [t.strip() for t in getattr(cfg, "report_to", "none").split(",")]:
+            needs.append(("report_to", target, target))
     for flag, value, extra in needs:
         module, pip_extra = EXTRAS[extra]
         if importlib.util.find_spec(module) is None:
             return (f"argument --{flag}: {value} needs the {module!r} package, which is not installed "
-                    f"(pip install -e '.[{pip_extra}]', or bash scripts/setup.sh)")
+                    f"({pip_install('-e', repr(f'.[{pip_extra}]'))}, or bash scripts/setup.sh)")
     return None
 
 

@@ -37,7 +37,7 @@ from noma_prorl_bench.io.safe_files import write_json as _write_json
 
 RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl",
              "metrics.csv")
-RUN_DIRS = ("plots", "checkpoints", "tb")
+RUN_DIRS = ("plots", "checkpoints", "tb", "wandb")
 SINK_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")
 
 
@@ -247,7 +247,7 @@ def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
         resumed = record_resume(cfg, ckpt)
     sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
     history = [] if ckpt is None else _read_jsonl(os.path.join(cfg.outdir, "metrics.jsonl"))
-    sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history)])
+    sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history, cfg.to_dict())])
     trainer.metrics_sink, trainer.events_sink, trainer.samples_sink = sinks
     if ckpt is None:
         for sink, buf in zip(sinks, buffers):

@@ -187,7 +187,7 @@ class HFPolicy(nn.Module):
                           use_cache=True).logits
 
     def compile_decode(self, mode: str = "reduce-overhead") -> None:
-        """CUDA only, opt-in, NOT RUN in the sessions that wrote it (no GPU): compile the static-cache
+        """CUDA only, opt-in, NOT RUN so far (no GPU was available): compile the static-cache
         decode step with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs over fixed shapes
         and the StaticCache's fixed addresses, which ``repeat_state`` re-marks). Measure with
         ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""

@@ -219,8 +219,9 @@ def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: 
 
 @torch.no_grad()
 def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
-             chunk: int = 256):
-    """Greedy decoding on `examples` -> (mean reward, responses, GenStats)."""
+             chunk: int = 256, bar=None):
+    """Greedy decoding on `examples` -> (mean reward, responses, GenStats); `chunk` prompts per
+    generate call; `bar` (a tqdm bar or None) is advanced by each chunk's prompts."""
     total, texts, stats = 0.0, [], GenStats()
     for i in range(0, len(examples), chunk):
         ex = examples[i:i + chunk]
@@ -233,4 +234,8 @@ def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len:
             s = tokenizer.decode(r)
             texts.append(s)
             total += task.reward(s, e.answer)
+        if bar is not None:
+            bar.update(len(ex))
+    if bar is not None:
+        bar.close()
     return total / max(len(examples), 1), texts, stats

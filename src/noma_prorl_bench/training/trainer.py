@@ -25,13 +25,16 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.base import policy_device, policy_logprobs
+from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
-from noma_prorl_bench.tasks import make_task, part_metrics
+from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
+from noma_prorl_bench.tasks.custom import check_vocabulary
 from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
+from noma_prorl_bench.training.result import eval_bar, per_prompt
 from noma_prorl_bench.training.warmstart import supervised_warm_start
 
 REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
@@ -59,6 +62,8 @@ class Trainer:
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
         self.policy, self.tok = build_policy(cfg, max_len=L_max)
+        if is_user_task(cfg.task):
+            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
         self.device = policy_device(self.policy)               # --device (auto resolved)
         self.data_rng = np.random.default_rng([cfg.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
@@ -121,7 +126,9 @@ class Trainer:
         is reported separately (the `warmstart` event)."""
         t0 = time.perf_counter()
         n_steps = supervised_warm_start(self.policy, self.task, self.tok, self.cfg, self.P, self.device)
-        val, _, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
+        bar = eval_bar(self.cfg, len(self.val_set), "evaluating before RL")
+        val, texts, _ = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, bar=bar)
+        self.val_before = per_prompt(self.task, self.val_set, texts)     # training/result.py
         info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
         self.event("warmstart", "supervised warm start", **info)
         return info
@@ -347,6 +354,14 @@ class Trainer:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
+        if self.step_idx == self.cfg.steps:
+            self.val_after = per_prompt(self.task, self.val_set, texts)
+        if self.cfg.eval_samples:                  # its own seeded generator: training's streams are untouched
+            gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1000 + 7 + self.step_idx)
+            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, self.cfg.eval_samples,
+                                          self.T_max, self.cfg.temperature, gen, self.P)
+            self.counters.add("policy_fwd_eval", gs.fwd_calls)
+            val_parts.update(passk)
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:
