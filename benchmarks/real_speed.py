@@ -1,0 +1,184 @@
+"""The A1 RL step on the real model in float32 vs bf16 (`--dtype bf16_mixed`): CPU seconds per
+stage (rollout, reference, train), per step, and peak RSS.
+
+Every run is `--preset smollm2_demo` (SmolLM2-135M-Instruct, dequantised Q4_1; LoRA rank 8 on
+q/k/v/o, base frozen; Variant A with A1 caching) at the demo's shapes (B = 4 prompts x G = 4
+samples, at most 32 new tokens, 1 PPO epoch x 1 minibatch), seed 0, one torch thread, in its own
+process (so each run's peak RSS is its own). Runs alternate float32, bf16_mixed, float32, ... so
+machine noise hits both alike; the first step of every run is dropped (warm-up); medians over the
+rest. The stage timers read process CPU time (`real_wedge.use_cpu_clock`), which other processes
+on shared cores disturb less than wall time. The load average is recorded at each run's start and
+end, with the machine (CPU model, torch's CPU capability, the bf16 detector's verdict) and commit.
+
+Also a one-thread matmul at two of SmolLM2's shapes in float32 and bf16 (GFLOP/s of process CPU
+time), which says whether this CPU has bf16 units at all.
+
+    PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_speed.py --reps 2 --steps 3 \
+        --out benchmarks/results/real_speed.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
+DTYPES = ("float32", "bf16_mixed")
+MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))   # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
+
+
+def worker(args) -> None:
+    """One fresh Trainer in args.dtype; prints a RESULT line with the per-step stage times."""
+    import torch
+    sys.path.insert(0, HERE)
+    from real_wedge import use_cpu_clock
+
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.training.trainer import Trainer
+    torch.set_num_threads(1)
+    use_cpu_clock()
+    load0 = os.getloadavg()
+    cfg = make_config({"preset": "smollm2_demo", "outdir": "/dev/null", "quiet": True, "threads": 1, "seed": 0,
+                       "steps": args.steps, "n_val": 4, "eval_every": 10 ** 6, "dtype": args.dtype,
+                       "batch_size": args.batch_size, "group_size": args.group_size,
+                       "max_new_tokens": args.max_new_tokens})
+    events = []
+
+    class Sink:
+        def write(self, rec):
+            events.append(rec)
+
+        def close(self):
+            pass
+
+    trainer = Trainer(cfg, events_sink=Sink())
+    steps = [trainer.train_step() for _ in range(args.steps)]
+    (prec,) = [e for e in events if e["event"] == "precision"]
+    print("RESULT " + json.dumps({
+        "dtype": args.dtype, "precision_event": prec,
+        "per_step": [{k: s[k] for k in STAGES} | {"response/len_mean": s["response/len_mean"]} for s in steps],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loadavg_start": load0, "loadavg_end": os.getloadavg()}), flush=True)
+
+
+def matmul_rates(repeats: int = 5) -> list[dict]:
+    """One-thread GFLOP/s (process CPU time) of a float32 and a bf16 matmul at SmolLM2's shapes."""
+    import torch
+    torch.set_num_threads(1)
+    out = []
+    for m, k, n in MATMUL_SHAPES:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        row = {"shape": [m, k, n]}
+        for dt in (torch.float32, torch.bfloat16):
+            x, y = a.to(dt), b.to(dt)
+            x @ y                                                   # warm-up
+            t0 = time.process_time()
+            for _ in range(repeats):
+                x @ y
+            row[str(dt).replace("torch.", "")] = 2 * m * k * n * repeats / (time.process_time() - t0) / 1e9
+        out.append(row)
+    return out
+
+
+def machine() -> dict:
+    import torch
+
+    from noma_prorl_bench.models.precision import bf16_support, cpu_flags
+    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    ok, why = bf16_support("cpu")
+    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "bf16_flags": sorted(f for f in cpu_flags() if "bf16" in f), "bf16_supported": ok, "bf16_reason": why}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def spawn(args, dtype: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--dtype", dtype, "--steps", str(args.steps),
+           "--batch_size", str(args.batch_size), "--group_size", str(args.group_size),
+           "--max_new_tokens", str(args.max_new_tokens)]
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{dtype} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def summarise(runs: list[dict]) -> dict:
+    timed = [s for r in runs for s in r["per_step"][1:]]               # first step of every run dropped
+    med = {k: statistics.median(s[k] for s in timed) for k in STAGES}
+    med["steps_timed"] = len(timed)
+    med["peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs)
+    med["response_len_mean"] = statistics.mean(s["response/len_mean"] for s in timed)
+    return med
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=2, help="alternating float32 / bf16_mixed run pairs")
+    ap.add_argument("--steps", type=int, default=3, help="RL steps per run (the first is not timed)")
+    ap.add_argument("--batch_size", type=int, default=4)
+    ap.add_argument("--group_size", type=int, default=4)
+    ap.add_argument("--max_new_tokens", type=int, default=32)
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--out", default="benchmarks/results/real_speed.json")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    sys.path.insert(0, SRC)
+    dtypes = args.dtypes.split(",")
+    t0, load0 = time.time(), os.getloadavg()
+    info = {"machine": machine(), "commit": commit(), "matmul_gflops": matmul_rates()}
+    print(json.dumps(info, indent=1), flush=True)
+    runs: dict[str, list[dict]] = {d: [] for d in dtypes}
+    for rep in range(args.reps):
+        for d in dtypes:
+            runs[d].append(spawn(args, d))
+            print(f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
+                  f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)", file=sys.stderr,
+                  flush=True)
+    table = {d: summarise(r) for d, r in runs.items()}
+    ratios = {}
+    if "float32" in table and "bf16_mixed" in table:
+        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in STAGES}
+    out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
+                        "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
+                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps, "dropped_first_steps": 1,
+                        "clock": "process CPU time", "threads": 1},
+           **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
+           "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print("| dtype | step (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for d, m in table.items():
+        print(f"| {d} | {m['time/step']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
+              f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |")
+    if ratios:
+        print("float32 / bf16_mixed: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
