@@ -130,6 +130,24 @@ def summarise(runs: list[dict]) -> dict:
     return med
 
 
+def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
+    """Write the results file from the runs so far; returns the per-dtype medians."""
+    table = {d: summarise(r) for d, r in runs.items() if r}
+    ratios = {}
+    if "float32" in table and "bf16_mixed" in table:
+        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in STAGES}
+    out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
+                        "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
+                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps, "dropped_first_steps": 1,
+                        "clock": "process CPU time", "threads": 1},
+           **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
+           "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    return table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=2, help="alternating float32 / bf16_mixed run pairs")
@@ -157,26 +175,15 @@ def main(argv=None) -> int:
             print(f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
                   f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)", file=sys.stderr,
                   flush=True)
-    table = {d: summarise(r) for d, r in runs.items()}
-    ratios = {}
-    if "float32" in table and "bf16_mixed" in table:
-        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in STAGES}
-    out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
-                        "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
-                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps, "dropped_first_steps": 1,
-                        "clock": "process CPU time", "threads": 1},
-           **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
-           "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+            table = write(args, info, runs, load0, t0)      # after every run: a stopped benchmark keeps its runs
     print("| dtype | step (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for d, m in table.items():
         print(f"| {d} | {m['time/step']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
               f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |")
-    if ratios:
-        print("float32 / bf16_mixed: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    if len(table) == 2:
+        print("float32 / bf16_mixed: " + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x"
+                                                   for k in STAGES))
     return 0
 
 
