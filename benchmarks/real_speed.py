@@ -64,7 +64,7 @@ def worker(args) -> None:
     (prec,) = [e for e in events if e["event"] == "precision"]
     print("RESULT " + json.dumps({
         "dtype": args.dtype, "precision_event": prec,
-        "per_step": [{k: s[k] for k in STAGES} | {"response/len_mean": s["response/len_mean"]} for s in steps],
+        "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "loadavg_start": load0, "loadavg_end": os.getloadavg()}), flush=True)
 
@@ -122,9 +122,14 @@ def spawn(args, dtype: str) -> dict:
 
 
 def summarise(runs: list[dict]) -> dict:
-    timed = [s for r in runs for s in r["per_step"][1:]]               # first step of every run dropped
+    # the first step of a run is dropped (warm-up) unless the run was made with --drop_first 0
+    timed = [s for r in runs for s in r["per_step"][r.get("drop_first", 1):]]
     med = {k: statistics.median(s[k] for s in timed) for k in STAGES}
+    # time/step also holds the validation at a run's last step (time/eval): the step compared is the
+    # sum of the three stages (the rest of a step, advantages and metrics, measured < 0.1 s)
+    med["stages_sum"] = statistics.median(sum(s[k] for k in STAGES[1:]) for s in timed)
     med["steps_timed"] = len(timed)
+    med["first_step"] = {k: statistics.median(r["per_step"][0][k] for r in runs) for k in STAGES}
     med["peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs)
     med["response_len_mean"] = statistics.mean(s["response/len_mean"] for s in timed)
     return med
@@ -135,10 +140,11 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
     table = {d: summarise(r) for d, r in runs.items() if r}
     ratios = {}
     if "float32" in table and "bf16_mixed" in table:
-        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in STAGES}
+        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in (*STAGES, "stages_sum")}
     out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
                         "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
-                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps, "dropped_first_steps": 1,
+                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps,
+                        "dropped_first_steps": "per run: drop_first",
                         "clock": "process CPU time", "threads": 1},
            **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
            "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
@@ -157,6 +163,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max_new_tokens", type=int, default=32)
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--out", default="benchmarks/results/real_speed.json")
+    ap.add_argument("--drop_first", type=int, default=1, choices=(0, 1),
+                    help="drop each run's first step (warm-up) from the medians; 0 for one-step runs")
+    ap.add_argument("--append", action="store_true",
+                    help="add these runs to those already in --out (e.g. fewer steps for the slower dtype)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -166,24 +176,33 @@ def main(argv=None) -> int:
     sys.path.insert(0, SRC)
     dtypes = args.dtypes.split(",")
     t0, load0 = time.time(), os.getloadavg()
-    info = {"machine": machine(), "commit": commit(), "matmul_gflops": matmul_rates()}
+    runs: dict[str, list[dict]] = {d: [] for d in DTYPES}
+    prev = json.load(open(args.out)) if args.append and os.path.exists(args.out) else None
+    if prev:                                              # keep the runs (and the matmul rates) in the file
+        info = {"machine": prev["machine"], "commit": commit(), "matmul_gflops": prev["matmul_gflops"]}
+        for d, rs in prev["runs"].items():
+            runs.setdefault(d, []).extend(rs)
+        info["earlier_parts"] = prev.get("earlier_parts", []) + [
+            {k: prev[k] for k in ("commit", "loadavg_start", "loadavg_end", "wall_s", "settings") if k in prev}]
+    else:
+        info = {"machine": machine(), "commit": commit(), "matmul_gflops": matmul_rates()}
     print(json.dumps(info, indent=1), flush=True)
-    runs: dict[str, list[dict]] = {d: [] for d in dtypes}
     for rep in range(args.reps):
         for d in dtypes:
-            runs[d].append(spawn(args, d))
+            runs[d].append(spawn(args, d) | {"steps_per_run": args.steps, "drop_first": args.drop_first})
             print(f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
                   f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)", file=sys.stderr,
                   flush=True)
-            table = write(args, info, runs, load0, t0)      # after every run: a stopped benchmark keeps its runs
-    print("| dtype | step (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
+            write(args, info, runs, load0, t0)              # after every run: a stopped benchmark keeps its runs
+    table = write(args, info, runs, load0, t0)              # (--append --reps 0: only re-summarise the file)
+    print("| dtype | step = rollout + reference + train (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for d, m in table.items():
-        print(f"| {d} | {m['time/step']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
+        print(f"| {d} | {m['stages_sum']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
               f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |")
     if len(table) == 2:
         print("float32 / bf16_mixed: " + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x"
-                                                   for k in STAGES))
+                                                   for k in (*STAGES, "stages_sum")))
     return 0
 
 
