@@ -103,8 +103,8 @@ class RunConfig:
     """Transformer attention heads (--model transformer)."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     """Device: cpu, cuda, or auto (cuda when available)."""
-    dtype: Literal["float32", "bfloat16", "bf16_mixed"] = "float32"
-    """Model precision (log-probabilities are always computed in float32). float32; bfloat16: pure bf16 parameters and Adam state, no master weights, so updates much smaller than 1e-4 of a weight are rounded away (lr 1e-6 full fine-tuning does nothing; docs/models.md); bf16_mixed: float32 parameters (master weights) and optimizer state, forwards under bf16 autocast (bf16 matmuls), so small updates survive (docs/performance.md)."""
+    dtype: Literal["float32", "bfloat16", "bf16_mixed", "auto"] = "float32"
+    """Model precision (log-probabilities, KL and losses are always computed in float32). float32; bfloat16: pure bf16 parameters and Adam state, no master weights, so updates much smaller than 1e-4 of a weight are rounded away (lr 1e-6 full fine-tuning does nothing; docs/models.md); bf16_mixed: trainable parameters (master weights) and optimizer state in float32, forwards and backwards under bf16 autocast (bf16 matmuls); with hf:PATH the frozen nn.Linear weights (a LoRA run's base) are stored in bf16 once instead of being re-cast every call (docs/performance.md); auto: bf16_mixed for hf:PATH where the hardware has bf16 units (CUDA bf16, or an x86 CPU with avx512_bf16/amx_bf16, an arm CPU with bf16), else float32 (a fallback). The dtype used and why is the `precision` event in events.jsonl. Without bf16 units bf16 is emulated: correct but slower than float32."""
     grad_checkpoint: bool = False
     """Activation (gradient) checkpointing in training forwards: transformer per block (torch.utils.checkpoint, non-reentrant), hf:PATH through the model's gradient_checkpointing_enable. Less memory, about one extra forward of compute; same gradients (not for gru)."""
     logprob_chunk: int = 0

@@ -26,6 +26,7 @@ from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.base import policy_device, policy_logprobs
 from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
+from noma_prorl_bench.models.precision import hold_frozen_in_bf16, params_by_dtype
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect, evaluate
 from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
@@ -77,6 +78,7 @@ class Trainer:
         self.updates_applied = 0        # optimizer steps taken (a run with none ends non-zero)
         self.warmstart_info = self.warm_start()
         attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
+        self.precision_info = self.hold_precision()           # --dtype used and why; bf16 frozen base
         # ------------------------------------------------------------ reference (Variant A only)
         self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
         N_max = cfg.batch_size * cfg.group_size
@@ -120,6 +122,17 @@ class Trainer:
         cls = torch.optim.AdamW if self.cfg.optimizer == "adamw" else torch.optim.Adam
         params = [p for p in self.policy.parameters() if p.requires_grad]
         return cls(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+    def hold_precision(self) -> dict:
+        """The `precision` event: the dtype used (--dtype auto resolved) and why; under bf16_mixed an
+        HF policy's frozen Linear weights are stored in bf16 from here on (models/precision.py),
+        before the reference copy and the optimizer are made."""
+        n = hold_frozen_in_bf16(self.policy) if getattr(self.policy, "frozen_bf16", False) else 0
+        dtype, why = getattr(self.policy, "dtype_choice", (self.cfg.dtype, f"--dtype {self.cfg.dtype}"))
+        info = {"requested": self.cfg.dtype, "dtype": dtype, "frozen_bf16_tensors": n,
+                "params_by_dtype": params_by_dtype(self.policy)}
+        self.event("precision", why, **info)
+        return {**info, "reason": why}
 
     def warm_start(self) -> dict:
         """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
