@@ -89,19 +89,24 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
                 "step": state["saved"] if abandoned else trainer.step_idx, "checkpoint": path}
     if trainer.updates_applied == 0 and (ckpt is None or ckpt.step < cfg.steps):
         return _no_updates(cfg, state["path"])
+    summary = _complete_summary(cfg, trainer, ckpt, last_val, extra.get("wall_seconds", 0.0) + time.perf_counter() - t0)
+    if cfg.plots:
+        from noma_prorl_bench.analysis.plots import run_plots
+        run_plots(cfg.outdir)
+    return summary
+
+
+def _complete_summary(cfg: RunConfig, trainer, ckpt, last_val, wall: float) -> dict:
+    """Write and return summary.json of a run that reached --steps."""
     summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
                "warmstart_val_reward": trainer.warmstart_info["val_reward"],
                "val_reward_before_rl": trainer.warmstart_info["val_reward"],
-               "warmstart_seconds": trainer.warmstart_info["seconds"],
-               "wall_seconds": extra.get("wall_seconds", 0.0) + time.perf_counter() - t0}
+               "warmstart_seconds": trainer.warmstart_info["seconds"], "wall_seconds": wall}
     if ckpt is not None:
         summary["resumed_from_step"] = ckpt.step
     if getattr(trainer, "val_after", None) is not None:      # the last step's evaluation ran in this process
         summary["validation"] = before_after(trainer.val_before, trainer.val_after)
     write_json(os.path.join(cfg.outdir, "summary.json"), summary)
-    if cfg.plots:
-        from noma_prorl_bench.analysis.plots import run_plots
-        run_plots(cfg.outdir)
     return summary
 
 
