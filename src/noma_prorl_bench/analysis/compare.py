@@ -243,7 +243,7 @@ def gain_kept(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> list
 
 
 def _criterion(share: str, speed: str) -> str:
-    """Seed 000's criterion (B keeps >= L of A's gain at a lower step time) from the share's CI
+    """The gain-share criterion (B keeps >= L of A's gain at a lower step time) from the share's CI
     reading and B's s/step verdict ('better' = faster)."""
     if share == "not held" or speed == "worse":
         return "not held"

@@ -124,7 +124,7 @@ def gain_lines(gains: list[dict]) -> list[str]:
     return ["## B (no reference model) vs A: share of the RL gain", "",
             "gain = score − warm-start score (validation reward of the warm-started policy before "
             "RL, same seed); share = mean(B's gain) ÷ mean(A's gain) with Fieller's 95% interval "
-            "(t with n − 1 df, paired; no resampling). Criterion (seed 000): B keeps ≥ 80% "
+            "(t with n − 1 df, paired; no resampling). Criterion: B keeps ≥ 80% "
             "(≥ 90%) of A's gain at a lower step time; "
             "`held` when the CI's lower end is ≥ the level and B's step time is detectably lower, "
             "`not held` when the CI's upper end is below the level (or B is detectably slower), "
