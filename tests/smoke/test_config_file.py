@@ -32,8 +32,8 @@ def test_a_runs_config_json_reproduces_it_bit_for_bit(tmp_path):
     first, again = _metrics(tmp_path / "A1"), _metrics(tmp_path / "A1_again")
     assert len(first) == 4 and first == again
     a, b = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("A1", "A1_again"))
-    assert {k: v for k, v in a.items() if k not in ("outdir", "argv", "versions")} == \
-           {k: v for k, v in b.items() if k not in ("outdir", "argv", "versions")}
+    assert {k: v for k, v in a.items() if k not in ("outdir", "argv", "versions", "run_id")} == \
+           {k: v for k, v in b.items() if k not in ("outdir", "argv", "versions", "run_id")}
 
 
 @pytest.mark.parametrize("name, text", [
