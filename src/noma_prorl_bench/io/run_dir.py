@@ -59,12 +59,22 @@ def run_dir_links(outdir: str) -> Optional[str]:
         root = os.path.join(outdir, sub)
         if err or is_link(root) or not os.path.isdir(root):
             continue
-        err = link_error(root, os.listdir(root))
+        err = link_error(root, [n for n in os.listdir(root) if not (sub == "wandb" and _wandb_own_link(root, n))])
         for name in os.listdir(root) if sub == "checkpoints" and not err else []:
             p = os.path.join(root, name)
             if os.path.isdir(p) and not is_link(p):
                 err = err or link_error(p, os.listdir(p))
     return err
+
+
+def _wandb_own_link(root: str, name: str) -> bool:
+    """One of W&B's own links (`latest-run`, `debug.log`, ...) that points inside wandb/ itself;
+    this tool never writes through them, and a link leading out of wandb/ is still refused."""
+    p = os.path.join(root, name)
+    if not is_link(p):
+        return False
+    base = os.path.realpath(root)
+    return os.path.commonpath([base, os.path.realpath(p)]) == base and os.path.exists(p)
 
 
 def run_marker(outdir: str) -> Optional[dict]:
