@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import shutil
 import resource
 import time
 from collections import defaultdict
