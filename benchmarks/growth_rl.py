@@ -1,4 +1,4 @@
-"""RL with adapter growth on the default task (issue 5, experiment b): preserve / reset / naive /
+"""RL with adapter growth on the default task (experiment b): preserve / reset / naive /
 noma_flat, plus `nogrow` (the same adapters kept at the initial rank) as the control.
 
 Every arm is one CLI run (`python -m noma_prorl_bench.run`, GRU on reverse_digits, LoRA on the

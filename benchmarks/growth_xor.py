@@ -109,7 +109,7 @@ def run_seed(args, seed: int, lr: float | None = None) -> dict:
         before = F.cross_entropy(model(x), y).item()
     out = {"pre": pre, "before_growth": before, "modes": {}}
     variants = [(m, m, 1.0) for m in (*MODES, "nogrow")]
-    if args.shared_step_arm:  # the old preserve (issue 15): new entries inherit the shared step
+    if args.shared_step_arm:  # the old preserve: new entries inherit the shared step
         variants.insert(1, ("preserve_shared_step", "preserve", 1.0))
     if args.reset_lr_scale:   # ablation: reset, then a larger post-growth lr
         variants.append((f"reset_lr_x{args.reset_lr_scale:g}", "reset", args.reset_lr_scale))

@@ -6,7 +6,7 @@ Run:  PYTHONPATH=src python benchmarks/ray_engines.py [--outdir runs/bench_ray] 
 One local Ray cluster (2 CPUs here) serves every Ray run; each Ray run is a normal training
 run (`run.run(cfg)`) into OUTDIR/<name>_rep<i>/ with its metrics, timeline.jsonl and
 plots/timeline.png; the local engine runs its Trainer loop in this process. One torch thread
-per process; runs alternate over `--reps` repetitions and medians are reported. Default settings are seed 004 Problem 7's: one optimizer step per
+per process; runs alternate over `--reps` repetitions and medians are reported. Default settings are the course assignment's: one optimizer step per
 step (--ppo_epochs 1 --minibatches 1), so K is the number of optimizer steps per rollout round.
 
 Reported per run (from the saved files only):

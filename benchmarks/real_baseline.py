@@ -1,4 +1,4 @@
-"""pass@1 of SmolLM2-135M-Instruct (dequantised Q4_1) on reasoning-gym tasks, before any RL (issue 16).
+"""pass@1 of SmolLM2-135M-Instruct (dequantised Q4_1) on reasoning-gym tasks, before any RL.
 
 For each task: the first ``--n_val`` validation prompts of ``--task rg:NAME`` (exactly the
 prompts a run validates on: tasks/reasoning_gym.py, chat template applied), one **greedy**

@@ -1,4 +1,4 @@
-"""The real-model demo (issue 16): `--preset smollm2_demo` on SmolLM2-135M-Instruct (dequantised
+"""The real-model demo: `--preset smollm2_demo` on SmolLM2-135M-Instruct (dequantised
 Q4_1), before/after greedy validation reward per prompt, 95% bootstrap CI over prompts, per seed.
 
 One process per seed (run them in parallel, 1 torch thread each), then `--report`:

@@ -1,4 +1,4 @@
-"""The wedge on a real LM (issue 16): A0 / A1 / A2 / B step time and the reference share of the
+"""The wedge on a real LM: A0 / A1 / A2 / B step time and the reference share of the
 step on SmolLM2-135M-Instruct (dequantised Q4_1), plus one short reference-reset run and one
 rank-growth run on it.
 

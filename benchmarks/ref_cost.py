@@ -7,7 +7,7 @@ Each variant trains the same default task with the same seed and settings; runs 
 Reported per variant: median step time and median stage times over all measured steps
 (the first 3 steps of each run are warm-up and dropped), reference forwards per step.
 
-Cost model (docs/ARCHITECTURE.md, DESIGN.md): step ~ rollout + n_ref * f_ref + train, with
+Cost model (docs/ARCHITECTURE.md, docs/design.md): step ~ rollout + n_ref * f_ref + train, with
 f_ref the time of one full-batch reference forward. From A1's measured stages:
     predicted A0 / A1 = (rollout + E*M * f_ref/(E*M)*... ) -- see `predict_ratio`.
 A0 runs E*M minibatch forwards, each over N/M sequences, so its total reference work is E

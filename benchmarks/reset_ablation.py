@@ -1,4 +1,4 @@
-"""Reset experiments (issue 4, item 9): the KL-clamp phenomenon and the optimizer-state ablation.
+"""Reset experiments: the KL-clamp phenomenon and the optimizer-state ablation.
 
 Run:  PYTHONPATH=src python benchmarks/reset_ablation.py [--scratch /tmp/reset_ablation] [--jobs 2]
       (--analyse_only re-reads saved runs; finished runs are skipped unless --fresh)

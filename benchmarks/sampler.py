@@ -10,7 +10,7 @@ exactly T new tokens per sequence on every path (EOS disabled: our sampler gets 
                         its G samples, in-place decode, device-side EOS bookkeeping
   ours_noshare          the same without prefix sharing (all N rows prefilled)
   ours_dynamic_noshare  the same loop on the model's DynamicCache, all N rows prefilled (close to
-                        the sampler before issue 17)
+                        the earlier sampler)
   hf_dynamic            model.generate(do_sample=True), default DynamicCache
   hf_static             model.generate(..., cache_implementation="static")
 and, for reference only (a different model), our own `TransformerPolicy` of the same width
@@ -25,7 +25,7 @@ Runs alternate path by path within each repeat; we report medians of tokens/s (N
 seconds of the call) and the ratios of ours to `generate`, from wall time and from process CPU
 time (which a shared machine disturbs less).
 
-On CUDA (`--device cuda`, untested in the session that wrote it: no GPU) each timing is
+On CUDA (`--device cuda`, untested so far: no GPU) each timing is
 bracketed by torch.cuda.synchronize, and `--compile` adds `ours_compiled`
 (HFPolicy.compile_decode: the static-cache decode step under torch.compile "reduce-overhead").
 

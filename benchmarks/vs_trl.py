@@ -3,7 +3,7 @@
 The same work on both sides, CPU, float32, one torch thread per process:
   model       a tiny random Llama built offline (`models/tiny_hf.build_tiny_hf_model`), loaded
               from its directory by both (TRL gets the path, so with beta > 0 it loads pi_ref too)
-  prompts     keyword_inclusion (seed 004), the exact sequence our trainer samples: B prompts per
+  prompts     keyword_inclusion, the exact sequence our trainer samples: B prompts per
               step replayed from its data stream into a `datasets.Dataset` (TRL: shuffle off)
   reward      `KeywordInclusionTask.reward` (= rewards.keyword_inclusion_reward_fn) on both
   one step    B prompts x G samples of at most T tokens (temperature 1, no top-k/top-p) -> rewards
@@ -24,8 +24,17 @@ with and without the KV cache on the same model and shapes (`rollout_kv.py`'s ti
 
 Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
 TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
-issue 17 left on for TRL and off for us. Each worker also reports its peak RSS (ru_maxrss: the
+the memory work left on for TRL and off for us. Each worker also reports its peak RSS (ru_maxrss: the
 model, optimizer, activations and every imported library, so TRL's larger import set counts).
+
+`--real`: the real model instead (SmolLM2-135M-Instruct from `prorl-bench get-model
+smollm2-135m-instruct`) with the smollm2_demo recipe on both sides: LoRA rank 8 (alpha 16, no
+dropout) on q/k/v/o with the base frozen (TRL: a PEFT LoraConfig, so its reference with beta > 0 is
+the base with the adapters disabled; ours: a frozen copy of the adapted policy, one A1 forward per
+step), rg:basic_arithmetic prompts (the preset's task_kwargs) as one chat user turn on both sides
+(TRL: conversational prompts, the same chat template), the task's own reward, temperature 0.7.
+Writes {"ratio_trl_over_ours", "settings", "runs", ...} (the first beta / checkpointing row; the
+ratio is of median process CPU s/step, the wall-clock ratio is `ratio_wall_trl_over_ours`).
 
 Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
@@ -33,6 +42,8 @@ Run (recorded in docs/models.md and docs/performance.md):
         --hidden 256 --layers 4 --heads 8 --T 64
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
         --hidden 512 --layers 8 --heads 8 --T 64 --rollout_kv off
+    PYTHONPATH=src nice -n 5 python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off --repeats 3 --steps 3 \
+        --lr 2e-4 --out benchmarks/results/vs_trl_smollm2.json
 """
 from __future__ import annotations
 
@@ -51,13 +62,30 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 
 
 # ============================================================================ shared set-up
-def replay_prompts(seed: int, B: int, steps: int) -> list:
+REAL_TASK = "rg:basic_arithmetic"   # --real: the smollm2_demo preset's task and task_kwargs
+
+
+def real_config(a, **over):
+    """--real: our RunConfig, `--preset smollm2_demo` with this benchmark's B, G, T, lr, beta."""
+    from noma_prorl_bench.config import make_config
+    return make_config({"preset": "smollm2_demo", "outdir": "/dev/null", "seed": a.seed, "batch_size": a.B,
+                        "group_size": a.G, "max_new_tokens": a.T, "lr": a.lr, "beta": a.beta, "n_val": 8,
+                        "temperature": a.temperature, **over})
+
+
+def bench_task(a):
+    """The task both sides train on: keyword_inclusion (tiny models) or the demo's rg task (--real)."""
+    from noma_prorl_bench.tasks import make_task
+    if a.real:
+        return make_task(REAL_TASK, n_val=8, cfg=real_config(a))
+    return make_task("keyword_inclusion", n_val=8)
+
+
+def replay_prompts(a, steps: int) -> list:
     """The Examples our Trainer samples, step by step (its data stream: default_rng([seed, 1]))."""
     import numpy as np
-
-    from noma_prorl_bench.tasks import make_task
-    task, rng = make_task("keyword_inclusion", n_val=8), np.random.default_rng([seed, 1])
-    return [e for _ in range(steps) for e in task.sample(rng, B)]
+    task, rng = bench_task(a), np.random.default_rng([a.seed, 1])
+    return [e for _ in range(steps) for e in task.sample(rng, a.B)]
 
 
 def _diffs(ends: list) -> list:
@@ -100,7 +128,10 @@ def worker_ours(a) -> None:
     rollout.generate = timed_generate
     variant = {"variant": "A", "ref_compute": "cached"} if a.beta > 0 else {"variant": "B"}
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = make_config({
+        cfg = real_config(a, outdir=tmp, ppo_epochs=1, minibatches=1, kl_estimator="k3", loss="grpo_clip",
+                          loss_agg="token-mean", steps=a.steps + 1, eval_every=10 ** 6, threads=1, quiet=True,
+                          grad_checkpoint=a.grad_ckpt == "on", logprob_chunk=a.logprob_chunk,
+                          dtype=a.dtype_ours, **variant) if a.real else make_config({
             "outdir": tmp, "model": f"hf:{a.model_dir}", "task": "keyword_inclusion", "seed": a.seed,
             "batch_size": a.B, "group_size": a.G, "max_new_tokens": a.T, "lr": a.lr, "ppo_epochs": 1,
             "minibatches": 1, "beta": a.beta, "kl_estimator": "k3", "loss": "grpo_clip", "loss_agg": "token-mean",
@@ -129,14 +160,23 @@ def worker_trl(a) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from noma_prorl_bench.tasks import make_task
     torch.set_num_threads(1)
-    task = make_task("keyword_inclusion", n_val=8)
-    examples = replay_prompts(a.seed, a.B, a.steps)
-    ds = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
+    task = bench_task(a)
+    examples = replay_prompts(a, a.steps)
+    # --real: conversational prompts, so TRL applies the model's chat template (add_generation_prompt),
+    # as our HFTokenizerAdapter does for rg: tasks
+    prompts = ([[{"role": "user", "content": e.prompt}] for e in examples] if a.real
+               else [e.prompt for e in examples])
+    ds = Dataset.from_dict({"prompt": prompts, "answer": [e.answer for e in examples]})
+    peft_config = None
+    if a.real:   # the preset's adapters: LoRA rank 8, alpha 16, q/k/v/o, no dropout; beta > 0: TRL's
+        from peft import LoraConfig  # reference is the base with the adapters disabled
+        peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
 
     def keyword_reward(completions, answer, **_):
-        return [task.reward(c, k) for c, k in zip(completions, answer)]
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]   # conversational: last turn
+        return [task.reward(c, k) for c, k in zip(texts, answer)]
 
     ends, cpu, lens = [], [], []
 
@@ -161,11 +201,12 @@ def worker_trl(a) -> None:
             per_device_train_batch_size=a.B * a.G, num_generations=a.G, max_completion_length=a.T,
             steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, max_steps=a.steps,
             learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-            beta=a.beta, epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=1.0, top_p=1.0, top_k=0,
+            beta=a.beta, epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=a.temperature,
+            top_p=1.0, top_k=0,
             use_vllm=False, shuffle_dataset=False, log_completions=False, disable_dropout=True,
             gradient_checkpointing=a.grad_ckpt == "on")
         trainer = GRPOTrainer(model=a.model_dir, reward_funcs=keyword_reward, args=args, train_dataset=ds,
-                              callbacks=[StepClock()])
+                              callbacks=[StepClock()], peft_config=peft_config)
         gen_s, gen_tok = [], []
         generate = trainer._generate_single_turn
 
@@ -193,7 +234,7 @@ def worker_rollout(a) -> None:
     from noma_prorl_bench.models.transformer import NoCachePolicy
     torch.set_num_threads(1)
     policy, tok = load_hf_policy(a.model_dir)
-    examples = replay_prompts(a.seed, a.B, 1)
+    examples = replay_prompts(a, 1)
     prompts = tok.encode_prompts([e.prompt for e in examples for _ in range(a.G)])     # [N, P]
     N, P = prompts.shape
     out = {"side": "rollout", "N": N, "P": P, "T": a.T}
@@ -223,7 +264,8 @@ def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--model_dir", a.model_dir,
            "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
            "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats), "--grad_ckpt", ckpt,
-           "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours]
+           "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours,
+           "--temperature", str(a.temperature)] + (["--real"] if a.real else [])
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
@@ -282,6 +324,36 @@ def compare(a, beta: float, ckpt: str) -> dict:
     return row
 
 
+def _commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    return proc.stdout.strip()
+
+
+def _cpu_model() -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+
+
+def real_summary(a, results: dict) -> dict:
+    """--real: {"ratio_trl_over_ours", "settings", "runs"} first (the first row's numbers), then the rest."""
+    row = results["rows"][0]
+    settings = {"model": "SmolLM2-135M-Instruct (dequantised Q4_1)", "task": REAL_TASK,
+                "task_kwargs": real_config(a).task_kwargs, "chat_template": True, "B": a.B, "G": a.G,
+                "max_new_tokens": a.T, "temperature": a.temperature, "lr": a.lr, "beta": row["beta"],
+                "kl": "k3 in the loss", "loss": "clipped ratio 0.2, token-mean (TRL loss_type dapo)",
+                "lora": "r 8, alpha 16, q/k/v/o, no dropout, base frozen", "ppo_epochs": 1, "minibatches": 1,
+                "dtype": "float32 both", "grad_checkpoint": row["grad_ckpt"], "threads": 1,
+                "steps_per_run": a.steps, "dropped_first_steps": 1, "repeats": a.repeats,
+                "reference": "ours: a frozen copy of the adapted policy (A1 cached, one forward per step); "
+                             "TRL: the base with the adapters disabled", **results["versions"]}
+    # the ratio of process CPU seconds per step (one torch thread each): on a shared machine wall time
+    # mostly measures how long each process waited for a core; the wall ratio is kept beside it
+    return {"ratio_trl_over_ours": row["ratio_cpu_trl_over_ours"], "ratio_clock": "process CPU s/step",
+            "ratio_wall_trl_over_ours": row["ratio_trl_over_ours"], "settings": settings,
+            "runs": row["runs"], "summary": {"ours": row["ours"], "trl": row["trl"],
+                                             "pairwise_ratios": row["pairwise_ratios"]},
+            "machine": results["machine"], "params": results["params"], "rows": results["rows"]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="seconds per GRPO step: noma_prorl_bench vs trl.GRPOTrainer (CPU)")
     p.add_argument("--betas", type=float, nargs="+", default=[0.04, 0.0], help="KL coefficients (equal in both)")
@@ -302,12 +374,20 @@ def main(argv=None) -> int:
                    help="also time our sampler with vs without the KV cache (off for large models: the "
                         "no-cache path recomputes the whole sequence per token)")
     p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature on both sides (default 1.0; 0.7, the demo's, with --real)")
+    p.add_argument("--real", action="store_true",
+                   help="SmolLM2-135M-Instruct (prorl-bench get-model) with the smollm2_demo recipe: LoRA r8 "
+                        "on q/k/v/o (PEFT on TRL's side), rg:basic_arithmetic chat prompts, instead of a tiny model")
+    p.add_argument("--real_model_dir", default=None, help="--real: the converted model (default: the preset's)")
     p.add_argument("--out", default=None, help="optional JSON file for every run")
     p.add_argument("--grad_ckpt", default="off", help=argparse.SUPPRESS)
     p.add_argument("--worker", choices=["ours", "trl", "rollout"], help=argparse.SUPPRESS)
     p.add_argument("--model_dir", help=argparse.SUPPRESS)
     p.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.temperature is None:
+        a.temperature = 0.7 if a.real else 1.0
     if a.worker:
         {"ours": worker_ours, "trl": worker_trl, "rollout": worker_rollout}[a.worker](a)
         return 0
@@ -318,13 +398,20 @@ def main(argv=None) -> int:
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
           f"{platform.machine()}, 1 thread per process; B={a.B} G={a.G} T={a.T} lr={a.lr}, "
-          f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; steps/run={a.steps} "
+          + ("SmolLM2-135M-Instruct + LoRA r8 q/k/v/o, rg:basic_arithmetic; " if a.real else
+             f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; ") + f"steps/run={a.steps} "
           f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}", flush=True)
     results = {"args": vars(a), "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                             "trl": trl.__version__}, "rows": []}
+    if a.real:
+        from noma_prorl_bench.config.presets import SMOLLM2_DIR
+        a.rollout_kv = "off"
+        results["machine"] = {"loadavg_start": os.getloadavg(), "commit": _commit(), "cpu": _cpu_model(),
+                              "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
     with tempfile.TemporaryDirectory() as tmp:
-        a.model_dir = str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
-                                              layers=a.layers, heads=a.heads, seed=0))
+        a.model_dir = (os.path.expanduser(a.real_model_dir or SMOLLM2_DIR) if a.real else
+                       str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
+                                               layers=a.layers, heads=a.heads, seed=0)))
         results["params"] = count_params(a.model_dir)
         print(f"# parameters: {results['params']['total']:,} ({results['params']['input_embedding']:,} in the "
               f"input embedding, vocab {results['params']['vocab']})", flush=True)
@@ -337,6 +424,9 @@ def main(argv=None) -> int:
                 results["rows"].append(compare(a, beta, ckpt))
         if a.rollout_kv == "on":
             results["rollout_kv"] = rollout_kv(a)
+    if a.real:
+        results["machine"]["loadavg_end"] = os.getloadavg()
+        results = real_summary(a, results)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)

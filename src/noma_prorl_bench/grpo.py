@@ -1,4 +1,4 @@
-"""The course-assignment building-block API (seed 004, sections 2.2 and 3), thin over our modules.
+"""The course-assignment building-block API, thin over our modules.
 
 Same names and semantics as the CS336-style assignment so that its users can drop these in;
 the arithmetic lives in `advantages`, `losses` and `rewards`, this file only adapts shapes.

@@ -7,7 +7,8 @@ completes, summary.json. `--outdir OUTDIR --resume` continues a run from its las
 checkpoint (see docs/reliability.md).
 
 Exit codes: 0 done; 2 bad input (flags, --outdir, model path, checkpoint; nothing written);
-3 stopped by the NaN guard (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM after
+3 stopped by the NaN guard (--on_nan stop; non-finite logits while sampling; no update applied
+in the whole run); 130 / 143 / 129 / 138 stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 after
 writing a checkpoint (resumable).
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
+from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.config.shell import command
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
@@ -24,9 +27,12 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     parser = build_parser(prog)
     explicit = vars(parser.parse_args(argv))
     try:
+        explicit = with_config_file(explicit)           # --config FILE: its values under the flags given
         if explicit.get("resume"):
-            from noma_prorl_bench.io.resume import resume_config
-            return resume_config(explicit)
+            from noma_prorl_bench.io.resume import require_intact_log, resume_config
+            cfg, ckpt = resume_config(explicit)
+            require_intact_log(cfg, ckpt)            # metrics.jsonl holds steps 1..k exactly once
+            return cfg, ckpt
         return make_config(explicit), None
     except ConfigError as e:
         parser.error(str(e))
@@ -38,13 +44,17 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error
-    from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
-    from noma_prorl_bench.training.guards import NonFiniteError
-    err = lock_error(cfg.outdir) or (None if ckpt else check_outdir(cfg)) or check_inputs(cfg)
+    from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
+    from noma_prorl_bench.io.safe_files import RunDirRefused
+    from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits
+    err = lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if cfg.engine != "local":
+        if ckpt is not None and ckpt.digest_error:
+            print(f"{prog}: error: argument --resume: {ckpt.digest_error}", file=sys.stderr)
+            return 2
         return main_ray(cfg, prog, ckpt)
     try:
         try:
@@ -59,15 +69,16 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
             print(f"{prog}: error: cannot set up the run: {e}", file=sys.stderr)
             return 2
         summary = run(cfg, ckpt, trainer, buffers)
-    except RunLocked as e:                              # another run took the outdir meanwhile
+    except (RunLocked, RunDirRefused) as e:             # another run took the outdir meanwhile; a symlinked run file
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
-        print(f"{prog}: stopped (--on_nan stop): {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
+        why = "" if isinstance(e, NonFiniteLogits) else " (--on_nan stop)"
+        print(f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print(f"{prog}: aborted. `--outdir {cfg.outdir} --resume` continues from the last complete checkpoint "
-              "(if any)", file=sys.stderr)
+        print(f"{prog}: aborted. `{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from the last "
+              "complete checkpoint (if any)", file=sys.stderr)
         return 130
     except Exception as e:                              # disk full, file-size limit, a path gone read-only
         if os_error(e) is None:
@@ -79,6 +90,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         return summary["exit_code"]
     if not cfg.quiet:
         print(json.dumps(summary), file=sys.stderr)
+        if summary.get("validation"):
+            from noma_prorl_bench.training.result import result_line
+            print(result_line(summary["validation"]))           # stdout: the run's result in one line
     return 0
 
 
@@ -104,7 +118,7 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
     full = e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
     ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
     kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
-            f"then: {prog} --outdir {cfg.outdir} --resume" if ckpts else
+            f"then: {command(prog, '--outdir', cfg.outdir, '--resume')}" if ckpts else
             f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to "
             "start over")
     return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
@@ -112,7 +126,9 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
 
 
 def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
-    again = f"Continue with: {prog} --outdir {cfg.outdir} --resume"
+    again = f"Continue with: {command(prog, '--outdir', cfg.outdir, '--resume')}"
+    if summary.get("no_updates"):
+        return f"{prog}: error: {summary['reason']}; the run is not complete (summary.json says so)"
     if not summary.get("abandoned"):
         return (f"{prog}: interrupted by {summary['signal']} after step {summary['step']}; checkpoint written to "
                 f"{summary['checkpoint']}. {again}")
@@ -129,10 +145,14 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; --resume
     continues from the last --save_every checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
-    from noma_prorl_bench.io.lock import run_lock
+    from noma_prorl_bench.io.lock import RunLocked, run_lock
+    from noma_prorl_bench.io.safe_files import RunDirRefused
     try:
         with run_lock(cfg.outdir):
             summary = run_engine(cfg, ckpt)
+    except (RunLocked, RunDirRefused) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     except EngineError as e:
         stop = e.cause_name == "NonFiniteError"
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "
@@ -141,7 +161,8 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     except EngineStopped as e:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)
-        again = (f"`{prog} --outdir {cfg.outdir} --resume` continues from its checkpoint at step {ckpts[-1][0]}"
+        again = (f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step "
+                 f"{ckpts[-1][0]}"
                  if ckpts else "no checkpoint was written yet (--save_every N writes them)")
         print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum
@@ -151,4 +172,9 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:                # Ctrl-C while torch imports, before the run's own handling
+        print("python -m noma_prorl_bench.run: interrupted (SIGINT) before the run started; nothing written",
+              file=sys.stderr)
+        sys.exit(130)

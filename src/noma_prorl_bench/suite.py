@@ -31,176 +31,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
+from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
 
-# ---------------------------------------------------------------------------- the matrix
-#: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
-#: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
-#: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
-PRESETS = {
-    "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
-                  base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
-                        "--n_val", "32", "--eval_every", "2"]),
-    "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, k=5, arms="aa",
-               base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
-                     "--n_val", "32", "--eval_every", "2"]),
-    # the headline question on a loose and a clamping beta (QUICK_ARMS: a subset of the atlas, the same
-    # runs): 8 paired seeds x 6 arms x 300 steps
-    "quick": dict(seeds=8, steps=300, reset_every=50, evidence=True, k=10, arms="quick",
-                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
-                        "--n_val", "128", "--kl_estimator", "k3"]),
-    # variants A0/A1/A2/B and the KL term at beta 0.05; resets are mapped by `atlas` and growth has
-    # its own preset (the GRU's head-only adapters do not learn)
-    "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"],
-                 drop=("grow-", "reset-")),
-    # the regime map: reference treatment x beta (ATLAS_ARMS), 10 paired seeds, long enough for the
-    # beta = 1 fixed reference to clamp (docs/atlas/report.md)
-    "atlas": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="atlas",
-                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
-                        "--n_val", "128", "--kl_estimator", "k3"]),
-    # optimizer state at adapter growth, on a task where the adapter arms learn (GROWTH_ARMS)
-    "growth": dict(seeds=10, steps=100, reset_every=25, evidence=True, k=5, arms="growth",
-                   base=["--model", "transformer", "--eval_every", "10", "--n_val", "128",
-                         "--warmstart_steps", "40", "--warmstart_lr", "1e-3"]),
-    # step-time cost: A0 / A1 / A2 / B alternating seed by seed with one job, so their timings are
-    # interleaved in time (the only timing comparisons a report makes)
-    "cost": dict(seeds=5, steps=100, reset_every=50, evidence=True, k=5, arms="cost",
-                 base=["--eval_every", "10", "--n_val", "64"]),
-}
-#: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
-AA_OFFSET = 1000
-_A1 = ["--variant", "A", "--ref_compute", "cached"]
-#: arm name -> flags (all arms of a preset run the same seeds: a paired design). Growth arms last,
-#: so an interrupted or late suite has every non-growth arm complete first.
-ARMS = {
-    "A0": ["--variant", "A", "--ref_compute", "naive_epoch"],
-    "A1": _A1,
-    "A2": ["--variant", "A", "--ref_compute", "ring"],
-    "B": ["--variant", "B"],
-    "A1-beta0": [*_A1, "--beta", "0"],
-    "A1-aa": _A1,                     # A1 on seeds s + AA_OFFSET: the A/A control of every report
-    **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m]
-       for m in ("keep", "hard", "soft", "asym")},
-    **{f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}",
-                     "--growth_migration", m] for m in ("preserve", "reset", "naive")},
-}
-AA_ARMS = {"AA-1": _A1, "AA-2": _A1}
-#: the regime map: beta (k3 in the loss) x reference treatment at one reset cadence. `none` never
-#: resets; the others reset every {reset_every} steps and differ only in what happens to Adam there:
-#: keep (moments and step kept), hard (moments, step and schedule cleared), soft (m, v *= 0.2),
-#: asym (m *= 0.2, v kept), step (moments kept, Adam's step count t <- 0: Adam-Rel, arXiv 2412.17113)
-ATLAS_BETAS = ("0.01", "0.05", "0.2", "1")
-ATLAS_TREATMENTS = {
-    "none": [],
-    "keep": ["--reset_every", "{reset_every}", "--opt_reset", "keep"],
-    "hard": ["--reset_every", "{reset_every}", "--opt_reset", "hard"],
-    "soft": ["--reset_every", "{reset_every}", "--opt_reset", "soft"],
-    "asym": ["--reset_every", "{reset_every}", "--opt_reset", "asym"],
-    "step": ["--reset_every", "{reset_every}", "--opt_reset", "keep", "--reset_opt_step", "1"],
-}
-ATLAS_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ATLAS_BETAS for t, flags in ATLAS_TREATMENTS.items()}
-QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
-COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
-#: growth on the transformer policy with LoRA adapters on every attention and MLP projection (the
-#: trunk, not only the output head), frozen base, rank 2 -> 8 in steps of 2; settings from a pilot
-#: (adapters lr 3e-3, full fine-tune the default 1e-3; a 40-step warm start at lr 1e-3 leaves val
-#: ~0.1-0.6, where the default 100 steps solved the task on 8 of 10 seeds before RL began).
-#: full-rank trains every weight (no adapters); fixed-r2 keeps rank 2 (is the rank the bottleneck?)
-_ADAPT = [*_A1, "--enable_growth", "1", "--adapter_targets", "*proj,up,down", "--initial_rank", "2", "--lr", "3e-3"]
-GROWTH_ARMS = {"full-rank": _A1, "fixed-r2": [*_ADAPT, "--max_rank", "2", "--grow_every", "{reset_every}"],
-               **{f"grow-{m}": [*_ADAPT, "--rank_step", "2", "--max_rank", "8", "--grow_every", "{reset_every}",
-                                "--growth_migration", m] for m in ("preserve", "reset", "naive", "noma_flat")}}
-#: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
-COMPARISONS = [
-    ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),
-    ("A/A: A1-aa vs A1", "A1-aa", "A1"), ("reset-keep vs A1", "reset-keep", "A1"),
-    ("reset-hard vs reset-keep", "reset-hard", "reset-keep"),
-    ("reset-soft vs reset-keep", "reset-soft", "reset-keep"),
-    ("reset-asym vs reset-keep", "reset-asym", "reset-keep"),
-    ("grow-preserve vs grow-reset", "grow-preserve", "grow-reset"),
-    ("AA-2 vs AA-1", "AA-2", "AA-1"),
-    ("grow-noma_flat vs grow-preserve", "grow-noma_flat", "grow-preserve"),
-    ("grow-preserve vs fixed-r2", "grow-preserve", "fixed-r2"),
-]
-#: per beta: does a reset (moments kept) beat no reset, and does each optimizer treatment beat keep
-ATLAS_COMPARISONS = [c for b in ATLAS_BETAS for c in
-                     [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
-                     + [(f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
-                        for t in ATLAS_TREATMENTS if t not in ("none", "keep")]]
-#: comparison name -> Holm family. A family is the set of questions one reader asks together: the
-#: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
-#: one beta and asks "should I reset, and what should Adam do?" there)
-FAMILIES = {**{c[0]: "outcome" for c in COMPARISONS},
-            **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS}}
-#: pairs identical by construction (same rewards per step, not a question): the report verifies that
-#: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
-#: logp_ref as A1 (only the cost differs); naive and reset growth differ only in the optimizer
-#: object, which holds no state in either (identical under a constant learning rate)
-CHECKS = [("A0 = A1", "A0", "A1"), ("A2 = A1", "A2", "A1"), ("grow-naive = grow-reset", "grow-naive", "grow-reset")]
-
-
-@dataclass
-class RunSpec:
-    """One run of the matrix: its directory name and flags; `arm` and `pair` (the paired seed
-    index: runs of different arms with the same pair are compared with each other)."""
-
-    name: str
-    flags: list = field(default_factory=list)
-    arm: str = ""
-    pair: int = 0
-
-    def command(self, outdir: str, mode: str = "--overwrite") -> list[str]:
-        """The run's command line; `mode` "--resume" continues an interrupted run."""
-        return [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", os.path.join(outdir, self.name),
-                "--quiet", mode, "--threads", "1", *self.flags]
-
-
-def preset_arms(preset: str) -> dict[str, list[str]]:
-    """Arm name -> flags of a preset."""
-    if PRESETS[preset].get("arms") == "aa":
-        return dict(AA_ARMS)
-    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS}
-    if PRESETS[preset].get("arms") in named:
-        return dict(named[PRESETS[preset]["arms"]])
-    drop = PRESETS[preset].get("drop", ())
-    return {a: f for a, f in ARMS.items() if not a.startswith(tuple(drop))}
-
-
-def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,
-           arms: Optional[list[str]] = None) -> list[RunSpec]:
-    """The runs of a suite preset: every arm on the same seeds 0..seeds-1 (`seeds`, `steps`
-    override the preset; the reset/growth cadence scales with `steps` so the number of resets
-    stays the same). Order: seed-major over non-growth arms, then the growth arms."""
-    p = PRESETS[preset]
-    n_seeds, n_steps = seeds or p["seeds"], steps or p["steps"]
-    cadence = max(1, round(p["reset_every"] * n_steps / p["steps"]))
-    base = ["--steps", str(n_steps), *p["base"]]
-    chosen = {a: f for a, f in preset_arms(preset).items() if arms is None or a in arms}
-    groups = [[a for a in chosen if not a.startswith("grow-")], [a for a in chosen if a.startswith("grow-")]]
-    runs = []
-    for group in groups:
-        for s in range(n_seeds):
-            for arm in group:
-                seed = s + AA_OFFSET if arm in ("AA-2", "A1-aa") else s
-                flags = [f.replace("{reset_every}", str(cadence)) for f in chosen[arm]]
-                runs.append(RunSpec(f"{arm}_s{seed}", [*base, *flags, "--seed", str(seed)], arm, s))
-    return runs
-
-
-def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The COMPARISONS (and ATLAS_COMPARISONS) whose two arms are both in `arms`."""
-    return [c for c in COMPARISONS + ATLAS_COMPARISONS if c[1] in arms and c[2] in arms]
-
-
-def checks_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The CHECKS (identical-by-construction pairs) whose two arms are both in `arms`."""
-    return [c for c in CHECKS if c[1] in arms and c[2] in arms]
+# ---------------------------------------------------------------------------- the matrix (matrix.py)
+from noma_prorl_bench.matrix import (  # noqa: F401  (re-exported: suite.PRESETS, suite.expand, ...)
+    AA_ARMS,
+    AA_OFFSET,
+    ARMS,
+    ATLAS_ARMS,
+    ATLAS_BETAS,
+    ATLAS_COMPARISONS,
+    ATLAS_TREATMENTS,
+    CHECKS,
+    COMPARISONS,
+    COST_ARMS,
+    FAMILIES,
+    GROWTH_ARMS,
+    PRESETS,
+    QUICK_ARMS,
+    RunSpec,
+    checks_for,
+    comparisons_for,
+    expand,
+    preset_arms,
+)
 
 
 # ---------------------------------------------------------------------------- running
@@ -220,7 +81,9 @@ def _steps_done(run_dir: str) -> int:
 def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
             stop: Optional[SuiteSignals] = None) -> list[str]:
     """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
-    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`.
+    runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`; a
+    run still held by a live process (an earlier suite's child that outlived it) is waited for,
+    its log left alone, then counted as complete or continued.
     SIGINT/SIGTERM (`stop`, installed here if not given) are forwarded to the running runs,
     which checkpoint and exit 130/143; no new run starts and this returns once they exited
     (`stop.signum` is set; the interrupted runs are not counted as failures)."""
@@ -244,9 +107,9 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
 def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Popen:
     """Print the run's command and start it in its own session (signals come from the suite)."""
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
-    print("$ " + " ".join(_shell_quote(c) for c in cmd[1:]).replace("-m noma_prorl_bench.run",
-          "python -m noma_prorl_bench.run", 1), file=sys.stderr)
-    with open(os.path.join(outdir, f"{spec.name}.log"), "a" if state == "resumable" else "w") as log:
+    print("$ " + shlex.join(cmd), file=sys.stderr)                 # sys.executable: pastes in any shell
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if state == "resumable" else os.O_TRUNC)
+    with os.fdopen(safe_files.open_nofollow(os.path.join(outdir, f"{spec.name}.log"), flags), "w") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -257,13 +120,30 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
         from tqdm import tqdm
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple[subprocess.Popen, RunSpec]] = {}
+    adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
     failures, queue, finished_steps = [], list(pending), 0
-    while running or (queue and stop.signum is None):
-        while queue and len(running) < jobs and stop.signum is None:
+    while running or ((queue or adopted) and stop.signum is None):
+        while queue and len(running) + len(adopted) < jobs and stop.signum is None:
             spec = queue.pop(0)
+            holder = _live_holder(os.path.join(outdir, spec.name))
+            if holder is not None:          # e.g. the earlier suite was killed with -9: wait, never truncate its log
+                print(f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
+                      "waiting for it to finish", file=sys.stderr)
+                adopted[spec.name] = spec
+                continue
             running[spec.name] = (_start(spec, states[spec.name], outdir, env), spec)
             stop.children[spec.name] = running[spec.name][0]
         time.sleep(0.5)
+        for name in list(adopted):
+            run_dir = os.path.join(outdir, name)
+            if _live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
+                spec = adopted.pop(name)
+                states[name] = run_state(run_dir, spec.command("X")[3:])
+                if states[name] == "complete":
+                    finished_steps += _spec_steps(spec)
+                    print(f"suite: run {name} (started earlier) finished", file=sys.stderr)
+                else:
+                    queue.insert(0, spec)
         for name in list(running):
             proc, spec = running[name]
             if proc.poll() is not None:
@@ -286,6 +166,15 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
     if bar is not None:
         bar.close()
     return failures
+
+
+def _live_holder(run_dir: str) -> Optional[dict]:
+    """The lock record of a live process that holds run_dir (a run an earlier suite started and
+    that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
+    from noma_prorl_bench.io.lock import LOCK_FILE, lock_error, read_lock  # noqa: PLC0415 (standard library only)
+    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
+        return None
+    return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
 
 
 def _spec_steps(spec: RunSpec) -> int:
@@ -331,7 +220,19 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    task = ap.add_argument_group("task (passed to every run; default: the runs' own, reverse_digits)")
+    for name in TASK_FLAGS:
+        task.add_argument(f"--{name}", help=f"the run flag --{name} (docs/flags.md, docs/tasks.md)")
     return ap
+
+
+#: run flags the suite passes to every run when given (your own task: docs/tasks.md)
+TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol")
+
+
+def task_flags(args: argparse.Namespace) -> list[str]:
+    """The given TASK_FLAGS as run flags."""
+    return [x for n in TASK_FLAGS if getattr(args, n) is not None for x in (f"--{n}", getattr(args, n))]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -347,15 +248,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad or not arms:
         ap.error(f"argument --arms: unknown arm(s) {bad} for preset {args.preset!r}; choose from {', '.join(known)}")
     specs = expand(args.preset, args.seeds, args.steps, arms)
-    os.makedirs(args.outdir, exist_ok=True)
+    for spec in specs:
+        spec.flags += task_flags(args)
+    if task_flags(args):
+        _check_task(ap, specs[0].flags)
+    _prepare_outdir(ap, args.outdir, specs)
     suite_json = os.path.join(args.outdir, "suite.json")
-    listed = _merge_suite_json(suite_json, args.preset, specs)
+    try:
+        listed = _merge_suite_json(suite_json, args.preset, specs)
+    except ValueError as e:
+        ap.error(f"argument --outdir: {e}")
     t0 = time.perf_counter()
     stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
     failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
     unfinished = [] if stop.signum is None else [s.name for s in specs
                                                  if not is_complete(os.path.join(args.outdir, s.name), s)]
-    from noma_prorl_bench.analysis.report import write_report
+    from noma_prorl_bench.analysis.report import failed_checks, write_report
     names = {s.name for s in specs}
     dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
             if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
@@ -364,43 +272,75 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "score_evals": PRESETS[args.preset]["k"],
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
                 "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
+                "interleaved": args.preset == "cost",
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
                 "commit": _git_commit(), "machine": _machine()}
-    with open(os.path.join(args.outdir, "settings.json"), "w") as f:
-        json.dump(settings, f, indent=2)
+    safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
-    if dirs:
-        write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, suite=listed)
+    bad_checks = (failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed))
+                  if dirs else [])
     print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
-          + (f"; {len(failures)} runs failed: {failures}" if failures else ""), file=sys.stderr)
+          + (f"; {len(failures)} runs failed: {failures}" if failures else "") + (
+              f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
+          file=sys.stderr)
     stop.restore()
     if stop.signum is not None:
         print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
               f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
               file=sys.stderr)
         return stop.exit_code
-    return 1 if failures else 0
+    return 1 if failures or bad_checks else 0
+
+
+def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpec]) -> None:
+    """Create the suite directory; exit 2 if it cannot be made or a suite file in it is a link."""
+    try:
+        safe_files.makedirs(outdir)
+    except OSError as e:
+        ap.error(f"argument --outdir: cannot create {outdir!r}: {e.strerror or e}")
+    except safe_files.RunDirRefused as e:
+        ap.error(str(e))
+    names_checked = ["suite.json", "settings.json", "report.md", "report.json", "summary.json", "figures",
+                     *(f"{s.name}.log" for s in specs)]
+    err = safe_files.link_error(outdir, names_checked)
+    if err:
+        ap.error(err)
+
+
+def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
+    """Exit 2 (nothing started) when the task flags make a bad run config or task."""
+    from noma_prorl_bench.config import ConfigError, build_parser, make_config
+    from noma_prorl_bench.tasks import make_task
+    try:
+        cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *flags])))
+        make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
+    except ConfigError as e:
+        ap.error(str(e))
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     """Write suite.json: this invocation's runs merged with those an earlier invocation on the same
     outdir listed (e.g. `--arms` run in two parts); arm, pair and the comparisons among all arms."""
     try:
-        with open(path) as f:
-            old = json.load(f)
-    except (OSError, ValueError):
+        old = json.loads(safe_files.read_bytes(path))
+    except FileNotFoundError:
         old = {}
-    runs = {r["name"]: r for r in old.get("runs", []) if old.get("preset") == preset and "arm" in r}
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is unreadable ({str(e)[:100]}); move it away or choose another --outdir") from e
+    runs_old = old.get("runs", []) if isinstance(old, dict) else None
+    if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 for r in runs_old):
+        raise ValueError(f"{path} is not a suite.json written by this tool; move it away or choose another --outdir")
+    runs = {r["name"]: r for r in runs_old if old.get("preset") == preset and "arm" in r}
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
     listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
               "comparisons": [list(c) for c in comparisons_for(arms)],
               "families": {c[0]: FAMILIES[c[0]] for c in comparisons_for(arms)},
               "checks": [list(c) for c in checks_for(arms)]}
-    with open(path, "w") as f:
-        json.dump(listed, f, indent=2)
+    safe_files.write_json(path, listed)
     return listed
 
 

@@ -1,4 +1,4 @@
-"""Every README command works as written (issue 18 item 5): each command of each README code block
+"""Every README command works as written: each command of each README code block
 runs, in a short version, from a fresh `git clone` of this repository in a shell where the venv
 is not activated (PATH without .venv/bin), exactly as a newcomer types it after the set-up.
 

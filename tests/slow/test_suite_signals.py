@@ -1,4 +1,4 @@
-"""`prorl-bench suite` under SIGTERM / SIGINT, with real processes (issue 18 item 4).
+"""`prorl-bench suite` under SIGTERM / SIGINT, with real processes.
 
 One suite of three small runs (smoke preset flags, 40 steps, 2 in parallel) is interrupted twice
 and re-run with the same command each time:

@@ -60,7 +60,7 @@ BAD = [
     (["--resume", "--overwrite"], "--resume"),
     (["--resume"], "--resume"),                                      # nothing to resume
     (["--bogus_flag", "1"], "--bogus_flag"),                         # unknown flag
-    # issue 18: sizes the machine cannot hold, refused before anything runs
+    # sizes the machine cannot hold, refused before anything runs
     (["--batch_size", "100000000"], "--batch_size"),
     (["--n_val", "1000000000"], "--n_val"),
     (["--hidden", "200000"], "--hidden"),
@@ -74,7 +74,8 @@ BAD = [
     (["--stepz", "3"], "--stepz"),
     (["--kl_estimator", "k4"], "--kl_estimator"),
     (["--engine", "ray"], "--engine"),
-    (["--report_to", "wandb"], "--report_to"),
+    (["--report_to", "wandbb"], "--report_to"),                     # (wandb is a sink now)
+    (["--report_to", "csv,tensorbord"], "--report_to"),
     (["--preset", "prorl"], "--preset"),
     (["--opt_reset", "medium"], "--opt_reset"),
     (["--lr_schedule", "cosine2"], "--lr_schedule"),

@@ -47,6 +47,9 @@ def probe(entry, *argv):
     ("cli", ["plot", "--out", "x.png"], 2),                          # --runs missing
     ("cli", ["report", "--help"], 0),
     ("cli", ["report"], 2),                                          # DIR missing
+    ("cli", ["plan", "--help"], 0),
+    ("cli", ["plan"], 2),                                            # DIR missing
+    ("cli", ["plan", "/tmp/never", "--power", "2"], 2),              # bad power, still numpy-free
     ("cli", ["get-model", "--help"], 0),
 ])
 def test_parser_answers_before_heavy_imports(entry, argv, code):

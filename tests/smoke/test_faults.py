@@ -1,4 +1,4 @@
-"""Faults are messages (issue 18 item 10), with real processes: an unwritable --outdir, a missing
+"""Faults are messages, with real processes: an unwritable --outdir, a missing
 optional package and a batch that cannot fit are refused with one line and exit 2 before
 anything is written; a full disk (a 7 MiB tmpfs, where mounting is permitted) or a file-size
 limit ends the run with one line and exit 1, every JSONL line whole and the last complete
@@ -60,6 +60,7 @@ def test_unwritable_outdir(outdir):
     (["--engine", "ray_async"], "ray", "--engine"),
     (["--model", "hf:/nonexistent"], "transformers", "--model"),
     (["--report_to", "tensorboard"], "tensorboard", "--report_to"),
+    (["--report_to", "csv,wandb"], "wandb", "--report_to"),
 ])
 def test_missing_optional_package_is_one_line_and_writes_nothing(tmp_path, flags, module, flag):
     out = tmp_path / "run"

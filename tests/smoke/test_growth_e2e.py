@@ -1,4 +1,4 @@
-"""Growth end to end (issue 5): the seed's command shape, every migration mode, no stale optimizer
+"""Growth end to end: the seed's command shape, every migration mode, no stale optimizer
 state during a real run, growth with reference resets (Variant A), Variant B, the transformer.
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, 5 warm-start steps, eval every 2.
@@ -124,7 +124,7 @@ def test_growth_flags_without_enable_growth_exit_2(tmp_path, fast_flags, capsys)
     ["--grow_on", "stall", "--grow_patience", "1", "--eval_every", "1", "--growth_migration", "naive",
      "--lr_schedule", "cosine"],
     ["--grow_on", "reset", "--reset_every", "3", "--reset_to", "best", "--growth_migration", "reset"],
-    # preserve: the checkpoint at step 5 holds young Adam cohorts (growths at 2 and 4, issue 15)
+    # preserve: the checkpoint at step 5 holds young Adam cohorts (growths at 2 and 4)
     ["--grow_every", "2", "--growth_migration", "preserve"],
 ])
 def test_resume_across_growth_is_exact(tmp_path, fast_flags, flags):

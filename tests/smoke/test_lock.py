@@ -1,4 +1,4 @@
-"""One outdir, one run (issue 18 item 8), with real processes: while a run holds OUTDIR/run.lock a
+"""One outdir, one run, with real processes: while a run holds OUTDIR/run.lock a
 second run (even with --overwrite) and a --resume are refused with exit 2 naming the holder's pid,
 and leave its files alone; a lock left by a process killed with SIGKILL is taken over with a
 warning; the lock is gone after a run ends."""

@@ -1,4 +1,4 @@
-"""The public API (issue 14, rule 8): `from noma_prorl_bench import Config, train` runs the same
+"""The public API: `from noma_prorl_bench import Config, train` runs the same
 training job as the CLI. Same seed and flags -> the same metrics.jsonl rows (timing keys aside),
 the same event sequence and the same config.json apart from --outdir."""
 import json
@@ -39,8 +39,8 @@ def test_python_train_matches_the_cli(tmp_path):
     events = [(e["step"], e["event"]) for e in _rows(api_dir, "events.jsonl")]
     assert events == [(e["step"], e["event"]) for e in _rows(cli_dir, "events.jsonl")]
     cfg_api, cfg_cli = (json.load(open(os.path.join(d, "config.json"))) for d in (api_dir, cli_dir))
-    assert {k: v for k, v in cfg_api.items() if k not in ("outdir", "argv")} == \
-        {k: v for k, v in cfg_cli.items() if k not in ("outdir", "argv")}
+    assert {k: v for k, v in cfg_api.items() if k not in ("outdir", "argv", "run_id")} == \
+        {k: v for k, v in cfg_cli.items() if k not in ("outdir", "argv", "run_id")}
 
 
 def test_python_train_refuses_a_bad_outdir_and_writes_nothing(tmp_path):

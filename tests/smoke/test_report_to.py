@@ -1,4 +1,4 @@
-"""Logs users plug in (issue 18 item 9): `--report_to csv|tensorboard` carries exactly the keys and
+"""Logs users plug in: `--report_to csv|tensorboard` carries exactly the keys and
 values of metrics.jsonl, also across a --resume; JSONL lines are never torn by a failed write;
 `--quiet` silences transformers' weight-loading bar."""
 import csv
@@ -106,3 +106,61 @@ def test_quiet_silences_the_transformers_loading_bar(tmp_path):
         err[quiet] = r.stderr
     assert "Loading weights" in err[False]                          # the bar exists without --quiet
     assert "Loading weights" not in err[True] and "it/s" not in err[True]
+
+
+def _wandb_offline_run(outdir):
+    """(history rows, config) read back from the offline run file OUTDIR/wandb/offline-run-*/run-*.wandb."""
+    datastore = pytest.importorskip("wandb.sdk.internal.datastore", reason="reading W&B offline files needs wandb")
+    from wandb.proto import wandb_internal_pb2 as pb
+    runs = sorted((outdir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, runs                                        # a resume rebuilds one run
+    ds = datastore.DataStore()
+    ds.open_for_scan(str(runs[0]))
+    rows, config = [], {}
+    while (data := ds.scan_data()) is not None:
+        rec = pb.Record()
+        rec.ParseFromString(data)
+        kind = rec.WhichOneof("record_type")
+        if kind == "history":
+            rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+        elif kind in ("run", "config"):
+            items = rec.run.config.update if kind == "run" else rec.config.update
+            config.update({i.key: json.loads(i.value_json) for i in items})
+    return rows, config
+
+
+def test_wandb_offline_run_has_the_jsonl_keys_values_and_the_config_also_after_resume(tmp_path, fast_flags,
+                                                                                      monkeypatch):
+    pytest.importorskip("wandb", reason="--report_to wandb needs the wandb package (pip install -e '.[wandb]')")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    _run(out, fast_flags, "--steps", "4", "--save_every", "2", "--report_to", "wandb,csv")
+    _run(out, [], "--resume", "--steps", "6")
+    rows = read_jsonl(out / "metrics.jsonl")
+    history, config = _wandb_offline_run(out)
+    assert [h["_step"] for h in history] == [r["step"] for r in rows] == list(range(1, 7))
+    for r, h in zip(rows, history):
+        logged = {k: v for k, v in h.items() if not k.startswith("_")}
+        assert set(logged) == {k for k, v in r.items() if k != "step" and v is not None}
+        assert all(_same(logged[k], r[k]) for k in logged)
+    saved = json.loads((out / "config.json").read_text())
+    assert {k: config[k] for k in ("seed", "lr", "loss", "report_to")} == \
+           {k: saved[k] for k in ("seed", "lr", "loss", "report_to")}
+    assert (out / "metrics.csv").is_file()
+
+
+def test_eval_samples_logs_pass_at_k_and_leaves_training_unchanged(tmp_path, fast_flags):
+    _run(tmp_path / "plain", fast_flags, "--steps", "4")
+    _run(tmp_path / "passk", fast_flags, "--steps", "4", "--eval_samples", "4")
+    plain, passk = read_jsonl(tmp_path / "plain" / "metrics.jsonl"), read_jsonl(tmp_path / "passk" / "metrics.jsonl")
+    evals = [r for r in passk if "reward/val" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for r in evals:
+        p = [r[f"reward/val_pass@{k}"] for k in (1, 2, 4)]
+        assert all(0.0 <= a <= b <= 1.0 for a, b in zip(p, p[1:]))               # pass@k grows with k
+    skip = ("time/", "perf/", "reward/val_pass@", "count/policy_fwd_eval")
+    strip = [[{k: v for k, v in r.items() if not k.startswith(skip)} for r in rows] for rows in (plain, passk)]
+    assert strip[0] == strip[1]                                                    # its own generator
+    assert all(b["count/policy_fwd_eval"] > a["count/policy_fwd_eval"] for a, b in zip(plain, passk)
+               if "reward/val" in a)

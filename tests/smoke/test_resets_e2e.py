@@ -1,4 +1,4 @@
-"""Resets end to end (issue 4): triggers fire at the exact steps, reset_to best is bit for bit,
+"""Resets end to end: triggers fire at the exact steps, reset_to best is bit for bit,
 Polyak is exact, presets run and write their events, drift-monitor forwards have their own counter.
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, eval every 2 steps, a few steps.

@@ -1,4 +1,4 @@
-"""Resume is exact or refused (issue 18 item 6): the stop step swept over a window that covers
+"""Resume is exact or refused: the stop step swept over a window that covers
 growth, reference-reset and evaluation boundaries.
 
 Scenario (10 steps): LoRA growth every 4 steps (4, 8), a soft reference reset every 3 (3, 6, 9),

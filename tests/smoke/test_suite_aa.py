@@ -1,4 +1,4 @@
-"""The A/A test of the suite's statistics (issue 15): `prorl-bench suite --preset aa` runs two
+"""The A/A test of the suite's statistics: `prorl-bench suite --preset aa` runs two
 arms with identical settings that differ only in their seeds (the second arm uses seed + 1000,
 paired with the first arm's seed). The report must find `no detectable difference`: anything
 else would be a false positive of the method itself."""

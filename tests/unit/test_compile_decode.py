@@ -1,4 +1,4 @@
-"""--compile_decode (issue 17): the transformer's static-shape decode step (models/static_decode.py)
+"""--compile_decode: the transformer's static-shape decode step (models/static_decode.py)
 against the eager `TransformerPolicy.decode`, compiled once per rollout shape, not per token.
 
 The fast tests compile with dynamo and the "eager" backend (dynamo traces the whole step into one

@@ -150,7 +150,7 @@ def test_engine_flags_are_validated(flags, match):
 def test_ray_async_checkpoints_with_the_reference_in_the_learner():
     cfg = make_config({"outdir": "/tmp/unused", "engine": "ray_async", "save_every": 3, "max_staleness": 2,
                        "num_generators": 2})
-    assert cfg.save_every == 3                                  # accepted (refused before issue 18)
+    assert cfg.save_every == 3                                  # accepted (refused in earlier versions)
 
 
 # ---------------------------------------------------------------- ray_async checkpoints

@@ -1,4 +1,4 @@
-"""Issue 17 fast paths, each against its slow reference (CPU, float32 unless said otherwise):
+"""Fast paths, each against its slow reference (CPU, float32 unless said otherwise):
 sampler (sync every k tokens, shared prefill, HF static cache) vs the plain loop and the learner;
 chunked log-probs, gradient checkpointing and micro-batching vs the plain forward/backward;
 SDPA attention vs the explicit softmax(QK^T / sqrt(D)) math; bf16_mixed keeps small updates."""

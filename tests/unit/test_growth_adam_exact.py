@@ -1,4 +1,4 @@
-"""Issue 15 item 1: after a growth under ``preserve`` / ``noma_flat``, every new entry's Adam(W)
+"""after a growth under ``preserve`` / ``noma_flat``, every new entry's Adam(W)
 update equals a freshly created optimizer's for the same gradient, and every old entry's update
 equals the one it would have had without the growth (first update to 1e-5; later ones too).
 

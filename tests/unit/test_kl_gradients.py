@@ -1,4 +1,4 @@
-"""Monte-Carlo check of what each in-loss KL estimator's gradient really is (issue 15, item 5).
+"""Monte-Carlo check of what each in-loss KL estimator's gradient really is.
 
 A toy policy: one categorical over V outcomes with logits theta, pi = softmax(theta); a fixed
 anchor q. Tokens x ~ pi (on-policy, pi_old = pi); each estimator goes through `KLTerm` exactly as

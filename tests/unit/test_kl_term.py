@@ -130,7 +130,7 @@ def test_bad_kl_and_clip_combinations_name_their_flag(values, flag):
 
 @pytest.mark.unit
 def test_trainer_reads_no_kl_flag_string():
-    # issue 14 rule 2: the trainer asks its KLTerm; it never reads the KL flags itself
+    # the trainer asks its KLTerm; it never reads the KL flags itself
     import inspect
     import re
 

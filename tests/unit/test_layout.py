@@ -20,7 +20,7 @@ ENTRY_POINTS = {f"{PKG}.run", f"{PKG}.cli"}
 # only rooms of lower layers; rooms of one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
     ("cli", "__init__"), ("run",), ("engines", "suite"), ("training",), ("rollout", "grpo"), ("algorithms",),
-    ("io", "analysis"), ("models",), ("tasks",), ("config",), ("_version",)]
+    ("analysis", "matrix"), ("io",), ("models",), ("tasks",), ("config",), ("_version",)]
 pytestmark = pytest.mark.unit
 
 

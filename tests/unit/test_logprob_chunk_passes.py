@@ -1,4 +1,4 @@
-"""--logprob_chunk on every log-prob pass (issue 17): the reference forward (A0 naive_epoch, A1 cached,
+"""--logprob_chunk on every log-prob pass: the reference forward (A0 naive_epoch, A1 cached,
 A2 ring), the pre-update recompute of --tis_cap, the warm start and the delta_logp monitor give the
 unchunked numbers (float32 rounding), and no pass outside sampling makes the output head produce
 more than `chunk` rows of logits at once: a forward hook on every Linear whose output width is the

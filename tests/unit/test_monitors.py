@@ -157,3 +157,23 @@ def test_snapshot_missing_a_key_is_an_error_not_a_silent_mix():
     params = {k: v for k, v in other.state_dict().items() if k != "mix.bias"}
     with pytest.raises(RuntimeError):
         drift_kl(pol, params, tokens, P, mask)
+
+
+@pytest.mark.unit
+def test_row_chunks_give_the_same_kl_and_counts(monkeypatch):
+    """A vocabulary too large for one piece is measured a few rows at a time (bounded memory):
+    the same values as in one piece, the same forward counts."""
+    import noma_prorl_bench.training.monitors as monitors_mod
+    pol = _policy(0)
+    tokens, mask = _batch()
+    whole, chunked = DriftMonitor(pol, tokens, P, mask), DriftMonitor(pol, tokens, P, mask)
+    for mon in (whole, chunked):
+        mon.remember(pol, 1)
+    with torch.no_grad():
+        for p in pol.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    one = whole.measure(pol)
+    monkeypatch.setattr(monitors_mod, "MONITOR_CHUNK_ELEMENTS", 2 * T * V)    # 2 rows per piece: 3 pieces
+    two = chunked.measure(pol)
+    assert one.keys() == two.keys() and all(two[k] == pytest.approx(one[k], rel=1e-6) for k in one)
+    assert whole.pop_counts() == chunked.pop_counts() == {"count/monitor_fwd": 3, "count/tokens_monitor": 3 * N * (P + T)}

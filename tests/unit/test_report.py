@@ -167,7 +167,7 @@ def ten(tmp_path_factory):
 
 def test_scores_and_paired_differences_recomputed(ten):
     root, arms = ten
-    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS)
+    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS, timing=True)   # interleaved
     assert {(r["name"], r["metric"]) for r in rows} == {
         (f"{G10['B']} vs {G10['A1']}", m) for m in ("score", "s_step", "s_token")} | {
         (f"{G10['hard']} vs {G10['A1']}", "score")}
@@ -197,7 +197,7 @@ def test_three_seeds_never_give_a_verdict(groups):
 
 def test_gain_kept_share_and_criterion(ten):
     root, arms = ten
-    rows = cmp.compare(arms, [["B vs A1", G10["B"], G10["A1"]]], KS)
+    rows = cmp.compare(arms, [["B vs A1", G10["B"], G10["A1"]]], KS, timing=True)
     (g,) = cmp.gain_kept(arms, rows, KS)
     # warm-start score = 0.01 * seed = the curve at t = 0; gains scale with quality: B keeps 85%
     gb = [_score(root / f"B_s{s}", KS) - 0.01 * s for s in TEN]
@@ -210,7 +210,7 @@ def test_gain_kept_share_and_criterion(ten):
 
 def test_conclusion_states_verdicts_and_caveats(ten, groups):
     _, arms = ten
-    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS)
+    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS, timing=True)
     gains = cmp.gain_kept(arms, rows, KS)
     text = "\n".join(fd.conclusion(fd.cost_model_check(groups), rows, gains, n_pairs=10))
     assert "took 1.06× A1's step time" in text

@@ -72,10 +72,10 @@ def test_small_n_ci_is_the_t_interval_and_covers():
     hits = sum(lo <= 0 <= hi for lo, hi in (stats.bootstrap_ci(rng.normal(0, 1, 3), np.zeros(3))
                                             for _ in range(400)))
     assert hits >= 0.92 * 400
-    # no interval for the gain share below 10 pairs: the criterion stays undecided
+    # the gain share's Fieller interval (t with n - 1 = 2) is valid at 3 pairs too: these gains
+    # are nearly proportional, so it is narrow and contains the point estimate
     share, lo, hi = stats.ratio_ci([0.17, 0.18, 0.16], [0.2, 0.21, 0.19])
-    assert share == pytest.approx(0.85) and math.isnan(lo) and math.isnan(hi)
-    assert stats.criterion(lo, hi, 0.8) == "undecided"
+    assert share == pytest.approx(0.85) and 0.8 < lo < 0.85 < hi < 0.9
 
 
 def _study(effect: float, seed: int, n: int = 10) -> tuple[float, float]:
@@ -111,3 +111,72 @@ def test_ratio_ci_and_criterion():
     assert stats.criterion(lo, hi, 0.8) == "held" and stats.criterion(lo, hi, 0.9) == "not held"
     assert stats.criterion(0.75, 0.95, 0.8) == "undecided"
     assert math.isnan(stats.ratio_ci([0.1, 0.1], [-0.1, -0.2])[0])    # A gained nothing
+
+
+# ---------------------------------------------------------------- coverage, Fieller, power
+
+
+@pytest.mark.parametrize("dist", ["normal", "t3"])
+def test_ci_covers_95_percent_at_the_suites_n(dist):
+    # 3000 simulated paired studies per n, true mean difference 0.3 (arbitrary), differences
+    # normal or Student t with 3 df (heavy tails); the exact function the report calls
+    rng = np.random.default_rng(7)
+    for n in (5, 10, 20):
+        hits = 0
+        for _ in range(3000):
+            noise = rng.standard_normal(n) if dist == "normal" else rng.standard_t(3, n)
+            y = rng.normal(0.5, 0.1, n)
+            lo, hi = stats.bootstrap_ci(y + 0.3 + 0.05 * noise, y)
+            hits += lo <= 0.3 <= hi
+        assert 0.935 <= hits / 3000 <= 0.97, (dist, n, hits / 3000)
+
+
+def test_fieller_hand_worked():
+    # num = (1, 3, 2, 2), den = (2, 4, 2, 4), n = 4: a = 2, b = 3
+    # var(num) = (1 + 1 + 0 + 0)/3 = 2/3 -> V11 = 1/6; var(den) = 4/3 -> V22 = 1/3;
+    # cov = ((-1)(-1) + (1)(1) + 0 + 0)/3 = 2/3 -> V12 = 1/6; t(0.975, 3) = 3.182446, t^2 = 10.12796
+    # A = 9 - 10.12796/3 = 5.62401, B = 6 - 10.12796/6 = 4.31201, C = 4 - 10.12796/6 = 2.31201
+    # disc = B^2 - A C = 18.59343 - 13.00277 = 5.59066, sqrt = 2.36446
+    # lo = (4.31201 - 2.36446)/5.62401 = 0.34629, hi = (4.31201 + 2.36446)/5.62401 = 1.18713
+    assert stats.fieller_ci([1, 3, 2, 2], [2, 4, 2, 4]) == pytest.approx((0.34629, 1.18713),
+                                                                          abs=2e-5)
+    share, lo, hi = stats.ratio_ci([1, 3, 2, 2], [2, 4, 2, 4])
+    assert (share, lo, hi) == pytest.approx((2 / 3, 0.34629, 1.18713), abs=2e-5)
+    # a denominator indistinguishable from 0: unbounded, so every criterion is undecided
+    lo, hi = stats.fieller_ci([0.1, 0.2, 0.0], [0.1, -0.1, 0.05])
+    assert (lo, hi) == (-math.inf, math.inf) and stats.criterion(lo, hi, 0.8) == "undecided"
+
+
+def test_ratio_verdict_does_not_depend_on_the_seed():
+    # gains whose share sits close to 0.8: whatever seed the caller passes, one interval and one
+    # verdict (a bootstrap bound moved across 0.8 with the resampler's seed)
+    rng = np.random.default_rng(3)
+    gain_a = rng.normal(0.11, 0.03, 10)
+    gain_b = 0.74 * gain_a + rng.normal(0, 0.004, 10)
+    results = {stats.ratio_ci(gain_b, gain_a, seed=s) for s in range(20)}
+    assert len(results) == 1
+    verdicts = {stats.criterion(lo, hi, 0.8) for _, lo, hi in results}
+    assert len(verdicts) == 1
+
+
+def test_mde80_hand_worked():
+    # sd 1, n 10, one question: t(0.975, 9) = 2.262157, t(0.8, 9) = 0.883408
+    # (2.262157 + 0.883408) / sqrt(10) = 3.145565 / 3.162278 = 0.994715
+    assert stats.mde80(1.0, 10, 1) == pytest.approx(0.994715, abs=1e-5)
+    # five questions (Holm's first step = Bonferroni 0.05/5): t(0.995, 9) = 3.249836
+    # (3.249836 + 0.883408) / 3.162278 = 1.307045; scales with sd
+    assert stats.mde80(0.02, 10, 5) == pytest.approx(0.02 * 1.307045, abs=1e-6)
+    # the sign-flip floor 2/2^n: 2/32 = 0.0625 >= 0.05 at n = 5 -> never detectable
+    assert stats.mde80(1.0, 5, 1) == math.inf and math.isfinite(stats.mde80(1.0, 6, 1))
+    # 17 questions: alpha/m = 0.00294; 2/2^8 = 0.0078 (out), 2/2^9 = 0.0039 (out), 2/2^10 in
+    assert stats.mde80(1.0, 9, 17) == math.inf and math.isfinite(stats.mde80(1.0, 10, 17))
+    assert math.isnan(stats.mde80(math.nan, 10, 1)) and math.isnan(stats.mde80(1.0, 1, 1))
+
+
+def test_seeds_needed_is_the_smallest_n_with_mde80_below_the_effect():
+    for sd, effect, m in ((1.0, 1.0, 1), (1.0, 0.5, 1), (0.03, 0.02, 5), (1.0, 1.0, 17)):
+        n = int(stats.seeds_needed(sd, effect, m))
+        assert stats.mde80(sd, n, m) <= effect < stats.mde80(sd, n - 1, m)
+    assert stats.seeds_needed(1.0, 1.0, 1) == 10            # mde80(1, 10, 1) = 0.9947 above
+    assert stats.seeds_needed(0.0, 0.1, 17) == 10           # only the sign-flip floor binds
+    assert stats.seeds_needed(1.0, 0.0, 1) == math.inf

@@ -1,4 +1,4 @@
-"""The KL choice as one object (issue 14, rule 2): estimator, k2 mode, placement, reward form, anchor.
+"""The KL choice as one object: estimator, k2 mode, placement, reward form, anchor.
 
 Legend: B prompts, G samples per prompt, N = B*G sequences, n rows of a minibatch, T response
 tokens, V vocabulary.

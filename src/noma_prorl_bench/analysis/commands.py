@@ -1,7 +1,7 @@
-"""The `prorl-bench plot` and `prorl-bench report` entry points, light on purpose: their argument
+"""The `prorl-bench plot`, `prorl-bench report` and `prorl-bench plan` entry points, light on purpose: their argument
 parsers live here, and numpy, scipy and matplotlib (analysis/plots.py, analysis/report.py) are
 imported only after the command line has parsed, so `--help` and argument errors answer at once
-(issue 18, item 3; tests/smoke/test_cli_speed.py asserts that none of them is imported).
+(tests/smoke/test_cli_speed.py asserts that none of them is imported).
 """
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ def plot_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, metavar="PATH.png", help="summary figure path")
     parser.add_argument("--by-config", action="store_true",
                         help="one line per configuration (mean over seeds, min-max band)")
-    parser.add_argument("--dpi", type=int, default=110)
+    parser.add_argument("--dpi", type=int, default=110, help=f"figure resolution ({DPI_RANGE[0]}..{DPI_RANGE[1]})")
     return parser
+
+
+DPI_RANGE = (10, 1000)
+# what a report or plot may fail with on a directory from elsewhere, reported as one line (exit 2)
+INPUT_ERRORS = (OSError, ValueError, RecursionError, OverflowError, TypeError, KeyError)
 
 
 def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -29,13 +34,19 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
     missing directory or one that is not a run."""
     parser = plot_parser(prog)
     args = parser.parse_args(argv)
+    if not DPI_RANGE[0] <= args.dpi <= DPI_RANGE[1]:
+        parser.error(f"argument --dpi: must be in {DPI_RANGE[0]}..{DPI_RANGE[1]}, got {args.dpi}")
     from noma_prorl_bench.analysis.plots import save_summary  # noqa: PLC0415 (after parsing)
     from noma_prorl_bench.analysis.runlog import load_runs  # noqa: PLC0415
+    from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
     try:
         runs = load_runs(args.runs)
-    except (OSError, ValueError) as err:
-        parser.error(f"--runs: {err}")
-    summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
+    except INPUT_ERRORS as err:
+        parser.error(f"argument --runs: {_short(err)}")
+    try:
+        summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
+    except (OSError, RunDirRefused) as err:
+        parser.error(f"argument --out: cannot write {args.out!r}: {_short(err)}".replace("argument --outdir: ", ""))
     print(f"wrote {summary}\nwrote {ref_cost}", file=sys.stdout)
     return 0
 
@@ -45,7 +56,9 @@ def report_parser() -> argparse.ArgumentParser:
         "Write report.md (and report.json, figures/) from saved run directories."))
     parser.add_argument("dirs", nargs="+", metavar="DIR",
                         help="a suite folder (searched for run directories) or run directories")
-    parser.add_argument("--out", help="report path (default: DIR/report.md for a single DIR)")
+    parser.add_argument("--out", help="report path (default: DIR/report.md for a single suite DIR, "
+                                      "DIR/report/report.md for a single run directory, whose own files "
+                                      "such as summary.json are never overwritten)")
     parser.add_argument("--figures", help="figure folder (default: figures/ beside the report)")
     parser.add_argument("--settings", help="JSON settings to print (default: DIR/settings.json "
                                            "when it exists)")
@@ -57,12 +70,19 @@ def report_parser() -> argparse.ArgumentParser:
 def _read_json(parser: argparse.ArgumentParser, path: Path, flag: str):
     try:
         return json.loads(path.read_text()) if path.is_file() else None
-    except json.JSONDecodeError as err:
-        parser.error(f"{flag}: {path}: {err}")
+    except (ValueError, RecursionError, OSError) as err:
+        parser.error(f"argument {flag}: {path}: {_short(err)}")
+
+
+def _short(err: BaseException) -> str:
+    """One line: an exception's message, flattened and cut."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:
-    """`prorl-bench report DIR...`: regenerate report.md from saved logs only."""
+    """`prorl-bench report DIR...`: regenerate report.md from saved logs only. Exit 1 when an
+    identical-by-construction check failed (the report says where)."""
     parser = report_parser()
     args = parser.parse_args(argv)
     from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
@@ -74,16 +94,70 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         run_dirs += found
     if args.out is None and len(args.dirs) > 1:
         parser.error("--out is required with several DIR arguments")
-    out = Path(args.out or Path(args.dirs[0]) / "report.md")
+    first = Path(args.dirs[0])
+    # a run directory's own files (summary.json, ...) are only written with an explicit --out
+    out = Path(args.out) if args.out else first / ("report" if (first / "config.json").is_file() else "") / "report.md"
     settings_file = Path(args.settings) if args.settings else Path(args.dirs[0]) / "settings.json"
     settings = _read_json(parser, settings_file, "--settings") or {}
+    if not isinstance(settings, dict):
+        parser.error(f"argument --settings: {settings_file}: must hold a JSON object")
     if args.threshold is not None:
         settings["reward_threshold"] = args.threshold
     suite = _read_json(parser, Path(args.dirs[0]) / "suite.json", "DIR")
+    if not isinstance(suite, (dict, type(None))):
+        parser.error(f"DIR: {Path(args.dirs[0]) / 'suite.json'}: must hold a JSON object")
     from noma_prorl_bench.analysis.report import write_report  # noqa: PLC0415 (after parsing)
+    from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
     try:
         path = write_report(run_dirs, out, args.figures or out.parent / "figures", settings, suite)
+    except RunDirRefused as err:
+        parser.error(str(err).replace("--outdir", "--out"))
+    except INPUT_ERRORS as err:
+        parser.error(f"DIR: cannot make a report from {', '.join(args.dirs)}: {_short(err)}")
+    print(f"wrote {path}")
+    from noma_prorl_bench.analysis.report import failed_checks  # noqa: PLC0415
+    bad = failed_checks(path)
+    if bad:
+        print(f"prorl-bench report: ERROR: identical-by-construction check(s) failed: "
+              f"{', '.join(bad)} (see the report's Checks section)", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prorl-bench plan", description=(
+        "Read a pilot suite directory and print, per comparison, the paired seeds needed to "
+        "detect an effect with the given power after its Holm family's correction (from the "
+        "pilot's SD of the paired differences)."))
+    parser.add_argument("dir", metavar="DIR", help="a finished suite folder (suite.json, runs)")
+    parser.add_argument("--effect", type=float, help="effect to detect on the score, in reward "
+                        "units (default: each comparison's observed |mean difference|; timing "
+                        "rows always use theirs)")
+    parser.add_argument("--power", type=float, default=0.8, help="power (default: 0.8)")
+    return parser
+
+
+def plan_main(argv: Sequence[str] | None = None) -> int:
+    """`prorl-bench plan DIR [--effect E] [--power P]`: print the seeds table. Exit 2 on bad
+    input (not a suite folder, --effect <= 0, --power outside (0, 1))."""
+    parser = plan_parser()
+    args = parser.parse_args(argv)
+    if args.effect is not None and not args.effect > 0:
+        parser.error(f"--effect: must be > 0, got {args.effect}")
+    if not 0 < args.power < 1:
+        parser.error(f"--power: must be in (0, 1), got {args.power}")
+    from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
+    root = Path(args.dir)
+    dirs = find_run_dirs(root) if root.is_dir() else []
+    if not dirs:
+        parser.error(f"DIR: {root} holds no run directories")
+    suite = _read_json(parser, root / "suite.json", "DIR")
+    settings = _read_json(parser, root / "settings.json", "DIR") or {}
+    from noma_prorl_bench.analysis.plan import plan_lines, plan_rows  # noqa: PLC0415
+    try:
+        rows = plan_rows(dirs, suite, settings, args.effect, args.power)
     except (OSError, ValueError) as err:
         parser.error(str(err))
-    print(f"wrote {path}")
+    if not rows:
+        parser.error(f"DIR: {root}: no comparison between complete runs of two arms")
+    print("\n".join(plan_lines(rows, args.power)))
     return 0

@@ -1,4 +1,4 @@
-"""Paired comparisons between arms of a suite: per-run scores, per-seed differences, bootstrap
+"""Paired comparisons between arms of a suite: per-run scores, per-seed differences, t
 CIs, Holm-corrected p-values and verdicts (statistics in `stats.py`), and the B-vs-A share of
 the RL gain. Pure functions of `runlog.Run` objects; report.py renders them.
 
@@ -15,6 +15,13 @@ Per-run numbers (one value per run):
 Arms and pairs: a suite's `suite.json` names each run's arm and pair (its seed index; the A/A
 preset's second arm uses seed + offset and the same pair). Without it, arms are the
 configuration groups of `runlog.group_runs` and pairs are seeds.
+
+Families and checks (suite.json "families", "checks"): each comparison's score row is tested
+within its Holm family (default "outcome"); step-time and per-token rows form the family "cost"
+and are made only for runs interleaved in time (`timing=True`; the `cost` preset), because arms
+run at different times see different machine loads. Pairs identical by construction (A0 or A2
+vs A1, naive vs reset growth) are checks, not questions: `identity_check` compares their
+non-timing metrics step by step, and their score rows are not tested.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ METRICS = {
 }
 #: arms whose comparison with their baseline also covers cost (s/step, s/token)
 TIMED_VARIANTS = ("A0", "A2", "B")
+#: Holm family of the timing rows; of score rows when suite.json names none
+COST_FAMILY, DEFAULT_FAMILY = "cost", "outcome"
+#: metric prefixes a check skips: timing, throughput and memory, work counters (A0 does E x M
+#: reference forwards by design) and what is derived from them
+CHECK_SKIP = ("time/", "perf/", "count/", "derived/")
+#: B's step-time reading when the runs were not interleaved (no timing rows)
+NOT_TIMED = "not measured (runs not interleaved)"
 
 
 def run_score(run: Run, k: int) -> float:
@@ -108,18 +122,36 @@ def default_comparisons(arms: dict[str, dict[Any, Run]]) -> list[list[str]]:
     return [[f"{a} vs {base}", a, base] for a in arms if base is not None and a != base]
 
 
-def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]],
-            k: int) -> list[dict[str, Any]]:
-    """One row per (comparison, metric): score for every comparison, s/step and s/token too
-    when the first arm is A0, A2 or B. Holm over all rows (module `stats`)."""
+def _pair_set(checks: Sequence[Sequence[str]]) -> set[frozenset]:
+    return {frozenset(c[1:3]) for c in checks}
+
+
+def shared_beta(*arm_runs: dict[Any, Run]) -> float | None:
+    """The `beta` of every run's config.json when all runs of the given arms share it, else None."""
+    betas = {json.dumps(r.config.get("beta")) for runs in arm_runs for r in runs.values()}
+    if len(betas) != 1:
+        return None
+    value = json.loads(betas.pop())
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]], k: int,
+            families: dict[str, str] | None = None, checks: Sequence[Sequence[str]] = (),
+            timing: bool = False) -> list[dict[str, Any]]:
+    """One row per (comparison, metric): score for every comparison whose arms are not a check
+    pair (`checks`), s/step and s/token too when `timing` (interleaved runs) and the first arm
+    is A0, A2 or B. Holm within each family (`families`: name -> family, default "outcome";
+    timing rows: "cost"); `mde80` with the family's size (module docstring)."""
     nums = {a: {p: run_numbers(r, k) for p, r in rs.items()} for a, rs in arms.items()}
+    families, skip = families or {}, _pair_set(checks)
     rows = []
     for name, x, y in comparisons:
         if x not in arms or y not in arms:
             continue
         pairs = sorted(set(nums[x]) & set(nums[y]), key=str)
-        timed = _variant(next(iter(arms[x].values()))) in TIMED_VARIANTS
-        for metric in ("score", "s_step", "s_token") if timed else ("score",):
+        timed = timing and _variant(next(iter(arms[x].values()))) in TIMED_VARIANTS
+        metrics = ("score",) * (frozenset((x, y)) not in skip) + ("s_step", "s_token") * timed
+        for metric in metrics:
             xs = np.array([nums[x][p][metric] for p in pairs])
             ys = np.array([nums[y][p][metric] for p in pairs])
             ok = np.isfinite(xs) & np.isfinite(ys)
@@ -127,18 +159,63 @@ def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]
                 continue                      # metric not logged by these runs
             d = xs[ok] - ys[ok]
             lo, hi = stats.bootstrap_ci(xs[ok], ys[ok])
-            rows.append(dict(name=name, arm=x, baseline=y, metric=metric, n_pairs=int(ok.sum()),
+            rows.append(dict(name=name, arm=x, baseline=y, metric=metric,
+                             family=(families.get(name, DEFAULT_FAMILY) if metric == "score"
+                                     else COST_FAMILY),
+                             beta=shared_beta(arms[x], arms[y]), n_pairs=int(ok.sum()),
                              diff=float(d.mean()), ci95=[lo, hi], p=stats.sign_flip_p(d),
+                             sd=float(d.std(ddof=1)) if d.size > 1 else math.nan,
                              mean_arm=float(xs[ok].mean()), mean_baseline=float(ys[ok].mean())))
-    for row, p_adj in zip(rows, stats.holm([r["p"] for r in rows])):
-        row["p_holm"] = p_adj
-        row["verdict"] = stats.verdict(row["diff"], p_adj, METRICS[row["metric"]][2])
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        members = [r for r in rows if r["family"] == fam]
+        m = sum(math.isfinite(r["p"]) for r in members)
+        for row, p_adj in zip(members, stats.holm([r["p"] for r in members])):
+            row["p_holm"], row["family_size"] = p_adj, m
+            row["verdict"] = stats.verdict(row["diff"], p_adj, METRICS[row["metric"]][2])
+            row["mde80"] = stats.mde80(row["sd"], row["n_pairs"], max(m, 1))
+            lo, hi = row["ci95"]
+            row["ci_excludes_0"] = bool(lo > 0 or hi < 0)
     return rows
+
+
+def identity_check(arms: dict[str, dict[Any, Run]], name: str, x: str, y: str) -> dict[str, Any]:
+    """Arms `x` and `y` identical by construction: for every pair both ran, the same steps and,
+    for every metric outside CHECK_SKIP, the same value at every step (NaN equals NaN).
+    `identical` is False at the first difference (`first_difference` names pair, metric, step,
+    both values) and None when the two arms share no pair."""
+    out = dict(name=name, arm=x, baseline=y, pairs=0, identical=None, first_difference=None)
+    if x not in arms or y not in arms:
+        return out
+    for pair in sorted(set(arms[x]) & set(arms[y]), key=str):
+        rx, ry = arms[x][pair], arms[y][pair]
+        out["pairs"] += 1
+        diff = _first_difference(rx, ry)
+        if diff is not None:
+            out.update(identical=False, first_difference=dict(pair=str(pair), **diff))
+            return out
+    out["identical"] = True if out["pairs"] else None
+    return out
+
+
+def _first_difference(rx: Run, ry: Run) -> dict[str, Any] | None:
+    if not np.array_equal(rx.steps, ry.steps):
+        return dict(metric="step", step=None, values=[len(rx.steps), len(ry.steps)])
+    keys = sorted(k for k in set(rx.metrics) | set(ry.metrics) if not k.startswith(CHECK_SKIP))
+    for key in keys:
+        vx, vy = rx.metrics.get(key), ry.metrics.get(key)
+        if vx is None or vy is None:
+            return dict(metric=key, step=None, values=["logged" if vx is not None else "absent",
+                                                       "logged" if vy is not None else "absent"])
+        same = (vx == vy) | (np.isnan(vx) & np.isnan(vy))
+        if not same.all():
+            i = int(np.argmin(same))
+            return dict(metric=key, step=int(rx.steps[i]), values=[float(vx[i]), float(vy[i])])
+    return None
 
 
 def gain_kept(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> list[dict[str, Any]]:
     """For each compared B arm and its A baseline: the share of A's RL gain (score - warm-start
-    score, per seed) that B keeps, mean(gain_B) / mean(gain_A), with its paired bootstrap CI,
+    score, per seed) that B keeps, mean(gain_B) / mean(gain_A), with its Fieller interval,
     and the seed's criterion at 80% and 90% read from the CI and B's s/step verdict."""
     out = []
     for row in rows:
@@ -155,7 +232,7 @@ def gain_kept(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> list
         ga = np.array([x["score"] for x in na]) - warm
         share, lo, hi = stats.ratio_ci(gb, ga)
         speed = next((r["verdict"] for r in rows if r["name"] == row["name"]
-                      and r["metric"] == "s_step"), stats.VERDICTS[2])
+                      and r["metric"] == "s_step"), NOT_TIMED)
         crit = {lvl: _criterion(stats.criterion(lo, hi, lvl), speed) for lvl in (0.8, 0.9)}
         out.append(dict(name=row["name"], b=row["arm"], a=row["baseline"],
                         n_pairs=int(np.isfinite(gb + ga).sum()), warm=float(np.nanmean(warm)),
@@ -166,7 +243,7 @@ def gain_kept(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> list
 
 
 def _criterion(share: str, speed: str) -> str:
-    """Seed 000's criterion (B keeps >= L of A's gain at a lower step time) from the share's CI
+    """The gain-share criterion (B keeps >= L of A's gain at a lower step time) from the share's CI
     reading and B's s/step verdict ('better' = faster)."""
     if share == "not held" or speed == "worse":
         return "not held"

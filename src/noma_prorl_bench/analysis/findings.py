@@ -1,6 +1,6 @@
 """Findings from saved runs: the per-configuration details (one value per seed, mean and spread),
 the A0/A1 cost-model check and the generated conclusion, which states only what the paired
-comparisons of `compare.py` (bootstrap CI, Holm-corrected sign-flip test) support. Pure
+comparisons of `compare.py` (t CI, sign-flip test Holm-corrected per family) support. Pure
 functions of `runlog.Run` objects; report.py renders them.
 """
 
@@ -191,28 +191,109 @@ def _fmt_diff(row: dict) -> str:
             f"p_holm = {row['p_holm']:.3f})")
 
 
+def _short_diff(row: dict) -> str:
+    """'+0.017 reward [+0.011, +0.026], p_holm 0.010'."""
+    _, unit, _, scale, dec = METRICS[row["metric"]]
+    lo, hi = (v * scale for v in row["ci95"])
+    ci = f" [{lo:+.{dec}f}, {hi:+.{dec}f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{row['diff'] * scale:+.{dec}f} {unit}{ci}, p_holm {row['p_holm']:.3f}"
+
+
+def fmt_mde(row: dict) -> str:
+    """'mde80 0.021 reward' (in the metric's unit), '∞' when undetectable at this n."""
+    _, unit, _, scale, dec = METRICS[row["metric"]]
+    v = row.get("mde80", math.nan)
+    if v == math.inf:
+        return f"mde80 ∞: {row['n_pairs']} pairs cannot reach p < 0.05/{row.get('family_size', 1)}"
+    return f"mde80 {v * scale:.{dec}f} {unit}" if math.isfinite(v) else "mde80 —"
+
+
 _WHAT = {"score": "validation score", "s_step": "step time", "s_token": "time per generated token"}
 
 
+def _is_aa(row: dict) -> bool:
+    return row["name"].startswith("A/A") or row["arm"].startswith("AA-")
+
+
 def _comparison_sentences(rows: list[dict]) -> list[str]:
-    """The A/A control first, then every verdict, then the null results in one sentence."""
+    """The A/A control first, then every verdict, then the null results in one sentence, each
+    with the smallest effect it could have detected (mde80)."""
     lines = []
     for row in rows:
-        if row["name"].startswith("A/A") or row["arm"].startswith("AA-"):
+        if _is_aa(row):
             lines.append(f"A/A control ({row['arm']} vs {row['baseline']}: identical settings, "
                          f"different seeds), {_WHAT[row['metric']]}: {row['verdict']}, "
-                         f"{_fmt_diff(row)}.")
+                         f"{_fmt_diff(row)}, {fmt_mde(row)}.")
     for row in rows:
         if row["verdict"] != "no detectable difference":
             lines.append(f"{row['name']}, {_WHAT[row['metric']]}: {row['arm']} is "
                          f"{row['verdict']} than {row['baseline']}, {_fmt_diff(row)}.")
-    nulls = [f"{r['name']} ({_WHAT[r['metric']]})" for r in rows
-             if r["verdict"] == "no detectable difference" and not r["name"].startswith("A/A")
-             and not r["arm"].startswith("AA-")]
+    nulls = [f"{r['name']} ({_WHAT[r['metric']]}, {fmt_mde(r)}"
+             + ("; its own 95% CI excludes 0 before the family correction" if r.get("ci_excludes_0")
+                else "") + ")" for r in rows
+             if r["verdict"] == "no detectable difference" and not _is_aa(r)]
     if nulls:
         lines.append("No detectable difference (p_holm >= 0.05; effects and CIs in the table "
-                     "below): " + "; ".join(nulls) + ".")
+                     "below; mde80 = the effect each could have detected with 80% power): "
+                     + "; ".join(nulls) + ".")
     return lines
+
+
+def _null_power(nulls: list[dict]) -> str:
+    """'; with 80% power they could have detected effects of A to B reward (...)' and how many
+    could detect nothing (too few pairs for the sign-flip test) or have no SD (< 2 pairs)."""
+    spans, inf, unknown = [], 0, 0
+    for unit in dict.fromkeys(METRICS[r["metric"]][1] for r in nulls):
+        _, _, _, scale, dec = next(v for v in METRICS.values() if v[1] == unit)
+        vals = [r.get("mde80", math.nan) * scale for r in nulls if METRICS[r["metric"]][1] == unit]
+        fin = [v for v in vals if math.isfinite(v)]
+        inf += sum(v == math.inf for v in vals)
+        unknown += sum(math.isnan(v) for v in vals)
+        if fin:
+            spans.append(f"{min(fin):.{dec}f} {unit}" if min(fin) == max(fin) else
+                         f"{min(fin):.{dec}f} to {max(fin):.{dec}f} {unit}")
+    parts = []
+    if spans:
+        parts.append("with 80% power they could have detected effects of " + "; ".join(spans)
+                     + " (mde80 per row below), so smaller effects are not ruled out")
+    if inf:
+        parts.append(f"{inf} of them could detect no effect at all (too few pairs for the "
+                     "sign-flip test to reach 0.05/m)")
+    if unknown:
+        parts.append(f"{unknown} of them have no mde80 (fewer than 2 pairs)")
+    return ("; " + "; ".join(parts) if parts else "") + "."
+
+
+def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) -> str:
+    """The report's first paragraph: what it found and how sure it is (verdicts with effect and
+    CI; nulls with the range of their mde80; the identity checks)."""
+    questions = [r for r in rows if not _is_aa(r)]
+    fams = list(dict.fromkeys(r["family"] for r in questions))
+    if not questions:
+        text = "This report makes no comparison (fewer than two arms)."
+    else:
+        found = [r for r in questions if r["verdict"] != "no detectable difference"]
+        n_aa = len(rows) - len(questions)
+        text = (f"**What it found.** {len(questions)} question{'s' * (len(questions) != 1)}"
+                + (f" (plus {n_aa} A/A control row{'s' * (n_aa != 1)})" if n_aa else "")
+                + f" in {len(fams)} Holm famil{'ies' if len(fams) != 1 else 'y'} "
+                f"({', '.join(f'`{f}`' for f in fams)}; family-wise error 5% within "
+                f"{'each' if len(fams) != 1 else 'it'}); {len(found)} reached a verdict")
+        text += (": " + "; ".join(f"{r['name']}" + (f" ({_WHAT[r['metric']]})" if r["metric"]
+                                                     != "score" else "")
+                                  + f": **{r['verdict']}**, {_short_diff(r)}" for r in found)
+                 + "." if found else ".")
+        nulls = [r for r in questions if r["verdict"] == "no detectable difference"]
+        if nulls:
+            text += f" {len(nulls)} found no detectable difference" + _null_power(nulls)
+    if checks:
+        bad = [c["name"] for c in checks if c["identical"] is False]
+        ok = sum(c["identical"] is True for c in checks)
+        text += (f" **ERROR: identical-by-construction check failed: {', '.join(bad)}.**" if bad
+                 else f" Identical-by-construction checks: {ok} of {len(checks)} identical: yes.")
+    if not evidence:
+        text += " This is a smoke run: its sizes check the pipeline, not the questions."
+    return text
 
 
 def _gain_sentences(gains: list[dict]) -> list[str]:
@@ -224,8 +305,9 @@ def _gain_sentences(gains: list[dict]) -> list[str]:
                          f"{g['gain_a']:+.3f}, not positive).")
             continue
         lo, hi = g["ci95"]
-        ci = (f"95% CI {lo:.0%} to {hi:.0%}" if math.isfinite(lo) and math.isfinite(hi)
-              else "no CI below 10 pairs")
+        ci = (f"95% Fieller interval {lo:.0%} to {hi:.0%}" if math.isfinite(lo)
+              and math.isfinite(hi) else "95% Fieller interval unbounded: A's gain is not clearly "
+              "above 0" if lo == -math.inf else "no interval with < 2 pairs")
         lines.append(f"{g['b']} kept {g['share']:.0%} of {g['a']}'s RL gain over the warm-start "
                      f"score {g['warm']:.3f} ({ci}, n = {g['n_pairs']}; "
                      f"gains {g['gain_b']:+.3f} vs {g['gain_a']:+.3f}); B's step time: "

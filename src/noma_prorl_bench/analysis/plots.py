@@ -97,6 +97,31 @@ def _colors(n: int) -> list:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+#: data line styles, cycled with the colours so neighbouring entries differ in both (a reader
+#: without colour, or a printout, still tells them apart)
+LINE_STYLES = ("-", "--", "-.", (0, (1, 1)))
+
+
+def _style(i: int):
+    return LINE_STYLES[i % len(LINE_STYLES)]
+
+
+def merge_twins(ents: Sequence[Entry], twins: dict[str, str] | None) -> dict[str, str]:
+    """{shown label: original label} of the entries left when arms identical by construction to
+    another shown arm (`twins`: arm -> the arm it equals; report.py passes the checks that held)
+    are dropped; the kept arm's label names the dropped ones."""
+    arm_of = {lab: (rs[0].arm or lab) for lab, rs in ents}
+    present = set(arm_of.values())
+    dropped = {lab for lab, arm in arm_of.items() if (twins or {}).get(arm) in present}
+    shown = {}
+    for lab, arm in arm_of.items():
+        if lab in dropped:
+            continue
+        same = [arm_of[d] for d in dropped if twins[arm_of[d]] == arm]
+        shown[f"{lab} = {' = '.join(same)} (identical by construction)" if same else lab] = lab
+    return shown
+
+
 def _mark_events(ax, ents: Sequence[Entry], colors: Sequence) -> None:
     for (_, runs), color in zip(ents, colors):
         for kinds, style, name in ((RESET_EVENTS, ":", "_reset"), (("growth",), "--", "_growth")):
@@ -112,9 +137,12 @@ def _panel(ax, title: str, ylabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def _legend(fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D]) -> int:
+def _legend(fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D],
+            styles: Sequence | None = None) -> int:
     """Figure legend below the panels; returns its number of rows."""
-    handles = [Line2D([], [], color=c, label=lab) for (lab, _), c in zip(ents, colors)]
+    styles = styles or [_style(i) for i in range(len(ents))]
+    handles = [Line2D([], [], color=c, linestyle=st, label=lab)
+               for (lab, _), c, st in zip(ents, colors, styles)]
     handles += list(extra)
     fig.legend(handles=handles, loc="lower center", ncol=min(3, max(1, len(handles))),
                fontsize=8, frameon=False)
@@ -158,16 +186,25 @@ def _clip_outliers(ax, q: float = 99.0, margin: float = 1.3) -> None:
         ax.set_title(ax.get_title() + f"\n(y capped at {top:.3g}; max {peak:.3g})", fontsize=9)
 
 
-def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
+def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: bool = True,
+                   twins: dict[str, str] | None = None) -> Figure:
     """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
     over seeds with a min–max band): train reward (trailing mean), validation reward, KL
     (solid: the estimate in the loss; dash-dot k1, dash-dot-dot k3; for B the anchor is the
-    old policy) and throughput (policy tokens/s, `runlog.THROUGHPUT_KEY`, trailing mean).
-    Resets dotted, growth dashed.
-    An entry that never logged a panel's key still gets an (empty) line there."""
+    old policy) and throughput (policy tokens/s, `runlog.THROUGHPUT_KEY`, trailing mean), or
+    with `throughput=False` (runs not interleaved in time, whose throughputs compare machine
+    loads) the KL to the warm-started policy (`kl/to_init`) instead. Arms identical by
+    construction (`twins`, arm -> arm it equals) are drawn once, the kept line's label naming
+    them (throughput keeps every arm: their costs differ). Entries differ in colour and line
+    style. Resets dotted, growth dashed. An entry that never logged a panel's key still gets an
+    (empty) line there."""
     ents = entries(runs, by_config)
-    colors = _colors(len(ents))
-    n_legend = len(ents) + len(_event_keys(ents)) + 3
+    color = dict(zip((lab for lab, _ in ents), _colors(len(ents))))
+    style = {lab: _style(i) for i, (lab, _) in enumerate(ents)}
+    members = dict(ents)
+    src = merge_twins(ents, twins)                      # shown label -> entry label
+    shown = [(lab, members[orig]) for lab, orig in src.items()]
+    n_legend = len(shown) + len(_event_keys(ents)) + 3
     fig = Figure(figsize=(12, 8 + 0.18 * -(-n_legend // 3)))
     axes = fig.subplots(2, 2, sharex=True).ravel()
     w = smooth_window(max((len(r.steps) for r in runs), default=0))
@@ -175,24 +212,38 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False) -> Figure:
     _panel(axes[0], "Train reward" + avg, "reward/mean")
     _panel(axes[1], "Validation reward", "reward/val")
     _panel(axes[2], "KL in the loss (A: to reference; B: to old policy)", "KL estimate")
-    _panel(axes[3], "Throughput: policy tokens / step time" + avg, "tokens/s")
-    for (label, rs), color in zip(ents, colors):
-        _draw(axes[0], label, rs, "reward/mean", color, w)
-        _draw(axes[1], label, rs, "reward/val", color, marker="o", markersize=3)
+    if throughput:
+        _panel(axes[3], "Throughput: policy tokens / step time" + avg, "tokens/s")
+    else:
+        _panel(axes[3], "KL to the warm-started policy (kl/to_init)", "kl/to_init")
+    for label, rs in shown:
+        c, ls = color[src[label]], style[src[label]]
+        _draw(axes[0], label, rs, "reward/mean", c, w, linestyle=ls)
+        _draw(axes[1], label, rs, "reward/val", c, marker="o", markersize=3, linestyle=ls)
         key = kl_loss_key(rs[0])
-        _draw(axes[2], label, rs, key, color)
-        for other, style in KL_STYLES:
+        _draw(axes[2], label, rs, key, c, linestyle=ls)
+        for other, kl_style in KL_STYLES:
             if other != key and rs[0].has(other):
                 steps, mean, _, _ = curve(rs, other)
-                axes[2].plot(steps, mean, color=color, linestyle=style, linewidth=0.8,
+                axes[2].plot(steps, mean, color=c, linestyle=kl_style, linewidth=0.8,
                              alpha=0.6, label=f"_{other}")
-        _draw(axes[3], label, rs, THROUGHPUT_KEY, color, w)
+        if not throughput:
+            _draw(axes[3], label, rs, "kl/to_init", c, linestyle=ls)
+    if throughput:
+        for label, rs in ents:
+            _draw(axes[3], label, rs, THROUGHPUT_KEY, color[label], w, linestyle=style[label])
     _clip_outliers(axes[2])
     for ax in axes:
-        _mark_events(ax, ents, colors)
-    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (solid)")]
-    kl_keys += [Line2D([], [], color="gray", linestyle=st, label=k[3:]) for k, st in KL_STYLES]
-    rows = _legend(fig, ents, colors, _event_keys(ents) + kl_keys)
+        _mark_events(ax, shown, [color[src[lab]] for lab, _ in shown])
+    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (the entry's line)")]
+    kl_keys += [Line2D([], [], color="gray", linestyle=st, linewidth=0.8, label=f"{k[3:]} (thin)")
+                for k, st in KL_STYLES]
+    extra = [(f"{lab} (throughput panel only)", rs) for lab, rs in ents
+             if lab not in src.values()] if throughput else []
+    legend_ents = shown + extra
+    origin = dict(src) | {f"{lab} (throughput panel only)": lab for lab, _ in ents}
+    rows = _legend(fig, legend_ents, [color[origin[lab]] for lab, _ in legend_ents],
+                   _event_keys(ents) + kl_keys, [style[origin[lab]] for lab, _ in legend_ents])
     _finish(fig, "Training summary", rows)
     return fig
 
@@ -286,13 +337,16 @@ def diagnostics_figure(run: Run) -> Figure:
 
 
 def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
-                 by_config: bool = False) -> tuple[Path, Path]:
-    """Write `summary_figure` to `out_png` and `ref_cost_figure` to `ref_cost.png` beside it."""
+                 by_config: bool = False, throughput: bool = True,
+                 twins: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and `ref_cost_figure`
+    to `ref_cost.png` beside it."""
+    from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
     out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    makedirs(str(out.parent))
     ref_png = out.parent / "ref_cost.png"
-    summary_figure(runs, by_config).savefig(out, dpi=dpi, bbox_inches="tight")      # long legends widen it
-    ref_cost_figure(runs, by_config).savefig(ref_png, dpi=dpi, bbox_inches="tight")
+    save_figure(summary_figure(runs, by_config, throughput, twins), str(out), dpi=dpi, bbox_inches="tight")
+    save_figure(ref_cost_figure(runs, by_config), str(ref_png), dpi=dpi, bbox_inches="tight")  # never via a link
     return out, ref_png
 
 
@@ -302,5 +356,6 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     plots = run.path / "plots"
     written = list(save_summary([run], plots / "summary.png", dpi=dpi))
     diag = plots / "diagnostics.png"
-    diagnostics_figure(run).savefig(diag, dpi=dpi)
+    from noma_prorl_bench.io.safe_files import save_figure  # noqa: PLC0415
+    save_figure(diagnostics_figure(run), str(diag), dpi=dpi)
     return written + [diag]

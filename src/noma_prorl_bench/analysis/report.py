@@ -1,6 +1,9 @@
-"""The result report: paired comparisons between a suite's arms (mean difference, 95% bootstrap
-CI, Holm-corrected p-value, verdict), the B-vs-A share of the RL gain, per-arm numbers, the
-A0/A1 cost-model check, sample rollouts, and appendices with every per-seed number.
+"""The result report: what it found first (verdicts with effect and CI, nulls with the effect
+they could have detected), the identical-by-construction checks, paired comparisons between a
+suite's arms per Holm family (mean difference, 95% t CI, Holm-corrected p-value, verdict,
+mde80), the B-vs-A share of the RL gain, per-arm numbers, the atlas map (beta x reference
+treatment) when the arms are named b{beta}-{treatment}, the A0/A1 cost-model check (interleaved
+runs only), sample rollouts, and appendices with every per-seed number.
 
 Reads saved run directories only (via `runlog`); the statistics are pure functions of `Run`
 objects (`compare.py`, `stats.py`), so a test can recompute each one from `metrics.jsonl`:
@@ -17,16 +20,20 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from noma_prorl_bench.analysis import compare as cmp
+from noma_prorl_bench.analysis.atlas import atlas_section
 from noma_prorl_bench.analysis.findings import (
     Stat,
     conclusion,
     cost_model_check,
     default_threshold,
+    headline,
     result_matrix,
     threshold_source,
 )
@@ -34,6 +41,7 @@ from noma_prorl_bench.analysis.plots import save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
     Run,
+    base_label,
     group_runs,
     load_runs,
 )
@@ -41,6 +49,7 @@ from noma_prorl_bench.analysis.sections import (
     _cell,
     _table,
     arm_lines,
+    check_lines,
     comparison_lines,
     cost_lines,
     details_lines,
@@ -48,6 +57,32 @@ from noma_prorl_bench.analysis.sections import (
     per_seed_lines,
     provenance_lines,
 )
+from noma_prorl_bench.io import safe_files
+
+# a recorded command printed as is: this tool's own entry point, then only characters no shell acts on
+_SHELL_SAFE = re.compile(r"(\S*/)?(prorl-bench|python[0-9.]*)( [A-Za-z0-9_./=:,@%+-]+)*")
+
+
+def as_data(text: Any, limit: int = 300) -> str:
+    """Text read from a run or suite directory (untrusted), made safe to print inside a one-line
+    markdown code span: newlines and other unprintable characters escaped (`\\n`, `\\u2028`),
+    backticks replaced by `'` (so the span cannot be closed early)."""
+    s = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in str(text)).replace("`", "'")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _provenance_as_data(settings: dict) -> dict:
+    """`settings` with commit, machine and command rendered as data: a commit that is not a hex id
+    is escaped, and a command with shell metacharacters is shown as one single-quoted word (so
+    pasting it into a shell runs nothing)."""
+    out = dict(settings)
+    for key in ("commit", "machine"):
+        if key in out:
+            out[key] = as_data(out[key], 80)
+    if "command" in out:
+        cmd = str(out["command"])
+        out["command"] = cmd if _SHELL_SAFE.fullmatch(cmd) else shlex.quote(as_data(cmd, 2000))
+    return out
 
 
 def _num(x: Any) -> Any:
@@ -75,65 +110,120 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
 def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     lines = ["## Settings", ""]
     if settings:
-        lines += _table(["setting", "value"], [[_cell(k), f"`{_cell(json.dumps(v), 200)}`"]
+        lines += _table(["setting", "value"], [[_cell(as_data(k)), f"`{_cell(as_data(json.dumps(v)), 200)}`"]
                                                for k, v in settings.items()]) + [""]
     common = {k: v for k, v in runs[0].config.items() if k not in NOT_CONFIG
               and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)}
     lines += ["Configuration shared by every run (the matrix labels name what varies):", ""]
-    lines += [f"`{_cell(json.dumps(common, sort_keys=True), 10_000)}`", ""]
+    lines += [f"`{_cell(as_data(json.dumps(common, sort_keys=True), 10_000), 10_000)}`", ""]
     seeds = sorted({json.dumps(r.seed) for r in runs})
     versions = runs[0].config.get("versions")
-    lines += [f"Seeds: {', '.join(seeds)}.  Versions: `{json.dumps(versions)}`.", ""]
+    lines += [f"Seeds: {as_data(', '.join(seeds))}.  Versions: `{as_data(json.dumps(versions))}`.", ""]
     return lines
+
+
+def portable(value: Any, base: Path) -> Any:
+    """`value` with no machine path (strings, also inside `--flag=PATH` and command lines; lists
+    and dicts recursively): an absolute path inside `base` (the report's folder) becomes relative
+    to it, one inside the working directory relative to that, any other its last component."""
+    if isinstance(value, dict):
+        return {k: portable(v, base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, base) for v in value]
+    if not isinstance(value, str) or os.sep not in value:
+        return value
+
+    def rel(token: str) -> str:
+        head, eq, tail = token.rpartition("=") if token.startswith("-") else ("", "", token)
+        if not os.path.isabs(tail):
+            return token
+        for root in (base, Path.cwd()):
+            if Path(tail).resolve().is_relative_to(root.resolve()):
+                return head + eq + Path(os.path.relpath(tail, root)).as_posix()
+        return head + eq + Path(tail).name
+
+    return " ".join(rel(t) for t in value.split(" "))
+
+
+def failed_checks(report_md: str | Path) -> list[str]:
+    """Names of the identical-by-construction checks that failed, from the summary.json beside
+    `report_md` (the suite's exit code)."""
+    summary = json.loads((Path(report_md).parent / "summary.json").read_text())
+    return [c["name"] for c in summary.get("checks", []) if c.get("identical") is False]
+
+
+TIMING_NOTE = ("No step-time or per-token comparisons: these arms did not run interleaved in "
+               "time (arms run at different times see different machine loads, so their timings "
+               "would compare the machine, not the method). The `cost` preset runs A0, A1, A2 "
+               "and B alternating seed by seed in one job for that.")
 
 
 def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir: str | Path,
                  settings: dict | None = None, suite: dict | None = None) -> Path:
     """Write `out_md`, `summary.json` and `report.json` beside it, and the figures under
     `figures_dir`. `settings` may hold `score_evals` (K, default 10), `reward_threshold`,
-    `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run), `caveats` (a
-    string or list printed first in the conclusion) and anything to
-    print (preset, command, commit, machine). `suite` is a suite.json (arms, pairs,
-    comparisons); without it arms are configurations and pairs are seeds."""
-    settings = dict(settings or {})
+    `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run), `interleaved`
+    (True: arms alternated in time: timing rows and the cost-model check are made), `caveats`
+    (printed first in the conclusion) and anything to print (preset, command, commit, machine;
+    absolute paths made relative). `suite` is a suite.json (arms, pairs, comparisons, families,
+    checks); without it arms are configurations, pairs seeds, and the family "outcome"."""
+    out = Path(out_md)
+    settings = portable(dict(settings or {}), out.parent.resolve())
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("write_report: no run directories given")
     groups = dict(sorted(group_runs(runs).items()))       # configurations: A0, A1, A2, B, ...
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
-    arms = cmp.arm_table(runs, suite)
+    arms = _matrix_order(cmp.arm_table(runs, suite), suite)
     for arm, members in arms.items():                     # figures: one line per arm (A1-aa apart from A1)
         for run in members.values():
             run.arm = arm if suite else ""
     comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
-    rows = cmp.compare(arms, comparisons, k)
+    checks = [list(c) for c in (suite or {}).get("checks") or []]
+    interleaved = bool(settings.get("interleaved", False))
+    rows = cmp.compare(arms, comparisons, k, (suite or {}).get("families"), checks, interleaved)
+    check_rows = [cmp.identity_check(arms, *c) for c in checks]
     gains = cmp.gain_kept(arms, rows, k)
-    cost = cost_model_check(groups)
+    cost = cost_model_check(groups) if interleaved else []
     evidence = bool(settings.get("evidence", True))
     window, spike = int(settings.get("smooth_window", 10)), int(settings.get("spike_window", 10))
     source = threshold_source(runs)
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=spike)
     detail = (matrix, threshold, source, window, spike)
-    out = Path(out_md)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    summary_png, ref_png = save_summary(runs, Path(figures_dir) / "summary.png",
-                                        by_config=any(len(rs) > 1 for rs in groups.values()))
+    safe_files.makedirs(str(out.parent))
+    twins = {c["arm"]: c["baseline"] for c in check_rows if c["identical"]}
+    in_arms = [r for members in arms.values() for r in members.values()]
+    ordered = in_arms + [r for r in runs if all(r is not x for x in in_arms)]   # matrix order
+    summary_png, ref_png = save_summary(ordered, Path(figures_dir) / "summary.png",
+                                        by_config=any(len(rs) > 1 for rs in groups.values()),
+                                        throughput=interleaved, twins=twins)
     rel = lambda p: Path(os.path.relpath(p, out.parent)).as_posix()  # noqa: E731
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
-    lines = ["# Result report", ""] + provenance_lines(settings, len(runs), len(arms), k, evidence)
+    lines = ["# Result report", "", headline(rows, check_rows, evidence), ""]
+    lines += provenance_lines(_provenance_as_data(settings), len(runs), len(arms), k, evidence)
     caveats = settings.get("caveats") or []
     lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
         cost, rows, gains, n_pairs, partial, evidence, [caveats] if isinstance(caveats, str) else caveats)]
-    lines += [""] + comparison_lines(rows) + gain_lines(gains) + arm_lines(arms, k)
+    lines += [""] + check_lines(check_rows)
+    lines += atlas_section(arms, rows, k, Path(figures_dir), rel)
+    lines += comparison_lines(rows, "" if interleaved else TIMING_NOTE)
+    lines += gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})",
-              ""] + cost_lines(cost)
+              ""]
+    lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
-    out.write_text("\n".join(lines), encoding="utf-8")
-    _write_numbers(out, rows, gains, arms, cost, matrix, settings, k, evidence)
+    safe_files.write_text(str(out), "\n".join(lines))       # never through a symlink
+    _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
     return out
+
+
+def _matrix_order(arms: dict, suite: dict | None) -> dict:
+    """`arms` in the order suite.json lists them (the matrix's order); unlisted arms last."""
+    order = list(dict.fromkeys(r["arm"] for r in (suite or {}).get("runs", [])))
+    return {a: arms[a] for a in sorted(arms, key=lambda a: order.index(a) if a in order else len(order))}
 
 
 def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
@@ -145,31 +235,49 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     lines += _settings_lines(runs, settings)
     return lines + ["## Runs", ""] + _table(
         ["directory", "label", "steps", "complete", "dropped lines"],
-        [[f"`{rel(r.path)}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
+        [[f"`{as_data(rel(r.path))}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
          for r in runs]) + [""]
 
 
-def _write_numbers(out: Path, rows, gains, arms, cost, matrix, settings, k, evidence) -> None:
+#: keys of a summary.json comparison (the contract every suite's summary.json follows)
+SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm",
+                "verdict", "mde80")
+PROVENANCE_KEYS = ("commit", "command", "machine", "preset", "interleaved", "seeds", "steps",
+                   "jobs", "score_evals", "wall_seconds_this_invocation")
+
+
+def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, settings, k,
+                   evidence) -> None:
     """summary.json (the comparisons contract) and report.json (every number) beside out."""
-    keys = ("name", "metric", "n_pairs", "diff", "ci95", "p_holm", "verdict")
     nums = {a: [cmp.run_numbers(r, k) for r in rs.values()] for a, rs in arms.items()}
+    fams = {}
+    for r in rows:
+        fams[r["family"]] = r["family_size"]
     summary = {
-        "comparisons": [{**{key: r[key] for key in keys}, "unit": cmp.METRICS[r["metric"]][1],
-                         "arm": r["arm"], "baseline": r["baseline"], "p": r["p"]} for r in rows],
+        "comparisons": [{**{key: r[key] for key in SUMMARY_KEYS},
+                         "unit": cmp.METRICS[r["metric"]][1], "arm": r["arm"],
+                         "baseline": r["baseline"], "ci_excludes_0_uncorrected": r["ci_excludes_0"],
+                         "mde80_reachable": r["mde80"] != math.inf}
+                        for r in rows],
+        "checks": [{"name": c["name"], "identical": c["identical"], "arm": c["arm"],
+                    "baseline": c["baseline"], "pairs": c["pairs"],
+                    "first_difference": c["first_difference"]} for c in check_rows],
+        "provenance": {key: settings.get(key) for key in PROVENANCE_KEYS
+                       if key in settings or key in ("commit", "command", "machine", "preset")},
         "gain_kept": gains,
         "score": {"definition": "mean reward/val over the last K evaluations of a run", "k": k},
-        "alpha": 0.05, "holm_family_size": sum(math.isfinite(r["p"]) for r in rows),
+        "alpha": 0.05, "families": fams,
+        "holm_family_size": max(fams.values(), default=0),
         "evidence": evidence,
         "arms": {a: {m: Stat.of([n[m] for n in ns]).mean for m in ("score", "warm", "final_val",
                                                                      "s_step", "s_token")}
                  | {"runs": len(ns)} for a, ns in nums.items()},
-        "provenance": {key: settings.get(key) for key in ("commit", "command", "machine", "preset")},
     }
     text = json.dumps(summary, indent=1, default=str)
-    (out.parent / "summary.json").write_text(json.dumps(_nan_to_none(json.loads(text)), indent=1))
+    safe_files.write_json(str(out.parent / "summary.json"), _nan_to_none(json.loads(text)), indent=1)
     numbers = dict(matrix={g: {m: asdict(st) for m, st in row.items()} for g, row in matrix.items()},
-                   cost_model=cost, comparisons=rows, gain_kept=gains)
-    out.with_suffix(".json").write_text(json.dumps(numbers, indent=1, default=str))
+                   cost_model=cost, comparisons=rows, checks=check_rows, gain_kept=gains)
+    safe_files.write_json(str(out.with_suffix(".json")), numbers, indent=1, default=str)
 
 
 def _nan_to_none(obj: Any) -> Any:

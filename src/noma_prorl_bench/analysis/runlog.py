@@ -1,4 +1,4 @@
-"""Read saved run directories (the output contract in DESIGN.md) into plain numpy data.
+"""Read saved run directories (the output contract in docs/design.md) into plain numpy data.
 
 A run directory holds `config.json`, `metrics.jsonl`, `events.jsonl`, optionally
 `samples.jsonl` and, once the run finished, `summary.json` with `"complete": true`.

@@ -39,25 +39,79 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
               f"    {settings.get('command', '(command not recorded)')}", "",
               f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
               "evaluations. Every comparison is paired by seed: the effect is the mean of the "
-              "per-seed differences (arm − baseline), with a 95% bootstrap CI (BCa, 10 000 "
-              "resamples; with fewer than 10 pairs the Student t interval, and no CI for the gain "
-              "share), a two-sided sign-flip permutation p-value, Holm-corrected over every "
-              "row of the comparison table, and a verdict at family-wise 5%: `better`, `worse` or "
-              "`no detectable difference` (for times, lower is better).", ""]
+              "per-seed differences (arm − baseline) with its 95% Student t interval (it covers "
+              "95% at 5-20 pairs; the BCa bootstrap covered 87-90% at 10), a two-sided sign-flip "
+              "permutation p-value, Holm-corrected within the comparison's **family** (the "
+              "questions one reader asks together; timing rows are a family of their own), and a "
+              "verdict at family-wise 5%: `better`, `worse` or `no detectable difference` (for "
+              "times, lower is better). **mde80** is the smallest effect the row could detect "
+              "with 80% power: (t(1 − 0.05/(2m), n − 1) + t(0.8, n − 1)) × sd(d) / √n for n "
+              "pairs in a family of m questions (Bonferroni's level, Holm's first step); ∞ when "
+              "the sign-flip test cannot reach 0.05/m with n pairs (2/2ⁿ ≥ 0.05/m). The CI is the "
+              "row's own, before the family correction: a row marked *CI excludes 0 "
+              "(uncorrected)* has an interval without 0 but did not survive Holm.", ""]
     return lines
 
 
-def comparison_lines(rows: list[dict]) -> list[str]:
+def _diff_ci(r: dict) -> str:
+    _, unit, _, scale, dec = METRICS[r["metric"]]
+    lo, hi = r["ci95"]
+    return (f"{_f(r['diff'] * scale, dec, sign=True)} [{_f(lo * scale, dec, sign=True)}, "
+            f"{_f(hi * scale, dec, sign=True)}]")
+
+
+def _mde(r: dict) -> str:
+    _, _, _, scale, dec = METRICS[r["metric"]]
+    v = r.get("mde80", math.nan)
+    return "∞" if v == math.inf else _f(v * scale, dec)
+
+
+def verdict_text(r: dict) -> str:
+    """The verdict, and for a null whose own CI excludes 0 the plain statement of which is which."""
+    if r["verdict"] == "no detectable difference" and r.get("ci_excludes_0"):
+        return "no detectable difference; *CI excludes 0 (uncorrected)*"
+    return r["verdict"]
+
+
+def comparison_lines(rows: list[dict], timing_note: str = "") -> list[str]:
+    """One table per Holm family (in order of first appearance), then `timing_note`."""
+    lines = ["## Paired comparisons", ""]
+    if not rows:
+        lines += ["No comparisons (fewer than two arms, or only identical-by-construction pairs).",
+                  ""]
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        members = [r for r in rows if r["family"] == fam]
+        m = members[0].get("family_size", len(members))
+        lines += [f"### Family `{fam}`: {m} question{'s' * (m != 1)}, Holm within", ""]
+        body = [[_cell(r["name"], 48), METRICS[r["metric"]][1], r["n_pairs"], _diff_ci(r),
+                 _f(r["p"], 3), _f(r["p_holm"], 3), verdict_text(r), _mde(r)] for r in members]
+        lines += _table(["comparison (arm vs baseline)", "metric", "pairs",
+                         "mean diff [95% CI]", "p", "p (Holm)", "verdict", "mde80"], body) + [""]
+    return lines + ([timing_note, ""] if timing_note else [])
+
+
+def check_lines(checks: list[dict]) -> list[str]:
+    """The identical-by-construction checks: `identical: yes`, or **identical: NO** and where."""
+    if not checks:
+        return []
     body = []
-    for r in rows:
-        _, unit, _, scale, dec = METRICS[r["metric"]]
-        lo, hi = r["ci95"]
-        body.append([_cell(r["name"], 40), unit, r["n_pairs"], _f(r["diff"] * scale, dec, sign=True),
-                     f"[{_f(lo * scale, dec, sign=True)}, {_f(hi * scale, dec, sign=True)}]",
-                     _f(r["p_holm"], 3), r["verdict"]])
-    table = _table(["comparison (arm vs baseline)", "metric", "pairs", "mean diff", "95% CI",
-                    "p (Holm)", "verdict"], body) if body else ["No comparisons (fewer than two arms)."]
-    return ["## Paired comparisons", ""] + table + [""]
+    for c in checks:
+        if c["identical"] is None:
+            verdict = "not checked (no shared pair)"
+        elif c["identical"]:
+            verdict = "identical: yes"
+        else:
+            fd = c["first_difference"]
+            where = (f"pair {fd['pair']}, `{fd['metric']}`" + (f" at step {fd['step']}"
+                     if fd["step"] is not None else "") + f": {fd['values'][0]} vs {fd['values'][1]}")
+            verdict = f"**identical: NO** (ERROR; first difference {_cell(where, 120)})"
+        body.append([_cell(c["name"], 40), f"{c['arm']} = {c['baseline']}", c["pairs"], verdict])
+    return ["## Checks: arms identical by construction", "",
+            "These pairs compute the same thing by different means (only their cost may differ), "
+            "so they are verified, not tested: every metric except timing, throughput, memory and "
+            "work counters (`time/*`, `perf/*`, `count/*`, `derived/*`) must be equal at every "
+            "step of every pair. A failure is an error in the harness; the suite exits non-zero.",
+            ""] + _table(["check", "arms", "pairs", "result"], body) + [""]
 
 
 def gain_lines(gains: list[dict]) -> list[str]:
@@ -69,11 +123,13 @@ def gain_lines(gains: list[dict]) -> list[str]:
              g["held_80"], g["held_90"]] for g in gains]
     return ["## B (no reference model) vs A: share of the RL gain", "",
             "gain = score − warm-start score (validation reward of the warm-started policy before "
-            "RL, same seed); share = mean(B's gain) ÷ mean(A's gain) with a paired bootstrap 95% "
-            "CI. Criterion (seed 000): B keeps ≥ 80% (≥ 90%) of A's gain at a lower step time; "
+            "RL, same seed); share = mean(B's gain) ÷ mean(A's gain) with Fieller's 95% interval "
+            "(t with n − 1 df, paired; no resampling). Criterion: B keeps ≥ 80% "
+            "(≥ 90%) of A's gain at a lower step time; "
             "`held` when the CI's lower end is ≥ the level and B's step time is detectably lower, "
             "`not held` when the CI's upper end is below the level (or B is detectably slower), "
-            "otherwise `undecided`.", ""] + _table(
+            "otherwise `undecided` (always, unless not held, when the runs were not interleaved "
+            "in time: their step times are not compared).", ""] + _table(
         ["B vs A", "pairs", "warm-start score", "A gain", "B gain", "share kept [95% CI]",
          "≥ 80%", "≥ 90%"], body) + [""]
 
@@ -104,7 +160,11 @@ def _scaled(st: Stat, scale: float, decimals: int, unit: str) -> str:
                 st.n_total).fmt(decimals, unit=unit)
 
 
-def cost_lines(cost: list[dict]) -> list[str]:
+def cost_lines(cost: list[dict], interleaved: bool = True) -> list[str]:
+    if not interleaved:
+        return ["## Cost model check (A0 vs A1)", "", "Not made: the arms did not run interleaved "
+                "in time (the `cost` preset does); a step-time ratio between runs made at "
+                "different machine loads measures the load.", ""]
     intro = ("predicted A0 step = A1 (rollout + train + other) + A0 reference units per step × "
              "(A1 `time/ref` ÷ A1 reference units per step), units = `count/tokens_ref` (or "
              "`count/ref_fwd`), other = step − rollout − ref − train; ratios are A0 step ÷ A1 "

@@ -56,8 +56,8 @@ class RunConfig:
     """Allow writing into a non-empty existing --outdir (its run files are replaced)."""
     quiet: bool = False
     """No progress bars on stderr (ours, and third-party ones such as transformers' weight loading)."""
-    report_to: Literal["none", "tensorboard", "csv"] = "none"
-    """Also send every metrics.jsonl record, same keys, to: tensorboard (OUTDIR/tb/, view with `tensorboard --logdir OUTDIR/tb`; needs the tensorboard package, pip install -e '.[tensorboard]'), csv (OUTDIR/metrics.csv, one column per key), or none. metrics.jsonl is always written; on --resume both are rebuilt from it."""
+    report_to: str = "none"
+    """Also send every metrics.jsonl record, same keys, to: tensorboard (OUTDIR/tb/, view with `tensorboard --logdir OUTDIR/tb`; needs the tensorboard package, pip install -e '.[tensorboard]'), csv (OUTDIR/metrics.csv, one column per key), wandb (Weights & Biases, OUTDIR/wandb/, config = the run's config; offline unless WANDB_MODE says otherwise, project $WANDB_PROJECT or prorl-bench; needs pip install -e '.[wandb]'), a comma list of them (csv,wandb), or none. metrics.jsonl is always written; on --resume each is rebuilt from it."""
     seed: int = 0
     """Seed for model init, prompt sampling and rollout sampling (runs are bit-reproducible)."""
     steps: int = 400
@@ -70,12 +70,22 @@ class RunConfig:
     """Evaluate every N steps: greedy validation reward, drift monitors (kl/to_init, kl/to_prev), samples."""
     n_val: int = 256
     """Number of held-out validation prompts (fixed across seeds)."""
+    eval_samples: int = 0
+    """K > 0: at each evaluation also sample K completions per validation prompt (at --temperature) and log reward/val_pass@k for k = 1, 2, 4, ..., K with the unbiased estimator of Chen et al. 2021, 1 - C(n-c, k)/C(n, k) (a sample is correct when it earns the full reward), beside the greedy reward/val. Costs K sampled generations per prompt per evaluation. 0: off."""
 
     # ---------------------------------------------------------------- task and model
     task: str = "reverse_digits"
-    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic, and rg:NAME, any reasoning-gym dataset (e.g. rg:basic_arithmetic, rg:chain_sum; needs pip install reasoning-gym==0.1.25): prompts from its generator (validation disjoint from training), wrapped in the model's chat template, reward = the dataset's score_answer on the extracted answer (docs/real_model.md)."""
+    """Verifiable task. Toy tasks: reverse_digits, parity, sort_digits (char vocabulary). Text tasks (HF models): keyword_inclusion, arithmetic, and rg:NAME, any reasoning-gym dataset (e.g. rg:basic_arithmetic, rg:chain_sum; needs pip install reasoning-gym==0.1.25): prompts from its generator (validation disjoint from training), wrapped in the model's chat template, reward = the dataset's score_answer on the extracted answer (docs/real_model.md). Your own: module.path:factory, an importable callable returning a Task (kwargs from --task_kwargs), or jsonl:PATH, one {"prompt", "answer"} object per line, reward by --reward_fn (docs/tasks.md)."""
     task_kwargs: str = ""
-    """rg:NAME only: JSON object of the reasoning-gym dataset's config fields (difficulty), passed to create_dataset, e.g. '{"min_terms": 2, "max_terms": 2, "max_digits": 2}'. Empty: the dataset's defaults."""
+    """rg:NAME and module.path:factory only: a JSON object. rg:NAME: the reasoning-gym dataset's config fields (difficulty), passed to create_dataset, e.g. '{"min_terms": 2, "max_terms": 2, "max_digits": 2}'. module.path:factory: keyword arguments of the factory. Empty: the defaults."""
+    prompt_field: str = "prompt"
+    """jsonl:PATH only: the key of each line's prompt."""
+    answer_field: str = "answer"
+    """jsonl:PATH only: the key of each line's reference answer."""
+    reward_fn: str = "exact"
+    """jsonl:PATH only: the reward in [0, 1]. exact: stripped response == answer; numeric: the last number in the response within --reward_tol of the answer; regex: the answer is a regular expression matching the whole stripped response; MODULE:FUNCTION: an importable FUNCTION(response, answer) returning a number or a dict with "reward"."""
+    reward_tol: float = 1e-6
+    """jsonl:PATH with --reward_fn numeric only: the absolute tolerance."""
     answer_extraction: Literal["lenient", "tag"] = "lenient"
     """rg:NAME only: how the answer is read from a response before score_answer. tag: the inside of the last <answer></answer> (none: reward 0). lenient: the tag if present, else the last number (numeric answers) or the last non-empty line."""
     format_reward: float = 0.0
@@ -92,8 +102,8 @@ class RunConfig:
     """Transformer attention heads (--model transformer)."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     """Device: cpu, cuda, or auto (cuda when available)."""
-    dtype: Literal["float32", "bfloat16", "bf16_mixed"] = "float32"
-    """Model precision (log-probabilities are always computed in float32). float32; bfloat16: pure bf16 parameters and Adam state, no master weights, so updates much smaller than 1e-4 of a weight are rounded away (lr 1e-6 full fine-tuning does nothing; docs/models.md); bf16_mixed: float32 parameters (master weights) and optimizer state, forwards under bf16 autocast (bf16 matmuls), so small updates survive (docs/performance.md)."""
+    dtype: Literal["float32", "bfloat16", "bf16_mixed", "auto"] = "float32"
+    """Model precision (log-probabilities, KL and losses are always computed in float32). float32; bfloat16: pure bf16 parameters and Adam state, no master weights, so updates much smaller than 1e-4 of a weight are rounded away (lr 1e-6 full fine-tuning does nothing; docs/models.md); bf16_mixed: trainable parameters (master weights) and optimizer state in float32, forwards and backwards under bf16 autocast (bf16 matmuls); with hf:PATH the frozen nn.Linear weights (a LoRA run's base) are stored in bf16 once instead of being re-cast every call (docs/performance.md); auto: bf16_mixed for hf:PATH where the hardware has bf16 units (CUDA bf16, or an x86 CPU with avx512_bf16/amx_bf16, an arm CPU with bf16), else float32 (a fallback). The dtype used and why is the `precision` event in events.jsonl. Without bf16 units bf16 is emulated: correct but slower than float32."""
     grad_checkpoint: bool = False
     """Activation (gradient) checkpointing in training forwards: transformer per block (torch.utils.checkpoint, non-reentrant), hf:PATH through the model's gradient_checkpointing_enable. Less memory, about one extra forward of compute; same gradients (not for gru)."""
     logprob_chunk: int = 0
@@ -207,7 +217,7 @@ class RunConfig:
     reset_kl_coef: int = 0
     """1: reset the adaptive KL coefficient to its initial value at a reset."""
 
-    # ---------------------------------------------------------------- growth (issue 5; docs/growth.md)
+    # ---------------------------------------------------------------- growth (docs/growth.md)
     enable_growth: int = 0
     """1: after the warm start, wrap the --adapter_targets layers in LoRA adapters (W x + s B A x, s = lora_alpha / initial_rank fixed) and FREEZE the base model: only the adapters train, so RL capacity is the adapter rank. The rank grows during training (--grow_on); the reference (Variant A) is a copy of the adapted policy."""
     grow_every: int = 0
@@ -229,13 +239,13 @@ class RunConfig:
     lora_alpha: float = 16.0
     """Adapter scale numerator: s = lora_alpha / initial_rank, fixed when the rank grows (so growth leaves the policy unchanged)."""
 
-    # ---------------------------------------------------------------- engines (issue 7)
+    # ---------------------------------------------------------------- engines
     engine: Literal["local", "ray_colocated", "ray_async"] = "local"
     """Execution engine: local (one process, no Ray); ray_colocated (Generator and Learner actors on one node, generate -> train -> sync in turn); ray_async (generation of the next batches overlaps training, bounded by --max_staleness). See docs/ray.md."""
     ref_placement: Literal["learner", "generator", "own_actor"] = "learner"
     """Ray engines, Variant A: where pi_ref scores logp_ref. learner: inside the learner's update (as the local engine); generator: on the rollout workers right after sampling; own_actor: a separate ReferenceScorer actor. Remote placements compute it once per batch (needs --ref_compute cached)."""
     steps_per_rollout: int = 1
-    """ray_colocated, K: the generator samples K step-batches with one policy version, then the learner takes K steps (one per batch, each ppo_epochs x minibatches clipped updates, logp_old from the sampling version) before the next weight sync. With --ppo_epochs 1 --minibatches 1 this is K optimizer steps per rollout (seed 004 Problem 7); K=1 equals --engine local."""
+    """ray_colocated, K: the generator samples K step-batches with one policy version, then the learner takes K steps (one per batch, each ppo_epochs x minibatches clipped updates, logp_old from the sampling version) before the next weight sync. With --ppo_epochs 1 --minibatches 1 this is K optimizer steps per rollout; K=1 equals --engine local."""
     max_staleness: int = 1
     """ray_async, S: a batch sampled by policy version w is trained at learner version <= w + S; the driver delays generation (never discards) to keep it. 0 = synchronous."""
     num_generators: int = 1
@@ -247,9 +257,9 @@ class RunConfig:
     weight_sync: Literal["object_store", "nccl"] = "object_store"
     """Ray engines: weight transport from learner to generators. object_store (numpy arrays, CPU); nccl needs CUDA GPUs (one per actor) and is not available in this build."""
 
-    # ---------------------------------------------------------------- reliability (issue 9)
+    # ---------------------------------------------------------------- reliability
     save_every: int = 0
-    """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM with --engine local); 0: only at the end."""
+    """Checkpoint every N steps under OUTDIR/checkpoints/ (and at the end, and on SIGINT/SIGTERM/SIGHUP/SIGUSR1 with --engine local); 0: only at the end."""
     keep_checkpoints: int = 2
     """Keep the last N checkpoints."""
     resume: bool = False

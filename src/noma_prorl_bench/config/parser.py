@@ -6,7 +6,6 @@ preset, then the explicit flags, validates (validate.py) and returns a `RunConfi
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import typing
 from dataclasses import fields
@@ -14,7 +13,8 @@ from typing import Any, Literal, Optional, cast
 
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
-from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, validate
+from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, suggest, validate
 
 
 def _choices(tp) -> Optional[list]:
@@ -29,14 +29,6 @@ HELP_GROUPS = [("task and model", "task and model"), ("sampling", "RL: sampling"
                ("KL and reference", "KL and reference"), ("resets", "reference resets"),
                ("growth", "topology growth"), ("engines", "engines (Ray)"),
                ("run and outputs", "output and run"), ("reliability", "checkpoints and reliability")]
-
-
-def suggest(word: str, options) -> str:
-    """' (did you mean X?)' for the closest option to a misspelt word, else ''."""
-    options = list(options)
-    close = [o for o in options if o.startswith(word) and len(word) >= 3]
-    close = close or difflib.get_close_matches(word, options, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,6 +54,8 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
                     "metrics.jsonl and events.jsonl to --outdir. Flags by section below; "
                     "docs/flags.md has them as a table.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--config", metavar="FILE", help="flag values from a YAML, TOML or JSON file whose keys are the "
+                   "flags' names (a run's own config.json works); flags given here override it")
     groups = {sec: p.add_argument_group(title) for sec, title in HELP_GROUPS}
     docs, sections = field_docs(), field_sections()
     hints = typing.get_type_hints(RunConfig)
@@ -87,7 +81,7 @@ def parse_config(argv: Optional[list[str]] = None, prog: str = "python -m noma_p
     parser = build_parser(prog)
     ns = vars(parser.parse_args(argv))
     try:
-        return make_config(ns)
+        return make_config(with_config_file(ns))
     except ConfigError as e:
         parser.error(str(e))
         raise  # unreachable

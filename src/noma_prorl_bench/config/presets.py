@@ -66,7 +66,7 @@ PRESET_SOURCES: dict[str, str] = {
     "trl_sync": "TRL GRPOConfig/DPOConfig sync_ref_model with ref_model_mixup_alpha=0.6, "
                 "ref_model_sync_steps=512 (SyncRefModelCallback; TR-DPO, Gorbatovski et al. 2024, "
                 "arXiv:2404.09656). TRL counts optimizer steps; here 512 RL steps",
-    "noma_soft": "This project's soft washout (seed 000, section 8.2): prorl_v2's cadence with Adam "
+    "noma_soft": "This project's soft washout (docs/design.md): prorl_v2's cadence with Adam "
                  "moments m, v scaled by 0.2 instead of kept; not a published recipe",
 }
 

@@ -3,7 +3,9 @@ naming its flag (argparse-style, exit code 2); nothing is written before validat
 """
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import typing
 from dataclasses import fields
 from typing import Optional
@@ -17,6 +19,14 @@ class ConfigError(ValueError):
     def __init__(self, flag: str, message: str):
         super().__init__(f"argument --{flag}: {message}")
         self.flag = flag
+
+
+def suggest(word: str, options) -> str:
+    """' (did you mean X?)' for the closest option to a misspelt word, else ''."""
+    options = list(options)
+    close = [o for o in options if o.startswith(word) and len(word) >= 3]
+    close = close or difflib.get_close_matches(word, options, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _positive(cfg, names):
@@ -39,10 +49,11 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
                     "eval_every", "n_val", "hidden", "d_model", "n_layers", "n_heads", "kl_horizon"])
     if cfg.warmstart_steps < -1:
         raise ConfigError("warmstart_steps", f"must be >= 0, or -1 for auto, got {cfg.warmstart_steps}")
-    _nonneg(cfg, ["max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
+    _nonneg(cfg, ["eval_samples", "max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
                   "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
                   "reset_on_stall", "stall_min_delta", "dual_clip_c"])
     _check_memory(cfg)
+    _validate_report_to(cfg)
     if cfg.lr <= 0:
         raise ConfigError("lr", f"must be > 0, got {cfg.lr}")
     if cfg.warmstart_lr <= 0:
@@ -81,6 +92,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     if cfg.task in ("keyword_inclusion", "arithmetic") and not model.startswith("hf:"):
         raise ConfigError("task", f"{cfg.task} is a text task and needs --model hf:PATH")
     _validate_rg_task(cfg)
+    _validate_user_task(cfg)
     _validate_variant(cfg, explicit or set())
     _validate_growth(cfg)
     _validate_reliability(cfg)
@@ -90,17 +102,28 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
 TASKS = ("reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithmetic")
 
 
+USER_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")   # module.path:factory
+JSONL_FLAGS = (("prompt_field", "prompt"), ("answer_field", "answer"), ("reward_fn", "exact"), ("reward_tol", 1e-6))
+REWARD_FNS = ("exact", "numeric", "regex")
+
+
 def _validate_rg_task(cfg: RunConfig) -> None:
-    """--task NAME or rg:NAME (reasoning-gym, HF models only) and the rg-only flags."""
-    rg = cfg.task.startswith("rg:")
-    if not (cfg.task in TASKS or (rg and len(cfg.task) > 3)):
-        raise ConfigError("task", f"invalid choice: {cfg.task!r} (choose from {', '.join(TASKS)}, rg:NAME)")
+    """--task NAME, rg:NAME (reasoning-gym, HF models only), jsonl:PATH or module.path:factory,
+    and the flags that apply only to some of them."""
+    rg, jsonl = cfg.task.startswith("rg:"), cfg.task.startswith("jsonl:")
+    factory = bool(USER_TASK.match(cfg.task)) and not rg and not jsonl
+    if not (cfg.task in TASKS or (rg and len(cfg.task) > 3) or (jsonl and len(cfg.task) > 6) or factory):
+        raise ConfigError("task", f"invalid choice: {cfg.task!r}{suggest(cfg.task, TASKS)} (choose from "
+                                  f"{', '.join(TASKS)}, rg:NAME, jsonl:PATH, module.path:factory)")
     if rg and not cfg.model.startswith("hf:"):
         raise ConfigError("task", f"{cfg.task} is a reasoning-gym text task and needs --model hf:PATH")
     if not rg:
-        for n, default in (("task_kwargs", ""), ("answer_extraction", "lenient"), ("format_reward", 0.0)):
+        for n, default in (("answer_extraction", "lenient"), ("format_reward", 0.0)):
             if getattr(cfg, n) != default:
                 raise ConfigError(n, f"only applies to --task rg:NAME (got --task {cfg.task})")
+    if not (rg or factory) and cfg.task_kwargs:
+        raise ConfigError("task_kwargs",
+                          f"only applies to --task rg:NAME or module.path:factory (got --task {cfg.task})")
     if cfg.format_reward < 0:
         raise ConfigError("format_reward", f"must be >= 0, got {cfg.format_reward}")
     if cfg.task_kwargs:
@@ -111,6 +134,35 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             raise ConfigError("task_kwargs", f"is not valid JSON ({e}): {cfg.task_kwargs!r}") from None
         if not isinstance(kw, dict):
             raise ConfigError("task_kwargs", f"must be a JSON object, got {cfg.task_kwargs!r}")
+
+
+REPORT_TO = ("none", "tensorboard", "csv", "wandb")
+
+
+def _validate_report_to(cfg: RunConfig) -> None:
+    """--report_to: none, or a comma list of tensorboard, csv, wandb (each once)."""
+    items = [t.strip() for t in cfg.report_to.split(",")]
+    for t in items:
+        if t not in REPORT_TO:
+            raise ConfigError("report_to", f"invalid choice: {t!r}{suggest(t, REPORT_TO)} (choose from "
+                                           f"{', '.join(REPORT_TO)}, or a comma list such as csv,wandb)")
+    if len(items) > 1 and "none" in items or len(set(items)) < len(items):
+        raise ConfigError("report_to", f"none stands alone and each name comes once, got {cfg.report_to!r}")
+
+
+def _validate_user_task(cfg: RunConfig) -> None:
+    """The jsonl:PATH-only flags; --reward_fn's name; the engines a user task runs on."""
+    jsonl = cfg.task.startswith("jsonl:")
+    for n, default in JSONL_FLAGS:
+        if not jsonl and getattr(cfg, n) != default:
+            raise ConfigError(n, f"only applies to --task jsonl:PATH (got --task {cfg.task})")
+    if cfg.reward_fn not in REWARD_FNS and not USER_TASK.match(cfg.reward_fn):
+        raise ConfigError("reward_fn", f"invalid choice: {cfg.reward_fn!r}{suggest(cfg.reward_fn, REWARD_FNS)} "
+                                       f"(choose from {', '.join(REWARD_FNS)}, MODULE:FUNCTION)")
+    if cfg.reward_fn != "numeric" and cfg.reward_tol != 1e-6:
+        raise ConfigError("reward_tol", f"only applies to --reward_fn numeric (got --reward_fn {cfg.reward_fn})")
+    if not cfg.reward_tol >= 0:
+        raise ConfigError("reward_tol", f"must be >= 0, got {cfg.reward_tol}")
 
 
 def _validate_ray_checkpoints(cfg: RunConfig) -> None:
@@ -236,6 +288,13 @@ def _validate_growth(cfg: RunConfig) -> None:
                                          "--reset_on_stall or a --preset that sets one")
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
+# integers whose huge values would only fail later (torch seeds must stay < 2**64, and the
+# trainer derives its streams as seed * 1000 + k; thread counts beyond the machine's are useless)
+INT_MAX = {"seed": 10**15, "threads": 1024, "ppo_epochs": 10_000}
+
+
 def _validate_reliability(cfg: RunConfig) -> None:
     """Checkpoint flags, and values that would only fail (or poison the run) later: a negative
     seed (NumPy rejects it mid-run), NaN or infinite floats."""
@@ -250,6 +309,10 @@ def _validate_reliability(cfg: RunConfig) -> None:
         v = getattr(cfg, f.name)
         if hints[f.name] is float and not math.isfinite(v):
             raise ConfigError(f.name, f"must be a finite number, got {v}")
+        if hints[f.name] is float and abs(v) > FLOAT32_MAX:      # tensors are float32: it would become inf
+            raise ConfigError(f.name, f"must be within the float32 range (|x| <= {FLOAT32_MAX:.4g}), got {v:g}")
+        if hints[f.name] is int and not isinstance(v, bool) and abs(v) > INT_MAX.get(f.name, INT64_MAX):
+            raise ConfigError(f.name, f"must be <= {INT_MAX.get(f.name, INT64_MAX)}, got {v}")
 
 
 def _validate_loss(cfg: RunConfig) -> None:
@@ -266,7 +329,7 @@ def _validate_loss(cfg: RunConfig) -> None:
 
 
 def _check_memory(cfg: RunConfig) -> None:
-    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode (issue 17)."""
+    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode."""
     _nonneg(cfg, ["micro_batch", "logprob_chunk"])
     for n in ("grad_checkpoint", "logprob_chunk"):
         if getattr(cfg, n) and cfg.model == "gru":

@@ -174,7 +174,7 @@ class Generator(_RefSide):
         """k step-batches with the current weights -> (meta, batch_1, ..., batch_k).
 
         Each batch is one `Collector.collect()` (B prompts x G samples, scored), in order; with
-        the reference here, it is scored right after sampling (seed 000's "Option 2")."""
+        the reference here, it is scored right after sampling (reference evaluation on the rollout worker)."""
         self.calls += 1
         self._maybe_fault()
         infos, batches = [], []

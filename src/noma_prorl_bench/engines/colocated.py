@@ -1,6 +1,6 @@
 """`--engine ray_colocated`: generate, (score), train, sync — strictly in turn, actors packed on one node.
 
-One *round* with `--steps_per_rollout K` (seed 004 Problem 7):
+One *round* with `--steps_per_rollout K`:
 
   1. the generator, at policy version v, samples K step-batches in one call (K x B prompts x G
      samples, each batch exactly what one local `Collector.collect()` draws, in order) and records

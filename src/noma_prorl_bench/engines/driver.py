@@ -365,13 +365,13 @@ class EngineStopped(Exception):
 
 @contextmanager
 def stop_on_signals():
-    """SIGINT and SIGTERM raise EngineStopped in the driver (main thread only), so the run
-    cleans up instead of dying inside Ray with actors and daemons left behind."""
+    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 raise EngineStopped in the driver (main thread only), so
+    the run cleans up instead of dying inside Ray with actors and daemons left behind."""
     def handler(signum, _frame):
         raise EngineStopped(signum)
     old = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             old[sig] = signal.signal(sig, handler)
     except ValueError:                       # not the main thread: leave the handlers alone
         pass

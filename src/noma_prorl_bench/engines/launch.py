@@ -9,12 +9,12 @@ started it), then raises EngineError / EngineStopped for `run.main_ray` to turn 
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 
 from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.metrics import JsonlSink, open_run_files
 
 
@@ -38,13 +38,12 @@ def run_engine(cfg, ckpt=None) -> dict:
     stops every actor (and Ray, if it started it), then raises EngineError (or EngineStopped)."""
     from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
     from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415
-    from noma_prorl_bench.io.run_dir import clear_run_files, resolved_config  # noqa: PLC0415
+    from noma_prorl_bench.io.run_dir import prepare_new_outdir, resolved_config  # noqa: PLC0415
     t0 = time.perf_counter()
     if ckpt is None:
-        os.makedirs(cfg.outdir, exist_ok=True)
-        clear_run_files(cfg.outdir)
-        with open(os.path.join(cfg.outdir, "config.json"), "w") as f:
-            json.dump(resolved_config(cfg), f, indent=2)
+        safe_files.makedirs(cfg.outdir)
+        prepare_new_outdir(cfg)                      # empty or ours, no symlinked run file (under the lock)
+        safe_files.write_json(os.path.join(cfg.outdir, "config.json"), resolved_config(cfg))
         files = RunFiles(cfg.outdir)
     else:
         files = _open_for_resume(cfg, ckpt)
@@ -64,8 +63,7 @@ def run_engine(cfg, ckpt=None) -> dict:
         engine.stop()
         files.close()
     summary["wall_seconds"] = time.perf_counter() - t0
-    with open(os.path.join(cfg.outdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    safe_files.write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     if isinstance(error, EngineStopped):
         raise error
     if error is not None:

@@ -14,7 +14,8 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.io.run_dir import open_outputs, progress, quiet_third_party, write_json
-from noma_prorl_bench.training.guards import GracefulStop, StepAbandoned
+from noma_prorl_bench.training.guards import GracefulStop, NonFiniteLogits, StepAbandoned
+from noma_prorl_bench.training.result import before_after
 
 
 def build_trainer(cfg: RunConfig, ckpt=None):
@@ -27,6 +28,8 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     trainer = Trainer(cfg, *buffers)
     if ckpt is not None:
         trainer.load_state_dict(ckpt.state)          # checkpoint.CheckpointError if it does not fit
+        from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415
+        require_verified(ckpt)                       # then: its files match their recorded sha256
     return trainer, buffers
 
 
@@ -70,6 +73,9 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
                 last_val = _steps(cfg, trainer, stop, bar, save, last_val)
             except StepAbandoned:                    # a stop signal outlived the grace: keep the last checkpoint
                 abandoned = True
+            except NonFiniteLogits as e:             # the policy cannot sample: stop (exit 3), keep the last checkpoint
+                _logits_event(cfg, trainer, e, state["path"])
+                raise
             if not abandoned and trainer.step_idx != state["saved"]:
                 save("final" if trainer.step_idx >= cfg.steps else stop.name)
     finally:
@@ -81,16 +87,43 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
         path = state["path"] or (ckpt.path if ckpt is not None else None)
         return {"complete": False, "signal": stop.name, "exit_code": stop.exit_code, "abandoned": abandoned,
                 "step": state["saved"] if abandoned else trainer.step_idx, "checkpoint": path}
-    summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
-               "warmstart_val_reward": trainer.warmstart_info["val_reward"],
-               "warmstart_seconds": trainer.warmstart_info["seconds"],
-               "wall_seconds": extra.get("wall_seconds", 0.0) + time.perf_counter() - t0}
-    if ckpt is not None:
-        summary["resumed_from_step"] = ckpt.step
-    write_json(os.path.join(cfg.outdir, "summary.json"), summary)
+    if trainer.updates_applied == 0 and (ckpt is None or ckpt.step < cfg.steps):
+        return _no_updates(cfg, state["path"])
+    summary = _complete_summary(cfg, trainer, ckpt, last_val, extra.get("wall_seconds", 0.0) + time.perf_counter() - t0)
     if cfg.plots:
         from noma_prorl_bench.analysis.plots import run_plots
         run_plots(cfg.outdir)
+    return summary
+
+
+def _complete_summary(cfg: RunConfig, trainer, ckpt, last_val, wall: float) -> dict:
+    """Write and return summary.json of a run that reached --steps."""
+    summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
+               "warmstart_val_reward": trainer.warmstart_info["val_reward"],
+               "val_reward_before_rl": trainer.warmstart_info["val_reward"],
+               "warmstart_seconds": trainer.warmstart_info["seconds"], "wall_seconds": wall}
+    if ckpt is not None:
+        summary["resumed_from_step"] = ckpt.step
+    if getattr(trainer, "val_after", None) is not None:      # the last step's evaluation ran in this process
+        summary["validation"] = before_after(trainer.val_before, trainer.val_after)
+    write_json(os.path.join(cfg.outdir, "summary.json"), summary)
+    return summary
+
+
+def _logits_event(cfg: RunConfig, trainer, e: NonFiniteLogits, last_checkpoint) -> None:
+    """The nan_guard event of non-finite logits while sampling (the step being sampled is the
+    trainer's step_idx, incremented as the step began)."""
+    e.step = trainer.step_idx
+    trainer.event("nan_guard", "non-finite logits before sampling", action="stop", step_sampled=e.step, rows=e.rows,
+                  last_checkpoint=last_checkpoint and os.path.relpath(last_checkpoint, cfg.outdir))
+
+
+def _no_updates(cfg: RunConfig, last_checkpoint) -> dict:
+    """summary.json of a run in which no optimizer step was taken: not complete, exit 3."""
+    summary = {"complete": False, "no_updates": True, "steps": cfg.steps, "exit_code": 3,
+               "reason": "no update was applied in the whole run (every minibatch was skipped by the NaN guard "
+                         "or filtered out)", "checkpoint": last_checkpoint}
+    write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     return summary
 
 

@@ -137,8 +137,9 @@ def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int 
 
 def save_timeline_plot(run_dir: str | Path, dpi: int = 110, title: str | None = None) -> Path:
     """OUTDIR/plots/timeline.png from OUTDIR/timeline.jsonl."""
+    from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
     run_dir = Path(run_dir)
     out = run_dir / "plots" / "timeline.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    timeline_figure(load_timeline(run_dir), title or f"timeline: {run_dir.name}").savefig(out, dpi=dpi)
+    makedirs(str(out.parent))
+    save_figure(timeline_figure(load_timeline(run_dir), title or f"timeline: {run_dir.name}"), str(out), dpi=dpi)
     return out

@@ -8,7 +8,8 @@ Layout (one directory per checkpoint, the newest `--keep_checkpoints` kept):
         state.json            format tag, step, config (+ hash), versions, and the state tree
                               with tensors replaced by {"__t__": name} (scalars, RNG states);
                               the engine's `extra` tree likewise (its tensors under extra/...)
-        COMPLETE              written last
+        COMPLETE              written last: {"step", "sha256": {file: hex digest}} of the
+                              two files above, verified on every read
 
 A checkpoint is written into `checkpoints/.tmp_step_XXXXXX_*` (files fsynced, COMPLETE last)
 and then `os.replace`d to its final name, so a directory named `step_*` is always whole; a
@@ -26,7 +27,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS
+from noma_prorl_bench.io.safe_files import UnsafePath, is_link, open_nofollow, remove_tree
 
 FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
 CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
@@ -174,16 +175,32 @@ def _umask() -> int:
 
 
 def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a checkpoint file (read without following a symlink)."""
+    h = hashlib.sha256()
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Create `path` exclusively (no symlink followed, never an existing file) and write `data`."""
+    with os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask()), "wb") as f:
+        f.write(data)
+
+
 def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     """Write `owner.state_dict()` (a `state_tree`) atomically as the checkpoint of its step
-    (`owner.step_idx`, config `owner.cfg`); keep the newest `keep`."""
+    (`owner.step_idx`, config `owner.cfg`); keep the newest `keep`.
+    COMPLETE records the sha256 of tensors.safetensors and state.json (checked by `read`)."""
     from safetensors.torch import save_file  # noqa: PLC0415
 
     from noma_prorl_bench._version import __version__  # noqa: PLC0415
@@ -193,25 +210,24 @@ def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     tree = encode(owner.state_dict(), "", tensors, seen)
     extra_tree = encode(extra or {}, "extra", tensors, seen)     # may hold tensors (ray_async's batches)
     root = os.path.join(outdir, CKPT_DIR)
+    if is_link(root):
+        raise UnsafePath(root)
     os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp_step_{step:06d}_{os.getpid()}")
-    if os.path.isdir(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
+    remove_tree(tmp)                         # a link is unlinked, not followed
+    os.mkdir(tmp)                            # made by this process: nothing in it is a link
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
             "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
             "n_tensors": len(tensors), "extra": extra_tree, "state": tree}
-    with open(os.path.join(tmp, STATE), "w") as f:
-        json.dump(meta, f)
-    with open(os.path.join(tmp, MARKER), "w") as f:
-        f.write(f"{step}\n")
+    _write_new(os.path.join(tmp, STATE), json.dumps(meta).encode())
+    digests = {name: sha256_file(os.path.join(tmp, name)) for name in (TENSORS, STATE)}
+    _write_new(os.path.join(tmp, MARKER), (json.dumps({"step": step, "sha256": digests}) + "\n").encode())
     for name in (TENSORS, STATE, MARKER, ""):
         _fsync(os.path.join(tmp, name) if name else tmp)
     final = os.path.join(root, f"step_{step:06d}")
-    if os.path.isdir(final):
-        shutil.rmtree(final)
+    remove_tree(final)
     os.replace(tmp, final)
     _fsync(root)
     prune(outdir, keep)
@@ -224,7 +240,8 @@ def list_checkpoints(outdir: str) -> list[tuple[int, str]]:
     out = []
     for name in os.listdir(root) if os.path.isdir(root) else []:
         path = os.path.join(root, name)
-        if name.startswith("step_") and name[5:].isdigit() and os.path.isfile(os.path.join(path, MARKER)):
+        if (name.startswith("step_") and name[5:].isdigit() and not is_link(path)
+                and os.path.isfile(os.path.join(path, MARKER))):
             out.append((int(name[5:]), path))
     return sorted(out)
 
@@ -233,18 +250,18 @@ def prune(outdir: str, keep: int, after_step: Optional[int] = None) -> None:
     """Delete leftovers of interrupted saves, all but the newest `keep` complete checkpoints,
     incomplete step directories and (resume) checkpoints newer than `after_step`."""
     root = os.path.join(outdir, CKPT_DIR)
-    if not os.path.isdir(root):
+    if not os.path.isdir(root) or is_link(root):
         return
     complete = {p for _, p in list_checkpoints(outdir)}
     for name in os.listdir(root):
         path = os.path.join(root, name)
-        if os.path.isdir(path) and (name.startswith(".tmp_") or (name.startswith("step_") and path not in complete)):
-            shutil.rmtree(path)
+        if name.startswith(".tmp_") or (name.startswith("step_") and path not in complete):
+            remove_tree(path)                   # a link is unlinked, its target left alone
     ckpts = [(s, p) for s, p in list_checkpoints(outdir) if after_step is None or s <= after_step]
     for _, path in [c for c in list_checkpoints(outdir) if c not in ckpts] + ckpts[:-keep]:
         doomed = os.path.join(root, f".tmp_del_{os.path.basename(path)}")
         os.replace(path, doomed)                # atomic: a kill mid-delete leaves no half checkpoint
-        shutil.rmtree(doomed)
+        remove_tree(doomed)
 
 
 @dataclass
@@ -254,18 +271,52 @@ class Checkpoint:
     config: dict
     extra: dict
     state: dict
+    digest_error: Optional[str] = None      # read(..., defer_digests=True): a sha256 mismatch to raise later
 
 
-def read(path: str) -> Checkpoint:
-    """Load and validate one checkpoint directory; CheckpointError says what is wrong."""
+def _read_small(path: str, limit: int = 1 << 30) -> bytes:
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
+        return f.read(limit)
+
+
+def verify(path: str) -> Optional[int]:
+    """Check the sha256 digests that COMPLETE records against the files; returns the step it
+    records, or None for a checkpoint written before digests were recorded (COMPLETE holds only
+    the step: not verified). CheckpointError names a file that is a symlink, missing or altered."""
+    try:
+        marker = json.loads(_read_small(os.path.join(path, MARKER), 1 << 16))
+    except (OSError, UnsafePath, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}/{MARKER} is unreadable: {e}") from e
+    if isinstance(marker, int) and not isinstance(marker, bool):
+        return None                                         # legacy marker: the step only
+    if not isinstance(marker, dict) or not isinstance(marker.get("sha256"), dict):
+        raise CheckpointError(f"{path}/{MARKER} is corrupt: no sha256 digests")
+    for name in (TENSORS, STATE):
+        want = marker["sha256"].get(name)
+        try:
+            got = sha256_file(os.path.join(path, name))
+        except (OSError, UnsafePath) as e:
+            raise CheckpointError(f"{path}/{name} is unreadable: {e}") from e
+        if got != want:
+            raise CheckpointError(f"{path}/{name} does not match the sha256 recorded in {MARKER} (the file was "
+                                  "altered, damaged or replaced)")
+    return marker.get("step")
+
+
+def read(path: str, defer_digests: bool = False) -> Checkpoint:
+    """Load and validate one checkpoint directory; CheckpointError says what is wrong. With
+    `defer_digests` a sha256 mismatch is kept in `digest_error` instead, for the caller to raise
+    after trying to load the state (whose "does not fit" names the problem more precisely)."""
     from safetensors.torch import load_file  # noqa: PLC0415
     if not os.path.isfile(os.path.join(path, MARKER)):
         raise CheckpointError(f"{path} is incomplete (no {MARKER} marker)")
+    for p in (path, *(os.path.join(path, name) for name in (MARKER, STATE, TENSORS))):
+        if is_link(p):
+            raise CheckpointError(f"{p} is a symbolic link; refusing to read a checkpoint through it")
     try:
-        with open(os.path.join(path, STATE)) as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}/{STATE} is unreadable: {e}") from e
+        meta = json.loads(_read_small(os.path.join(path, STATE)))
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}/{STATE} is unreadable: {str(e)[:200]}") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a noma_prorl_bench checkpoint (no format tag {FORMAT!r})")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -279,12 +330,19 @@ def read(path: str) -> Checkpoint:
         raise CheckpointError(f"{path}/{TENSORS} is unreadable: {str(e)[:200]}") from e
     if len(tensors) != meta.get("n_tensors"):
         raise CheckpointError(f"{path}/{TENSORS} holds {len(tensors)} tensors, {STATE} expects {meta.get('n_tensors')}")
+    digest_error = None
+    try:
+        verify(path)                        # after the checks above, which name the damage more precisely
+    except CheckpointError as e:
+        if not defer_digests:
+            raise
+        digest_error = str(e)
     try:
         state = decode(meta["state"], tensors)
         extra = decode(meta.get("extra") or {}, tensors)
         step = int(state["step"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}/{STATE} is corrupt: {e!r}") from e
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise CheckpointError(f"{path}/{STATE} is corrupt: {str(e)[:200]!r}") from e
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
-    return Checkpoint(path, step, meta["config"], extra, state)
+    return Checkpoint(path, step, meta["config"], extra, state, digest_error)

@@ -5,7 +5,8 @@ and held until the run ends; the kernel drops it when the process dies, however 
 live holder is never mistaken for a dead one (nor a reused pid for a live run). The file records
 `{"pid", "host"}` for the message. A second run or `--resume` on the same outdir while the
 holder lives is refused (`RunLocked`, exit 2 naming the pid); a lock file left behind by a dead
-process (kill -9, power loss) is stale and taken over with a warning.
+process (kill -9, power loss) is stale and taken over with a warning. The lock file is never
+opened through a symlink (`run.lock -> VICTIM` is refused, exit 2, and VICTIM is left alone).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import socket
 import sys
 from contextlib import contextmanager
 from typing import Optional
+
+from noma_prorl_bench.io.safe_files import UnsafePath, is_link, makedirs, open_nofollow
 
 LOCK_FILE = "run.lock"
 
@@ -33,12 +36,12 @@ class RunLocked(RuntimeError):
 def read_lock(outdir: str) -> Optional[dict]:
     """The holder recorded in the lock file ({} if unreadable), or None when there is none."""
     try:
-        with open(os.path.join(outdir, LOCK_FILE)) as f:
-            holder = json.loads(f.read() or "{}")
+        with os.fdopen(open_nofollow(os.path.join(outdir, LOCK_FILE), os.O_RDONLY)) as f:
+            holder = json.loads(f.read(4096) or "{}")
         return holder if isinstance(holder, dict) else {}
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnsafePath, RecursionError):
         return {}
 
 
@@ -52,10 +55,14 @@ def _held(fd: int) -> bool:
 
 
 def lock_error(outdir: str) -> Optional[str]:
-    """The refusal message if a live process holds the outdir, else None (writes nothing)."""
+    """The refusal message if a live process holds the outdir (or its lock file is a symlink),
+    else None (writes nothing)."""
+    path = os.path.join(outdir, LOCK_FILE)
+    if is_link(path):
+        return str(UnsafePath(path))
     try:
-        fd = os.open(os.path.join(outdir, LOCK_FILE), os.O_RDONLY)
-    except OSError:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except (OSError, UnsafePath):
         return None
     try:
         return str(RunLocked(outdir, read_lock(outdir) or {})) if _held(fd) else None
@@ -66,11 +73,11 @@ def lock_error(outdir: str) -> Optional[str]:
 def acquire(outdir: str) -> int:
     """Create and flock the lock file (the outdir too) and record this process in it; a lock
     file left by a dead process is taken over with a warning. Returns the fd to keep open.
-    Raises RunLocked while the holder lives."""
-    os.makedirs(outdir, exist_ok=True)
+    Raises RunLocked while the holder lives, UnsafePath if the lock file is a symlink."""
+    makedirs(outdir)
     path = os.path.join(outdir, LOCK_FILE)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
         if _held(fd):
             os.close(fd)
             raise RunLocked(outdir, read_lock(outdir) or {})

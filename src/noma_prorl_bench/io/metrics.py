@@ -3,7 +3,8 @@
 Metrics are flat dicts of namespaced keys (`reward/mean`, `count/ref_fwd`, `time/ref`, ...;
 every key is defined in docs/metrics.md). A sink is swappable: `JsonlSink` appends one JSON
 object per line (one write each, never torn); `CsvSink` and `TensorBoardSink` take the same
-records for `--report_to`; `NullSink` drops everything; `MultiSink` fans out.
+records for `--report_to`, and so does `WandbSink` (Weights & Biases, offline by default);
+`NullSink` drops everything; `MultiSink` fans out.
 Code never branches on whether logging is on.
 """
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterable, Optional
+
+from noma_prorl_bench.io import safe_files
 
 
 def _clean(v):
@@ -40,7 +43,7 @@ class JsonlSink:
     def __init__(self, path: str, mode: str = "a"):
         self.path = path
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
-        self._fd: Optional[int] = os.open(path, flags, 0o644)
+        self._fd: Optional[int] = safe_files.open_nofollow(path, flags, 0o644)   # never through a symlink
 
     def write(self, record: dict) -> None:
         data = (json.dumps({k: _clean(v) for k, v in record.items()}) + "\n").encode("utf-8")
@@ -127,17 +130,14 @@ class CsvSink:
         return buf.getvalue()
 
     def _rewrite(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self._line({k: k for k in self.columns}) + "".join(self._line(r) for r in self.rows))
-        os.replace(tmp, self.path)
+        safe_files.write_text(self.path, self._line({k: k for k in self.columns})
+                              + "".join(self._line(r) for r in self.rows))
 
     def write(self, record: dict) -> None:
         if self._add(record):
             self._rewrite()
         else:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(self._line(self.rows[-1]))
+            safe_files.append_text(self.path, self._line(self.rows[-1]))
 
     def close(self) -> None:
         pass
@@ -151,8 +151,7 @@ class TensorBoardSink:
 
     def __init__(self, logdir: str, history: Iterable[dict] = ()):
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (optional package)
-        if os.path.isdir(logdir):
-            shutil.rmtree(logdir)
+        safe_files.remove_tree(logdir)              # a symlink is removed, not followed
         self._w = SummaryWriter(log_dir=logdir, flush_secs=10)
         for rec in history:
             self.write(rec)
@@ -168,13 +167,59 @@ class TensorBoardSink:
         self._w.close()
 
 
-def report_sink(report_to: str, outdir: str, history: Iterable[dict] = ()):
-    """The `--report_to` sink for a run directory (NullSink for none)."""
-    if report_to == "csv":
-        return CsvSink(os.path.join(outdir, "metrics.csv"), history)
-    if report_to == "tensorboard":
-        return TensorBoardSink(os.path.join(outdir, "tb"), history)
-    return NullSink()
+class WandbSink:
+    """OUTDIR/wandb/: a Weights & Biases run whose history holds every numeric value of a record
+    under its metrics.jsonl key at step = record["step"], and whose config is the run's config.
+    Mode: $WANDB_MODE, offline when unset (files on disk; `wandb sync OUTDIR/wandb/offline-run-*`
+    uploads them); project: $WANDB_PROJECT or "prorl-bench"; run name: the outdir's name. As for
+    TensorBoard, `history` (records already logged, e.g. before a --resume) is written first into
+    a fresh directory, so the W&B run always equals metrics.jsonl."""
+
+    def __init__(self, outdir: str, config: Optional[dict] = None, history: Iterable[dict] = ()):
+        import wandb  # noqa: PLC0415  (optional package)
+        logdir = os.path.join(outdir, "wandb")
+        if os.path.isdir(logdir):
+            shutil.rmtree(logdir)
+        os.makedirs(logdir)
+        self._run = wandb.init(dir=outdir, config=config or {}, mode=os.environ.get("WANDB_MODE", "offline"),
+                               project=os.environ.get("WANDB_PROJECT", "prorl-bench"),
+                               name=os.path.basename(os.path.abspath(outdir)),
+                               settings=wandb.Settings(silent=True, console="off"))
+        for rec in history:
+            self.write(rec)
+
+    def write(self, record: dict) -> None:
+        values = {k: _clean(v) for k, v in record.items() if k != "step"}
+        values = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self._run.log(values, step=int(record.get("step", 0)))
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+
+REPORT_TO = ("none", "tensorboard", "csv", "wandb")
+
+
+def report_targets(report_to: str) -> list[str]:
+    """--report_to as a list: "csv,wandb" -> ["csv", "wandb"]; "none" -> []."""
+    return [t.strip() for t in report_to.split(",") if t.strip() and t.strip() != "none"]
+
+
+def report_sink(report_to: str, outdir: str, history: Iterable[dict] = (), config: Optional[dict] = None):
+    """The `--report_to` sink(s) for a run directory: one per name of the comma list, fanned out
+    (NullSink for none)."""
+    history = list(history)
+    sinks = []
+    for target in report_targets(report_to):
+        if target == "csv":
+            sinks.append(CsvSink(os.path.join(outdir, "metrics.csv"), history))
+        elif target == "tensorboard":
+            sinks.append(TensorBoardSink(os.path.join(outdir, "tb"), history))
+        elif target == "wandb":
+            sinks.append(WandbSink(outdir, config, history))
+    return sinks[0] if len(sinks) == 1 else MultiSink(sinks) if sinks else NullSink()
 
 
 class StageTimer:
@@ -249,5 +294,5 @@ def peak_rss_mb() -> float:
 
 def open_run_files(outdir: str, mode: str = "w"):
     """(metrics sink, events sink) for a run directory."""
-    os.makedirs(outdir, exist_ok=True)
+    safe_files.makedirs(outdir)
     return JsonlSink(os.path.join(outdir, "metrics.jsonl"), mode), JsonlSink(os.path.join(outdir, "events.jsonl"), mode)

@@ -13,9 +13,11 @@ import tempfile
 from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.config.shell import pip_install
 
 # flag value -> (module it imports, the pip extra that installs it)
-EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard")}
+EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
+          "wandb": ("wandb", "wandb")}
 
 
 def outdir_error(outdir: str) -> Optional[str]:
@@ -49,13 +51,14 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
         needs.append(("engine", cfg.engine, "ray"))
     if cfg.model.startswith("hf:"):
         needs.append(("model", "hf:PATH", "hf"))
-    if getattr(cfg, "report_to", "none") == "tensorboard":
-        needs.append(("report_to", "tensorboard", "tensorboard"))
+    for target in ("tensorboard", "wandb"):
+        if target in [t.strip() for t in getattr(cfg, "report_to", "none").split(",")]:
+            needs.append(("report_to", target, target))
     for flag, value, extra in needs:
         module, pip_extra = EXTRAS[extra]
         if importlib.util.find_spec(module) is None:
             return (f"argument --{flag}: {value} needs the {module!r} package, which is not installed "
-                    f"(pip install -e '.[{pip_extra}]', or bash scripts/setup.sh)")
+                    f"({pip_install('-e', repr(f'.[{pip_extra}]'))}, or bash scripts/setup.sh)")
     return None
 
 
@@ -72,22 +75,30 @@ def _model_dims(cfg: RunConfig) -> tuple[int, int]:
     return 16, cfg.d_model if cfg.model == "transformer" else cfg.hidden
 
 
-def estimated_bytes(cfg: RunConfig) -> int:
-    """A lower bound of the memory one step needs (float32): the rollout holds, for N = B*G
-    sequences, the hidden state and logits of one position plus T tokens and log-probs; one
-    minibatch update holds at least its [N/M, T] hidden states and logits once; `--kl_estimator
-    full` keeps [N, T, V] logits; validation decodes --n_val prompts; toy models' weights,
-    gradients and Adam moments. Deliberately low: a run refused by it cannot fit."""
+def estimate_terms(cfg: RunConfig) -> dict[str, int]:
+    """A lower bound of the memory one step needs (float32), by the flag that drives each part:
+    the rollout holds, for N = B*G sequences, the hidden state and logits of one position plus T
+    tokens and log-probs; one minibatch update holds at least its [N/M, T] hidden states and
+    logits once; `--kl_estimator full` keeps [N, T, V] logits; validation decodes --n_val
+    prompts; toy models' weights, gradients and Adam moments. Deliberately low: a run refused by
+    it cannot fit."""
     vocab, width = _model_dims(cfg)
     n = cfg.batch_size * cfg.group_size * (4 if cfg.dynamic_sampling else 1)
     t = max(cfg.max_new_tokens, 2)
-    rollout = n * (t * 12 + (width + vocab) * 4 * 2)
-    update = -(-n // cfg.minibatches) * t * (width + vocab) * 4
-    full_kl = n * t * vocab * 4 if cfg.kl_estimator == "full" else 0
-    val = cfg.n_val * (t * 12 + (width + vocab) * 4 * 2)
     per_layer = 6 if cfg.model == "gru" else 12 * cfg.n_layers
-    params = 0 if cfg.model.startswith("hf:") else width * width * per_layer * 4 * 4   # weights, grad, Adam m, v
-    return rollout + update + full_kl + val + params
+    size_flag = "hidden" if cfg.model == "gru" else "d_model" if cfg.model == "transformer" else "model"
+    batch_flag = "batch_size" if cfg.batch_size >= cfg.group_size else "group_size"
+    return {
+        batch_flag: n * (t * 12 + (width + vocab) * 4 * 2) + -(-n // cfg.minibatches) * t * (width + vocab) * 4,
+        "kl_estimator": n * t * vocab * 4 if cfg.kl_estimator == "full" else 0,
+        "n_val": cfg.n_val * (t * 12 + (width + vocab) * 4 * 2),
+        size_flag: 0 if cfg.model.startswith("hf:") else width * width * per_layer * 4 * 4,  # weights, grad, m, v
+    }
+
+
+def estimated_bytes(cfg: RunConfig) -> int:
+    """The sum of `estimate_terms`."""
+    return sum(estimate_terms(cfg).values())
 
 
 def machine_bytes() -> int:
@@ -105,12 +116,15 @@ def machine_bytes() -> int:
 
 
 def memory_error(cfg: RunConfig) -> Optional[str]:
-    """Refuse sizes whose estimated memory exceeds the machine's, naming the biggest size flag."""
-    need, have = estimated_bytes(cfg), machine_bytes()
+    """Refuse sizes whose estimated memory exceeds the machine's, naming the flag whose part of
+    the estimate is largest (the model width for a large model, not --n_val)."""
+    terms = estimate_terms(cfg)
+    need, have = sum(terms.values()), machine_bytes()
     if need <= have:
         return None
-    sizes = {"batch_size": cfg.batch_size, "group_size": cfg.group_size, "n_val": cfg.n_val,
-             "max_new_tokens": cfg.max_new_tokens, "hidden": cfg.hidden if cfg.model == "gru" else 0}
-    flag = max(sizes, key=lambda k: sizes[k])
-    return (f"argument --{flag}: this run needs at least {need / 2**30:.1f} GiB (batch_size={cfg.batch_size} x "
-            f"group_size={cfg.group_size}, n_val={cfg.n_val}), more than this machine's {have / 2**30:.1f} GiB")
+    flag = max(terms, key=lambda k: terms[k])
+    big = sorted(((k, v) for k, v in terms.items() if v >= 2**26), key=lambda kv: -kv[1])   # >= 0.0625 GiB
+    parts = ", ".join(f"--{k}: {v / 2**30:.1f} GiB" for k, v in big)
+    return (f"argument --{flag}: this run needs at least {need / 2**30:.1f} GiB ({parts}; batch_size="
+            f"{cfg.batch_size} x group_size={cfg.group_size}, n_val={cfg.n_val}), more than this machine's "
+            f"{have / 2**30:.1f} GiB")

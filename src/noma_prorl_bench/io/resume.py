@@ -5,7 +5,10 @@ to a field outside config.RESUME_SAFE_FIELDS is refused, listing the fields), an
 `prepare_outdir_for_resume` cuts metrics.jsonl, events.jsonl, samples.jsonl (and
 timeline.jsonl) back to the checkpoint's step, dropping a partial last line left by a
 `kill -9`, so the continued run appends exactly what an uninterrupted run would have written.
-Every problem is a ConfigError naming the flag (exit 2, nothing written). See docs/reliability.md.
+Before anything is cut, `check_metrics_log` verifies that metrics.jsonl holds steps 1..k (k =
+the checkpoint's step) exactly once each; a missing, duplicated or unreadable row up to k is
+refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
+naming the flag (exit 2, nothing written). See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from noma_prorl_bench.io.checkpoint import (
     prune,
     read,
 )
+from noma_prorl_bench.io.safe_files import UnsafePath, read_bytes, write_bytes
 
 JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
 
@@ -31,8 +35,7 @@ def truncate_jsonl(path: str, step: int) -> dict[str, int]:
     Rewritten atomically. Returns {"kept", "dropped", "partial"}."""
     if not os.path.isfile(path):
         return {"kept": 0, "dropped": 0, "partial": 0}
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = read_bytes(path)
     lines = raw.split(b"\n")
     partial = int(lines[-1] != b"")                     # no trailing newline: killed mid-write
     kept, dropped = [], 0
@@ -40,19 +43,77 @@ def truncate_jsonl(path: str, step: int) -> dict[str, int]:
         try:
             rec = json.loads(line)
             ok = isinstance(rec, dict) and not (isinstance(rec.get("step"), (int, float)) and rec["step"] > step)
-        except ValueError:
+        except (ValueError, RecursionError):           # RecursionError: deeply nested JSON
             ok = False
         if ok:
             kept.append(line)
         else:
             dropped += 1
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(b"".join(x + b"\n" for x in kept))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes(path, b"".join(x + b"\n" for x in kept), fsync=True)   # exclusive temp file, no link followed
     return {"kept": len(kept), "dropped": dropped, "partial": partial}
+
+
+def check_metrics_log(path: str, step: int) -> str | None:
+    """Why metrics.jsonl cannot be continued from checkpoint `step`, else None: its records with
+    "step" <= `step` must be steps 1..`step`, each exactly once (lines after them, a partial last
+    line and records past `step` are what a kill leaves and are cut back later)."""
+    try:
+        raw = read_bytes(path)
+    except FileNotFoundError:
+        return f"{path} is missing" if step else None
+    except UnsafePath:
+        return f"{path} is a symbolic link"
+    except OSError as e:
+        return f"{path} is unreadable: {e}"
+    lines = raw.split(b"\n")
+    counts: dict[int, int] = {}
+    for i, line in enumerate(lines[:-1], 1):
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            rec = None
+        s = rec.get("step") if isinstance(rec, dict) else None
+        if not (isinstance(s, int) and not isinstance(s, bool)):
+            return f"{path} line {i} is not a metrics record with an integer step"
+        if s <= step:
+            counts[s] = counts.get(s, 0) + 1
+    missing = [s for s in range(1, step + 1) if s not in counts]
+    repeated = sorted(s for s, n in counts.items() if n > 1)
+    foreign = sorted(s for s in counts if s < 1)
+    if missing or repeated or foreign:
+        parts = [f"missing steps {_ranges(missing)}" if missing else "",
+                 f"repeated steps {_ranges(repeated)}" if repeated else "",
+                 f"steps out of range {_ranges(foreign)}" if foreign else ""]
+        return f"{path} does not hold steps 1..{step} exactly once ({'; '.join(p for p in parts if p)})"
+    return None
+
+
+def require_verified(ckpt: Checkpoint) -> None:
+    """CheckpointError if the checkpoint's files do not match the sha256 digests in its COMPLETE
+    marker (checked by `read`; raised here, after the state was tried on the trainer)."""
+    if ckpt.digest_error:
+        raise CheckpointError(f"{ckpt.digest_error} (delete that checkpoint directory to resume from an older one)")
+
+
+def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
+    """ConfigError (--resume) unless the run's metrics.jsonl holds steps 1..k exactly once
+    (`check_metrics_log`); called by the CLI after `resume_config`, before anything is written."""
+    problem = check_metrics_log(os.path.join(cfg.outdir, "metrics.jsonl"), ckpt.step)
+    if problem:
+        raise ConfigError("resume", f"{problem}; the log cannot be continued exactly (restore it, or start the run "
+                                    "again with --overwrite)")
+
+
+def _ranges(xs: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7' (at most 5 runs shown)."""
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs[:5])
+    return text + (", ..." if len(runs) > 5 else "")
 
 
 def find_resumable(outdir: str) -> str:
@@ -76,7 +137,7 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     if explicit.get("overwrite"):
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
     try:
-        ckpt = read(find_resumable(explicit["outdir"]))
+        ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)   # raised by require_verified
     except CheckpointError as e:
         raise ConfigError("resume", f"{e} (delete that checkpoint directory to resume from an older one)") from e
     known = {f.name: f.default for f in fields(RunConfig)}

@@ -3,15 +3,21 @@ their resume cut-back, summary.json (written atomically).
 
 Files a run writes: config.json, metrics.jsonl, events.jsonl, samples.jsonl, summary.json,
 timeline.jsonl (Ray engines), plots/, checkpoints/.
+
+A run directory is untrusted input (it may come from someone else): every file is written
+through io/safe_files.py (no symlink is ever followed), a directory whose run files are
+symlinks is refused, and `--overwrite` clears only a directory that is empty or "ours": one
+whose config.json this tool wrote (its `versions` name the package; new runs also carry a
+`run_id`). That check is repeated under the run lock just before files are cleared or created.
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
+import uuid
 from typing import Optional
 
 from noma_prorl_bench._version import __version__
@@ -19,11 +25,97 @@ from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import resume
 from noma_prorl_bench.io.lock import LOCK_FILE
 from noma_prorl_bench.io.metrics import JsonlSink, MultiSink, report_sink
+from noma_prorl_bench.io.safe_files import (
+    RunDirRefused,
+    is_link,
+    link_error,
+    makedirs,
+    read_bytes,
+    remove_tree,
+)
+from noma_prorl_bench.io.safe_files import write_json as _write_json
 
 RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl",
              "metrics.csv")
-RUN_DIRS = ("plots", "checkpoints", "tb")
+RUN_DIRS = ("plots", "checkpoints", "tb", "wandb")
 SINK_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")
+
+
+# names in a run directory that must not be symlinks (also any name starting with one of them,
+# e.g. a leftover `metrics.jsonl.tmp`, and any hidden entry: this tool's temporaries start with ".")
+LINK_CHECKED = RUN_FILES + RUN_DIRS + (LOCK_FILE, "report.md", "report.json", "figures", "settings.json",
+                                       "suite.json")
+PACKAGE = "noma_prorl_bench"
+
+
+def run_dir_links(outdir: str) -> Optional[str]:
+    """The refusal message (naming the file) if a run file, the lock, a report file or a run
+    subdirectory's entry in `outdir` is a symlink, else None."""
+    if not os.path.isdir(outdir):
+        return None
+    names = [n for n in os.listdir(outdir) if n.startswith(".") or any(n.startswith(p) for p in LINK_CHECKED)]
+    err = link_error(outdir, names)
+    for sub in RUN_DIRS:
+        root = os.path.join(outdir, sub)
+        if err or is_link(root) or not os.path.isdir(root):
+            continue
+        err = link_error(root, [n for n in os.listdir(root) if not (sub == "wandb" and _wandb_own_link(root, n))])
+        for name in os.listdir(root) if sub == "checkpoints" and not err else []:
+            p = os.path.join(root, name)
+            if os.path.isdir(p) and not is_link(p):
+                err = err or link_error(p, os.listdir(p))
+    return err
+
+
+def _wandb_own_link(root: str, name: str) -> bool:
+    """One of W&B's own links (`latest-run`, `debug.log`, ...) that points inside wandb/ itself;
+    this tool never writes through them, and a link leading out of wandb/ is still refused."""
+    p = os.path.join(root, name)
+    if not is_link(p):
+        return False
+    base = os.path.realpath(root)
+    return os.path.commonpath([base, os.path.realpath(p)]) == base and os.path.exists(p)
+
+
+def run_marker(outdir: str) -> Optional[dict]:
+    """The run's config.json if this tool wrote it (a JSON object whose `versions` name the
+    package; runs made since run ids were added also carry `run_id`), else None."""
+    p = os.path.join(outdir, "config.json")
+    if is_link(p) or not os.path.isfile(p):
+        return None
+    try:
+        d = json.loads(read_bytes(p))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(d, dict) and isinstance(d.get("versions"), dict) and PACKAGE in d["versions"]
+    return d if ok else None
+
+
+def _protected(d: str) -> Optional[str]:
+    """Why `d` may never be cleared (/, the home directory, the working directory or one of their
+    parents), else None."""
+    real = os.path.realpath(d)
+    for what, p in (("the home directory", os.path.expanduser("~")), ("the working directory", os.getcwd())):
+        p = os.path.realpath(p)
+        if real == p or p.startswith(real.rstrip(os.sep) + os.sep):
+            return what if real == p else f"a parent of {what}"
+    return "the root directory" if real == os.sep else None
+
+
+def ownership_error(d: str, overwrite: bool) -> Optional[str]:
+    """Why a new run may not write into `d`, else None: a non-empty directory needs --overwrite,
+    and --overwrite clears only an empty directory or one holding this tool's run (never /, the
+    home or working directory). Repeated under the lock right before files are cleared."""
+    if overwrite and _protected(d):
+        return f"argument --overwrite: refusing to clear {d!r}: it is {_protected(d)}"
+    if not os.path.isdir(d) or not set(os.listdir(d)) - {LOCK_FILE}:
+        return None
+    if not overwrite:
+        return f"argument --outdir: {d!r} exists and is not empty (pass --overwrite to replace its run files)"
+    if run_marker(d) is None:
+        return (f"argument --overwrite: {d!r} is not a run directory of this tool (no config.json written by "
+                f"{PACKAGE}); refusing to delete its files: choose an empty or new --outdir")
+    return None
 
 
 def check_outdir(cfg: RunConfig) -> Optional[str]:
@@ -31,9 +123,7 @@ def check_outdir(cfg: RunConfig) -> Optional[str]:
     d = cfg.outdir
     if os.path.exists(d) and not os.path.isdir(d):
         return f"argument --outdir: {d!r} exists and is not a directory"
-    if os.path.isdir(d) and set(os.listdir(d)) - {LOCK_FILE} and not cfg.overwrite and not cfg.resume:
-        return f"argument --outdir: {d!r} exists and is not empty (pass --overwrite to replace its run files)"
-    return None
+    return run_dir_links(d) or (None if cfg.resume else ownership_error(d, cfg.overwrite))
 
 
 def check_inputs(cfg: RunConfig) -> Optional[str]:
@@ -58,15 +148,20 @@ def check_inputs(cfg: RunConfig) -> Optional[str]:
 
 
 def clear_run_files(outdir: str) -> None:
-    """Remove a previous run's files (only the ones a run writes)."""
-    for f in RUN_FILES:
-        p = os.path.join(outdir, f)
-        if os.path.isfile(p):
-            os.remove(p)
-    for d in RUN_DIRS:
-        p = os.path.join(outdir, d)
-        if os.path.isdir(p):
-            shutil.rmtree(p)
+    """Remove a previous run's files (only the ones a run writes; a symlink is removed, never
+    its target)."""
+    for f in RUN_FILES + RUN_DIRS:
+        remove_tree(os.path.join(outdir, f))
+
+
+def prepare_new_outdir(cfg: RunConfig) -> None:
+    """Under the run lock: check again that --outdir is empty or ours and holds no symlinked run
+    file (another run may have written it since the first check), then clear the old run's
+    files. Raises RunDirRefused."""
+    err = run_dir_links(cfg.outdir) or ownership_error(cfg.outdir, cfg.overwrite)
+    if err:
+        raise RunDirRefused(err)
+    clear_run_files(cfg.outdir)
 
 
 def git_commit(mark_dirty: bool = False) -> Optional[str]:
@@ -99,15 +194,13 @@ def resolved_config(cfg: RunConfig) -> dict:
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
                      "python": platform.python_version(), "git_commit": git_commit()}
     d["argv"] = sys.argv[1:]
+    d["run_id"] = uuid.uuid4().hex
     return d
 
 
 def write_json(path: str, obj: dict) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    """Write JSON atomically (an exclusive temporary file, then rename; no symlink followed)."""
+    _write_json(path, obj)
 
 
 def quiet_third_party(cfg: RunConfig) -> None:
@@ -134,20 +227,23 @@ def progress(cfg: RunConfig, total: int):
 
 
 def _read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    text = read_bytes(path).decode("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def record_resume(cfg: RunConfig, ckpt) -> dict:
     """Cut the run files back to the checkpoint's step and write config.json with this resume
-    appended to its `resumes` list; returns the fields of the `resume` event (both engines)."""
+    appended to its `resumes` list; returns the fields of the `resume` event (both engines).
+    Under the run lock: refuses (RunDirRefused) a run file that became a symlink meanwhile."""
+    err = run_dir_links(cfg.outdir)
+    if err:
+        raise RunDirRefused(err)
     dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)
     config = resolved_config(cfg)
-    try:
-        with open(os.path.join(cfg.outdir, "config.json")) as f:
-            config["resumes"] = json.load(f).get("resumes", [])
-    except (OSError, ValueError, AttributeError):
-        config["resumes"] = []
+    old = run_marker(cfg.outdir) or {}
+    config["resumes"] = old.get("resumes", []) if isinstance(old.get("resumes"), list) else []
+    if isinstance(old.get("run_id"), str):
+        config["run_id"] = old["run_id"]           # the same run, continued
     changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
                if ckpt.config.get(k) != v and k != "resume"}
     config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
@@ -159,14 +255,14 @@ def record_resume(cfg: RunConfig, ckpt) -> dict:
 def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
     """Create or (resume) cut back the run files, attach JSONL sinks to the trainer."""
     if ckpt is None:
-        os.makedirs(cfg.outdir, exist_ok=True)
-        clear_run_files(cfg.outdir)
+        makedirs(cfg.outdir)
+        prepare_new_outdir(cfg)
         write_json(os.path.join(cfg.outdir, "config.json"), resolved_config(cfg))
     else:
         resumed = record_resume(cfg, ckpt)
     sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
     history = [] if ckpt is None else _read_jsonl(os.path.join(cfg.outdir, "metrics.jsonl"))
-    sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history)])
+    sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history, cfg.to_dict())])
     trainer.metrics_sink, trainer.events_sink, trainer.samples_sink = sinks
     if ckpt is None:
         for sink, buf in zip(sinks, buffers):

@@ -79,7 +79,7 @@ class SuiteSignals:
     `exit_code` is 128 + the first signal's number (130 SIGINT, 143 SIGTERM), as for a run.
     Handlers are installed only from the main thread."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # HUP: the terminal closed
 
     def __init__(self):
         self.signum: Optional[int] = None

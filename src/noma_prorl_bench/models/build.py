@@ -1,7 +1,9 @@
 """Build the policy of a run: GRU (default), transformer with KV cache, or a Hugging Face causal LM.
 
 `build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
-`--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast),
+`--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast; auto:
+resolved by `models.precision.resolve_dtype_choice`, the choice and its reason kept as
+`policy.dtype_choice = (dtype, reason)`),
 with `--grad_checkpoint` switched on and `--compile_decode` set. Errors a user can fix (a bad
 `hf:PATH`, `--device cuda` without CUDA) are `config.ConfigError`s naming the flag, which the CLI
 reports with exit code 2.
@@ -37,16 +39,19 @@ def build_policy(cfg, max_len: int | None = None):
         device = resolve_device(cfg.device)
     except ValueError as e:
         raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
+    from noma_prorl_bench.models.precision import resolve_dtype_choice  # noqa: PLC0415
+    dtype, why = resolve_dtype_choice(cfg.dtype, cfg.model, device)
     if cfg.model.startswith("hf:"):
         from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
         try:
             # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
-            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=cfg.dtype,
+            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=dtype,
                                          chat=cfg.task.startswith("rg:"))
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
         if getattr(cfg, "grad_checkpoint", False):
             policy.set_grad_checkpoint(True)
+        policy.dtype_choice = (dtype, why)
         return policy, tok
     tok = CharTokenizer()
     if cfg.model == "gru":
@@ -56,10 +61,11 @@ def build_policy(cfg, max_len: int | None = None):
         from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
         policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                                    n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
-    policy = policy.to(device=device, dtype=TOY_DTYPES[cfg.dtype])
+    policy = policy.to(device=device, dtype=TOY_DTYPES[dtype])
+    policy.dtype_choice = (dtype, why)
     if cfg.model == "transformer":
         policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
-        policy.compute_dtype = torch.bfloat16 if cfg.dtype == "bf16_mixed" else None
+        policy.compute_dtype = torch.bfloat16 if dtype == "bf16_mixed" else None
         if getattr(cfg, "compile_decode", "off") != "off":
             policy.compile_decode(cfg.compile_decode)      # static_decode.py: torch.compile on first decode
     return policy, tok

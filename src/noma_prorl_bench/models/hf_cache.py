@@ -34,10 +34,13 @@ def prefill_static(self, tokens, mask, pos, capacity: int):
     N, P = tokens.shape
     cache = StaticCache(config=self.model.config, max_cache_len=capacity)
     prefix = not getattr(self, "_compiled", False)        # compiled steps need fixed shapes
-    if prefix:
-        for layer in cache.layers:
-            if type(layer).__name__ == "StaticLayer":
-                layer.__class__ = prefix_layer_class()
+    for layer in cache.layers:
+        if type(layer).__name__ == "StaticLayer":
+            layer.__class__ = prefix_layer_class() if prefix else cast_layer_class()
+            # bf16_mixed: keys leave the rotary embedding in float32 (float32 cos/sin) but values
+            # leave v_proj in bf16; the cache holds both in the compute dtype (what SDPA reads
+            # under autocast anyway), else the lazily allocated buffers disagree with one of them.
+            layer.cast_dtype = getattr(self, "compute_dtype", None)
     valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
     valid[:, :P] = mask.bool()
     attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality
@@ -76,17 +79,34 @@ def repeat_static(state: StaticHFState, G: int, compiled: bool = False) -> Stati
 
 
 _PREFIX_LAYER: list = []
+_CAST_LAYER: list = []
+
+
+def cast_layer_class():
+    """transformers' StaticLayer, except that `update` first casts keys and values to the layer's
+    `cast_dtype` when one is set (the compute dtype of --dtype bf16_mixed)."""
+    if not _CAST_LAYER:
+        from transformers.cache_utils import StaticLayer  # noqa: PLC0415
+
+        class CastStaticLayer(StaticLayer):
+            cast_dtype = None
+
+            def update(self, key_states, value_states, *args, **kwargs):
+                if self.cast_dtype is not None:
+                    key_states, value_states = key_states.to(self.cast_dtype), value_states.to(self.cast_dtype)
+                return super().update(key_states, value_states, *args, **kwargs)
+
+        _CAST_LAYER.append(CastStaticLayer)
+    return _CAST_LAYER[0]
 
 
 def prefix_layer_class():
-    """transformers' StaticLayer, except that `update` returns views of the columns written so
+    """`cast_layer_class()` (transformers' StaticLayer), except that `update` returns views of the columns written so
     far instead of the whole preallocated capacity: attention then reads P + t columns at decode
     step t, not P + T - 1 (the unwritten ones were masked anyway, so the same logits up to
     float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
     if not _PREFIX_LAYER:
-        from transformers.cache_utils import StaticLayer  # noqa: PLC0415
-
-        class PrefixStaticLayer(StaticLayer):
+        class PrefixStaticLayer(cast_layer_class()):
             written = 0
 
             def update(self, key_states, value_states, *args, **kwargs):

@@ -156,7 +156,14 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
         if greedy:
             tok = logp_all.argmax(-1)                                          # [N]
         else:
-            tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            try:
+                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            except RuntimeError as e:                   # "probability tensor contains either inf, nan or ..."
+                bad = ~torch.isfinite(logp_all).all(-1)
+                if not bool(bad.any()):
+                    raise
+                from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits  # noqa: PLC0415
+                raise NonFiniteLogits(rows=int(bad.sum())) from e
         live = ~done
         logps[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
         tok = torch.where(live, tok, pad)
@@ -212,8 +219,9 @@ def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: 
 
 @torch.no_grad()
 def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
-             chunk: int = 256):
-    """Greedy decoding on `examples` -> (mean reward, responses, GenStats)."""
+             chunk: int = 256, bar=None):
+    """Greedy decoding on `examples` -> (mean reward, responses, GenStats); `chunk` prompts per
+    generate call; `bar` (a tqdm bar or None) is advanced by each chunk's prompts."""
     total, texts, stats = 0.0, [], GenStats()
     for i in range(0, len(examples), chunk):
         ex = examples[i:i + chunk]
@@ -226,4 +234,8 @@ def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len:
             s = tokenizer.decode(r)
             texts.append(s)
             total += task.reward(s, e.answer)
+        if bar is not None:
+            bar.update(len(ex))
+    if bar is not None:
+        bar.close()
     return total / max(len(examples), 1), texts, stats

@@ -1,5 +1,8 @@
-"""Tasks: toy verifiable sequence tasks (char vocabulary) and text tasks for HF models."""
+"""Tasks: toy verifiable sequence tasks (char vocabulary), text tasks for HF models, and your own
+(``--task module.path:factory`` or ``--task jsonl:PATH``; docs/tasks.md)."""
 from __future__ import annotations
+
+import re
 
 from noma_prorl_bench.tasks.base import CharTokenizer, Example, Task
 from noma_prorl_bench.tasks.toy import TOY_TASKS
@@ -7,7 +10,15 @@ from noma_prorl_bench.tasks.toy import TOY_TASKS
 
 def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
     """Build a task by name (toy tasks here; text tasks from tasks/text.py; rg:NAME from
-    tasks/reasoning_gym.py with cfg's task_kwargs, answer_extraction and format_reward)."""
+    tasks/reasoning_gym.py with cfg's task_kwargs, answer_extraction and format_reward;
+    jsonl:PATH from tasks/jsonl.py with cfg's prompt_field, answer_field, reward_fn, reward_tol;
+    module.path:factory from tasks/custom.py with cfg's task_kwargs). A user task that cannot be
+    built raises config.ConfigError naming the flag."""
+    if name.startswith("jsonl:"):
+        return _jsonl_task(name, n_val, cfg)
+    from noma_prorl_bench.tasks.custom import is_factory_spec, load_factory_task  # noqa: PLC0415
+    if is_factory_spec(name):
+        return load_factory_task(name, n_val, getattr(cfg, "task_kwargs", ""))
     if name.startswith("rg:"):
         from noma_prorl_bench.tasks.reasoning_gym import make_rg_task  # noqa: PLC0415  (needs reasoning-gym)
         return make_rg_task(name, n_val=n_val, cfg=cfg)
@@ -16,6 +27,26 @@ def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
         return cls(n_val=min(n_val, 128)) if name == "parity" else cls(n_val=n_val)
     from noma_prorl_bench.tasks import text  # noqa: PLC0415  (text tasks are only needed with HF models)
     return text.make_text_task(name, n_val=n_val)
+
+
+def _jsonl_task(name: str, n_val: int, cfg) -> Task:
+    from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
+    from noma_prorl_bench.tasks.jsonl import JsonlTask  # noqa: PLC0415
+    opts = {k: getattr(cfg, k) for k in ("prompt_field", "answer_field", "reward_fn", "reward_tol") if hasattr(cfg, k)}
+    try:
+        return JsonlTask(name[len("jsonl:"):], n_val=n_val, **opts)
+    except ConfigError:
+        raise
+    except OSError as e:
+        raise ConfigError("task", f"cannot read {name[len('jsonl:'):]!r}: {e.strerror or e}") from e
+    except (ValueError, re.error) as e:
+        raise ConfigError("n_val" if "leaves no training prompt" in str(e) else "task", str(e)) from e
+
+
+def is_user_task(name: str) -> bool:
+    """True for jsonl:PATH and module.path:factory (tasks this package does not define)."""
+    from noma_prorl_bench.tasks.custom import is_factory_spec  # noqa: PLC0415
+    return name.startswith("jsonl:") or is_factory_spec(name)
 
 
 def part_metrics(task, responses, answers, prefix: str = "reward/") -> dict[str, float]:
@@ -28,4 +59,4 @@ def part_metrics(task, responses, answers, prefix: str = "reward/") -> dict[str,
     return {f"{prefix}{k}": sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 
 
-__all__ = ["CharTokenizer", "Example", "Task", "TOY_TASKS", "make_task", "part_metrics"]
+__all__ = ["CharTokenizer", "Example", "Task", "TOY_TASKS", "is_user_task", "make_task", "part_metrics"]

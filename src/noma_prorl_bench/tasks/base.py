@@ -35,16 +35,27 @@ class Example:
 
 
 class Task(Protocol):
-    """What the trainer needs from a task."""
+    """What the trainer needs from a task (the public interface for your own: docs/tasks.md).
+
+    Optional members the trainer uses when present: ``demonstration(example) -> str`` (the
+    response the supervised warm start teaches; default the answer), ``reward_parts(response,
+    answer) -> dict`` (logged as reward/PART and reward/val_PART; a "correct" part decides
+    pass@k), ``prompt_len: int`` (a fixed prompt length in tokens for the char models)."""
 
     name: str
     max_new_tokens: int  # default response cap T (answer length + EOS)
 
-    def sample(self, rng: np.random.Generator, n: int) -> list[Example]: ...
+    def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
+        """n training examples drawn with the run's generator; never a validation prompt."""
+        ...
 
-    def validation_set(self) -> list[Example]: ...
+    def validation_set(self) -> list[Example]:
+        """The held-out examples: the same list on every call and for every seed."""
+        ...
 
-    def reward(self, response: str, answer: str) -> float: ...
+    def reward(self, response: str, answer: str) -> float:
+        """The verifiable reward in [0, 1] of one decoded response (answer extraction goes here)."""
+        ...
 
 
 class CharTokenizer:

@@ -1,7 +1,7 @@
 """Verifiable reward functions on strings: `fn(response, target) -> dict` with key "reward".
 
 r1_zero_reward_fn: the R1-Zero format (`... </think> <answer> ANSWER </answer>`) plus answer
-correctness, as used by Dr. GRPO (Liu et al. 2025) and the seed-004 course assignment.
+correctness, as used by Dr. GRPO (Liu et al. 2025) and a course assignment on it.
 keyword_inclusion_reward_fn: 1.0 iff every keyword occurs in the response (case-insensitive).
 
 >>> r1_zero_reward_fn("2+2 is 4 </think> <answer> 4 </answer>", "4")["reward"]

@@ -1,6 +1,6 @@
 """Text tasks for Hugging Face models: strings in, a verifiable reward in [0, 1] out.
 
-``keyword_inclusion`` (seed 004): "write a sentence that includes the word: KW"; reward 1 iff
+``keyword_inclusion``: "write a sentence that includes the word: KW"; reward 1 iff
 every keyword occurs in the response (case-insensitive), via
 ``rewards.keyword_inclusion_reward_fn``. Keywords come from a built-in list of common nouns
 of children's stories; a fixed, seeded fifth of them is held out for validation, so
@@ -97,7 +97,7 @@ def _draw_unique(make, rng: np.random.Generator, n: int, exclude: frozenset = fr
 
 
 class KeywordInclusionTask:
-    """Seed-004 keyword inclusion: reward 1 iff all ``n_keywords`` keywords appear in the response."""
+    """Keyword inclusion: reward 1 iff all ``n_keywords`` keywords appear in the response."""
 
     name = "keyword_inclusion"
 

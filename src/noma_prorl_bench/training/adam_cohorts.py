@@ -1,4 +1,4 @@
-"""Per-entry step counts for Adam/AdamW after a parameter grows (issue 15, docs/growth.md sec. 2b).
+"""Per-entry step counts for Adam/AdamW after a parameter grows (docs/growth.md sec. 2b).
 
 ``torch.optim.Adam`` keeps one ``step`` t per parameter tensor and divides the moments by
 ``1 - beta1^t`` and ``1 - beta2^t``. Entries appended by a growth at step t0 have zero moments but

@@ -1,4 +1,4 @@
-"""Topology growth inside a run: LoRA adapters on the policy, grown at chosen moments (issue 5).
+"""Topology growth inside a run: LoRA adapters on the policy, grown at chosen moments.
 
 The Trainer holds one `GrowthManager` as `trainer.growth` (a no-op unless `--enable_growth 1`).
 It never sees the Trainer: it gets the policy, the reference holder, the shared

@@ -11,7 +11,11 @@ the next minibatch (each is checked); `--on_nan stop` raises `NonFiniteError`, w
 Test hook: the environment variable NOMA_PRORL_INJECT_NAN_STEP=k multiplies the loss of
 every minibatch of step k by NaN (read on every call; unset in normal runs).
 
-Signals (`GracefulStop`): the first SIGINT/SIGTERM sets a flag that the training loop reads
+Sampling: non-finite logits before `torch.multinomial` (e.g. weights blown up by a huge --lr)
+raise `NonFiniteLogits`, a NonFiniteError whatever --on_nan says (a policy that cannot sample
+cannot go on): the run writes a `nan_guard` event and exits 3 without a checkpoint of that state.
+
+Signals (`GracefulStop`): the first SIGINT/SIGTERM/SIGHUP/SIGUSR1 sets a flag that the training loop reads
 after each step (it then writes a checkpoint and exits 128 + signal number); a second one
 aborts at once (KeyboardInterrupt). A step still running STOP_GRACE_S seconds after the first
 signal is abandoned (`StepAbandoned` raised inside it by SIGALRM): its half-done update is never
@@ -30,20 +34,12 @@ from typing import Callable, Optional
 
 import torch
 
+from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits  # noqa: F401  (re-exported)
+
 INJECT_NAN_ENV = "NOMA_PRORL_INJECT_NAN_STEP"
 MAX_PARAM_NAMES = 8          # parameters with non-finite gradients named in the event
 
 
-class NonFiniteError(RuntimeError):
-    """NaN/Inf in an update under --on_nan stop."""
-
-    def __init__(self, step: int, bad: list[str]):
-        super().__init__(f"non-finite {', '.join(bad)} at step {step} (see the nan_guard event in events.jsonl; "
-                         "--on_nan skip drops such minibatches and goes on)")
-        self.step, self.bad = step, bad
-
-
-# ============================================================================ NaN guard
 def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
     """Test hook: NaN loss at step NOMA_PRORL_INJECT_NAN_STEP (identity otherwise)."""
     target = os.environ.get(INJECT_NAN_ENV)
@@ -110,12 +106,12 @@ class StepAbandoned(BaseException):
 
 
 class GracefulStop:
-    """Context manager: SIGINT/SIGTERM request a stop after the current step (`.signum`).
+    """Context manager: SIGINT/SIGTERM/SIGHUP/SIGUSR1 request a stop after the current step (`.signum`).
 
     Handlers are only installed from the main thread (elsewhere signals stay as they were).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # HUP: a closed terminal
 
     def __init__(self, quiet: bool = False):
         self.signum: Optional[int] = None
@@ -129,7 +125,7 @@ class GracefulStop:
 
     @property
     def exit_code(self) -> int:
-        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM)."""
+        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."""
         return 128 + int(self.signum or 0)
 
     def _handle(self, signum, frame) -> None:

@@ -44,6 +44,7 @@ class Learner:
         kl_ctrl = (kl_lib.AdaptiveKLController(cfg.beta, cfg.target_kl, cfg.kl_horizon)
                    if cfg.target_kl > 0 else None)
         self.optim = OptimSide(optimizer, run_scheduler(optimizer, cfg), kl_ctrl)   # shared with the managers
+        self.updates_applied = 0        # optimizer steps taken (a run with none ends non-zero)
 
     @property
     def beta(self) -> float:
@@ -125,6 +126,7 @@ class Learner:
         if not skipped:
             opt.optimizer.step()
             opt.scheduler.step()
+            self.updates_applied += 1
         with torch.no_grad():
             resp = batch.mask[sl]                                       # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}

@@ -1,4 +1,4 @@
-"""Drift monitors (seed 004, Problem 6): exact KL of the policy to its initial and previous self.
+"""Drift monitors: exact KL of the policy to its initial and previous self.
 
 Legend: N evaluation sequences, P prompt length, T response length, L = P + T, V vocabulary.
 
@@ -32,6 +32,15 @@ from noma_prorl_bench.models.base import response_logits, slices_logits
 from noma_prorl_bench.training.resets import clone_state_dict
 
 Params = dict[str, torch.Tensor]
+#: the drift monitor's row chunk holds at most this many logits per [n, T, V] tensor (64 MiB float32)
+MONITOR_CHUNK_ELEMENTS = 2 ** 24
+
+
+def vocab_size(policy: nn.Module) -> int:
+    """The policy's vocabulary: its `vocab_size` attribute, else its config's, else 1 (no chunking
+    information: the whole batch goes in one piece)."""
+    v = getattr(policy, "vocab_size", None) or getattr(getattr(policy, "config", None), "vocab_size", None)
+    return int(v) if v else 1
 
 
 class MonitorCounter(ForwardCounter):
@@ -163,14 +172,29 @@ class DriftMonitor:
 
     @torch.no_grad()
     def measure(self, policy: nn.Module) -> dict[str, float]:
-        """{"kl/to_init", "kl/to_prev"}: 2 forwards, 3 once a previous snapshot exists."""
-        args = (self.tokens, self.P, self.temperature, self.counter)
+        """{"kl/to_init", "kl/to_prev"}: 2 forwards, 3 once a previous snapshot exists (counted per
+        pass over the batch). Rows go through in chunks of at most MONITOR_CHUNK_ELEMENTS logits
+        each, so a large vocabulary never holds [N, T, V] float32 tensors of the whole batch (one
+        chunk, the same arithmetic, whenever the batch fits: every toy model)."""
+        others = {"kl/to_init": self.init_params}
+        if self.prev.params is not None:
+            others["kl/to_prev"] = self.prev.params
+        N, T = self.mask.shape
+        rows = N if not T else max(1, MONITOR_CHUNK_ELEMENTS // (T * vocab_size(policy)))
+        sums: dict[str, Any] = {k: 0.0 for k in others}       # float, then a 0-dim tensor
+        t0 = time.perf_counter()
         with _eval_mode(policy):
-            lp = _scaled_logits(policy, None, *args)                          # [N, T, V]
-            out = {"kl/to_init": _masked_kl(lp, _scaled_logits(policy, self.init_params, *args), self.mask)}
-            if self.prev.params is not None:
-                out["kl/to_prev"] = _masked_kl(lp, _scaled_logits(policy, self.prev.params, *args), self.mask)
-        return out
+            for a in range(0, N, rows):
+                tok, m = self.tokens[a:a + rows], self.mask[a:a + rows].float()
+                lp = _scaled_logits(policy, None, tok, self.P, self.temperature, None)              # [n, T, V]
+                for key, params in others.items():
+                    kl = kl_full(lp, _scaled_logits(policy, params, tok, self.P, self.temperature, None))
+                    sums[key] = sums[key] + (kl * m).sum()
+        seconds = (time.perf_counter() - t0) / (1 + len(others))
+        for _ in range(1 + len(others)):
+            self.counter.forward(self.tokens.numel(), seconds)
+        total = self.mask.float().sum().clamp_min(1.0)
+        return {k: float(v / total) for k, v in sums.items()}
 
     def pop_counts(self) -> dict[str, int]:
         return self.counter.pop_counts()

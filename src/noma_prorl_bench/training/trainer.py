@@ -19,13 +19,17 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
+from noma_prorl_bench.models.precision import hold_frozen_in_bf16, params_by_dtype
 from noma_prorl_bench.rollout.collector import BatchSource, Collector
+from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
 from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
 from noma_prorl_bench.rollout.sampling import RolloutBatch, evaluate
-from noma_prorl_bench.tasks import make_task, part_metrics
+from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
+from noma_prorl_bench.tasks.custom import check_vocabulary
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.learner import Learner
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
+from noma_prorl_bench.training.result import eval_bar, per_prompt
 from noma_prorl_bench.training.warmstart import supervised_warm_start
 
 COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
@@ -37,15 +41,29 @@ def set_determinism(cfg: RunConfig) -> None:
     torch.manual_seed(cfg.seed)
 
 
-def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device, event) -> dict:
+def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device, event) -> tuple[dict, dict]:
     """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
-    is reported separately (the `warmstart` event)."""
+    is reported separately (the `warmstart` event). Returns the event's values and the
+    per-prompt record of that evaluation (training/result.py)."""
     t0 = time.perf_counter()
     n_steps = supervised_warm_start(policy, task, tok, cfg, P, device)
-    val, _, _ = evaluate(policy, task, tok, val_set, T_max, P)
+    bar = eval_bar(cfg, len(val_set), "evaluating before RL")
+    val, texts, _ = evaluate(policy, task, tok, val_set, T_max, P, bar=bar)
     info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
     event("warmstart", "supervised warm start", **info)
-    return info
+    return info, per_prompt(task, val_set, texts)
+
+
+def hold_precision(cfg: RunConfig, policy, event) -> dict:
+    """The `precision` event: the dtype used (--dtype auto resolved) and why; under bf16_mixed an
+    HF policy's frozen Linear weights are stored in bf16 from here on (models/precision.py),
+    before the reference copy and the optimizer are made."""
+    n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
+    dtype, why = getattr(policy, "dtype_choice", (cfg.dtype, f"--dtype {cfg.dtype}"))
+    info = {"requested": cfg.dtype, "dtype": dtype, "frozen_bf16_tensors": n,
+            "params_by_dtype": params_by_dtype(policy)}
+    event("precision", why, **info)
+    return {**info, "reason": why}
 
 
 class Trainer:
@@ -64,6 +82,10 @@ class Trainer:
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
         self.policy, self.tok = build_policy(cfg, max_len=L_max)
+        if is_user_task(cfg.task):
+            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
+        if is_user_task(cfg.task):
+            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
         self.device = policy_device(self.policy)               # --device (auto resolved)
         self.data_rng = np.random.default_rng([cfg.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
@@ -74,9 +96,11 @@ class Trainer:
         self.counters = Counters(COUNTER_KEYS)
         self.timer = StageTimer()
         self.step_idx = 0
-        self.warmstart_info = warm_start(cfg, self.policy, self.task, self.tok, self.val_set, self.T_max, self.P,
-                                         self.device, self.event)
+        self.val_after: dict | None = None   # per-prompt record of the last step's evaluation
+        self.warmstart_info, self.val_before = warm_start(cfg, self.policy, self.task, self.tok, self.val_set,
+                                                          self.T_max, self.P, self.device, self.event)
         attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
+        self.precision_info = hold_precision(cfg, self.policy, self.event)   # --dtype used and why; bf16 frozen base
         # ------------------------------------------------------------ the stages
         self.collector: BatchSource = Collector.from_config(cfg, self.task, self.tok, self.policy, self.T_max,
                                                             self.P, self.data_rng, self.sample_gen, self.counters)
@@ -105,6 +129,7 @@ class Trainer:
                          lambda self, v: setattr(self.learner.optim, "scheduler", v))
     kl_ctrl = property(lambda self: self.learner.optim.kl_ctrl,
                        lambda self, v: setattr(self.learner.optim, "kl_ctrl", v))
+    updates_applied = property(lambda self: self.learner.updates_applied)   # optimizer steps taken
 
     def use_reference(self, ref) -> None:
         """Swap the reference (the Ray learner's RemoteReference); the managers follow."""
@@ -159,10 +184,15 @@ class Trainer:
     def state_dict(self) -> dict:
         """Every part of a resumable run, named: the stateful components in load order (growth
         first: it grows policy, reference and optimizer to the saved adapter rank), the RNG
-        streams, the step and the warm-start record."""
-        return checkpoint.state_tree(self.step_idx, self._components(), self._generators(),
-                                     {"T_max": self.T_max, "P": self.P, "step_idx": self.step_idx,
-                                      "warmstart_info": self.warmstart_info})
+        streams, the step, the optimizer-step count and the run's records (RECORDS)."""
+        scalars = {"T_max": self.T_max, "P": self.P, "step_idx": self.step_idx,
+                   "updates_applied": self.learner.updates_applied,
+                   **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None}}
+        return checkpoint.state_tree(self.step_idx, self._components(), self._generators(), scalars)
+
+    #: what the run has recorded about itself (warm start, precision, per-prompt evaluations before
+    #: and after RL): saved with the checkpoint so a resumed run reports them
+    RECORDS = ("warmstart_info", "precision_info", "val_before", "val_after")
 
     def load_state_dict(self, state: dict) -> None:
         """Overwrite this freshly built Trainer with a saved state (RNG states included); the LR
@@ -172,7 +202,9 @@ class Trainer:
         for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):   # growth may have replaced it
             if total is not None:
                 f.total_steps = total
-        self.warmstart_info = scalars.get("warmstart_info", self.warmstart_info)
+        for k in self.RECORDS:
+            setattr(self, k, scalars.get(k, getattr(self, k)))
+        self.learner.updates_applied = int(scalars.get("updates_applied", 0))
         self.step_idx = int(state["step"])
 
     def _components(self) -> dict:
@@ -197,6 +229,14 @@ class Trainer:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
+        if self.step_idx == self.cfg.steps:
+            self.val_after = per_prompt(self.task, self.val_set, texts)
+        if self.cfg.eval_samples:                  # its own seeded generator: training's streams are untouched
+            gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1000 + 7 + self.step_idx)
+            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, self.cfg.eval_samples,
+                                          self.T_max, self.cfg.temperature, gen, self.P)
+            self.counters.add("policy_fwd_eval", gs.fwd_calls)
+            val_parts.update(passk)
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
 
     def pop_step_stats(self, step_seconds: float) -> dict:

@@ -1,0 +1,210 @@
+"""The A1 RL step on the real model in float32 vs bf16 (`--dtype bf16_mixed`): CPU seconds per
+stage (rollout, reference, train), per step, and peak RSS.
+
+Every run is `--preset smollm2_demo` (SmolLM2-135M-Instruct, dequantised Q4_1; LoRA rank 8 on
+q/k/v/o, base frozen; Variant A with A1 caching) at the demo's shapes (B = 4 prompts x G = 4
+samples, at most 32 new tokens, 1 PPO epoch x 1 minibatch), seed 0, one torch thread, in its own
+process (so each run's peak RSS is its own). Runs alternate float32, bf16_mixed, float32, ... so
+machine noise hits both alike; the first step of every run is dropped (warm-up); medians over the
+rest. The stage timers read process CPU time (`real_wedge.use_cpu_clock`), which other processes
+on shared cores disturb less than wall time. The load average is recorded at each run's start and
+end, with the machine (CPU model, torch's CPU capability, the bf16 detector's verdict) and commit.
+
+Also a one-thread matmul at two of SmolLM2's shapes in float32 and bf16 (GFLOP/s of process CPU
+time), which says whether this CPU has bf16 units at all.
+
+    PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_speed.py --reps 2 --steps 3 \
+        --out benchmarks/results/real_speed.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
+DTYPES = ("float32", "bf16_mixed")
+MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))   # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
+
+
+def worker(args) -> None:
+    """One fresh Trainer in args.dtype; prints a RESULT line with the per-step stage times."""
+    import torch
+    sys.path.insert(0, HERE)
+    from real_wedge import use_cpu_clock
+
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.training.trainer import Trainer
+    torch.set_num_threads(1)
+    use_cpu_clock()
+    load0 = os.getloadavg()
+    cfg = make_config({"preset": "smollm2_demo", "outdir": "/dev/null", "quiet": True, "threads": 1, "seed": 0,
+                       "steps": args.steps, "n_val": 4, "eval_every": 10 ** 6, "dtype": args.dtype,
+                       "batch_size": args.batch_size, "group_size": args.group_size,
+                       "max_new_tokens": args.max_new_tokens})
+    events = []
+
+    class Sink:
+        def write(self, rec):
+            events.append(rec)
+
+        def close(self):
+            pass
+
+    trainer = Trainer(cfg, events_sink=Sink())
+    steps = [trainer.train_step() for _ in range(args.steps)]
+    (prec,) = [e for e in events if e["event"] == "precision"]
+    print("RESULT " + json.dumps({
+        "dtype": args.dtype, "precision_event": prec,
+        "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "loadavg_start": load0, "loadavg_end": os.getloadavg()}), flush=True)
+
+
+def matmul_rates(repeats: int = 5) -> list[dict]:
+    """One-thread GFLOP/s (process CPU time) of a float32 and a bf16 matmul at SmolLM2's shapes."""
+    import torch
+    torch.set_num_threads(1)
+    out = []
+    for m, k, n in MATMUL_SHAPES:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        row = {"shape": [m, k, n]}
+        for dt in (torch.float32, torch.bfloat16):
+            x, y = a.to(dt), b.to(dt)
+            x @ y                                                   # warm-up
+            t0 = time.process_time()
+            for _ in range(repeats):
+                x @ y
+            row[str(dt).replace("torch.", "")] = 2 * m * k * n * repeats / (time.process_time() - t0) / 1e9
+        out.append(row)
+    return out
+
+
+def machine() -> dict:
+    import torch
+
+    from noma_prorl_bench.models.precision import bf16_support, cpu_flags
+    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    ok, why = bf16_support("cpu")
+    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "bf16_flags": sorted(f for f in cpu_flags() if "bf16" in f), "bf16_supported": ok, "bf16_reason": why}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def spawn(args, dtype: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--dtype", dtype, "--steps", str(args.steps),
+           "--batch_size", str(args.batch_size), "--group_size", str(args.group_size),
+           "--max_new_tokens", str(args.max_new_tokens)]
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{dtype} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def summarise(runs: list[dict]) -> dict:
+    # the first step of a run is dropped (warm-up) unless the run was made with --drop_first 0
+    timed = [s for r in runs for s in r["per_step"][r.get("drop_first", 1):]]
+    med = {k: statistics.median(s[k] for s in timed) for k in STAGES}
+    # time/step also holds the validation at a run's last step (time/eval): the step compared is the
+    # sum of the three stages (the rest of a step, advantages and metrics, measured < 0.1 s)
+    med["stages_sum"] = statistics.median(sum(s[k] for k in STAGES[1:]) for s in timed)
+    med["steps_timed"] = len(timed)
+    med["first_step"] = {k: statistics.median(r["per_step"][0][k] for r in runs) for k in STAGES}
+    med["peak_rss_mb"] = statistics.median(r["peak_rss_mb"] for r in runs)
+    med["response_len_mean"] = statistics.mean(s["response/len_mean"] for s in timed)
+    return med
+
+
+def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
+    """Write the results file from the runs so far; returns the per-dtype medians."""
+    table = {d: summarise(r) for d, r in runs.items() if r}
+    ratios = {}
+    if "float32" in table and "bf16_mixed" in table:
+        ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in (*STAGES, "stages_sum")}
+    out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
+                        "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
+                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps,
+                        "dropped_first_steps": "per run: drop_first",
+                        "clock": "process CPU time", "threads": 1},
+           **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
+           "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    return table
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=2, help="alternating float32 / bf16_mixed run pairs")
+    ap.add_argument("--steps", type=int, default=3, help="RL steps per run (the first is not timed)")
+    ap.add_argument("--batch_size", type=int, default=4)
+    ap.add_argument("--group_size", type=int, default=4)
+    ap.add_argument("--max_new_tokens", type=int, default=32)
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--out", default="benchmarks/results/real_speed.json")
+    ap.add_argument("--drop_first", type=int, default=1, choices=(0, 1),
+                    help="drop each run's first step (warm-up) from the medians; 0 for one-step runs")
+    ap.add_argument("--append", action="store_true",
+                    help="add these runs to those already in --out (e.g. fewer steps for the slower dtype)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    sys.path.insert(0, SRC)
+    dtypes = args.dtypes.split(",")
+    t0, load0 = time.time(), os.getloadavg()
+    runs: dict[str, list[dict]] = {d: [] for d in DTYPES}
+    prev = json.load(open(args.out)) if args.append and os.path.exists(args.out) else None
+    if prev:                                              # keep the runs (and the matmul rates) in the file
+        info = {"machine": prev["machine"], "commit": commit(), "matmul_gflops": prev["matmul_gflops"]}
+        for d, rs in prev["runs"].items():
+            runs.setdefault(d, []).extend(rs)
+        info["earlier_parts"] = prev.get("earlier_parts", []) + [
+            {k: prev[k] for k in ("commit", "loadavg_start", "loadavg_end", "wall_s", "settings") if k in prev}]
+    else:
+        info = {"machine": machine(), "commit": commit(), "matmul_gflops": matmul_rates()}
+    print(json.dumps(info, indent=1), flush=True)
+    for rep in range(args.reps):
+        for d in dtypes:
+            runs[d].append(spawn(args, d) | {"steps_per_run": args.steps, "drop_first": args.drop_first})
+            print(f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
+                  f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)", file=sys.stderr,
+                  flush=True)
+            write(args, info, runs, load0, t0)              # after every run: a stopped benchmark keeps its runs
+    table = write(args, info, runs, load0, t0)              # (--append --reps 0: only re-summarise the file)
+    print("| dtype | step = rollout + reference + train (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for d, m in table.items():
+        print(f"| {d} | {m['stages_sum']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
+              f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |")
+    if len(table) == 2:
+        print("float32 / bf16_mixed: " + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x"
+                                                   for k in (*STAGES, "stages_sum")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The regime map (atlas): a suite whose arms are named `b{beta}-{treatment}` (suite.py's
+`atlas` and `quick` presets) is read as a beta x reference-treatment grid. For each beta the
+`none` arm never resets the reference; every other treatment resets it periodically and differs
+in what Adam does there (keep, hard, soft, asym, step).
+
+    grid = parse_arms(arms)            # {beta: {treatment: arm}} or None
+    cells = effect_cells(arms, rows, k)  # effect vs that beta's none arm + the tested verdict
+    lines = atlas_section(arms, rows, k, figures_dir, rel)   # markdown + two figures
+
+A cell's number is the mean paired effect on the score against that beta's `none` arm with its
+95% t interval (`stats.bootstrap_ci`); its mark is the verdict of the question the suite tests
+for that cell: `keep` vs `none`, and every other treatment vs `keep` (suite.py
+ATLAS_COMPARISONS). The clamp figure shows, per beta, the weighted KL term (beta x `loss/kl`)
+against |`loss/pg`| and `kl/to_init` over steps (resets dotted), the evidence that a fixed
+reference clamps the policy at large beta.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from noma_prorl_bench.analysis import stats
+from noma_prorl_bench.analysis.compare import run_numbers
+from noma_prorl_bench.analysis.plots import (
+    _colors,
+    _draw,
+    _panel,
+    _style,
+    smooth_window,
+    summary_figure,
+)
+from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run, smooth
+
+ARM_RE = re.compile(r"^b(?P<beta>[0-9.]+(?:e-?[0-9]+)?)-(?P<treatment>[a-z]+)$")
+#: the short verdict marks printed in cells
+MARKS = {"better": "better", "worse": "worse", "no detectable difference": "n.d."}
+
+
+def parse_arms(arms: dict[str, Any]) -> dict[str, dict[str, str]] | None:
+    """{beta (as named): {treatment: arm}} in the arms' order, when every arm is named
+    b{beta}-{treatment} and some beta has a `none` arm and another treatment; else None."""
+    grid: dict[str, dict[str, str]] = {}
+    for arm in arms:
+        m = ARM_RE.match(arm)
+        if m is None:
+            return None
+        grid.setdefault(m["beta"], {})[m["treatment"]] = arm
+    if not any("none" in ts and len(ts) > 1 for ts in grid.values()):
+        return None
+    return dict(sorted(grid.items(), key=lambda kv: float(kv[0])))
+
+
+def treatments(grid: dict[str, dict[str, str]]) -> list[str]:
+    """Treatment columns in the arms' order (none first)."""
+    cols = list(dict.fromkeys(t for ts in grid.values() for t in ts))
+    return sorted(cols, key=lambda t: t != "none")
+
+
+def _tested_row(rows: list[dict], arm: str, base: str) -> dict | None:
+    return next((r for r in rows if r["metric"] == "score" and r["arm"] == arm
+                 and r["baseline"] == base), None)
+
+
+def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> dict:
+    """{(beta, treatment): cell}: diff and ci95 of the score against that beta's none arm
+    (paired by seed), n, and the verdict / p_holm / mde80 of the cell's tested question (keep vs
+    none; X vs keep) with that question's baseline."""
+    grid = parse_arms(arms) or {}
+    cells = {}
+    for beta, ts in grid.items():
+        base = ts.get("none")
+        for t, arm in ts.items():
+            if base is None or t == "none":
+                continue
+            pairs = sorted(set(arms[arm]) & set(arms[base]), key=str)
+            x = np.array([run_numbers(arms[arm][p], k)["score"] for p in pairs])
+            y = np.array([run_numbers(arms[base][p], k)["score"] for p in pairs])
+            ok = np.isfinite(x) & np.isfinite(y)
+            tested_base = base if t == "keep" else ts.get("keep", base)
+            row = _tested_row(rows, arm, tested_base)
+            cells[(beta, t)] = dict(
+                diff=float(np.mean(x[ok] - y[ok])) if ok.any() else np.nan,
+                ci95=list(stats.bootstrap_ci(x[ok], y[ok])), n=int(ok.sum()),
+                tested=f"{t} vs {'none' if tested_base == base else 'keep'}",
+                verdict=row["verdict"] if row else None, p_holm=row["p_holm"] if row else np.nan,
+                mde80=row["mde80"] if row else np.nan,
+                tested_diff=row["diff"] if row else np.nan)
+    return cells
+
+
+def _fmt(v: float, sign: bool = True) -> str:
+    return "—" if not np.isfinite(v) else f"{v:+.3f}" if sign else f"{v:.3f}"
+
+
+def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
+                  figures_dir: Path, rel: Callable[[Path], str]) -> list[str]:
+    """The map's markdown (a beta x treatment table) and its two figures; [] for other suites."""
+    grid = parse_arms(arms)
+    if grid is None:
+        return []
+    cells = effect_cells(arms, rows, k)
+    cols = [t for t in treatments(grid) if t != "none"]
+    body = []
+    for beta, ts in grid.items():
+        line = [f"beta {beta}"]
+        for t in cols:
+            c = cells.get((beta, t))
+            if c is None:
+                line.append("—")
+                continue
+            lo, hi = c["ci95"]
+            mark = MARKS.get(c["verdict"], "not tested")
+            mde = ("" if c["verdict"] != "no detectable difference" else ", mde80 ∞"
+                   if c["mde80"] == np.inf else f", mde80 {_fmt(c['mde80'], sign=False)}")
+            line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})")
+        body.append(line)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    heat, clamp = figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png"
+    heatmap_figure(grid, cells).savefig(heat, dpi=110, bbox_inches="tight")
+    clamp_figure(arms, grid).savefig(clamp, dpi=110, bbox_inches="tight")
+    per_beta = []
+    for beta, ts in grid.items():                  # one readable training summary per beta
+        png = figures_dir / f"summary_beta{beta}.png"
+        runs = [r for arm in ts.values() for r in arms[arm].values()]
+        summary_figure(runs, by_config=True, throughput=False).savefig(png, dpi=100,
+                                                                       bbox_inches="tight")
+        per_beta.append(f"[beta {beta}]({rel(png)})")
+    header = ["beta"] + [f"{t}" for t in cols]
+    return ["## The map: reference treatment x beta", "",
+            f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
+            "beta's `none` arm (no reference reset), with its 95% t interval, then the verdict "
+            "of the question the suite tests for the cell (Holm within the beta's family; "
+            "`n.d.` = no detectable difference, with its mde80): `keep` is tested against "
+            "`none`, every other treatment against `keep` (so a cell can differ from `none` and "
+            "still be `n.d.` "
+            "against `keep`). Effects and mde80 of the tested questions are in the comparison "
+            "tables below.", ""] + _table(header, body) + [
+        "", f"![Atlas heatmap]({rel(heat)})", "",
+        "Clamp evidence per beta: the weighted KL term (beta × `loss/kl`, solid) against "
+        "|`loss/pg`| (dashed), and the policy's KL to its warm start (`kl/to_init`) over steps, "
+        "means over seeds; resets dotted.", "", f"![Clamp evidence]({rel(clamp)})", "",
+        "Training curves per beta (one line per treatment, mean over seeds with a min–max "
+        "band): " + ", ".join(per_beta) + ".", ""]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+# ---------------------------------------------------------------- figures
+
+
+def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
+    """Beta rows x treatment columns (analysis/atlas.py): colour = mean paired score effect vs
+    that beta's `none` arm (diverging, 0 white), text = effect, 95% CI and the verdict of the
+    cell's tested question; a solid frame marks `better`, a dashed frame `worse` (so the
+    verdict reads without colour)."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib loads only for a figure)
+
+    betas = list(grid)
+    cols = [t for t in dict.fromkeys(t for ts in grid.values() for t in ts) if t != "none"]
+    data = np.full((len(betas), len(cols)), np.nan)
+    for (beta, t), c in cells.items():
+        if t in cols:
+            data[betas.index(beta), cols.index(t)] = c["diff"]
+    lim = float(np.nanmax(np.abs(data))) if np.isfinite(data).any() else 1.0
+    fig = Figure(figsize=(2.1 * len(cols) + 2.2, 1.25 * len(betas) + 1.8))
+    ax = fig.subplots()
+    im = ax.imshow(data, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_xticks(range(len(cols)), [f"reset + {t}" for t in cols])
+    ax.set_yticks(range(len(betas)), [f"beta {b}" for b in betas])
+    for (beta, t), c in cells.items():
+        if t not in cols:
+            continue
+        i, j = betas.index(beta), cols.index(t)
+        lo, hi = c["ci95"]
+        mark = {"better": "better", "worse": "worse"}.get(c["verdict"], "n.d.")
+        if c["verdict"] is None:
+            mark = "not tested"
+        mde = ""
+        if mark == "n.d.":
+            mde = ("\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}"
+                   if np.isfinite(c["mde80"]) else "")
+        dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
+        ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
+        ax.text(j, i, f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
+                ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        if c["verdict"] in ("better", "worse"):
+            ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, linewidth=2.2,
+                                   edgecolor="black",
+                                   linestyle="-" if c["verdict"] == "better" else "--"))
+    for i, j in zip(*np.nonzero(~np.isfinite(data))):
+        ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
+    fig.colorbar(im, ax=ax, label="score effect vs no reset (same beta)")
+    ax.set_title("Score effect of each reference treatment vs no reset, per beta\n"
+                 "mean paired difference [95% t CI]; verdict of the tested question "
+                 "(Holm per beta); frame: solid = better, dashed = worse", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def clamp_figure(arms: dict, grid: dict[str, dict[str, str]]) -> Figure:
+    """Per beta (columns): top, the weighted KL term beta x `loss/kl` (solid) against |`loss/pg`|
+    (dashed) for the `none` and `keep` arms (log scale; trailing means, then means over seeds);
+    bottom, `kl/to_init` of every treatment. Resets dotted."""
+    betas = list(grid)
+    fig = Figure(figsize=(4.2 * len(betas), 8.2))
+    axes = fig.subplots(2, len(betas), squeeze=False)
+    for j, beta in enumerate(betas):
+        ts = grid[beta]
+        top, bottom = axes[0, j], axes[1, j]
+        _panel(top, f"beta {beta}: KL term vs policy-gradient term", "|loss term|")
+        _panel(bottom, f"beta {beta}: KL to the warm start", "kl/to_init")
+        top.set_yscale("log")
+        for i, t in enumerate(("none", "keep")):
+            runs = list(arms[ts[t]].values()) if t in ts else []
+            if not runs:
+                continue
+            w = smooth_window(max(len(r.steps) for r in runs)) * 2
+            color = f"C{i}"
+            kl = [_abs_series(r, "loss/kl", float(beta)) for r in runs]
+            pg = [_abs_series(r, "loss/pg", 1.0) for r in runs]
+            for series, ls, what in ((kl, "-", "beta x loss/kl"), (pg, "--", "|loss/pg|")):
+                steps, mean = _mean_smoothed(series, w)
+                top.plot(steps, mean, color=color, linestyle=ls, label=f"{t}: {what}")
+        top.legend(fontsize=7)
+        colors = _colors(len(ts))
+        for i, (t, arm) in enumerate(ts.items()):
+            runs = list(arms[arm].values())
+            _draw(bottom, t, runs, "kl/to_init", colors[i], linestyle=_style(i), marker=".",
+                  markersize=3)
+        resets = sorted({s for arm in ts.values() for r in arms[arm].values()
+                         for s in r.event_steps(*RESET_EVENTS)})
+        for ax in (top, bottom):
+            for step in resets:
+                ax.axvline(step, color="gray", linestyle=":", linewidth=0.9, label="_reset")
+        bottom.legend(fontsize=7, title="treatment (resets dotted)", title_fontsize=7)
+    fig.suptitle("Clamp evidence: does the KL term dominate the loss, and does the policy stop "
+                 "moving from its warm start? (means over seeds)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def _abs_series(run: Run, key: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    steps, v = run.series(key)
+    return steps, np.abs(v) * scale
+
+
+def _mean_smoothed(series: list, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing-mean smoothed series, averaged over runs on the union of their steps."""
+    steps = np.unique(np.concatenate([s for s, _ in series])) if series else np.zeros(0, int)
+    table = np.full((len(series), steps.size), np.nan)
+    for row, (s, v) in zip(table, series):
+        row[np.searchsorted(steps, s)] = smooth(v, window)
+    with np.errstate(invalid="ignore"):
+        return steps, np.nanmean(table, 0) if steps.size else np.zeros(0)
