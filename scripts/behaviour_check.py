@@ -1,4 +1,4 @@
-"""Behaviour check for refactors: run 7 short flag sets, or compare two such directories.
+"""Behaviour check for refactors: run 8 short flag sets, or compare two such directories.
 
 `python scripts/behaviour_check.py run DIR` trains each flag set into DIR/<name>;
 `python scripts/behaviour_check.py compare DIR_A DIR_B` prints identical/different per file,
@@ -21,12 +21,14 @@ FLAG_SETS: dict[str, list[str]] = {
     "B": ["--variant", "B"],
     "reset_soft5": ["--reset_every", "5", "--opt_reset", "soft"],
     "growth_preserve": ["--enable_growth", "1", "--grow_every", "5", "--growth_migration", "preserve"],
+    "pass_at_k": ["--eval_samples", "2"],
     "ray_colocated": ["--engine", "ray_colocated", "--actor_timeout", "900"],   # a busy machine starts actors slowly
 }
 FILES = ("metrics.jsonl", "events.jsonl")
 TIMING_PREFIXES = ("time/", "perf/")
 WALL_CLOCK = {"time", "wall", "wall_s", "elapsed", "elapsed_s", "seconds", "timestamp", "ts", "t",
-              "started", "finished", "start_time", "end_time", "pid", "host", "hostname"}
+              "started", "finished", "start_time", "end_time", "pid", "host", "hostname",
+              "run_id"}   # run_id: a run's random identity (its ownership marker), not behaviour
 
 
 def is_timing(key: str) -> bool:
