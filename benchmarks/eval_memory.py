@@ -27,6 +27,7 @@ def rss_mb() -> float:
 
 def piece(kind: str, model: str, n_val: int, chunked: bool) -> dict:
     import torch
+
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.training import monitors
     from noma_prorl_bench.training.trainer import Trainer

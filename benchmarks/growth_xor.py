@@ -277,7 +277,7 @@ def main(argv=None) -> None:
 def main_lrs(args) -> None:
     """Every lr x seed (paired: all arms of a seed branch from one phase 1), then the report."""
     if args.from_json:
-        from growth_xor_report import write_report   # benchmarks/ is on sys.path as a script
+        from growth_xor_report import write_report  # benchmarks/ is on sys.path as a script
 
         with open(args.from_json) as fh:
             saved = json.load(fh)
@@ -286,7 +286,7 @@ def main_lrs(args) -> None:
     cmd = "PYTHONPATH=src python " + " ".join(["benchmarks/growth_xor.py", *sys.argv[1:]])
     print("command:", cmd, flush=True)
     lrs = [float(v) for v in args.lrs.split(",")]
-    from growth_xor_report import _commit   # the commit the run started from
+    from growth_xor_report import _commit  # the commit the run started from
     commit = _commit()
     t0, runs = time.perf_counter(), {}
     for lr in lrs:

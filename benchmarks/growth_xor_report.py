@@ -14,9 +14,8 @@ import os
 import platform
 import subprocess
 
-import numpy as np
-
 import growth_stats
+import numpy as np
 
 COMPARISONS = [("preserve", "reset"), ("noma_flat", "preserve"), ("preserve_shared_step", "preserve")]
 METRIC_LABEL = {"steps": "steps to target", "final": "final loss"}

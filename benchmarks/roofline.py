@@ -33,7 +33,6 @@ import time
 
 import torch
 
-
 # On a CPU shared with other jobs wall time measures the neighbours; one thread's process CPU
 # time is the time it actually ran. CUDA timings (untested here) use the wall clock.
 CLOCK = {"cpu": time.process_time, "cuda": time.perf_counter}
@@ -152,16 +151,16 @@ def train_step_flops(model_dir: str, a, params: int, ceil: dict) -> dict:
                            "eval_every": 10 ** 6, "n_val": 8, "quiet": True, "lr": 1e-5, "threads": a.threads})
         tr = Trainer(cfg)
         seen, spent = [], []
-        orig = tr.minibatch_step
+        orig = tr.learner.minibatch_step
 
-        def spy(batch, sl, inp, record_anchor=True):
+        def spy(batch, sl, inp, *args, **kwargs):
             seen.append(batch.tokens[sl].numel())                  # positions through forward+backward
             t0 = clock()
-            out = orig(batch, sl, inp, record_anchor)
+            out = orig(batch, sl, inp, *args, **kwargs)
             spent.append(clock() - t0)
             return out
 
-        tr.minibatch_step = spy
+        tr.learner.minibatch_step = spy
         rows = []
         for _ in range(a.steps):
             seen.clear()

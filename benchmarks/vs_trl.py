@@ -170,7 +170,7 @@ def worker_trl(a) -> None:
     ds = Dataset.from_dict({"prompt": prompts, "answer": [e.answer for e in examples]})
     peft_config = None
     if a.real:   # the preset's adapters: LoRA rank 8, alpha 16, q/k/v/o, no dropout; beta > 0: TRL's
-        from peft import LoraConfig          # reference is the base with the adapters disabled
+        from peft import LoraConfig  # reference is the base with the adapters disabled
         peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
 

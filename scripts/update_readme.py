@@ -20,7 +20,7 @@ from dataclasses import MISSING, fields
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from noma_prorl_bench.config import NOT_YET, RunConfig, field_docs  # noqa: E402
+from noma_prorl_bench.config import RunConfig, field_docs  # noqa: E402
 from noma_prorl_bench.config.fields import field_sections  # noqa: E402
 from noma_prorl_bench.config.parser import HELP_GROUPS, _choices  # noqa: E402
 from noma_prorl_bench.config.presets import describe_all  # noqa: E402
@@ -41,8 +41,7 @@ def flags_table() -> str:
             choices = _choices(hints[f.name])
             values = ", ".join(map(str, choices)) if choices else hints[f.name].__name__
             default = "" if f.default is MISSING else repr(f.default)
-            note = f" *(not supported yet: {NOT_YET[f.name]})*" if f.name in NOT_YET else ""
-            rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')}{note} |")
+            rows.append(f"| `--{f.name}` | `{default}` | {values} | {docs.get(f.name, '').replace('|', '/')} |")
         out.append("\n".join(rows))
     return "\n\n".join(out)
 
@@ -93,17 +92,17 @@ def _cut(text: str, n: int = 100) -> str:
 
 def short_tree() -> str:
     """The README's tree: top-level files, each package module or folder on one line, and one
-    line per folder of benchmarks, docs and tests (docs/files.md lists every file)."""
+    line per folder of scripts, benchmarks, docs and tests (docs/files.md lists every file)."""
     files = tracked_files()
     pkg = "src/noma_prorl_bench/"
     lines, folders = [], {}
     for f in files:
         if f.startswith(pkg) and f.count("/") == 3:
             folders.setdefault(f.rsplit("/", 1)[0] + "/", []).append(f)
-        elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(("scripts/", ".ci/")):
+        elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(".ci/"):
             lines.append((f, describe(f)))
         else:
-            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/")) else f.rsplit("/", 1)[0] + "/"
+            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/", "scripts/")) else f.rsplit("/", 1)[0] + "/"
             folders.setdefault(top, []).append(f)
     for folder, members in folders.items():
         init = folder + "__init__.py"

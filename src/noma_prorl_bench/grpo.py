@@ -16,11 +16,11 @@ from torch import Tensor
 
 from noma_prorl_bench.algorithms.advantages import grpo_advantages
 from noma_prorl_bench.algorithms.losses import (
-    entropy_from_logits,
     grpo_clip_loss,
     masked_normalize,
     reinforce_loss,
 )
+from noma_prorl_bench.models.base import entropy_from_logits
 from noma_prorl_bench.tasks.rewards import (
     keyword_inclusion_reward_fn,
     r1_zero_reward_fn,

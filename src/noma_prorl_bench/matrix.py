@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import Optional
+
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
 #: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
 #: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
@@ -127,21 +128,15 @@ class RunSpec:
                 "--quiet", mode, "--threads", "1", *self.flags]
 
 
-def growth_available() -> bool:
-    from noma_prorl_bench.config import NOT_YET
-    return "enable_growth" not in NOT_YET
-
-
 def preset_arms(preset: str) -> dict[str, list[str]]:
-    """Arm name -> flags of a preset (growth arms only when growth is available)."""
+    """Arm name -> flags of a preset."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
     named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS}
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
     drop = PRESETS[preset].get("drop", ())
-    return {a: f for a, f in ARMS.items() if (not a.startswith("grow-") or growth_available())
-            and not a.startswith(tuple(drop))}
+    return {a: f for a, f in ARMS.items() if not a.startswith(tuple(drop))}
 
 
 def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,

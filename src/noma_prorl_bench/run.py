@@ -19,7 +19,7 @@ from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
 from noma_prorl_bench.config.files import with_config_file
-from noma_prorl_bench.io.shell import command
+from noma_prorl_bench.config.shell import command
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
@@ -119,7 +119,8 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
     ckpts = list_checkpoints(cfg.outdir) if os.path.isdir(cfg.outdir) else []
     kept = (f"the last complete checkpoint (step {ckpts[-1][0]}) is kept. {'Free some space' if full else 'Fix it'}, "
             f"then: {command(prog, '--outdir', cfg.outdir, '--resume')}" if ckpts else
-            f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to start over")
+            f"no checkpoint was written yet: {'free some space' if full else 'fix it'} and add --overwrite to "
+            "start over")
     return f"{prog}: error: {'disk full' if full else 'cannot write'} ({e.strerror or e}) writing " \
            f"{e.filename or cfg.outdir}; {kept}"
 
@@ -160,7 +161,8 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     except EngineStopped as e:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)
-        again = (f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step {ckpts[-1][0]}"
+        again = (f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step "
+                 f"{ckpts[-1][0]}"
                  if ckpts else "no checkpoint was written yet (--save_every N writes them)")
         print(f"{prog}: {e}; outputs up to the last finished step are in {cfg.outdir}; {again}", file=sys.stderr)
         return 128 + e.signum

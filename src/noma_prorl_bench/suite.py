@@ -42,10 +42,25 @@ from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_stat
 
 # ---------------------------------------------------------------------------- the matrix (matrix.py)
 from noma_prorl_bench.matrix import (  # noqa: F401  (re-exported: suite.PRESETS, suite.expand, ...)
-    PRESETS, AA_OFFSET, ARMS, AA_ARMS, ATLAS_BETAS, ATLAS_TREATMENTS,
-    ATLAS_ARMS, QUICK_ARMS, COST_ARMS, GROWTH_ARMS, COMPARISONS, ATLAS_COMPARISONS,
-    FAMILIES, CHECKS, RunSpec, growth_available, preset_arms, expand,
-    comparisons_for, checks_for,
+    AA_ARMS,
+    AA_OFFSET,
+    ARMS,
+    ATLAS_ARMS,
+    ATLAS_BETAS,
+    ATLAS_COMPARISONS,
+    ATLAS_TREATMENTS,
+    CHECKS,
+    COMPARISONS,
+    COST_ARMS,
+    FAMILIES,
+    GROWTH_ARMS,
+    PRESETS,
+    QUICK_ARMS,
+    RunSpec,
+    checks_for,
+    comparisons_for,
+    expand,
+    preset_arms,
 )
 
 
@@ -141,7 +156,8 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
                     print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
                 elif proc.returncode != 0:
                     failures.append(name)
-                    print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log", file=sys.stderr)
+                    print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log",
+                          file=sys.stderr)
         if bar is not None:
             live = sum(_steps_done(os.path.join(outdir, n)) for n in running)
             bar.n = min(finished_steps + live, total_steps)
@@ -183,16 +199,8 @@ def _positive(name: str):
 
 
 def _git_commit() -> str:
-    src = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", src, "status", "--porcelain", "--", "."], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    head = out.stdout.strip() if out.returncode == 0 else ""
-    return (head + (" (+ uncommitted changes)" if dirty else "")) if head else os.environ.get(
-        "PRORL_BENCH_COMMIT", "unknown")
+    from noma_prorl_bench.io.run_dir import git_commit
+    return git_commit(mark_dirty=True) or os.environ.get("PRORL_BENCH_COMMIT", "unknown")
 
 
 def _machine() -> str:
@@ -263,17 +271,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
                 "score_evals": PRESETS[args.preset]["k"],
                 "seeds": args.seeds or PRESETS[args.preset]["seeds"],
-                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs, "interleaved": args.preset == "cost",
+                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
+                "interleaved": args.preset == "cost",
                 "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
                 "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
                                                                                       else sys.argv[1:])),
                 "commit": _git_commit(), "machine": _machine()}
     safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
-    bad_checks = failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed)) if dirs else []
+    bad_checks = (failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed))
+                  if dirs else [])
     print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
           + (f"; {len(failures)} runs failed: {failures}" if failures else "") + (
-              f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""), file=sys.stderr)
+              f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
+          file=sys.stderr)
     stop.restore()
     if stop.signum is not None:
         print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "

@@ -14,8 +14,8 @@ from noma_prorl_bench.models.base import response_logprobs
 
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from decodehelp import fresh_dynamo  # noqa: E402,F401  (autouse fixture)
 from decodehelp import compiled as _compiled  # noqa: E402
+from decodehelp import fresh_dynamo  # noqa: E402,F401  (autouse fixture)
 from decodehelp import grouped_prompts as _prompts  # noqa: E402
 from decodehelp import sample as _sample  # noqa: E402
 from decodehelp import tiny_policy as _policy  # noqa: E402
@@ -43,7 +43,7 @@ def test_trainer_rollout_with_compile_decode_equals_off():
     from noma_prorl_bench.training.trainer import Trainer
     cfg = {"outdir": "/tmp/unused", "model": "transformer", "d_model": 32, "n_layers": 2, "batch_size": 3,
            "group_size": 4, "warmstart_steps": 2, "n_val": 8, "quiet": True}
-    off = Trainer(make_config(cfg)).rollout()
-    on = Trainer(make_config({**cfg, "compile_decode": "default"})).rollout()
+    off = Trainer(make_config(cfg)).collector.collect()[0]
+    on = Trainer(make_config({**cfg, "compile_decode": "default"})).collector.collect()[0]
     assert torch.equal(off.tokens, on.tokens) and torch.equal(off.mask, on.mask)
     assert torch.allclose(off.logp_old, on.logp_old, atol=1e-5, rtol=0)

@@ -78,8 +78,9 @@ def test_misspelt_command():
 
 
 def test_help_is_grouped_by_section_with_unchanged_flags():
-    from noma_prorl_bench.config import RunConfig, build_parser
     from dataclasses import fields
+
+    from noma_prorl_bench.config import RunConfig, build_parser
     text = build_parser().format_help()
     titles = ["task and model:", "RL: sampling:", "RL: loss and advantages:", "KL and reference:",
               "reference resets:", "topology growth:", "engines (Ray):", "output and run:"]

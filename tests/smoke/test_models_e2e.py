@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from noma_prorl_bench import config
 from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.smoke
@@ -76,7 +75,6 @@ def test_hf_warm_start_uses_the_tasks_demonstrations(tmp_path, tiny_llama, monke
 
 
 @pytest.mark.hf
-@pytest.mark.skipif("enable_growth" in config.NOT_YET, reason="growth is not wired yet")
 @pytest.mark.parametrize("targets", ["q_proj,v_proj", "*_proj"])
 def test_hf_lora_growth_on_projection_layers(tmp_path, tiny_llama, targets):
     out = tmp_path / "grow"

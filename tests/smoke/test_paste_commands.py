@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import noma_prorl_bench.training.trainer as trainer_mod
-from noma_prorl_bench.io.shell import command, pip_install, program
+from noma_prorl_bench.config.shell import command, pip_install, program
 from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.smoke

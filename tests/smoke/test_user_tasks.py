@@ -2,7 +2,6 @@
 the suite and a resume (subprocesses, as a user runs them), and the Python API; bad user tasks
 exit 2 before anything is written."""
 import json
-import os
 import re
 import shlex
 import shutil

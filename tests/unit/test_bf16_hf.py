@@ -73,7 +73,7 @@ def test_bf16_mixed_rollout_runs_and_caches_in_bf16(model_dir):
         _, state = prefill_static(tr.policy, ids, mask, (mask.cumsum(1) - 1).clamp(min=0), ids.shape[1] + 4)
     layer = state.cache.layers[0]
     assert layer.keys.dtype == torch.bfloat16 and layer.values.dtype == torch.bfloat16
-    batch = tr.rollout()
+    batch, _ = tr.collector.collect()
     assert batch.logp_old.dtype == torch.float32 and batch.logp_old.isfinite().all()
 
 
@@ -108,7 +108,7 @@ def test_bf16_sampler_logprobs_match_the_learner(model_dir):
     SAMPLER_VS_LEARNER_ATOL (float32: ~1e-6). Also bf16 vs float32 learner log-probs: close."""
     tr = _trainer(model_dir, dtype="bf16_mixed")
     _lora_init_nonzero(tr)
-    batch = tr.rollout()
+    batch, _ = tr.collector.collect()
     m = batch.mask.bool()
     with torch.no_grad():
         learner = policy_logprobs(tr.policy, batch.tokens, batch.prompt_len, tr.cfg.temperature)[0]
@@ -126,7 +126,7 @@ def _one_update(model_dir, dtype, batch=None):
     adapter deltas, batch)."""
     tr = _trainer(model_dir, dtype=dtype)
     _lora_init_nonzero(tr)
-    batch = batch or tr.rollout()
+    batch = batch or tr.collector.collect()[0]
     with torch.no_grad():
         for n, p in tr.ref.model.named_parameters():
             if n.endswith("lora_A"):
@@ -135,11 +135,10 @@ def _one_update(model_dir, dtype, batch=None):
         batch.logp_old = policy_logprobs(tr.policy, batch.tokens, batch.prompt_len, tr.cfg.temperature)[0]
     tr.ref.prepare(batch.tokens, batch.prompt_len)
     batch.advantages = torch.randn(batch.n, generator=torch.Generator().manual_seed(1))
-    tr._anchor = torch.zeros_like(batch.logp_old)
     before = {n: p.detach().clone() for n, p in tr.policy.named_parameters() if p.requires_grad}
     tr.policy.train()
-    inp, _ = tr.update_inputs(batch)
-    out = tr.minibatch_step(batch, slice(0, batch.n), inp)
+    inp, _ = tr.learner.update_inputs(batch)
+    out = tr.learner.minibatch_step(batch, slice(0, batch.n), inp, tr.ref)
     grads = {n: p.grad.clone() for n, p in tr.policy.named_parameters() if p.requires_grad}
     delta = {n: p.detach() - before[n] for n, p in tr.policy.named_parameters() if p.requires_grad}
     assert all(torch.isfinite(torch.tensor(v)) for k, v in out.items() if isinstance(v, float))

@@ -89,10 +89,18 @@ class Tiny:
         return (float(self.policy.weight.detach().sum()), float(torch.rand(1)), float(np.random.rand()),
                 random.random())
 
-    state_dict = ck.trainer_state
+    def _parts(self):
+        return {"policy": self.policy, "optimizer": self.optimizer, "scheduler": self.scheduler}
+
+    def _gens(self):
+        return {n: getattr(self, n) for n in ("data_rng", "sample_gen", "extra_gen") if hasattr(self, n)}
+
+    def state_dict(self):
+        return ck.state_tree(self.step_idx, self._parts(), self._gens(), {"step_idx": self.step_idx, "info": self.info})
 
     def load_state_dict(self, state):
-        ck.load_trainer_state(self, state)
+        self.info = ck.load_state_tree(state, self._parts, self._gens())["info"]
+        self.step_idx = int(state["step"])
 
 
 def test_save_load_continues_bit_for_bit(tmp_path):

@@ -9,14 +9,14 @@ import torch
 from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.engines import actors
 from noma_prorl_bench.engines.async_ import batch_state
-from noma_prorl_bench.io import checkpoint as ck
-from noma_prorl_bench.io.resume import inexact_steps_change
 from noma_prorl_bench.engines.timeline import (
     SpanRecorder,
     stage_seconds,
     timeline_figure,
 )
 from noma_prorl_bench.engines.weights import load_state, pack_state, structure
+from noma_prorl_bench.io import checkpoint as ck
+from noma_prorl_bench.io.resume import inexact_steps_change
 from noma_prorl_bench.models.gru import GRUPolicy
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
@@ -64,9 +64,9 @@ def test_rollout_core_with_handed_over_streams_draws_the_trainers_batch():
     data_rng, sample_gen = actors.rng_streams(payload, 0, cfg.seed)
     policy = copy.deepcopy(tr.policy)
     load_state(policy, pack_state(tr.policy))
-    core = actors.RolloutCore(cfg, tr.task, tr.tok, policy, tr.T_max, tr.P, data_rng, sample_gen)
+    core = actors.rollout_collector(cfg, tr.task, tr.tok, policy, tr.T_max, tr.P, data_rng, sample_gen)
     for _ in range(2):
-        want, got = tr.rollout(), core.rollout()
+        want, got = tr.collector.collect()[0], core.collect()[0]
         for f in ("tokens", "mask", "logp_old", "rewards", "truncated"):
             assert torch.equal(getattr(want, f), getattr(got, f)), f
     mine, theirs = core.counters.pop(), tr.counters.pop()
@@ -164,12 +164,12 @@ def test_async_checkpoint_extra_round_trips_a_batch_in_flight_and_sampling_strea
     streams = actors.rng_streams({}, 1, cfg.seed)                       # generator 1's own streams
     gen = actors.Generator.__new__(actors.Generator)
     gen.cpu, gen.rec = actors.CpuClock(), SpanRecorder("generator/1", 0.0)
-    gen.core = actors.RolloutCore(cfg, tr.task, tr.tok, tr.policy, tr.T_max, tr.P, *streams)
-    batch = gen.core.rollout()
+    gen.core = actors.rollout_collector(cfg, tr.task, tr.tok, tr.policy, tr.T_max, tr.P, *streams)
+    batch = gen.core.collect()[0]
     batch.version = 5
     state = gen.rng_state()
-    want = gen.core.rollout()                                           # what it draws next
-    gen.core.rollout()                                                  # moves the streams on
+    want = gen.core.collect()[0]                                           # what it draws next
+    gen.core.collect()[0]                                                  # moves the streams on
     info = {"version": 5, "generator": 1, "counts": {"count/tokens_policy": 7}, "gen_s": 0.25}
     path = ck.save(tr, str(tmp_path), 1, extra={"inflight": [{"index": 6, "info": info, "batch": batch_state(batch)}],
                                                  "gen_rng": [state], "launched": 7})
@@ -182,7 +182,7 @@ def test_async_checkpoint_extra_round_trips_a_batch_in_flight_and_sampling_strea
         else:
             assert getattr(got, name) == value, name
     gen.set_rng(back["gen_rng"][0])
-    again = gen.core.rollout()
+    again = gen.core.collect()[0]
     assert torch.equal(again.tokens, want.tokens) and torch.equal(again.logp_old, want.logp_old)
 
 

@@ -9,9 +9,9 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from noma_prorl_bench.training.interchange import BATCH_KEYS, export_state, import_state
 from noma_prorl_bench.models.lora import adapter_rank, attach_lora
 from noma_prorl_bench.training.growth import grow_adapters
+from noma_prorl_bench.training.interchange import BATCH_KEYS, export_state, import_state
 
 torch.set_num_threads(1)
 V, D, N, P, T = 7, 8, 4, 3, 4

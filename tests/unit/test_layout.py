@@ -2,8 +2,9 @@
 
 The import graph is read from the source with `ast` (every import statement, at module level or
 inside a function): an edge A -> B for each module B of the package that A imports. The tests
-fail on any cycle, on any library module importing an entry point (`run`, `cli`), on more than
-8 modules in the package root, and on a source file over 400 lines or a function over 60.
+fail on any cycle, on any library module importing an entry point (`run`, `cli`), on an arrow
+that runs up the layer order of docs/ARCHITECTURE.md, and on more than 8 modules in the package
+root; files over 400 lines and functions over 60 are printed as a report (split by concept, not size).
 """
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import pytest
 PKG = "noma_prorl_bench"
 SRC = Path(__file__).resolve().parents[2] / "src" / PKG
 ENTRY_POINTS = {f"{PKG}.run", f"{PKG}.cli"}
+# docs/ARCHITECTURE.md's layer order, top to bottom: a room (sub-package or root module) may import
+# only rooms of lower layers; rooms of one layer do not import each other.
+LAYERS: list[tuple[str, ...]] = [
+    ("cli", "__init__"), ("run",), ("engines", "suite"), ("training",), ("rollout", "grpo"), ("algorithms",),
+    ("analysis", "matrix"), ("io",), ("models",), ("tasks",), ("config",), ("_version",)]
 pytestmark = pytest.mark.unit
 
 
@@ -93,12 +99,45 @@ def test_no_library_module_imports_an_entry_point():
     assert bad == {}
 
 
+def room(module: str) -> str:
+    """The sub-package or root module a module belongs to: noma_prorl_bench.io.lock -> io."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_arrows(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[str]:
+    """Arrows A -> B between rooms where B's layer is not below A's (rooms absent from `layers` too)."""
+    rank = {r: i for i, layer in enumerate(layers) for r in layer}
+    bad = []
+    for a, deps in sorted(graph.items()):
+        for b in sorted(deps):
+            ra, rb = room(a), room(b)
+            if ra != rb and not (ra in rank and rb in rank and rank[rb] > rank[ra]):
+                bad.append(f"{a} -> {b}")
+    return bad
+
+
+def test_layer_checker_finds_a_planted_upward_arrow():
+    graph = {f"{PKG}.io.x": {f"{PKG}.config.y"}, f"{PKG}.config.y": set()}
+    assert upward_arrows(graph, LAYERS) == []
+    graph[f"{PKG}.config.y"] = {f"{PKG}.training.z"}
+    assert upward_arrows(graph, LAYERS) == [f"{PKG}.config.y -> {PKG}.training.z"]
+
+
+def test_arrows_follow_the_layer_order():
+    graph = import_graph()
+    assert {room(m) for m in graph} <= {r for layer in LAYERS for r in layer}, "a room missing from LAYERS"
+    assert upward_arrows(graph, LAYERS) == []
+
+
 def test_package_root_holds_at_most_8_modules():
     root = sorted(p.name for p in SRC.glob("*.py"))
     assert len(root) <= 8, root
 
 
-def test_files_and_functions_stay_small():
+def test_report_long_files_and_functions(capsys):
+    """Files over 400 lines and functions over 60, printed (`pytest -s`): a prompt to split by
+    concept, not a gate."""
     long_files, long_funcs = [], []
     for p in SRC.rglob("*.py"):
         text = p.read_text()
@@ -109,7 +148,10 @@ def test_files_and_functions_stay_small():
                 n = node.end_lineno - node.lineno + 1
                 if n > 60:
                     long_funcs.append(f"{p.relative_to(SRC)}:{node.name}: {n}")
-    assert long_files == [] and long_funcs == []
+    with capsys.disabled():
+        print(f"\nlayout report: {len(long_files)} files over 400 lines {long_files}, "
+              f"{len(long_funcs)} functions over 60 lines {long_funcs}")
+    assert len(list(SRC.rglob("*.py"))) > 40                 # the whole package was read
 
 
 def _fresh_python(code: str) -> str:

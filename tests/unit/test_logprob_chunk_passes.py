@@ -102,15 +102,15 @@ def test_policy_logprobs_refuses_chunk_on_a_policy_without_a_separate_head():
 
 
 def _tis_inputs(tr, batch, chunk):
-    tr.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
+    tr.cfg = tr.learner.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
     with HeadRows(V) as rec:
-        inp, _ = tr.update_inputs(batch)
+        inp, _ = tr.learner.update_inputs(batch)
     return inp, rec.rows
 
 
 def test_tis_recompute_chunked_equals_unchunked_and_no_full_logits():
     tr = Trainer(make_config({**TINY, "logprob_chunk": CHUNK}))
-    batch = tr.rollout()
+    batch = tr.collector.collect()[0]
     full, rows_full = _tis_inputs(tr, batch, 0)
     ch, rows_ch = _tis_inputs(tr, batch, CHUNK)
     assert ch.tis_weight is not None and ch.old_logits is None
@@ -132,7 +132,7 @@ def test_a_whole_train_step_never_materialises_more_than_chunk_rows_of_logits(re
             # kl/to_init, kl/to_prev are exact full-vocabulary KLs (two policies' [N, T, V] logits on
             # the fixed monitor batch): not chunked (docs/performance.md), left out here
             tr.monitors.drift.measure = lambda policy: {}
-            tr.monitors.measure(tr.rollout())                                          # delta_logp pass
+            tr.monitors.measure(tr.collector.collect()[0])                                          # delta_logp pass
         assert m["count/ref_fwd"] == (4 if ref_compute == "naive_epoch" else 1)
         assert rec.rows and (max(rec.rows) <= CHUNK) == (chunk > 0), (chunk, max(rec.rows))
 
@@ -144,14 +144,14 @@ def test_hf_trainer_tis_and_reference_chunked_equal_unchunked(tmp_path):
     cfg = {**TINY, "model": f"hf:{path}", "task": "keyword_inclusion", "warmstart_steps": 0,
            "max_new_tokens": 6, "logprob_chunk": CHUNK}
     tr = Trainer(make_config(cfg))
-    batch = tr.rollout()
+    batch = tr.collector.collect()[0]
     vocab = tr.policy.vocab_size
     out = {}
     for chunk in (0, CHUNK):
-        tr.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
+        tr.cfg = tr.learner.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
         tr.ref.chunk = chunk
         with HeadRows(vocab) as rec:
-            inp, _ = tr.update_inputs(batch)
+            inp, _ = tr.learner.update_inputs(batch)
             tr.ref.prepare(batch.tokens, batch.prompt_len)
         out[chunk] = (inp.logp_old, tr.ref.minibatch(batch.tokens, batch.prompt_len, slice(None)).clone())
         assert (max(rec.rows) <= chunk) == (chunk > 0), max(rec.rows)

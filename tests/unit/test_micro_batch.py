@@ -20,16 +20,15 @@ def _update(trainer=False, **over):
     Fixed random advantages (not the rewards, which may all be 0 this early), so the gradient is
     never trivially zero; pi_ref is perturbed so the KL term has a gradient too."""
     tr = Trainer(make_config({**TINY, **over}))
-    batch = tr.rollout()
+    batch = tr.collector.collect()[0]
     with torch.no_grad():
         for p in tr.ref.model.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     tr.ref.prepare(batch.tokens, batch.prompt_len)
     batch.advantages = torch.randn(batch.n, generator=torch.Generator().manual_seed(1))
-    tr._anchor = torch.zeros_like(batch.logp_old)
     tr.policy.train()
-    inp, _ = tr.update_inputs(batch)
-    out = tr.minibatch_step(batch, slice(0, batch.n), inp)
+    inp, _ = tr.learner.update_inputs(batch)
+    out = tr.learner.minibatch_step(batch, slice(0, batch.n), inp, tr.ref)
     grads = {n: p.grad.clone() for n, p in tr.policy.named_parameters()}
     assert sum(float(g.abs().sum()) for g in grads.values()) > 0
     return (grads, out, tr) if trainer else (grads, out)

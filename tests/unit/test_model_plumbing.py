@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import ConfigError, RunConfig, make_config
-from noma_prorl_bench.models.build import MIN_MAX_LEN, build_policy, resolve_device
 from noma_prorl_bench.models.base import policy_device, response_logits, slices_logits
+from noma_prorl_bench.models.build import MIN_MAX_LEN, build_policy, resolve_device
 from noma_prorl_bench.models.transformer import TransformerPolicy
 from noma_prorl_bench.rollout.sampling import generate
 

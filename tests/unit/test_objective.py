@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from noma_prorl_bench.algorithms import objective as O
+from noma_prorl_bench.rollout import collector as C
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 
@@ -27,7 +28,7 @@ def test_assemble_keeps_informative_groups_in_order_and_pads():
     # round 0 groups: [1,1] flat, [0,1] informative; round 1 (longer P and T): [0,0] flat, [1,0] informative
     r0 = _batch([1, 1, 0, 1], P=2, T=3, fill=1)
     r1 = _batch([0, 0, 1, 0], P=3, T=4, fill=2)
-    b, m = O.assemble_groups([r0, r1], B=2, G=2, pad_id=PAD)
+    b, m = C.assemble_groups([r0, r1], B=2, G=2, pad_id=PAD)
     assert b.rewards.tolist() == [0, 1, 1, 0] and b.prompts == ["p12", "p13", "p22", "p23"]
     assert b.tokens.shape == (4, 3 + 4) and b.prompt_len == 3 and b.T == 4
     assert b.tokens[0].tolist() == [PAD, 1, 1, 1, 1, 1, PAD]     # left-padded prompt, right-padded response
@@ -39,7 +40,7 @@ def test_assemble_keeps_informative_groups_in_order_and_pads():
 
 def test_assemble_fills_short_batch_with_dropped_groups():
     r0 = _batch([1, 1, 0, 1, 0, 0], P=2, T=2)                    # one informative group of three
-    b, m = O.assemble_groups([r0], B=3, G=2, pad_id=PAD)
+    b, m = C.assemble_groups([r0], B=3, G=2, pad_id=PAD)
     assert b.rewards.tolist() == [0, 1, 1, 1, 0, 0]              # informative first, then fillers in order
     assert m["dapo/filler_groups"] == 2.0 and m["dapo/dropped_groups"] == 0.0
 

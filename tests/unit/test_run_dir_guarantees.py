@@ -172,6 +172,9 @@ class _Tiny:
         self.policy = torch.nn.Linear(64, 64)
         self.step_idx = 2
 
+    def state_dict(self):
+        return ck.state_tree(self.step_idx, {"policy": self.policy}, {}, {})
+
 
 def test_checkpoint_records_sha256_and_refuses_flipped_bytes(tmp_path):
     path = ck.save(_Tiny(), str(tmp_path), keep=1)

@@ -75,11 +75,11 @@ def soft_overlong_penalty(lengths: Tensor, max_len: int, cache_len: int,
     """
     if not 0 < cache_len <= max_len:
         raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
-    l = lengths.float()
+    n_tok = lengths.float()
     expected = max_len - cache_len
-    ramp = (expected - l) / cache_len
-    pen = torch.where(l <= expected, torch.zeros_like(l), ramp)
-    pen = torch.where(l > max_len, torch.full_like(l, -1.0), pen)
+    ramp = (expected - n_tok) / cache_len
+    pen = torch.where(n_tok <= expected, torch.zeros_like(n_tok), ramp)
+    pen = torch.where(n_tok > max_len, torch.full_like(n_tok, -1.0), pen)
     return factor * pen
 
 

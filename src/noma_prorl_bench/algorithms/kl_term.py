@@ -118,6 +118,8 @@ class KLTerm:
         if not self.in_reward:
             a, m = adv_lib.ADVANTAGES[adv](rewards.view(B, G))
             return a.reshape(-1), m                                                # [B, G] -> [N]
+        if logp_old is None or logp_ref is None:
+            raise ValueError("a KL in the reward needs logp_old and logp_ref")
         kl_tok = self.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()   # [N, T]
         shaped, km = kl_lib.kl_reward_penalty(rewards, kl_tok, mask, beta)         # [N]
         metrics = {"reward/kl_penalty_mean": km["kl/reward_penalty_mean"], "kl/seq_sum_mean": km["kl/seq_sum_mean"],

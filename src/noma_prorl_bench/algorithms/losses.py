@@ -32,6 +32,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from noma_prorl_bench.models.base import entropy_from_logits  # noqa: F401  (one definition, used here by name)
+
 Metrics = dict[str, float]
 
 
@@ -109,12 +111,6 @@ def tis_weights(logp_learner: Tensor, logp_sampler: Tensor, cap: float) -> Tenso
     """
     with torch.no_grad():
         return torch.exp(logp_learner - logp_sampler).clamp(max=cap)
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of softmax(logits) over the last axis: `[..., V] -> [...]` (nats, stable)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 def _adv_matrix(adv: Tensor, logp: Tensor) -> Tensor:

@@ -161,7 +161,7 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
     that beta's `none` arm (diverging, 0 white), text = effect, 95% CI and the verdict of the
     cell's tested question; a solid frame marks `better`, a dashed frame `worse` (so the
     verdict reads without colour)."""
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib loads only for a figure)
 
     betas = list(grid)
     cols = [t for t in dict.fromkeys(t for ts in grid.values() for t in ts) if t != "none"]

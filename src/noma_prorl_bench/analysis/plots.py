@@ -91,7 +91,7 @@ def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1,
 
 
 def _colors(n: int) -> list:
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # noqa: PLC0415  (matplotlib loads only when plotting)
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]

@@ -37,6 +37,14 @@ from noma_prorl_bench.analysis.findings import (
     result_matrix,
     threshold_source,
 )
+from noma_prorl_bench.analysis.plots import save_summary
+from noma_prorl_bench.analysis.runlog import (
+    NOT_CONFIG,
+    Run,
+    base_label,
+    group_runs,
+    load_runs,
+)
 from noma_prorl_bench.analysis.sections import (
     _cell,
     _table,
@@ -49,16 +57,7 @@ from noma_prorl_bench.analysis.sections import (
     per_seed_lines,
     provenance_lines,
 )
-from noma_prorl_bench.analysis.plots import save_summary
-from noma_prorl_bench.analysis.runlog import (
-    NOT_CONFIG,
-    Run,
-    base_label,
-    group_runs,
-    load_runs,
-)
 from noma_prorl_bench.io import safe_files
-
 
 # a recorded command printed as is: this tool's own entry point, then only characters no shell acts on
 _SHELL_SAFE = re.compile(r"(\S*/)?(prorl-bench|python[0-9.]*)( [A-Za-z0-9_./=:,@%+-]+)*")

@@ -39,10 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noma_prorl_bench.config import KL_METRIC_KEYS, kl_metric_key
-
-#: ref_compute -> variant code used in labels (docs/design.md vocabulary).
-REF_CODES = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
+from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES, kl_metric_key
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
 NOT_CONFIG = frozenset({

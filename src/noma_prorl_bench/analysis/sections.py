@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
+
 from noma_prorl_bench.analysis.compare import METRICS, run_numbers
 from noma_prorl_bench.analysis.findings import Stat
 from noma_prorl_bench.analysis.runlog import Run, kl_loss_key, reduce_key
-
-import numpy as np
 
 
 def _cell(text: Any, limit: int = 60) -> str:

@@ -87,7 +87,7 @@ def mean_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 def t_ci(d: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """Student t interval of mean(d): mean +- t((1 + level)/2, n-1) sd(d) / sqrt(n). NaN bounds
     with fewer than 2 finite values; [d, d] when every d_i is equal."""
-    from scipy import stats as sps
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
     d = np.asarray([v for v in d if math.isfinite(v)], dtype=float)
     if d.size < 2:
@@ -105,7 +105,7 @@ def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = m
     the bootstrap; `seed` is then unused). Any other vectorised statistic gets a paired BCa
     bootstrap (10 000 resamples, percentile when BCa is undefined), and NaN bounds below
     MIN_BOOTSTRAP_N pairs. NaN bounds with fewer than 2 pairs."""
-    from scipy import stats as sps
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
     x, y = _clean(x, y)
     if x.size < 2:
@@ -172,7 +172,7 @@ def fieller_ci(num: Sequence[float], den: Sequence[float],
     of  A rho^2 - 2 B rho + C = 0,  A = b^2 - t^2 V22,  B = a b - t^2 V12,  C = a^2 - t^2 V11.
     When A <= 0 (mean(den) is not distinguishable from 0 at this level) the set is unbounded:
     (-inf, inf). NaN bounds with fewer than 2 pairs."""
-    from scipy import stats as sps
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
     x, y = _clean(num, den)
     n = x.size
@@ -207,7 +207,7 @@ def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.
     family of m questions (module docstring): (t(1 - alpha/(2m), n-1) + t(power, n-1)) sd /
     sqrt(n). inf when the sign-flip test cannot reach alpha/m (2/2^n >= alpha/m); NaN when sd
     or n is unusable (n < 2, sd not finite)."""
-    from scipy import stats as sps
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
     if n < 2 or not math.isfinite(sd) or m < 1:
         return math.nan

@@ -15,13 +15,12 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-# Flags that exist in the CLI but whose behaviour has not landed yet. Setting one to a
-# non-default value is an error ("not supported yet"), never silently ignored.
-NOT_YET: dict[str, str] = {}
-
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
 # other change). None of them changes what the next step computes, except `steps` (a longer run:
 # the cosine-schedule horizon follows it) and `threads` (float reductions may round differently).
+#: --ref_compute -> the variant code of reports (A0 / A1 / A2; Variant B has no reference).
+REF_CODES: dict[str, str] = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
+
 RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "report_to", "steps", "threads", "plots",
                                        "save_every", "keep_checkpoints", "on_nan")
 
@@ -321,7 +320,7 @@ class RunConfig:
         """A0/A1/A2/B label used in reports."""
         if self.variant == "B":
             return "B"
-        return {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}[self.ref_compute]
+        return REF_CODES[self.ref_compute]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -346,10 +345,12 @@ def field_sections(cls=RunConfig) -> dict[str, str]:
 def field_docs(cls=RunConfig) -> dict[str, str]:
     """Attribute docstrings (the string literal under each field), parsed from the source."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
+    cls_def = tree.body[0]
+    assert isinstance(cls_def, ast.ClassDef)
+    body: list[ast.stmt | None] = list(cls_def.body)
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:] + [None]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
                 docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs

@@ -60,7 +60,8 @@ def coerce(name: str, value: Any, tp) -> Any:
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise ConfigError("config", f"key {name!r}: invalid choice {value!r}{suggest(str(value), map(str, choices))}"
+            raise ConfigError("config", f"key {name!r}: invalid choice {value!r}"
+                                        f"{suggest(str(value), map(str, choices))}"
                                         f" (choose from {', '.join(map(str, choices))})")
         return value
     if tp is bool:

@@ -9,11 +9,11 @@ import argparse
 import re
 import typing
 from dataclasses import fields
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, cast
 
 from noma_prorl_bench._version import __version__
+from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
 from noma_prorl_bench.config.files import with_config_file
-from noma_prorl_bench.config.fields import NOT_YET, RunConfig, field_docs, field_sections
 from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, suggest, validate
 
 
@@ -61,8 +61,6 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
     hints = typing.get_type_hints(RunConfig)
     for f in fields(RunConfig):
         tp, helptext = hints[f.name], docs.get(f.name, "")
-        if f.name in NOT_YET:
-            helptext += f" [not supported yet: {NOT_YET[f.name]}]"
         if f.name == "preset":
             from noma_prorl_bench.config.presets import describe_all  # noqa: PLC0415  (the presets' own text, one per preset)
             helptext += " " + " || ".join(describe_all().splitlines())
@@ -103,6 +101,6 @@ def make_config(explicit: dict) -> RunConfig:
     unknown = set(values) - {f.name for f in fields(RunConfig)}
     if unknown:
         raise ConfigError(sorted(unknown)[0], "unknown field")
-    cfg = RunConfig(**values)
+    cfg = RunConfig(**cast(dict[str, Any], values))
     validate(cfg, set(explicit))
     return cfg

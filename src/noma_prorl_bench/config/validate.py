@@ -10,7 +10,7 @@ import typing
 from dataclasses import fields
 from typing import Optional
 
-from noma_prorl_bench.config.fields import NOT_YET, RunConfig
+from noma_prorl_bench.config.fields import RunConfig
 
 
 class ConfigError(ValueError):
@@ -43,10 +43,6 @@ def _nonneg(cfg, names):
 
 def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     """Raise ConfigError on the first invalid value or combination."""
-    defaults = RunConfig()
-    for name, what in NOT_YET.items():
-        if getattr(cfg, name) != getattr(defaults, name):
-            raise ConfigError(name, f"not supported yet ({what}); leave it at its default {getattr(defaults, name)!r}")
     if not cfg.outdir:
         raise ConfigError("outdir", "is required")
     _positive(cfg, ["steps", "threads", "batch_size", "group_size", "ppo_epochs", "minibatches",
@@ -126,7 +122,8 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             if getattr(cfg, n) != default:
                 raise ConfigError(n, f"only applies to --task rg:NAME (got --task {cfg.task})")
     if not (rg or factory) and cfg.task_kwargs:
-        raise ConfigError("task_kwargs", f"only applies to --task rg:NAME or module.path:factory (got --task {cfg.task})")
+        raise ConfigError("task_kwargs",
+                          f"only applies to --task rg:NAME or module.path:factory (got --task {cfg.task})")
     if cfg.format_reward < 0:
         raise ConfigError("format_reward", f"must be >= 0, got {cfg.format_reward}")
     if cfg.task_kwargs:
@@ -225,7 +222,8 @@ def _validate_engine(cfg: RunConfig) -> None:
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:
     if cfg.variant == "B":
         if cfg.ref_compute != "cached" and "ref_compute" in explicit:
-            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) has none. Drop --ref_compute or use --variant A")
+            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) "
+                                             "has none. Drop --ref_compute or use --variant A")
         for n in ("reset_every", "reset_kl_above", "reset_on_stall"):
             if getattr(cfg, n):
                 raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")

@@ -9,13 +9,14 @@ scored remotely carries the `ref_version` that scored it and the learner refuses
 `struct_version` counts changes of the policy's state-dict structure (adapter growth): the
 learner ships the whole module once per structure version, weights as numpy otherwise.
 
-  Learner          a `Trainer` (the local engine's loop, unchanged) whose `rollout()` returns
-                   the batch the driver hands it, so every metric, reset, eval and counter is
-                   the local code path; it publishes weight packs through the object store.
-  Generator        samples with `Trainer.rollout` / `Trainer.sample_round` themselves (bound to
-                   a `RolloutCore`), with the learner's RNG streams handed over at start, so a
-                   generator at version v draws exactly what the local trainer would. With
-                   `--ref_placement generator` it also scores logp_ref right after sampling.
+  Learner          a `Trainer` (the local engine's loop, unchanged) whose collector is a
+                   `HandedCollector` serving the batch the driver hands it, so every metric,
+                   reset, eval and counter is the local code path (the same `Learner` stage);
+                   it publishes weight packs through the object store.
+  Generator        samples with the local engine's `Collector` (rollout/collector.py), with the
+                   learner's RNG streams handed over at start, so a generator at version v
+                   draws exactly what the local trainer would. With `--ref_placement generator`
+                   it also scores logp_ref right after sampling.
   ReferenceScorer  `--ref_placement own_actor`: a `ReferenceHolder` (A1, cached) in its own actor.
 
 With the reference outside the learner, the learner's `trainer.ref` is a `RemoteReference`
@@ -44,6 +45,7 @@ from noma_prorl_bench.engines.weights import (
     unpack_state,
 )
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
+from noma_prorl_bench.rollout.collector import Collector, HandedCollector
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
@@ -75,19 +77,10 @@ class CpuClock:
 
 
 # ============================================================================ generator side
-class RolloutCore:
-    """Exactly the attributes `Trainer.rollout`/`Trainer.sample_round` read, without a Trainer
-    (no warm start, optimizer or reference): the generator runs the local sampling code."""
-
-    rollout = Trainer.rollout
-    sample_round = Trainer.sample_round
-
-    def __init__(self, cfg, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen):
-        self.cfg, self.task, self.tok, self.policy = cfg, task, tok, policy
-        self.T_max, self.P = T_max, P
-        self.data_rng, self.sample_gen = data_rng, sample_gen
-        self.counters = Counters(ROLLOUT_COUNTERS)
-        self._rollout_metrics: dict = {}
+def rollout_collector(cfg, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen) -> Collector:
+    """The local engine's Collector on a generator's policy copy and streams (no warm start,
+    optimizer or reference): the generator runs the local sampling code."""
+    return Collector.from_config(cfg, task, tok, policy, T_max, P, data_rng, sample_gen, Counters(ROLLOUT_COUNTERS))
 
 
 def rng_streams(payload: dict, index: int, seed: int):
@@ -156,7 +149,7 @@ class Generator(_RefSide):
         start = self.rec.now()
         policy = payload["module"]
         data_rng, sample_gen = rng_streams(payload, self.index, cfg.seed)
-        self.core = RolloutCore(cfg, make_task(cfg.task, n_val=cfg.n_val, cfg=cfg), payload["tok"], policy,
+        self.core = rollout_collector(cfg, make_task(cfg.task, n_val=cfg.n_val, cfg=cfg), payload["tok"], policy,
                                 payload["T_max"], payload["P"], data_rng, sample_gen)
         self.version, self.struct_version = payload.get("version", 0), payload["struct_version"]
         if self.ref_here:
@@ -180,7 +173,7 @@ class Generator(_RefSide):
     def generate(self, k: int, step: int):
         """k step-batches with the current weights -> (meta, batch_1, ..., batch_k).
 
-        Each batch is one `Trainer.rollout()` (B prompts x G samples, scored), in order; with
+        Each batch is one `Collector.collect()` (B prompts x G samples, scored), in order; with
         the reference here, it is scored right after sampling (reference evaluation on the rollout worker)."""
         self.calls += 1
         self._maybe_fault()
@@ -188,9 +181,9 @@ class Generator(_RefSide):
         for i in range(k):
             t_wall = time.perf_counter()
             with self.rec.span("generate", step + i):
-                batch = self.core.rollout()
+                batch, rollout_metrics = self.core.collect()
             batch.version = self.version
-            info = {"counts": self.core.counters.pop(), "rollout_metrics": dict(self.core._rollout_metrics),
+            info = {"counts": self.core.counters.pop(), "rollout_metrics": rollout_metrics,
                     "gen_s": time.perf_counter() - t_wall, "version": self.version, "generator": self.index}
             if self.ref is not None:
                 with self.rec.span("ref", step + i):
@@ -244,27 +237,6 @@ class ReferenceScorer(_RefSide):
 
 
 # ============================================================================ learner side
-class LearnerTrainer(Trainer):
-    """The local Trainer, except that `rollout()` returns the batch the driver handed in."""
-
-    _injected: Optional[tuple] = None
-
-    def inject(self, batch: RolloutBatch, info: dict) -> None:
-        self._injected = (batch, info)
-
-    def rollout(self) -> RolloutBatch:
-        if self._injected is None:
-            raise RuntimeError("LearnerTrainer.rollout without an injected batch")
-        batch, info = self._injected
-        self._injected = None
-        self._rollout_metrics = dict(info["rollout_metrics"])
-        for k, v in info["counts"].items():
-            self.counters.add(k.removeprefix("count/"), v)
-        if isinstance(self.ref, RemoteReference):
-            self.ref.receive(batch.logp_ref, info["ref_version"], info["ref_counts"], info["ref_s"])
-        return batch
-
-
 class Learner:
     """Owns the trainable policy, the optimizer and (with --ref_placement learner) pi_ref."""
 
@@ -273,10 +245,13 @@ class Learner:
         self.rec = SpanRecorder("learner", t0)
         start = self.rec.now()
         self.events, self.samples = MemorySink(), MemorySink()
-        self.trainer = LearnerTrainer(cfg, NullSink(), self.events, self.samples)
-        if ref_remote:
-            self.trainer.use_reference(RemoteReference())   # the reset manager acts on it too
-            self.trainer.ref.bind(self.trainer.policy)
+        self.trainer = Trainer(cfg, NullSink(), self.events, self.samples)
+        remote = RemoteReference() if ref_remote else None
+        if remote is not None:
+            self.trainer.use_reference(remote)              # the reset manager acts on it too
+            remote.bind(self.trainer.policy)
+        self.handed = HandedCollector(self.trainer.counters, remote)   # the driver's batches
+        self.trainer.collector = self.handed
         self.version = 0
         self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None
         self.rec.add("setup", start, self.rec.now(), 0)
@@ -338,7 +313,7 @@ class Learner:
         tr = self.trainer
         step = tr.step_idx + 1
         start = self.rec.now()
-        tr.inject(batch, info)
+        self.handed.hand(batch, info)
         m = tr.train_step()
         self.version += 1
         self._train_spans(start, m, step)

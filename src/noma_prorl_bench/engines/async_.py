@@ -38,7 +38,6 @@ invariants (docs/ray.md "Checkpoints and resume").
 from __future__ import annotations
 
 from collections import deque
-
 from dataclasses import fields
 
 from noma_prorl_bench.engines.checkpoints import Checkpointing
@@ -54,7 +53,7 @@ class AsyncEngine(Checkpointing, RayEngine):
 
     def loop(self) -> None:
         cfg = self.cfg
-        self.place_ref = cfg.ref_placement if cfg.variant == "A" else "learner"
+        self.place_ref = self.ref_place
         step = self.steps_done                       # > 0 on resume
         self.gen_version = [step] * len(self.gens)  # weights version sent to each generator (a resume
         self.idle = deque(range(len(self.gens)))     # starts them all from the learner's version)

@@ -3,7 +3,7 @@
 One *round* with `--steps_per_rollout K`:
 
   1. the generator, at policy version v, samples K step-batches in one call (K x B prompts x G
-     samples, each batch exactly what one local `Trainer.rollout()` draws, in order) and records
+     samples, each batch exactly what one local `Collector.collect()` draws, in order) and records
      their behaviour logprobs logp_old under version v;
   2. the learner takes K consecutive steps, step k on batch k, each the local engine's full
      update (`ppo_epochs` x `minibatches` optimizer steps with the clipped objective) with the
@@ -58,7 +58,7 @@ class ColocatedEngine(Checkpointing, RayEngine):
 
     def score_if_needed(self, batch_ref, info: dict, step: int):
         """own_actor: score now; generator placement: re-score if a reset made the batch stale."""
-        place = self.cfg.ref_placement if self.cfg.variant == "A" else "learner"
+        place = self.ref_place
         if place == "learner" or (place == "generator" and info["ref_version"] == self.ref_version):
             return batch_ref, info
         meta_ref, scored, call = self.rescore(0, batch_ref, step)
@@ -69,7 +69,8 @@ class ColocatedEngine(Checkpointing, RayEngine):
 
     def sync_generator(self, pub: dict, step: int) -> None:
         self.add_sync(pub=pub)
-        ack = self.get(self.gens[0].set_weights.remote(pub, step), f"generator/0 weight sync (version {pub['version']})")
+        ack = self.get(self.gens[0].set_weights.remote(pub, step),
+                       f"generator/0 weight sync (version {pub['version']})")
         self.absorb(ack)
         if ack["version"] != pub["version"]:
             raise EngineError(f"generator/0 at version {ack['version']} after sync, expected {pub['version']}")

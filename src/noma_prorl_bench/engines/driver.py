@@ -160,7 +160,7 @@ class RayEngine:
         """All actors spawned at once (process starts overlap the learner's warm start), then the
         generators and the reference scorer start from the learner's version-0 payload."""
         cfg = self.cfg
-        place = cfg.ref_placement if cfg.variant == "A" else "learner"
+        self.ref_place = place = cfg.ref_placement if cfg.variant == "A" else "learner"   # B: nothing to place
         self.place(1 + n_generators + (place == "own_actor"), pack=self.name == "ray_colocated")
         fault = os.environ.get(FAULT_ENV) or None
         self.learner = self.spawn(Learner, "learner", cfg, self.t0, place != "learner")

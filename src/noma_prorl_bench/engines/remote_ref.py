@@ -25,7 +25,7 @@ import torch
 
 from noma_prorl_bench.engines.weights import pack_state, structure
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.rollout.reference import REF_UPDATES
+from noma_prorl_bench.rollout.reference import REF_UPDATES, anchor_from
 
 
 def _ray_put(obj):
@@ -78,6 +78,9 @@ class RemoteReference:
         if tokens_mb.shape[0] != stop - start:
             raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
         return self._logp[start:stop]                                        # view [n, T]
+
+    def anchor(self, tokens_mb, P: int, sl: slice, logp_old, old_logits=None, with_logits: bool = False):
+        return anchor_from(self, tokens_mb, P, sl, with_logits)
 
     def minibatch_logits(self, tokens_mb, P, sl):
         raise RuntimeError("--kl_estimator full needs the reference in the learner (--ref_placement learner)")

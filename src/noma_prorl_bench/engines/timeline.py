@@ -3,7 +3,8 @@
 A span is one line `{"actor", "stage", "start", "end", "step"}`: seconds relative to the
 run start (the driver's `time.time()` at launch, handed to every actor; one machine shares
 one clock, on a multi-node cluster the spans carry the nodes' clock offsets). Stages:
-`setup` (the actor's constructor: model build, the learner's warm start), `generate` (sampling + rewards), `ref` (reference forward), `train` (the learner's update,
+`setup` (the actor's constructor: model build, the learner's warm start), `generate` (sampling
++ rewards), `ref` (reference forward), `train` (the learner's update,
 reference-in-train included), `eval` (validation + monitors), `sync` (packing, fetching or
 loading weights, reference resets included) and `idle` (the gap between two spans of one
 actor, recorded when the next span starts). `step` is the RL step the span works for.

@@ -15,16 +15,11 @@ A checkpoint is written into `checkpoints/.tmp_step_XXXXXX_*` (files fsynced, CO
 and then `os.replace`d to its final name, so a directory named `step_*` is always whole; a
 `kill -9` mid-save leaves only a `.tmp_*` directory, which the next save or resume deletes.
 
-What is saved (`trainer_state`): one state tree built from the objects' own `state_dict()`:
-the components the trainer lists in `checkpoint_components()` (in load order: the growth
-manager first, which grows the adapters to the saved rank, then policy, reference holder,
-optimizer, LR scheduler, adaptive-KL controller, reset and monitor bookkeeping; an object
-without that method is searched for attributes with `state_dict()` and `load_state_dict()`,
-policy first), every torch / NumPy Generator attribute (the data sampler position is the
-NumPy Generator's `bit_generator.state`), plain JSON-able attributes (`step_idx`, ...), and
-the global Python, NumPy and torch RNG states. Loading calls each component's
-`load_state_dict()` in that order; this module knows nothing of adapters or growth. Resuming a
-run from a checkpoint is resume.py. See docs/reliability.md.
+What is saved: the tree a stateful owner builds with `state_tree` (the Trainer names its parts
+in `Trainer.state_dict()`): `step`, `components` (each part's own `state_dict()`, in load order),
+`generators` (torch / NumPy Generator states), `scalars` (JSON-able values) and the global
+Python, NumPy and torch RNG states. `load_state_tree` loads them back; this module knows no
+Trainer attribute. Resuming a run from a checkpoint is resume.py. See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -33,7 +28,7 @@ import json
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -43,7 +38,6 @@ from noma_prorl_bench.io.safe_files import UnsafePath, is_link, open_nofollow, r
 
 FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
 CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
-NOT_STATE = ("cfg", "metrics_sink", "events_sink", "samples_sink")   # never saved
 
 
 class CheckpointError(Exception):
@@ -112,104 +106,59 @@ def decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
     return {k: decode(v, tensors) for k, v in obj.items()}
 
 
-def _jsonable(v: Any) -> bool:
-    if _has_tensor(v):
-        return False
-    try:
-        encode(v, "", {}, {})
-        return True
-    except CheckpointError:
-        return False
-
-
-def _has_tensor(v: Any) -> bool:
-    if isinstance(v, torch.Tensor):
-        return True
-    if isinstance(v, dict):
-        return any(_has_tensor(x) for x in v.values())
-    if isinstance(v, (list, tuple)):
-        return any(_has_tensor(x) for x in v)
-    return False
-
-
-# ============================================================================ what a Trainer is made of
-def _stateful(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
-
-
-def components(trainer) -> dict[str, Any]:
-    """The stateful objects of a checkpoint, in load order: `trainer.checkpoint_components()`
-    when it has one, else its attributes with state_dict()/load_state_dict(), policy first."""
-    listed = getattr(trainer, "checkpoint_components", None)
-    if callable(listed):
-        return dict(listed())
-    out = {name: obj for name, obj in vars(trainer).items() if name not in NOT_STATE and _stateful(obj)}
-    return {**({"policy": out.pop("policy")} if "policy" in out else {}), **out}
-
-
-def _state_attrs(trainer, comps: dict[str, Any]):
-    """(name, value) of the trainer's plain attributes: not components, not sinks/config."""
-    ids = {id(c) for c in comps.values()}
-    return [(n, v) for n, v in vars(trainer).items() if n not in NOT_STATE and n not in comps and id(v) not in ids]
-
-
-def trainer_state(trainer) -> dict[str, Any]:
-    """Everything a resumed run needs, as a tree of dicts / scalars / tensors."""
-    comps = components(trainer)
+# ============================================================================ a state tree of named parts
+def state_tree(step: int, components: dict[str, Any], generators: dict[str, Any],
+               scalars: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint tree of named parts: each component's `state_dict()` (in load order), each
+    torch / NumPy Generator's state, JSON-able scalars, and the global RNG states."""
     state: dict[str, Any] = {
-        "step": int(trainer.step_idx),
-        "components": {n: obj.state_dict() for n, obj in comps.items()},
-        "generators": {}, "scalars": {},
+        "step": int(step),
+        "components": {n: obj.state_dict() for n, obj in components.items()},
+        "generators": {}, "scalars": dict(scalars),
         "global_rng": {"python": random.getstate(), "numpy": np.random.get_state(legacy=False),
                        "torch": torch.get_rng_state()}}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["global_rng"]["cuda"] = torch.cuda.get_rng_state_all()
-    for name, v in _state_attrs(trainer, comps):
-        if isinstance(v, torch.Generator):
-            state["generators"][name] = {"torch": v.get_state()}
-        elif isinstance(v, np.random.Generator):
-            state["generators"][name] = {"numpy": v.bit_generator.state}
-        elif v is not None and _jsonable(v):
-            state["scalars"][name] = v
+    for name, g in generators.items():
+        if isinstance(g, torch.Generator):
+            state["generators"][name] = {"torch": g.get_state()}
+        elif isinstance(g, np.random.Generator):
+            state["generators"][name] = {"numpy": g.bit_generator.state}
+        else:
+            raise CheckpointError(f"cannot checkpoint generator {name!r}: {type(g).__name__}")
     return state
 
 
-def load_trainer_state(trainer, state: dict[str, Any]) -> None:
-    """Overwrite a freshly built Trainer with `state` (from `trainer_state`): after this the
-    Trainer continues exactly like the one that was saved. Mismatches raise CheckpointError."""
-    comps = components(trainer)
-    if set(comps) != set(state["components"]):
+def load_state_tree(state: dict[str, Any], components: Callable[[], dict[str, Any]],
+                    generators: dict[str, Any]) -> dict[str, Any]:
+    """Load `state` (from `state_tree`) into the named parts; returns its scalars.
+
+    `components()` is asked again before each part (loading one may replace another, e.g. a
+    growth that rebuilds the optimizer); a missing, extra or misfitting part raises CheckpointError."""
+    names = list(components())
+    if set(names) != set(state["components"]):
         raise CheckpointError(f"checkpoint components {sorted(state['components'])} do not match this "
-                              f"run's {sorted(comps)}")
-    sched = getattr(trainer, "scheduler", None)
-    horizons = [getattr(f, "total_steps", None) for f in getattr(sched, "lr_lambdas", [])]
-    for name in comps:                      # the trainer's load order (growth resizes adapters first)
+                              f"run's {sorted(names)}")
+    for name in names:                                   # the owner's load order
         try:
-            components(trainer)[name].load_state_dict(state["components"][name])
+            components()[name].load_state_dict(state["components"][name])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
             raise CheckpointError(f"checkpoint does not fit this run's {name!r}: {str(e)[:300]}") from e
-    sched = getattr(trainer, "scheduler", None)             # growth may have replaced it (naive)
-    for f, total in zip(getattr(sched, "lr_lambdas", []), horizons):
-        if total is not None:               # the schedule horizon follows the (possibly new) --steps
-            f.total_steps = total
-    for name, v in state["scalars"].items():
-        if not _stateful(getattr(trainer, name, None)):
-            setattr(trainer, name, v)
     for name, g in state["generators"].items():
-        cur = getattr(trainer, name, None)
+        cur = generators.get(name)
         if "torch" in g and isinstance(cur, torch.Generator):
             cur.set_state(g["torch"])
         elif "numpy" in g and isinstance(cur, np.random.Generator):
             cur.bit_generator.state = g["numpy"]
         else:
             raise CheckpointError(f"checkpoint has a random generator {name!r} that this run lacks")
-    trainer.step_idx = int(state["step"])
     rng = state["global_rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
+    return dict(state["scalars"])
 
 
 # ============================================================================ files
@@ -248,16 +197,17 @@ def _write_new(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def save(trainer, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
-    """Write the trainer's checkpoint for its current step atomically; keep the newest `keep`.
+def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
+    """Write `owner.state_dict()` (a `state_tree`) atomically as the checkpoint of its step
+    (`owner.step_idx`, config `owner.cfg`); keep the newest `keep`.
     COMPLETE records the sha256 of tensors.safetensors and state.json (checked by `read`)."""
     from safetensors.torch import save_file  # noqa: PLC0415
 
     from noma_prorl_bench._version import __version__  # noqa: PLC0415
-    step, cfg = int(trainer.step_idx), trainer.cfg.to_dict()
+    step, cfg = int(owner.step_idx), owner.cfg.to_dict()
     tensors: dict[str, torch.Tensor] = {}
     seen: dict = {}
-    tree = encode(trainer_state(trainer), "", tensors, seen)
+    tree = encode(owner.state_dict(), "", tensors, seen)
     extra_tree = encode(extra or {}, "extra", tensors, seen)     # may hold tensors (ray_async's batches)
     root = os.path.join(outdir, CKPT_DIR)
     if is_link(root):

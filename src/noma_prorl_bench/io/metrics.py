@@ -15,8 +15,8 @@ import io
 import json
 import math
 import os
-import shutil
 import resource
+import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager

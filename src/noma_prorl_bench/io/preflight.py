@@ -13,7 +13,7 @@ import tempfile
 from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
-from noma_prorl_bench.io.shell import pip_install
+from noma_prorl_bench.config.shell import pip_install
 
 # flag value -> (module it imports, the pip extra that installs it)
 EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),

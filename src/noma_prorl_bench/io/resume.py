@@ -7,7 +7,8 @@ timeline.jsonl) back to the checkpoint's step, dropping a partial last line left
 `kill -9`, so the continued run appends exactly what an uninterrupted run would have written.
 Before anything is cut, `check_metrics_log` verifies that metrics.jsonl holds steps 1..k (k =
 the checkpoint's step) exactly once each; a missing, duplicated or unreadable row up to k is
-refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError naming the flag (exit 2, nothing written). See docs/reliability.md.
+refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
+naming the flag (exit 2, nothing written). See docs/reliability.md.
 """
 from __future__ import annotations
 

@@ -164,13 +164,18 @@ def prepare_new_outdir(cfg: RunConfig) -> None:
     clear_run_files(cfg.outdir)
 
 
-def _git_commit() -> Optional[str]:
+def git_commit(mark_dirty: bool = False) -> Optional[str]:
+    """HEAD of the checkout the package runs from (with mark_dirty, + " (+ uncommitted changes)"
+    when the package's files differ from it); None outside a git checkout."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the package directory
     try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = mark_dirty and subprocess.run(["git", "-C", here, "status", "--porcelain", "--", "."],
+                                              capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
+    head = out.stdout.strip() if out.returncode == 0 else ""
+    return (head + (" (+ uncommitted changes)" if dirty else "")) if head else None
 
 
 def resolved_device(name: str) -> str:
@@ -187,7 +192,7 @@ def resolved_config(cfg: RunConfig) -> dict:
     d["derived"] = {"variant_label": cfg.variant_label, **cfg.clip_used, "loss_agg": cfg.loss_agg_resolved,
                     "warmstart_steps": cfg.warmstart_steps_resolved, "device": resolved_device(cfg.device)}
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
-                     "python": platform.python_version(), "git_commit": _git_commit()}
+                     "python": platform.python_version(), "git_commit": git_commit()}
     d["argv"] = sys.argv[1:]
     d["run_id"] = uuid.uuid4().hex
     return d

@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from noma_prorl_bench.io.shell import pip_install
+from noma_prorl_bench.config.shell import pip_install
 
 
 class MissingExtra(RuntimeError):

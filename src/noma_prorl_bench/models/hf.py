@@ -314,7 +314,8 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
     """Load a local HF causal LM and its tokenizer -> (HFPolicy on ``device``, adapter).
 
     ``device``: 'cpu' | 'cuda' | 'auto' | torch.device. ``dtype``: parameter dtype, or
-    'bf16_mixed' (float32 parameters, bf16 autocast compute); logits are float32 regardless. Never contacts the hub. ValueError for a missing path, a directory
+    'bf16_mixed' (float32 parameters, bf16 autocast compute); logits are float32 regardless. Never contacts
+    the hub. ValueError for a missing path, a directory
     without ``config.json``, a model that is not a causal LM, or a missing tokenizer.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer

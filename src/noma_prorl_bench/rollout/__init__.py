@@ -1,1 +1,4 @@
-"""Rollout: sampled responses with behaviour log-probs (sampling.py), reference log-probs A0/A1/A2/B."""
+"""Rollout: the Collector stage (collector.py), sampling (sampling.py), reference strategies A0/A1/A2/B.
+
+`collector.py` assembles the step's batch, `sampling.py` samples with behaviour log-probs,
+`reference.py` holds the reference strategies (ReferenceHolder, NoReference)."""

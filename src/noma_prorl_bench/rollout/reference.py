@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import Any, Optional, Protocol, cast
 
 import torch
 from torch import nn
@@ -58,6 +58,80 @@ def _model_device(model: nn.Module) -> torch.device:
 
 def _state_of(policy_or_state: nn.Module | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return policy_or_state.state_dict() if isinstance(policy_or_state, nn.Module) else policy_or_state
+
+
+class ReferenceSource(Protocol):
+    """What the step and the managers ask of a reference: `ReferenceHolder` (A0/A1/A2),
+    `NoReference` (Variant B: the anchor is pi_old) and the Ray learner's `RemoteReference`."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
+
+    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
+               old_logits: Optional[torch.Tensor] = None,
+               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
+
+    def pop_counts(self) -> dict[str, int]: ...
+
+    def pop_time(self) -> float: ...
+
+    def reset_to(self, policy_or_state: Any, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def anchor_from(ref: Any, tokens_mb: torch.Tensor, P: int, sl: slice,
+                with_logits: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(logp_ref[n, T], logits[n, T, V] or None) of rows `sl` from a holder of pi_ref."""
+    logp = ref.minibatch(tokens_mb, P, sl)
+    return logp, (ref.minibatch_logits(tokens_mb, P, sl) if with_logits else None)
+
+
+class NoReference:
+    """Variant B: no pi_ref is built; the anchor of the KL term is pi_old (the rows' logp_old)."""
+
+    enabled = False
+    mode = "none"
+    model = None
+
+    def __init__(self) -> None:
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # stays 0: count/ref_fwd is 0 in B
+
+    def prepare(self, tokens: torch.Tensor, P: int) -> None:
+        """Nothing to score."""
+
+    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
+               old_logits: Optional[torch.Tensor] = None,
+               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        return logp_old, old_logits                              # the caller's rows of pi_old
+
+    def pop_counts(self) -> dict[str, int]:
+        return self.counter.pop_counts()
+
+    def pop_time(self) -> float:
+        return self.counter.pop_time()
+
+    def reset_to(self, policy_or_state: Any, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:
+        raise RuntimeError("ref_compute='none' (Variant B): there is no reference policy / logp_ref")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mode": "none", "model": None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["mode"] != "none":
+            raise ValueError(f"checkpoint ref mode {state['mode']!r} vs this run's 'none'")
+
+
+def make_reference(policy: nn.Module, mode: str, temperature: float, max_seqs: int, max_resp_len: int,
+                   keep_logits: bool = False, chunk: int = 0) -> ReferenceHolder | NoReference:
+    """The reference strategy of a run: `none` (Variant B) -> NoReference, else a ReferenceHolder."""
+    if mode == "none":
+        return NoReference()
+    return ReferenceHolder(policy, mode, temperature, max_seqs, max_resp_len, keep_logits=keep_logits, chunk=chunk)
 
 
 class ReferenceHolder:
@@ -94,7 +168,8 @@ class ReferenceHolder:
             self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32,
                                     device=_model_device(self.model))
             if self.keep_logits:
-                self._lbuf = torch.empty(max_seqs, max_resp_len, int(policy.vocab_size), dtype=torch.float32,
+                vocab = int(cast(int, policy.vocab_size))
+                self._lbuf = torch.empty(max_seqs, max_resp_len, vocab, dtype=torch.float32,
                                          device=_model_device(self.model))
 
     # ------------------------------------------------------------ properties
@@ -138,14 +213,14 @@ class ReferenceHolder:
             self._cache = self._forward(tokens, P)                           # [N, T]
             self._logits = self._fwd_logits                                  # [N, T, V] | None
         elif self.mode == "ring":
-            buf = self._buf
+            buf = cast(torch.Tensor, self._buf)                              # allocated for ring
             if n > buf.shape[0] or t > buf.shape[1]:
                 raise ValueError(f"batch [{n}, {t}] exceeds the ring buffer {list(buf.shape)}")
             logp = self._forward(tokens, P)                                  # [N, T]
             t0 = time.perf_counter()
             buf[:n, :t].copy_(logp)                                          # in place, no realloc
             if self._lbuf is not None:
-                self._lbuf[:n, :t].copy_(self._fwd_logits)                   # [N, T, V]
+                self._lbuf[:n, :t].copy_(cast(torch.Tensor, self._fwd_logits))   # [N, T, V]
             self.counter.seconds += time.perf_counter() - t0                # the ring write's time
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
@@ -166,8 +241,14 @@ class ReferenceHolder:
             self._naive_last = (start, stop)
             return self._forward(tokens_mb, P)                               # [n, T]
         if self.mode == "cached":
-            return self._cache[start:stop]                                   # view [n, T]
-        return self._buf[start:stop, : self._t]                              # view [n, T]
+            return cast(torch.Tensor, self._cache)[start:stop]               # view [n, T]
+        return cast(torch.Tensor, self._buf)[start:stop, : self._t]          # view [n, T]
+
+    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
+               old_logits: Optional[torch.Tensor] = None,
+               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The KL anchor of rows `sl`: (logp_ref[n, T], reference logits[n, T, V] if with_logits)."""
+        return anchor_from(self, tokens_mb, P, sl, with_logits)
 
     def minibatch_logits(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
         """Raw reference logits[n, T, V] for rows `sl` (needs keep_logits=True).
@@ -187,10 +268,10 @@ class ReferenceHolder:
             if self._naive_last != (start, stop):
                 self._forward(tokens_mb, P)
             self._naive_last = None
-            return self._fwd_logits                                          # [n, T, V]
+            return cast(torch.Tensor, self._fwd_logits)                      # [n, T, V]
         if self.mode == "cached":
-            return self._logits[start:stop]                                  # view [n, T, V]
-        return self._lbuf[start:stop, : self._t]                             # view [n, T, V]
+            return cast(torch.Tensor, self._logits)[start:stop]              # view [n, T, V]
+        return cast(torch.Tensor, self._lbuf)[start:stop, : self._t]         # view [n, T, V]
 
     # ------------------------------------------------------------ counters
 

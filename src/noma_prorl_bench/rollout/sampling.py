@@ -162,7 +162,7 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
                 bad = ~torch.isfinite(logp_all).all(-1)
                 if not bool(bad.any()):
                     raise
-                from noma_prorl_bench.training.guards import NonFiniteLogits  # noqa: PLC0415
+                from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits  # noqa: PLC0415
                 raise NonFiniteLogits(rows=int(bad.sum())) from e
         live = ~done
         logps[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)

@@ -52,8 +52,9 @@ def require_reasoning_gym():
     try:
         import reasoning_gym  # noqa: PLC0415
     except ImportError:
-        from noma_prorl_bench.io.shell import pip_install  # noqa: PLC0415
-        raise ValueError(f"--task rg:NAME needs the package reasoning-gym; run: {pip_install(repr('reasoning-gym==0.1.25'))} "
+        from noma_prorl_bench.config.shell import pip_install  # noqa: PLC0415
+        raise ValueError("--task rg:NAME needs the package reasoning-gym; run: "
+                         f"{pip_install(repr('reasoning-gym==0.1.25'))} "
                          f"(or {pip_install('-e', repr('.[real]'))})") from None
     return reasoning_gym
 

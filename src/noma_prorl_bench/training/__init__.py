@@ -1,2 +1,2 @@
-"""Training: the trainer loop, reset / monitor / growth managers, optimizer-state transforms, guards,
-and the NOMA training-state interchange (interchange.py)."""
+"""Training: the trainer loop, the Learner stage, reset / monitor / growth managers, guards,
+optimizer-state transforms and the NOMA training-state interchange (interchange.py)."""

@@ -37,6 +37,8 @@ and optimizers with other bias corrections (NAdam, RAdam, Adamax: growth keeps t
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.optim.optimizer as _torch_optimizer
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -73,7 +75,8 @@ def start_cohort(state: dict, old_state: dict, old_shape, new_shape, grow) -> No
 
 def _effective_grad(p: torch.Tensor, group: dict, optimizer) -> torch.Tensor:
     """The g torch's Adam puts into its moments: -grad under maximize, + wd * p for L2 decay."""
-    g = -p.grad if group.get("maximize", False) else p.grad
+    grad = cast(torch.Tensor, p.grad)                  # called for parameters with a gradient only
+    g = -grad if group.get("maximize", False) else grad
     decoupled = isinstance(optimizer, torch.optim.AdamW) or group.get("decoupled_weight_decay", False)
     if group.get("weight_decay", 0) and not decoupled:
         g = g + group["weight_decay"] * p.detach()
@@ -169,4 +172,4 @@ def to_raw_moments(optimizer) -> int:
 # one global hook per process, even if this module is reloaded (the sentinel lives in torch's module)
 if not getattr(_torch_optimizer, "_noma_prorl_cohort_hook", False):
     register_optimizer_step_pre_hook(_pre_step_hook)
-    _torch_optimizer._noma_prorl_cohort_hook = True
+    setattr(_torch_optimizer, "_noma_prorl_cohort_hook", True)

@@ -33,11 +33,12 @@ Public API: ``realloc_param``, ``realloc_params``, ``rebuild_optimizer``, ``grow
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 from torch import nn
 
+from noma_prorl_bench.models.lora import LoRALinear
 from noma_prorl_bench.training import adam_cohorts
 
 MODES = ("preserve", "reset", "naive", "noma_flat")
@@ -85,11 +86,11 @@ def make_init(kind: str, *, fan_in: int | None = None, std: float | None = None,
     if fan_in is None and std is None:
         raise ValueError(f"init {kind!r} needs fan_in or std")
     if kind == "normal":
-        s = std if std is not None else fan_in ** -0.5
+        s = std if std is not None else cast(int, fan_in) ** -0.5
         return lambda shape, dtype, device: (
             torch.randn(shape, generator=generator, dtype=torch.float32) * s).to(dtype=dtype, device=device)
     if kind == "kaiming":
-        b = fan_in ** -0.5 if fan_in is not None else std
+        b = fan_in ** -0.5 if fan_in is not None else cast(float, std)
         return lambda shape, dtype, device: (
             (torch.rand(shape, generator=generator, dtype=torch.float32) * 2 - 1) * b).to(dtype=dtype, device=device)
     raise ValueError(f"unknown init {kind!r} (zeros|normal|kaiming)")
@@ -142,7 +143,7 @@ def realloc_param(module: nn.Module, name: str, new_shape: Sequence[int], init_f
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
     owner, leaf = _resolve(module, name)
-    old = owner._parameters[leaf]
+    old = cast(nn.Parameter, owner._parameters[leaf])
     new_shape = torch.Size(new_shape)
     fill = (init_fn or make_init("zeros"))(new_shape, old.dtype, old.device)
     grow = grow_flat_prefix if mode == "noma_flat" else grow_block
@@ -169,7 +170,7 @@ def rebuild_optimizer(optimizer: torch.optim.Optimizer,
     try:
         return type(optimizer)(groups, **optimizer.defaults)
     except TypeError:  # an optimizer whose defaults are not all constructor arguments
-        return type(optimizer)(groups)
+        return cast(Callable[..., torch.optim.Optimizer], type(optimizer))(groups)
 
 
 def realloc_params(model: nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -178,10 +179,11 @@ def realloc_params(model: nn.Module, optimizer: torch.optim.Optimizer | None,
     """Grow several parameters of ``model`` (``plan``: dotted name -> (new_shape, init_fn)) under
     one migration ``mode``; returns the optimizer to use from now on (a new one only for ``naive``).
     Raises if an old tensor is still reachable from the model (e.g. a tied weight)."""
-    mapping, olds = {}, {}
+    mapping: dict[nn.Parameter, nn.Parameter] = {}
+    olds: dict[str, nn.Parameter] = {}
     for name, (shape, init_fn) in plan.items():
         owner, leaf = _resolve(model, name)
-        olds[name] = owner._parameters[leaf]
+        olds[name] = cast(nn.Parameter, owner._parameters[leaf])
         mapping[olds[name]] = realloc_param(model, name, shape, init_fn, optimizer, mode)
     live = {id(p) for _, p in model.named_parameters(remove_duplicate=False)}
     tied = [n for n, old in olds.items() if id(old) in live]
@@ -197,9 +199,7 @@ def grow_adapters(model: nn.Module, optimizer: torch.optim.Optimizer | None, new
     """Grow every ``LoRALinear`` in ``model`` to ``new_rank``: append rows of ``A`` (declared init
     ``init``, default each adapter's ``a_init``, seeded per adapter and growth) and zero columns
     of ``B``. Returns the optimizer to use from now on (same object except for ``naive``)."""
-    from noma_prorl_bench.models.lora import LoRALinear
-
-    plan = {}
+    plan: dict[str, tuple[Sequence[int], InitFn | None]] = {}
     for name, mod in model.named_modules():
         if isinstance(mod, LoRALinear):
             if new_rank < mod.rank:

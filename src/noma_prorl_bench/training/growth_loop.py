@@ -45,10 +45,11 @@ optimizer and scheduler as usual. This is the only place that resizes adapters o
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
 from noma_prorl_bench.models.lora import (
     adapter_parameters,
@@ -178,7 +179,8 @@ class GrowthManager:
             n = self.resets.n_resets
             fired, self.resets_seen = n > self.resets_seen, n
             return "reset" if fired else None
-        return "stall" if self.stall.check(step, None, m.get("reward/val")) is not None else None
+        stall = cast(ResetTrigger, self.stall)                          # built when --grow_on stall
+        return "stall" if stall.check(step, None, m.get("reward/val")) is not None else None
 
     # ------------------------------------------------------------ the growth
     def grow(self, step: int, reason: str, new_rank: int | None = None) -> dict[str, Any]:
@@ -187,7 +189,7 @@ class GrowthManager:
         old_rank = self.rank
         new_rank = min(old_rank + cfg.rank_step, cfg.max_rank) if new_rank is None else new_rank
         old_opt = opt.optimizer
-        opt.optimizer = grow_adapters(self.policy, old_opt, new_rank, cfg.growth_migration)
+        opt.optimizer = cast(Optimizer, grow_adapters(self.policy, old_opt, new_rank, cfg.growth_migration))
         scheduler_rebuilt = opt.optimizer is not old_opt
         if scheduler_rebuilt:
             opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, cfg)
@@ -218,7 +220,8 @@ class GrowthManager:
         """Grow policy (and its optimizer's state, preserve) and reference to the saved rank,
         then restore counters and growth seeds. Call before loading the model state dicts."""
         if self.enabled and state["rank"] > self.rank:
-            self.optim.optimizer = grow_adapters(self.policy, self.optim.optimizer, state["rank"], "preserve")
+            self.optim.optimizer = cast(Optimizer, grow_adapters(self.policy, self.optim.optimizer, state["rank"],
+                                                                 "preserve"))
             if self.ref.enabled:
                 grow_adapters(self.ref.model, None, state["rank"], "preserve")
             self.migrate_snapshots()

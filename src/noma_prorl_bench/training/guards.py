@@ -1,6 +1,6 @@
 """Run guards: the NaN/Inf guard of the minibatch update and graceful SIGINT/SIGTERM.
 
-NaN guard (`nan_guard`, called by Trainer.minibatch_step after backward and gradient
+NaN guard (`nan_guard`, called by Learner.minibatch_step after backward and gradient
 clipping, before `optimizer.step()`): if the loss, the gradient norm (any non-finite gradient
 makes it non-finite), the policy log-probs or the loss's KL term (both on response tokens)
 is NaN or Inf, the gradients are dropped and neither the optimizer nor the LR scheduler
@@ -34,33 +34,12 @@ from typing import Callable, Optional
 
 import torch
 
+from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits  # noqa: F401  (re-exported)
+
 INJECT_NAN_ENV = "NOMA_PRORL_INJECT_NAN_STEP"
 MAX_PARAM_NAMES = 8          # parameters with non-finite gradients named in the event
 
 
-class NonFiniteError(RuntimeError):
-    """NaN/Inf in an update under --on_nan stop."""
-
-    def __init__(self, step: int, bad: list[str]):
-        super().__init__(f"non-finite {', '.join(bad)} at step {step} (see the nan_guard event in events.jsonl; "
-                         "--on_nan skip drops such minibatches and goes on)")
-        self.step, self.bad = step, bad
-
-
-class NonFiniteLogits(NonFiniteError):
-    """The policy's logits are NaN/Inf where tokens are sampled: stops the run (exit 3) whatever
-    --on_nan says. `step` is the step being sampled (set by the trainer)."""
-
-    def __init__(self, step: int = -1, rows: int = 0):
-        RuntimeError.__init__(self, step, rows)
-        self.step, self.bad, self.rows = step, ["logits"], rows
-
-    def __str__(self) -> str:
-        return (f"non-finite logits while sampling step {self.step} ({self.rows} rows): the policy's weights no longer "
-                "give a distribution (a --lr too large?); nothing of this step was saved")
-
-
-# ============================================================================ NaN guard
 def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
     """Test hook: NaN loss at step NOMA_PRORL_INJECT_NAN_STEP (identity otherwise)."""
     target = os.environ.get(INJECT_NAN_ENV)
@@ -71,7 +50,7 @@ def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
 
 def _describe(t: torch.Tensor, n: int) -> dict:
     """{"nonfinite": count, "numel": n} plus the value itself for a scalar (a string if non-finite)."""
-    out = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": n}
+    out: dict[str, int | float | str] = {"nonfinite": int((~torch.isfinite(t)).sum()), "numel": n}
     if t.numel() == 1:
         v = float(t)
         out["value"] = v if math.isfinite(v) else str(v)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -74,7 +75,8 @@ def _optim_meta(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
     groups = [{"params": [names[id(p)] for p in g["params"]],
                **{k: _to_json(v) for k, v in g.items() if k != "params"}}
               for g in optimizer.param_groups]
-    tensors, scalars = {}, {}
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
     for p, state in optimizer.state.items():
         for key, val in state.items():
             if torch.is_tensor(val) and val.dim() > 0:
@@ -122,7 +124,7 @@ def export_state(out_dir: str, model: nn.Module, optimizer: torch.optim.Optimize
 
 @torch.no_grad()
 def _load_params(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    targets = {f"param/{n}": p for n, p in model.named_parameters()}
+    targets: dict[str, torch.Tensor] = {f"param/{n}": p for n, p in model.named_parameters()}
     persistent = set(model.state_dict().keys())
     targets.update({f"buffer/{n}": b for n, b in model.named_buffers() if n in persistent})
     if set(targets) != set(tensors):
@@ -177,6 +179,6 @@ def import_state(in_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer
     _load_params(model, load_file(os.path.join(in_dir, "params.safetensors")))
     _load_optimizer(model, optimizer, meta["optimizer"], load_file(os.path.join(in_dir, "optim.safetensors")))
     raw = load_file(os.path.join(in_dir, "batch.safetensors"))
-    batch = {k: None for k in BATCH_KEYS}
+    batch: dict[str, torch.Tensor | None] = {k: None for k in BATCH_KEYS}
     batch.update({k[len("batch/"):]: v for k, v in raw.items()})
     return batch, meta["scalars"]

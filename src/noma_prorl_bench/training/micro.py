@@ -1,5 +1,5 @@
 """Micro-batching with gradient accumulation (`--micro_batch`) and the training log-prob path
-(`--logprob_chunk`) of `Trainer.minibatch_step`.
+(`--logprob_chunk`) of `Learner.minibatch_step`.
 
 Legend: n rows (sequences) of one minibatch, m rows of one micro-batch, T response length.
 

@@ -73,7 +73,7 @@ def _functional(policy: nn.Module, params: Params):
         kwargs = {"keep_last": keep_last} if keep_last else {}
         return functional_call(policy, params, (toks,), kwargs, tie_weights=False, strict=True)
 
-    call.slice_logits = slices_logits(policy)
+    setattr(call, "slice_logits", slices_logits(policy))  # read by models.base.response_logits
     return call
 
 
@@ -135,11 +135,12 @@ class PrevPolicySnapshot:
     def capture(self, policy: nn.Module, step: int | None = None) -> None:
         """Copy `policy`'s current parameters and buffers (reusing storage when shapes match)."""
         sd = policy.state_dict()
-        same = self.params is not None and self.params.keys() == sd.keys() and all(
-            self.params[k].shape == v.shape and self.params[k].dtype == v.dtype for k, v in sd.items())
-        if same:
+        params = self.params
+        same = params is not None and params.keys() == sd.keys() and all(
+            params[k].shape == v.shape and params[k].dtype == v.dtype for k, v in sd.items())
+        if same and params is not None:
             for k, v in sd.items():
-                self.params[k].copy_(v)
+                params[k].copy_(v)
         else:
             self.params = clone_state_dict(policy)
         self.step = step
@@ -180,7 +181,8 @@ class DriftMonitor:
             others["kl/to_prev"] = self.prev.params
         N, T = self.mask.shape
         rows = N if not T else max(1, MONITOR_CHUNK_ELEMENTS // (T * vocab_size(policy)))
-        sums, t0 = {k: 0.0 for k in others}, time.perf_counter()
+        sums: dict[str, Any] = {k: 0.0 for k in others}       # float, then a 0-dim tensor
+        t0 = time.perf_counter()
         with _eval_mode(policy):
             for a in range(0, N, rows):
                 tok, m = self.tokens[a:a + rows], self.mask[a:a + rows].float()

@@ -41,15 +41,14 @@ SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
 
 @dataclass(eq=False)
 class OptimSide:
-    """The optimizer side of a run (S3) as one object the trainer and its managers share: the
-    optimizer, its LR scheduler, the adaptive-KL controller (None: fixed --beta) and a grad
-    scaler (None unless mixed precision). A reset acts on all of them in place; a growth under
+    """The optimizer side of a run (S3) as one object the learner and the managers share: the
+    optimizer, its LR scheduler and the adaptive-KL controller (None: fixed --beta). A reset
+    acts on all of them in place; a growth under
     `naive` replaces `optimizer` and `scheduler` here, so every holder sees the new ones."""
 
     optimizer: Optimizer
     scheduler: LRScheduler
     kl_ctrl: Any = None
-    grad_scaler: Any = None
 
 
 # ---------------------------------------------------------------- moments and step count
@@ -272,7 +271,7 @@ def apply_reset_semantics(
         reset_step_count(optimizer)
     rec["lr_before"] = float(optimizer.param_groups[0]["lr"])
     rec["lr_schedule_reset"] = do_lr
-    if do_lr:
+    if do_lr and scheduler is not None:
         restart_schedule(scheduler)
     rec["lr_after"] = float(optimizer.param_groups[0]["lr"])
     kl = _reset_kl(kl_ctrl) if do_kl else None

@@ -71,7 +71,7 @@ def fixed_batch(policy: nn.Module, prompts: torch.Tensor, T_max: int, tok
 
 
 def _jsonable(d: dict) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             out[k] = v
@@ -139,7 +139,7 @@ class ResetManager:
         changed = apply_reset_semantics(
             opt.optimizer, opt.scheduler, opt.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
             reset_opt_step=bool(cfg.reset_opt_step), reset_lr_schedule=bool(cfg.reset_lr_schedule),
-            reset_kl_coef=bool(cfg.reset_kl_coef), grad_scaler=opt.grad_scaler)
+            reset_kl_coef=bool(cfg.reset_kl_coef))
         self.emit({"step": decision.step, "event": "opt_reset", "reason": decision.reason,
                    "mode": cfg.opt_reset, **_jsonable(changed)})
         pending = self.recovery.on_reset(decision.step)

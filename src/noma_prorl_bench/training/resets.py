@@ -215,7 +215,7 @@ class RecoveryTracker:
     def observe(self, step: int, train_reward: float) -> dict[str, Any] | None:
         """Feed one step's mean train reward; returns the recovery record on the step it recovers."""
         self.history.append(float(train_reward))
-        if self.reset_step is None or step <= self.reset_step:
+        if self.reset_step is None or step <= self.reset_step or self.pre_level is None:
             return None
         if train_reward >= self.pre_level:
             rec = self._record(True, step - self.reset_step)
