@@ -20,11 +20,14 @@ from noma_prorl_bench.training.result import before_after
 
 def build_trainer(cfg: RunConfig, ckpt=None):
     """(trainer, buffers): the Trainer is built before anything is written, its set-up records
-    (warm start, adapters, monitors) held in memory; on resume it then takes the checkpoint's
-    state (and its buffered records, already in events.jsonl, are dropped)."""
+    (the memory estimate, warm start, adapters, monitors) held in memory; on resume it then takes
+    the checkpoint's state (and its buffered records, already in events.jsonl, are dropped)."""
+    from noma_prorl_bench.io.memory import estimate
     from noma_prorl_bench.training.trainer import Trainer
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
+    buffers[1].write({"step": 0, "event": "memory_estimate", "reason": "estimated peak resident memory by "
+                      "term (io/memory.py); measured: perf/peak_rss_mb", **estimate(cfg).to_event()})
     trainer = Trainer(cfg, *buffers)
     if ckpt is not None:
         trainer.load_state_dict(ckpt.state)          # checkpoint.CheckpointError if it does not fit
