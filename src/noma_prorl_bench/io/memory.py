@@ -319,3 +319,15 @@ def parts_text(est: Estimate) -> str:
     of `total` of at least 1/16 GiB, largest first, each with its flag."""
     parts = sorted(((k, v) for k, v in est.contributions().items() if v >= 2 ** 26), key=lambda kv: -kv[1])
     return ", ".join([*(f"{k} --{est.flags[k]}: {gib(v)}" for k, v in parts), f"baseline {gib(est.baseline)}"])
+
+
+def estimate_event(cfg) -> dict:
+    """The `memory_estimate` record of events.jsonl (step 0); if the policy cannot be described
+    up front (an architecture transformers cannot build from its config alone), a record that
+    says so, and the run goes on."""
+    record = {"step": 0, "event": "memory_estimate",
+              "reason": "estimated peak resident memory by term (io/memory.py); measured: perf/peak_rss_mb"}
+    try:
+        return {**record, **estimate(cfg).to_event()}
+    except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError) as e:
+        return {**record, "reason": f"no estimate: {type(e).__name__}: {str(e)[:200]}"}
