@@ -1,5 +1,5 @@
 """Checks before a run writes anything: the outdir can be created and written, the optional
-packages the flags need are installed, and the batch fits in memory.
+packages the flags need are installed, and the run's estimated peak memory (io/memory.py) fits.
 
 Each returns an error message naming its flag (the caller prints it and exits 2), or None.
 Nothing is left behind: the writability probe removes what it created.
