@@ -20,11 +20,13 @@ from noma_prorl_bench.training.result import before_after
 
 def build_trainer(cfg: RunConfig, ckpt=None):
     """(trainer, buffers): the Trainer is built before anything is written, its set-up records
-    (warm start, adapters, monitors) held in memory; on resume it then takes the checkpoint's
-    state (and its buffered records, already in events.jsonl, are dropped)."""
+    (the memory estimate, warm start, adapters, monitors) held in memory; on resume it then takes
+    the checkpoint's state (and its buffered records, already in events.jsonl, are dropped)."""
+    from noma_prorl_bench.io.memory import estimate_event
     from noma_prorl_bench.training.trainer import Trainer
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
+    buffers[1].write(estimate_event(cfg))           # the memory_estimate record, first
     trainer = Trainer(cfg, *buffers)
     if ckpt is not None:
         trainer.load_state_dict(ckpt.state)          # checkpoint.CheckpointError if it does not fit

@@ -1,5 +1,5 @@
 """Checks before a run writes anything: the outdir can be created and written, the optional
-packages the flags need are installed, and the batch fits in memory.
+packages the flags need are installed, and the run's estimated peak memory (io/memory.py) fits.
 
 Each returns an error message naming its flag (the caller prints it and exits 2), or None.
 Nothing is left behind: the writability probe removes what it created.
@@ -7,7 +7,6 @@ Nothing is left behind: the writability probe removes what it created.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import tempfile
 from typing import Optional
@@ -63,42 +62,18 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- memory
-def _model_dims(cfg: RunConfig) -> tuple[int, int]:
-    """(vocab, width) of the policy; toy vocabularies are tiny (a lower bound of 16 is used)."""
-    if cfg.model.startswith("hf:"):
-        try:
-            with open(os.path.join(cfg.model[3:], "config.json")) as f:
-                c = json.load(f)
-            return int(c.get("vocab_size", 16)), int(c.get("hidden_size", c.get("n_embd", 64)))
-        except (OSError, ValueError, TypeError):
-            return 16, 64
-    return 16, cfg.d_model if cfg.model == "transformer" else cfg.hidden
-
-
 def estimate_terms(cfg: RunConfig) -> dict[str, int]:
-    """A lower bound of the memory one step needs (float32), by the flag that drives each part:
-    the rollout holds, for N = B*G sequences, the hidden state and logits of one position plus T
-    tokens and log-probs; one minibatch update holds at least its [N/M, T] hidden states and
-    logits once; `--kl_estimator full` keeps [N, T, V] logits; validation decodes --n_val
-    prompts; toy models' weights, gradients and Adam moments. Deliberately low: a run refused by
-    it cannot fit."""
-    vocab, width = _model_dims(cfg)
-    n = cfg.batch_size * cfg.group_size * (4 if cfg.dynamic_sampling else 1)
-    t = max(cfg.max_new_tokens, 2)
-    per_layer = 6 if cfg.model == "gru" else 12 * cfg.n_layers
-    size_flag = "hidden" if cfg.model == "gru" else "d_model" if cfg.model == "transformer" else "model"
-    batch_flag = "batch_size" if cfg.batch_size >= cfg.group_size else "group_size"
-    return {
-        batch_flag: n * (t * 12 + (width + vocab) * 4 * 2) + -(-n // cfg.minibatches) * t * (width + vocab) * 4,
-        "kl_estimator": n * t * vocab * 4 if cfg.kl_estimator == "full" else 0,
-        "n_val": cfg.n_val * (t * 12 + (width + vocab) * 4 * 2),
-        size_flag: 0 if cfg.model.startswith("hf:") else width * width * per_layer * 4 * 4,  # weights, grad, m, v
-    }
+    """The bytes of each term of the run's memory estimate (io/memory.py): the held terms, every
+    phase and the warm start, by name; `estimated_bytes` says how they combine."""
+    from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415  (imports torch)
+    est = estimate(cfg)
+    return {"baseline": est.baseline, **est.held, **est.phases, "warm_start": est.warm_start}
 
 
 def estimated_bytes(cfg: RunConfig) -> int:
-    """The sum of `estimate_terms`."""
-    return sum(estimate_terms(cfg).values())
+    """The estimated peak resident memory: baseline + max(held + the largest phase, warm start)."""
+    from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415
+    return estimate(cfg).total
 
 
 def machine_bytes() -> int:
@@ -116,15 +91,16 @@ def machine_bytes() -> int:
 
 
 def memory_error(cfg: RunConfig) -> Optional[str]:
-    """Refuse sizes whose estimated memory exceeds the machine's, naming the flag whose part of
-    the estimate is largest (the model width for a large model, not --n_val)."""
-    terms = estimate_terms(cfg)
-    need, have = sum(terms.values()), machine_bytes()
-    if need <= have:
+    """Refuse a run whose estimated peak memory exceeds the machine's, naming the flag whose terms
+    make up the largest part of the estimate (the model width for a large model, not --n_val)."""
+    from noma_prorl_bench.io.memory import estimate, gib, parts_text  # noqa: PLC0415
+    try:
+        est = estimate(cfg)
+    except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError):
+        return None                  # no meta-device description of this model: the run's own checks decide
+    have = machine_bytes()
+    if est.total <= have:
         return None
-    flag = max(terms, key=lambda k: terms[k])
-    big = sorted(((k, v) for k, v in terms.items() if v >= 2**26), key=lambda kv: -kv[1])   # >= 0.0625 GiB
-    parts = ", ".join(f"--{k}: {v / 2**30:.1f} GiB" for k, v in big)
-    return (f"argument --{flag}: this run needs at least {need / 2**30:.1f} GiB ({parts}; batch_size="
+    return (f"argument --{est.largest_flag()}: this run needs about {gib(est.total)} ({parts_text(est)}; batch_size="
             f"{cfg.batch_size} x group_size={cfg.group_size}, n_val={cfg.n_val}), more than this machine's "
             f"{have / 2**30:.1f} GiB")

@@ -129,7 +129,7 @@ def check_outdir(cfg: RunConfig) -> Optional[str]:
 def check_inputs(cfg: RunConfig) -> Optional[str]:
     """An error message for inputs that would only fail after the run has started, else None."""
     from noma_prorl_bench.io import preflight
-    err = preflight.outdir_error(cfg.outdir) or preflight.missing_dependency(cfg) or preflight.memory_error(cfg)
+    err = preflight.outdir_error(cfg.outdir) or preflight.missing_dependency(cfg)
     if err:
         return err
     if cfg.model.startswith("hf:"):
@@ -140,6 +140,9 @@ def check_inputs(cfg: RunConfig) -> Optional[str]:
             check_model_dir(cfg.model[3:])
         except ValueError as e:
             return f"argument --model: {e}"
+    err = preflight.memory_error(cfg)                 # builds the policy on the meta device (a valid model dir)
+    if err:
+        return err
     if cfg.device == "cuda":
         import torch
         if not torch.cuda.is_available():

@@ -11,7 +11,7 @@ such as ``<think>`` or ``</answer>``, are spelled character by character. The Ll
 ``<s>`` like Llama tokenizers do; the Qwen2 flavour adds nothing, like Qwen2 tokenizers.
 
 Run:
-    python -m noma_prorl_bench.models.tiny_hf OUT_DIR --arch llama [--hidden 64 --layers 2 --heads 4]
+    python -m noma_prorl_bench.models.tiny_hf OUT_DIR --arch llama [--hidden 64 --layers 2 --heads 4 --vocab_size V]
 """
 
 from __future__ import annotations
@@ -108,17 +108,19 @@ def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int
 
 
 def build_tiny_hf_model(out_dir: str | Path, arch: str = "llama", hidden: int = 64, layers: int = 2,
-                        heads: int = 4, seed: int = 0, init_std: float = 0.02) -> Path:
+                        heads: int = 4, seed: int = 0, init_std: float = 0.02, vocab_size: int | None = None) -> Path:
     """Write a random ``arch`` model (safetensors) and the char tokenizer to ``out_dir``; return it.
 
-    Deterministic in ``seed``: the same arguments give bit-identical weights.
+    Deterministic in ``seed``: the same arguments give bit-identical weights. ``vocab_size``: the
+    model's logits width (default: the tokenizer's 260); a wider one stands in for a real model's
+    vocabulary in memory measurements (ids past the tokenizer decode to nothing).
     """
     from transformers import AutoModelForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer(add_bos=(arch == "llama"))
-    config = tiny_config(arch, len(tokenizer), hidden, layers, heads, init_std)
+    config = tiny_config(arch, max(vocab_size or 0, len(tokenizer)), hidden, layers, heads, init_std)
     saved_rng = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
@@ -139,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init_std", type=float, default=0.02)
+    p.add_argument("--vocab_size", type=int, default=None, help="logits width (default: the tokenizer's 260)")
     a = p.parse_args(argv)
-    path = build_tiny_hf_model(a.out_dir, a.arch, a.hidden, a.layers, a.heads, a.seed, a.init_std)
+    path = build_tiny_hf_model(a.out_dir, a.arch, a.hidden, a.layers, a.heads, a.seed, a.init_std, a.vocab_size)
     print(path)
     return 0
 
