@@ -39,7 +39,7 @@ EVAL_CHUNK = 256              # prompts per generate call of the evaluation (rol
 MONITOR_ROWS = 64             # drift-monitor sequences (training/reset_loop.MONITOR_PROMPTS)
 MONITOR_CHUNK = 2 ** 24       # logits elements per drift-monitor tensor (training/monitors.py)
 WARMSTART_ROWS = 64           # demonstrations per warm-start step (training/warmstart.py)
-PER_VAL_EXAMPLE = 1024        # bytes per validation prompt (measured ~690 on reverse_digits: Example, response, records)
+PER_VAL_EXAMPLE = 1024   # bytes per validation prompt (measured ~690 on reverse_digits: Example, response, records)
 LOGITS_COPIES_TRAIN = 5       # logits, /temperature, log_softmax (saved), its gradient, the logits' gradient
 LOGITS_COPIES_NOGRAD = 3      # logits, /temperature, log_softmax
 DEFAULT_PROMPT_TOKENS = 128   # hf:PATH when the task's prompts cannot be tokenised up front
@@ -151,14 +151,13 @@ def model_shape(cfg, max_len: int) -> Shape:
     """The Shape of the run's policy: parameters, adapters at the largest reachable rank, dtype."""
     import torch  # noqa: PLC0415
 
-    from noma_prorl_bench.models.lora import adapter_parameters, attach_lora  # noqa: PLC0415
+    from noma_prorl_bench.models.lora import adapter_parameters, attach_lora, parse_targets  # noqa: PLC0415
     from noma_prorl_bench.models.precision import hold_frozen_in_bf16, resolve_dtype_choice  # noqa: PLC0415
     policy = _meta_policy(cfg, max_len)
     full = sum(p.numel() for p in policy.parameters())
     dtype, _ = resolve_dtype_choice(cfg.dtype, cfg.model, "cuda" if cfg.device == "cuda" else "cpu")
     scale = 1.0
     if cfg.enable_growth:
-        from noma_prorl_bench.training.growth_loop import parse_targets  # noqa: PLC0415
         attach_lora(policy, parse_targets(cfg.adapter_targets), cfg.initial_rank, freeze_base=True)
         grows = cfg.grow_every > 0 or cfg.grow_on != "schedule"
         scale = (max(cfg.max_rank, cfg.initial_rank) if grows else cfg.initial_rank) / cfg.initial_rank
@@ -204,8 +203,8 @@ def prompt_response_tokens(cfg) -> tuple[int, int]:
         from transformers import AutoTokenizer  # noqa: PLC0415
 
         from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
-        tok = HFTokenizerAdapter(AutoTokenizer.from_pretrained(os.path.expanduser(cfg.model[3:]), local_files_only=True),
-                                 chat=cfg.task.startswith("rg:"))
+        hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(cfg.model[3:]), local_files_only=True)
+        tok = HFTokenizerAdapter(hf_tok, chat=cfg.task.startswith("rg:"))
         ex = task.validation_set()[:64] + task.sample(np.random.default_rng(0), 64)
         return max(len(tok.prompt_ids(e.prompt)) for e in ex), T
     except Exception:  # noqa: BLE001  (a task that cannot be built here fails with its own message later)

@@ -93,6 +93,11 @@ class LoRALinear(nn.Module):
                 f"alpha={self.alpha}, scale={self.scale:g}, a_init={self.a_init}")
 
 
+def parse_targets(text: str) -> list[str]:
+    """`--adapter_targets` text -> patterns: `"head, *proj"` -> `["head", "*proj"]`."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
 def _matches(name: str, pattern: str) -> bool:
     """Exact dotted name, dotted suffix (``q_proj`` matches ``blocks.0.attn.q_proj``) or glob
     (``*proj``, ``blocks.*.mlp.up``) on the full name."""

@@ -51,11 +51,12 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from noma_prorl_bench.models.lora import (
+from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     adapter_parameters,
     adapter_rank,
     adapters,
     attach_lora,
+    parse_targets,
 )
 from noma_prorl_bench.training.growth import (
     MODES,
@@ -65,11 +66,6 @@ from noma_prorl_bench.training.growth import (
 )
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 from noma_prorl_bench.training.resets import ResetTrigger
-
-
-def parse_targets(text: str) -> list[str]:
-    """`"head, *proj"` -> `["head", "*proj"]`."""
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 @torch.no_grad()
