@@ -279,12 +279,14 @@ def _make_executor(ap: argparse.ArgumentParser, args: argparse.Namespace):
         import ray  # noqa: F401
     except ImportError:
         ap.error("argument --executor: ray needs the ray package (pip install -e '.[ray]')")
-    from noma_prorl_bench.io.ray_procs import RayExecutor
+    from noma_prorl_bench.io.ray_procs import RayExecutor, address_error
+    why = address_error(args.ray_address) if args.ray_address else None
     try:
-        return RayExecutor(args.ray_address, args.jobs, SRC)
+        if why is None:
+            return RayExecutor(args.ray_address, args.jobs, SRC)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        ap.error(f"argument --ray_address: cannot join the Ray cluster at {args.ray_address!r}: "
-                 f"{(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}")
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    ap.error(f"argument --ray_address: cannot join the Ray cluster at {args.ray_address!r}: {why}")
 
 
 def _run_suite(ap: argparse.ArgumentParser, args: argparse.Namespace, specs: list[RunSpec], executor,

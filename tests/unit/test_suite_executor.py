@@ -2,10 +2,11 @@
 nothing written), the scheduling loop with a scripted executor (capacity, lost runs, signals),
 and the Ray executor's Popen-like handle and forwarded environment."""
 import signal
+import socket
 
 import pytest
 
-from noma_prorl_bench.io.ray_procs import RayRun, forwarded_env
+from noma_prorl_bench.io.ray_procs import RayRun, address_error, forwarded_env
 from noma_prorl_bench.io.run_procs import SuiteSignals
 from noma_prorl_bench.suite import expand, main, run_all
 
@@ -24,6 +25,24 @@ def test_bad_executor_flags_exit_2_and_write_nothing(tmp_path, capsys, argv, fla
     assert e.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"argument {flag}" in last and all(w in last for w in words)
+    assert not out.exists()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_nobody_answers_at_exits_2_before_joining(tmp_path, capsys):
+    pytest.importorskip("ray")
+    port, out = _closed_port(), tmp_path / "suite"
+    assert "nothing answers at 127.0.0.1" in address_error(f"127.0.0.1:{port}")
+    assert address_error("auto") is None and address_error("ray://head:10001") is None
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "aa", "--outdir", str(out), "--executor", "ray", "--ray_address", f"127.0.0.1:{port}"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "argument --ray_address: cannot join the Ray cluster" in last
     assert not out.exists()
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,20 @@ def forwarded_env(src: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV or k.startswith(FORWARDED_PREFIXES)}
     env["PYTHONPATH"] = src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     return env
+
+
+def address_error(address: str, timeout: float = 10.0) -> Optional[str]:
+    """Why a HOST:PORT cluster address cannot be joined (nothing listens there), else None
+    (also for other forms, e.g. `auto`: Ray resolves those). `ray.init` itself retries a dead
+    address for minutes."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        return f"nothing answers at {address} ({e.strerror or type(e).__name__})"
+    return None
 
 
 class RayExecutor:
