@@ -8,6 +8,7 @@
     prorl-bench suite --preset cost --outdir runs/cost --jobs 1    # step-time cost, arms interleaved
     prorl-bench suite --preset aa --outdir /tmp/aa                 # A/A test of the statistics
     prorl-bench suite --preset full --seeds 12 --steps 300 --arms A1,B,A1-beta0 --outdir DIR
+    prorl-bench suite --preset quick --executor ray --ray_address HEAD:6379 --outdir /shared/suite
 
 Matrices: ARMS (variants A0 / A1 / A2 / B, A1 with beta = 0, A1 on seeds + 1000 as the A/A
 control, reset semantics keep / hard / soft / asym at a fixed cadence; `full`, `smoke`);
@@ -25,6 +26,9 @@ resumes an interrupted suite. SIGINT / SIGTERM (Ctrl-C) are forwarded to the run
 finish their step, write a checkpoint and exit; the suite then writes a partial report of the
 finished runs and exits 130 / 143 (io/run_procs.py). The report is regenerated from the saved
 logs only.
+`--executor ray [--ray_address ADDR]` runs each run as a Ray task on any node of a cluster (the
+same command line, skip / resume and signals; --outdir on a filesystem every node sees):
+io/ray_procs.py, docs/ray.md.
 """
 from __future__ import annotations
 
