@@ -1,15 +1,17 @@
 """`prorl-bench suite --executor ray` on a two-node Ray cluster started here, losing a node.
 
 1. A head (1 CPU) and a second node (1 CPU) on this machine (`ray start --block`, each in its own
-   session and temp dir); the suite (aa preset, 2 seeds: 4 runs) joins with `--ray_address`.
-   Once a run on the second node has logged a step, that node's raylet is killed by pid (`ray
-   stop` would stop every cluster on the machine): the suite reports the run lost (exit 1, the
-   run named among the failures, its directory not complete), finishes the other runs on the
-   head, and writes a report of those.
-2. The same command on a fresh one-node cluster runs only the lost run (the complete ones are
-   skipped: their metrics.jsonl untouched) and exits 0 with every run complete, steps 1..N once.
+   session and temp dir); the suite (aa preset, 1 seed: 2 runs, one per node) joins with
+   `--ray_address`. Once the run on the second node has logged a step, that node's raylet is
+   killed by pid (`ray stop` would stop every cluster on the machine): the suite reports the run
+   lost (exit 1, the only failure, its directory not complete), the other run completes.
+2. The same command on a fresh one-node cluster skips the complete run and starts the lost one
+   again; SIGINT to the suite once it trains reaches the run through Ray: exit 130, the run
+   stopped at a checkpoint.
+3. The same command on another fresh cluster resumes it (`--resume`) and exits 0: every run
+   complete with steps 1..N once, the complete run's metrics.jsonl untouched since phase 1.
 
-Both clusters are stopped in a `finally` by killing their process groups.
+Every cluster is stopped in a `finally` by killing its process group.
 Nodes start with Ray's memory monitor off (`RAY_memory_monitor_refresh_ms=0`: on a machine
 shared with other jobs it counts their memory and kills our workers) and workers at niceness 0
 (`RAY_worker_niceness=0`; Ray's 15 makes a worker's start take a minute on a loaded machine).
@@ -38,8 +40,8 @@ pytest.importorskip("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
-STEPS = 30       # a run trains for a few seconds: the kill after its first logged step lands mid-run
-RUNS = ("AA-1_s0", "AA-2_s1000", "AA-1_s1", "AA-2_s1001")
+STEPS = 100      # a run trains for several seconds: a kill or a signal after a logged step lands mid-run
+RUNS = ("AA-1_s0", "AA-2_s1000")     # the aa preset with --seeds 1
 NODE_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_memory_monitor_refresh_ms="0", RAY_worker_niceness="0")
 NICE = 3         # the suite runs at the test's niceness + 3; its runs must too (their workers are at 0)
 
@@ -139,7 +141,7 @@ def _complete(out, run) -> bool:
 
 def _suite(out, address):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled")
-    cmd = [sys.executable, "-m", "noma_prorl_bench.cli", "suite", "--preset", "aa", "--seeds", "2", "--steps",
+    cmd = [sys.executable, "-m", "noma_prorl_bench.cli", "suite", "--preset", "aa", "--seeds", "1", "--steps",
            str(STEPS), "--executor", "ray", "--ray_address", address, "--quiet", "--outdir", str(out)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: os.nice(NICE))
@@ -160,10 +162,17 @@ def _kill_a_run_on(node: Node, out, suite) -> str:
         time.sleep(0.2)
 
 
-def test_suite_on_ray_loses_a_node_and_the_same_command_completes_it(tmp_path):
-    out, tmp, nodes = tmp_path / "suite", tempfile.mkdtemp(prefix="nrb_rs_", dir="/tmp"), []
+def _wait_for_nothing_left(out) -> None:
+    deadline = time.time() + 60
+    while _run_processes(out):
+        assert time.time() < deadline, f"run processes outlived their nodes: {_run_processes(out)}"
+        time.sleep(0.5)
+
+
+def _lose_a_node(out, tmp) -> str:
+    """Phase 1: a run lost with the second node; the other completes. The lost run's name."""
+    nodes = [Node(tmp, "head", "--head", "--port=0", "--num-cpus=1", "--include-dashboard=false")]
     try:
-        nodes.append(Node(tmp, "head", "--head", "--port=0", "--num-cpus=1", "--include-dashboard=false"))
         nodes.append(Node(tmp, "node2", f"--address={nodes[0].address()}", "--num-cpus=1"))
         _log("two nodes up")
         suite = _suite(out, nodes[0].address())
@@ -171,35 +180,58 @@ def test_suite_on_ray_loses_a_node_and_the_same_command_completes_it(tmp_path):
         _log(f"killed the second node's raylet under {lost}")
         _, err = suite.communicate(timeout=300)
         _log("first suite done")
-        assert suite.returncode == 1, err
-        assert "(2 nodes, 2 CPUs)" in err and f"suite: run {lost} lost" in err and "Traceback" not in err
-        failed = re.search(r"(\d+) runs failed: (\[.*\])", err)
-        names = json.loads(failed.group(2).replace("'", '"'))
-        assert lost in names and all(not _complete(out, n) for n in names)
-        done = [r for r in RUNS if r not in names]
-        assert done and all(_complete(out, r) for r in done)
-        assert json.loads((out / "settings.json").read_text())["executor"].startswith("Ray tasks on cluster at")
+    finally:
         for node in nodes:
             node.kill()
-        deadline = time.time() + 60
-        while _run_processes(out):
-            assert time.time() < deadline, f"run processes outlived their nodes: {_run_processes(out)}"
-            time.sleep(0.5)
-        mtimes = {r: os.stat(out / r / "metrics.jsonl").st_mtime_ns for r in done}
-        _log("first cluster stopped")
+    assert suite.returncode == 1, err
+    assert "(2 nodes, 2 CPUs)" in err and f"suite: run {lost} lost" in err and "Traceback" not in err
+    assert f"1 runs failed: ['{lost}']" in err and not _complete(out, lost)
+    assert all(_complete(out, r) for r in RUNS if r != lost)
+    assert json.loads((out / "settings.json").read_text())["executor"].startswith("Ray tasks on cluster at")
+    _wait_for_nothing_left(out)
+    return lost
 
-        nodes = [Node(tmp, "head2", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false")]
-        suite = _suite(out, nodes[0].address())
-        _log("fresh cluster up")
+
+def _interrupt_the_rerun(out, tmp, lost) -> None:
+    """Phase 2: the same command on a fresh cluster; SIGINT once the lost run trains again."""
+    node, mtime = Node(tmp, "head2", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false"), \
+        os.stat(out / lost / "metrics.jsonl").st_mtime_ns
+    try:
+        suite, deadline = _suite(out, node.address()), time.time() + 240
+        while not (any(lost in a for p in _run_processes(out) for a in _cmdline(p)) and _lines(out, lost) >= 1
+                   and os.stat(out / lost / "metrics.jsonl").st_mtime_ns != mtime):
+            assert suite.poll() is None and time.time() < deadline, f"{lost} did not train again"
+            time.sleep(0.2)
+        suite.send_signal(signal.SIGINT)
         _, err = suite.communicate(timeout=300)
-        _log("second suite done")
+        _log("second suite interrupted")
+    finally:
+        node.kill()
+    assert suite.returncode == 130, err
+    assert "2 runs, 1 already complete (skipped), 1 to run" in err and "forwarded to 1 running run(s)" in err
+    assert f"run {lost} stopped (exit 130) at a checkpoint" in err and not _complete(out, lost)
+    _wait_for_nothing_left(out)
+
+
+def test_suite_on_ray_loses_a_node_and_the_same_command_completes_it(tmp_path):
+    out, tmp = tmp_path / "suite", tempfile.mkdtemp(prefix="nrb_rs_", dir="/tmp")
+    try:
+        lost = _lose_a_node(out, tmp)
+        (done,) = [r for r in RUNS if r != lost]
+        mtime = os.stat(out / done / "metrics.jsonl").st_mtime_ns
+        _interrupt_the_rerun(out, tmp, lost)
+        node = Node(tmp, "head3", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false")
+        try:
+            suite = _suite(out, node.address())                # phase 3: the same command completes it
+            _, err = suite.communicate(timeout=300)
+            _log("third suite done")
+        finally:
+            node.kill()
         assert suite.returncode == 0, err
-        assert f"4 runs, {len(done)} already complete (skipped), {4 - len(done)} to run" in err
-        assert {r: os.stat(out / r / "metrics.jsonl").st_mtime_ns for r in done} == mtimes
+        assert "2 runs, 1 already complete (skipped), 1 to run (1 resumed from their checkpoints)" in err
+        assert os.stat(out / done / "metrics.jsonl").st_mtime_ns == mtime      # skipped twice, untouched
         for run in RUNS:
             steps = [json.loads(x)["step"] for x in (out / run / "metrics.jsonl").read_text().splitlines()]
             assert steps == list(range(1, STEPS + 1)) and _complete(out, run)
     finally:
-        for node in nodes:
-            node.kill()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -40,7 +40,8 @@ import sys
 import tempfile
 from typing import Optional
 
-POLL_S = 1.0
+POLL_S = 0.5
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # io/run_procs.py SuiteSignals
 FORWARDED_ENV = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAY_AUTH_MODE")
 FORWARDED_PREFIXES = ("NOMA_PRORL_", "PRORL_BENCH_")
 
@@ -70,10 +71,14 @@ def _signals_for(board, name: str) -> list[int]:
 
 
 def _child_setup(nice: int):
-    """The child's set-up before exec: SIGTERM when the worker that started it dies (Linux), and
+    """The child's set-up before exec: the signals the suite forwards unblocked and at their
+    default action (as in a shell), SIGTERM when the worker that started it dies (Linux), and
     the driver's niceness `nice`, as a local run inherits the suite's (Ray starts its workers at
     niceness 15; raising a process's priority needs CAP_SYS_NICE, else the worker's stays)."""
     def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())      # a Ray worker blocks some: exec keeps the mask
+        for signum in FORWARDED_SIGNALS:                         # ... and ignored ones stay ignored
+            signal.signal(signum, signal.SIG_DFL)
         if sys.platform.startswith("linux"):
             import ctypes  # noqa: PLC0415
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # PR_SET_PDEATHSIG
