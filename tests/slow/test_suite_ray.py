@@ -40,6 +40,8 @@ pytest.importorskip("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+if not os.path.isfile(RAY):
+    pytest.skip("no `ray` command beside this Python", allow_module_level=True)
 STEPS = 100      # a run trains for several seconds: a kill or a signal after a logged step lands mid-run
 RUNS = ("AA-1_s0", "AA-2_s1000")     # the aa preset with --seeds 1
 NODE_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_memory_monitor_refresh_ms="0", RAY_worker_niceness="0")
