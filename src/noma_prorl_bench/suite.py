@@ -8,6 +8,7 @@
     prorl-bench suite --preset cost --outdir runs/cost --jobs 1    # step-time cost, arms interleaved
     prorl-bench suite --preset aa --outdir /tmp/aa                 # A/A test of the statistics
     prorl-bench suite --preset full --seeds 12 --steps 300 --arms A1,B,A1-beta0 --outdir DIR
+    prorl-bench suite --preset quick --executor ray --ray_address HEAD:6379 --outdir /shared/suite
 
 Matrices: ARMS (variants A0 / A1 / A2 / B, A1 with beta = 0, A1 on seeds + 1000 as the A/A
 control, reset semantics keep / hard / soft / asym at a fixed cadence; `full`, `smoke`);
@@ -25,6 +26,9 @@ resumes an interrupted suite. SIGINT / SIGTERM (Ctrl-C) are forwarded to the run
 finish their step, write a checkpoint and exit; the suite then writes a partial report of the
 finished runs and exits 130 / 143 (io/run_procs.py). The report is regenerated from the saved
 logs only.
+`--executor ray [--ray_address ADDR]` runs each run as a Ray task on any node of a cluster (the
+same command line, skip / resume and signals; --outdir on a filesystem every node sees):
+io/ray_procs.py, docs/ray.md.
 """
 from __future__ import annotations
 
@@ -32,13 +36,12 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from typing import Optional
 
 from noma_prorl_bench.io import safe_files
-from noma_prorl_bench.io.run_procs import SuiteSignals, has_checkpoint, run_state
+from noma_prorl_bench.io.run_procs import LocalExecutor, SuiteSignals, live_holder, report_end, run_state
 
 # ---------------------------------------------------------------------------- the matrix (matrix.py)
 from noma_prorl_bench.matrix import (  # noqa: F401  (re-exported: suite.PRESETS, suite.expand, ...)
@@ -79,85 +82,78 @@ def _steps_done(run_dir: str) -> int:
 
 
 def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
-            stop: Optional[SuiteSignals] = None) -> list[str]:
+            stop: Optional[SuiteSignals] = None, executor=None) -> list[str]:
     """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
     runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`; a
     run still held by a live process (an earlier suite's child that outlived it) is waited for,
     its log left alone, then counted as complete or continued.
     SIGINT/SIGTERM (`stop`, installed here if not given) are forwarded to the running runs,
     which checkpoint and exit 130/143; no new run starts and this returns once they exited
-    (`stop.signum` is set; the interrupted runs are not counted as failures)."""
-    env = dict(os.environ)
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    (`stop.signum` is set; the interrupted runs are not counted as failures).
+    `executor` starts the runs (default: io/run_procs.py LocalExecutor with `jobs`; RayExecutor:
+    Ray tasks, as many at once as its `capacity()`); a run it lost (no exit code) is a failure."""
+    if executor is None:
+        executor = LocalExecutor(jobs, local_env())
     states = {s.name: run_state(os.path.join(outdir, s.name), s.command("X")[3:]) for s in specs}
     pending = [s for s in specs if states[s.name] != "complete"]
     n_resume = sum(states[s.name] == "resumable" for s in pending)
     print(f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
-          f"run ({n_resume} resumed from their checkpoints), {jobs} in parallel", file=sys.stderr)
+          f"run ({n_resume} resumed from their checkpoints), {executor.describe()}", file=sys.stderr)
     own = stop is None
     stop = (stop or SuiteSignals()).install() if own else stop
     try:
-        return _run_pending(pending, states, outdir, jobs, quiet, stop, env)
+        return _run_pending(pending, states, outdir, executor, quiet, stop)
     finally:
         if own:
             stop.restore()
 
 
-def _start(spec: RunSpec, state: str, outdir: str, env: dict) -> subprocess.Popen:
-    """Print the run's command and start it in its own session (signals come from the suite)."""
+def local_env() -> dict:
+    """The suite's environment with this package's source first on PYTHONPATH (for its runs)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _start(spec: RunSpec, state: str, outdir: str, executor):
+    """Print the run's command and start it with `executor` (its own session: signals come from the suite)."""
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
     print("$ " + shlex.join(cmd), file=sys.stderr)                 # sys.executable: pastes in any shell
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if state == "resumable" else os.O_TRUNC)
-    with os.fdopen(safe_files.open_nofollow(os.path.join(outdir, f"{spec.name}.log"), flags), "w") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return executor.start(spec.name, cmd, os.path.join(outdir, f"{spec.name}.log"), state == "resumable")
 
 
-def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) -> list[str]:
+def _run_pending(pending, states, outdir, executor, quiet, stop: SuiteSignals) -> list[str]:
     total_steps = sum(_spec_steps(s) for s in pending)
     bar = None
     if not quiet and total_steps:
         from tqdm import tqdm
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
-    running: dict[str, tuple[subprocess.Popen, RunSpec]] = {}
+    running: dict[str, tuple] = {}          # name -> (process or RayRun, RunSpec)
     adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
     failures, queue, finished_steps = [], list(pending), 0
     while running or ((queue or adopted) and stop.signum is None):
-        while queue and len(running) + len(adopted) < jobs and stop.signum is None:
+        while queue and len(running) + len(adopted) < executor.capacity() and stop.signum is None:
             spec = queue.pop(0)
-            holder = _live_holder(os.path.join(outdir, spec.name))
+            holder = live_holder(os.path.join(outdir, spec.name))
             if holder is not None:          # e.g. the earlier suite was killed with -9: wait, never truncate its log
                 print(f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
                       "waiting for it to finish", file=sys.stderr)
                 adopted[spec.name] = spec
                 continue
-            running[spec.name] = (_start(spec, states[spec.name], outdir, env), spec)
+            running[spec.name] = (_start(spec, states[spec.name], outdir, executor), spec)
             stop.children[spec.name] = running[spec.name][0]
-        time.sleep(0.5)
-        for name in list(adopted):
-            run_dir = os.path.join(outdir, name)
-            if _live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
-                spec = adopted.pop(name)
-                states[name] = run_state(run_dir, spec.command("X")[3:])
-                if states[name] == "complete":
-                    finished_steps += _spec_steps(spec)
-                    print(f"suite: run {name} (started earlier) finished", file=sys.stderr)
-                else:
-                    queue.insert(0, spec)
+        executor.wait(0.5)
+        finished_steps += _collect_adopted(adopted, queue, states, outdir)
         for name in list(running):
             proc, spec = running[name]
             if proc.poll() is not None:
                 del running[name]
                 stop.children.pop(name, None)
                 finished_steps += _spec_steps(spec)
-                if proc.returncode != 0 and stop.signum is not None:
-                    where = ("at a checkpoint; the same command resumes it" if has_checkpoint(
-                        os.path.join(outdir, name)) else "before its first checkpoint; the same command restarts it")
-                    print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
-                elif proc.returncode != 0:
-                    failures.append(name)
-                    print(f"suite: run {name} failed (exit {proc.returncode}); see {outdir}/{name}.log",
-                          file=sys.stderr)
+                report_end(name, proc, outdir, stop, failures)
         if bar is not None:
             live = sum(_steps_done(os.path.join(outdir, n)) for n in running)
             bar.n = min(finished_steps + live, total_steps)
@@ -168,13 +164,20 @@ def _run_pending(pending, states, outdir, jobs, quiet, stop: SuiteSignals, env) 
     return failures
 
 
-def _live_holder(run_dir: str) -> Optional[dict]:
-    """The lock record of a live process that holds run_dir (a run an earlier suite started and
-    that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
-    from noma_prorl_bench.io.lock import LOCK_FILE, lock_error, read_lock  # noqa: PLC0415 (standard library only)
-    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
-        return None
-    return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
+def _collect_adopted(adopted: dict, queue: list, states: dict, outdir: str) -> int:
+    """Adopted runs that ended: complete ones are done (their steps returned), others queued first."""
+    steps = 0
+    for name in list(adopted):
+        run_dir = os.path.join(outdir, name)
+        if live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
+            spec = adopted.pop(name)
+            states[name] = run_state(run_dir, spec.command("X")[3:])
+            if states[name] == "complete":
+                steps += _spec_steps(spec)
+                print(f"suite: run {name} (started earlier) finished", file=sys.stderr)
+            else:
+                queue.insert(0, spec)
+    return steps
 
 
 def _spec_steps(spec: RunSpec) -> int:
@@ -218,7 +221,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=_positive("--steps"), help="RL steps per run (default: the preset's; the "
                     "reset/growth cadence scales with it)")
     ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)")
+    ap.add_argument("--jobs", type=int, help="runs in parallel (default: the cores; with --executor ray: the "
+                    "cluster's CPUs, read as nodes come and go)")
+    ap.add_argument("--executor", choices=("local", "ray"), default="local", help="local: runs are child "
+                    "processes of the suite (default); ray: one Ray task per run, on any node (docs/ray.md)")
+    ap.add_argument("--ray_address", help="with --executor ray: the cluster to join (e.g. HEAD_IP:6379 or auto; "
+                    "default: a private local cluster); --outdir must be a path every node sees")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     task = ap.add_argument_group("task (passed to every run; default: the runs' own, reverse_digits)")
     for name in TASK_FLAGS:
@@ -238,8 +246,20 @@ def task_flags(args: argparse.Namespace) -> list[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.jobs < 1:
+    specs = _checked_specs(ap, args)                # bad input: exit 2 here, nothing written
+    executor = _make_executor(ap, args)             # joins Ray (if asked) before anything is written
+    try:
+        return _run_suite(ap, args, specs, executor, argv if argv is not None else sys.argv[1:])
+    finally:
+        executor.close()
+
+
+def _checked_specs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[RunSpec]:
+    """The suite's runs; exit 2 (ap.error) on a bad flag."""
+    if args.jobs is not None and args.jobs < 1:
         ap.error(f"argument --jobs: must be >= 1, got {args.jobs}")
+    if args.ray_address is not None and args.executor != "ray":
+        ap.error(f"argument --ray_address: only with --executor ray (got --executor {args.executor})")
     if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
         ap.error(f"argument --outdir: {args.outdir!r} exists and is not a directory")
     known = list(preset_arms(args.preset))
@@ -252,15 +272,38 @@ def main(argv: Optional[list[str]] = None) -> int:
         spec.flags += task_flags(args)
     if task_flags(args):
         _check_task(ap, specs[0].flags)
-    _prepare_outdir(ap, args.outdir, specs)
-    suite_json = os.path.join(args.outdir, "suite.json")
+    return specs
+
+
+def _make_executor(ap: argparse.ArgumentParser, args: argparse.Namespace):
+    """LocalExecutor, or RayExecutor joined to --ray_address (exit 2 if Ray is missing or unreachable)."""
+    if args.executor == "local":
+        return LocalExecutor(args.jobs or os.cpu_count() or 1, local_env())
     try:
-        listed = _merge_suite_json(suite_json, args.preset, specs)
+        import ray  # noqa: F401
+    except ImportError:
+        ap.error("argument --executor: ray needs the ray package (pip install -e '.[ray]')")
+    from noma_prorl_bench.io.ray_procs import RayExecutor, address_error
+    why = address_error(args.ray_address) if args.ray_address else None
+    try:
+        if why is None:
+            return RayExecutor(args.ray_address, args.jobs, SRC)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    ap.error(f"argument --ray_address: cannot join the Ray cluster at {args.ray_address!r}: {why}")
+
+
+def _run_suite(ap: argparse.ArgumentParser, args: argparse.Namespace, specs: list[RunSpec], executor,
+               argv: list[str]) -> int:
+    """Prepare the outdir, run the specs, write settings.json and the report; the exit code."""
+    _prepare_outdir(ap, args.outdir, specs)
+    try:
+        listed = _merge_suite_json(os.path.join(args.outdir, "suite.json"), args.preset, specs)
     except ValueError as e:
         ap.error(f"argument --outdir: {e}")
     t0 = time.perf_counter()
     stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
-    failures = run_all(specs, args.outdir, args.jobs, args.quiet, stop)
+    failures = run_all(specs, args.outdir, executor.capacity(), args.quiet, stop, executor)
     unfinished = [] if stop.signum is None else [s.name for s in specs
                                                  if not is_complete(os.path.join(args.outdir, s.name), s)]
     from noma_prorl_bench.analysis.report import failed_checks, write_report
@@ -268,15 +311,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
             if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
                 os.path.join(args.outdir, r["name"], "metrics.jsonl")))]
-    settings = {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": len(dirs),
-                "score_evals": PRESETS[args.preset]["k"],
-                "seeds": args.seeds or PRESETS[args.preset]["seeds"],
-                "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": args.jobs,
-                "interleaved": args.preset == "cost",
-                "wall_seconds_this_invocation": round(time.perf_counter() - t0, 1),
-                "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in (argv if argv is not None
-                                                                                      else sys.argv[1:])),
-                "commit": _git_commit(), "machine": _machine()}
+    settings = _settings(args, argv, len(dirs), executor, time.perf_counter() - t0)
     safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
     bad_checks = (failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed))
@@ -292,6 +327,18 @@ def main(argv: Optional[list[str]] = None) -> int:
               file=sys.stderr)
         return stop.exit_code
     return 1 if failures or bad_checks else 0
+
+
+def _settings(args: argparse.Namespace, argv: list[str], n_runs: int, executor, wall: float) -> dict:
+    """settings.json: what the report's provenance names."""
+    return {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": n_runs,
+            "score_evals": PRESETS[args.preset]["k"],
+            "seeds": args.seeds or PRESETS[args.preset]["seeds"],
+            "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": executor.capacity(),
+            "executor": executor.describe(), "interleaved": args.preset == "cost",
+            "wall_seconds_this_invocation": round(wall, 1),
+            "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in argv),
+            "commit": _git_commit(), "machine": _machine()}
 
 
 def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpec]) -> None:

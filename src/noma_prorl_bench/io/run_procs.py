@@ -11,21 +11,31 @@ State of a run directory for a given list of flags (`run_state`):
 
 "Same flags" ignores `--outdir X`, `--overwrite` and `--resume`, so a run that was resumed
 (config.json then holds the resume's argv) still counts as the same run. Only the standard
-library is used here: the suite process stays light while its children train.
+library (and io/safe_files.py) is used here: the suite process stays light while its children train.
 
 Signals (`SuiteSignals`): children are started in their own session (`start_new_session`), so a
 Ctrl-C in the terminal reaches only the suite, which forwards it once to every running child;
 each child finishes its current step, writes a checkpoint and exits 130 / 143 (run.py). A
 second signal is forwarded too: the children then abort at once, keeping their previous
 checkpoint. No new run starts after a signal.
+
+Executors (how a run's command is started; suite.run_all drives either): `LocalExecutor` starts
+each run as a child process of the suite (the default); io/ray_procs.py `RayExecutor` as a Ray
+task on a cluster. Both: `start(name, cmd, log_path, append)` -> a Popen-like handle (`poll`,
+`returncode`, `send_signal`), `wait(timeout)`, `capacity()` (runs at once), `describe()`, `close()`.
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from typing import Optional
+
+from noma_prorl_bench.io import safe_files
+from noma_prorl_bench.io.lock import LOCK_FILE, lock_error, read_lock
 
 IGNORED_FLAGS = ("--overwrite", "--resume")
 
@@ -70,6 +80,33 @@ def run_state(run_dir: str, argv: list[str]) -> str:
     if summary.get("complete"):
         return "complete"
     return "resumable" if has_checkpoint(run_dir) else "new"
+
+
+def live_holder(run_dir: str) -> Optional[dict]:
+    """The lock record of a live process that holds run_dir (a run an earlier suite started and
+    that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
+    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
+        return None
+    return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
+
+
+def report_end(name: str, proc, outdir: str, stop: SuiteSignals, failures: list) -> None:
+    """Print how a run that ended did; append it to `failures` unless it succeeded or was stopped."""
+    run_dir = os.path.join(outdir, name)
+    then = ("the same command resumes it from its checkpoint" if has_checkpoint(run_dir)
+            else "the same command restarts it (no checkpoint)")
+    error, node = getattr(proc, "error", None), getattr(proc, "node", None)
+    if error is not None:                           # a Ray task lost with its worker or node, or refused to start
+        failures.append(name)
+        print(f"suite: run {name} lost{f' on node {node}' if node else ''}: {error}; {then}", file=sys.stderr)
+    elif proc.returncode != 0 and stop.signum is not None:
+        where = "at a checkpoint; the same command resumes it" if has_checkpoint(run_dir) else \
+            "before its first checkpoint; the same command restarts it"
+        print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
+    elif proc.returncode != 0:
+        failures.append(name)
+        print(f"suite: run {name} failed (exit {proc.returncode}{f' on node {node}' if node else ''}); "
+              f"see {outdir}/{name}.log", file=sys.stderr)
 
 
 class SuiteSignals:
@@ -139,3 +176,28 @@ class SuiteSignals:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+class LocalExecutor:
+    """Runs as child processes of the suite, each in its own session (signals come from the
+    suite), at most `jobs` at once, with `env` (the suite's environment, its package first)."""
+
+    def __init__(self, jobs: int, env: dict):
+        self.jobs, self.env = jobs, env
+
+    def describe(self) -> str:
+        return f"local processes, {self.jobs} in parallel"
+
+    def capacity(self) -> int:
+        return self.jobs
+
+    def start(self, name: str, cmd: list[str], log_path: str, append: bool) -> subprocess.Popen:
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        with os.fdopen(safe_files.open_nofollow(log_path, flags), "w") as log:
+            return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+    def close(self) -> None:
+        pass
