@@ -26,7 +26,10 @@ def _lines(d, name="metrics.jsonl"):
 
 
 def _events(d):
-    return [(e["step"], e["event"], e["reason"]) for e in _lines(d, "events.jsonl") if e["event"] != "checkpoint"]
+    """(step, event, reason) of a run's events; checkpoints (timing-dependent) and the memory
+    estimate (written by the local engine only: it estimates one process) left out."""
+    return [(e["step"], e["event"], e["reason"]) for e in _lines(d, "events.jsonl")
+            if e["event"] not in ("checkpoint", "memory_estimate")]
 
 
 EQUIV = ["--steps", "4", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
