@@ -208,6 +208,30 @@ def test_async_resume_keeps_its_invariants_where_timing_decides(ray_cluster, tmp
         assert all(torch.equal(now["state"][i][k], v) for k, v in st.items())
 
 
+def test_non_finite_logits_stop_a_ray_run_as_they_stop_a_local_one(ray_cluster, tmp_path, capsys, alive_actors):
+    """--lr 1e6 blows the weights up until the logits are NaN where tokens are sampled. In the
+    generator actor this arrives wrapped by Ray; the run must still stop as the local engine
+    does: exit 3, the same one-line message, the same nan_guard event (colocated K=1 samples
+    exactly what the local run samples: same step, same rows), the same checkpoints (none of the
+    broken step), and no actor left."""
+    flags = [*EQUIV[:13], "--model", "transformer", "--lr", "1e6", "--save_every", "1"]
+    got = {}
+    for engine in ("local", "ray_colocated"):
+        d = tmp_path / engine
+        code = main(["--outdir", str(d), *flags, "--engine", engine])
+        err = capsys.readouterr().err
+        assert code == 3, err[-3000:]
+        got[engine] = (code, [line.replace(str(d), "OUTDIR") for line in err.splitlines() if "stopped" in line],
+                       [e for e in _lines(d, "events.jsonl") if e["event"] == "nan_guard"],
+                       [r["step"] for r in _lines(d)], sorted(os.listdir(d / "checkpoints")), "Traceback" in err)
+    code, stopped, guard, steps, saved, traceback = got["ray_colocated"]
+    assert got["local"] == got["ray_colocated"]
+    assert code == 3 and len(stopped) == 1 and "stopped: non-finite logits while sampling step" in stopped[0]
+    assert len(guard) == 1 and guard[0]["step_sampled"] == len(steps) + 1 and not traceback
+    assert saved and int(saved[-1][5:]) == len(steps)                    # no checkpoint of the broken step
+    assert alive_actors() == []
+
+
 def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_path, fast_flags, alive_actors):
     """The CLI in a subprocess joins the session cluster (--ray_address); the generator process
     exits at its 3rd generate call (test hook). Exit 1 with the actor named, noticed at once

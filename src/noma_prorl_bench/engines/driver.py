@@ -48,6 +48,7 @@ from noma_prorl_bench.engines.actors import (
     Learner,
     ReferenceScorer,
 )
+from noma_prorl_bench.engines.reaper import Reaper, session_env
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -55,11 +56,13 @@ SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm st
 
 class EngineError(RuntimeError):
     """A Ray engine failure (an actor died, hung past --actor_timeout, or raised).
-    `cause_name`: the class name of the exception raised inside an actor, if any."""
+    `cause_name`: the class name of the exception raised inside an actor, if any; `cause`: that
+    exception itself when Ray could bring it back (e.g. NonFiniteLogits with its step and rows)."""
 
-    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None):
+    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None,
+                 cause: Optional[BaseException] = None):
         super().__init__(message)
-        self.cause_name, self.waited_s = cause_name, waited_s
+        self.cause_name, self.waited_s, self.cause = cause_name, waited_s, cause
 
 
 @dataclass
@@ -87,7 +90,7 @@ class RayEngine:
         self.t0 = time.time()
         self.actors: dict[str, Any] = {}
         self.pg = None
-        self.owns_ray, self.tmpdir = False, None
+        self.owns_ray, self.tmpdir, self.reaper = False, None, None
         self.cpu = CpuClock()
         self.cpu_step = self.cpu_total = 0.0
         self.steps_done = 0
@@ -109,13 +112,24 @@ class RayEngine:
         quiet = {"logging_level": "ERROR", "log_to_driver": False}
         if self.cfg.ray_address:
             ray.init(address=self.cfg.ray_address, **quiet)
-        else:
+        else:                               # a private cluster: its reaper outlives a kill -9 of this driver
             self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
+            self.reaper = Reaper(self.tmpdir)
+            with session_env(self.tmpdir):
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
         self.owns_ray = True
 
     def stop(self) -> None:
-        """Kill our actors, drop the placement group, shut Ray down if we started or joined it."""
+        """Kill our actors, drop the placement group, shut Ray down if we started or joined it;
+        then the reaper of a private cluster sweeps what is left and exits."""
+        try:
+            self._stop_ray()
+        finally:
+            if self.reaper is not None:
+                self.reaper.finish()
+                self.reaper = None
+
+    def _stop_ray(self) -> None:
         import ray  # noqa: PLC0415
         if not ray.is_initialized():
             return
@@ -233,7 +247,8 @@ class RayEngine:
             text = str(e).strip()
             name = next((ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines())
                          if "Error" in ln.split(":")[0]), type(e.cause).__name__ if e.cause else "an error")
-            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited()) from None
+            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited(),
+                              cause=e.cause) from None
         except rex.RayError as e:
             raise EngineError(f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}",
                               waited_s=call.waited()) from None
