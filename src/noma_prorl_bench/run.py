@@ -130,8 +130,9 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
 
 def _setup_stopped_message(e, cfg: RunConfig, ckpt, prog: str) -> str:
     if ckpt is not None:
+        again = command(prog, "--outdir", cfg.outdir, "--resume")
         return (f"{prog}: interrupted by {e.name} during the set-up (warm start); {cfg.outdir} is unchanged: "
-                f"`{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from its checkpoint at step {ckpt.step}")
+                f"`{again}` continues from its checkpoint at step {ckpt.step}")
     return (f"{prog}: interrupted by {e.name} during the set-up (warm start); there is no checkpoint yet and nothing "
             "was written: run the same command to start over")
 

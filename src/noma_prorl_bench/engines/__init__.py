@@ -10,6 +10,7 @@ by one controller; see docs/ray.md.
   actors.py     Generator, Learner (a Trainer inside), ReferenceScorer
   driver.py     Ray lifecycle, placement, calls with deadlines, per-step metrics (RayEngine)
   launch.py     `run_engine(cfg)`: output files, failure and signal handling, summary, plot
+  reaper.py     kills a private Ray cluster's processes and removes its temp dir if the driver dies
   remote_ref.py the learner's stand-in for the reference when it lives in another actor
   colocated.py  generate K batches -> K steps -> sync, in turn (--steps_per_rollout K)
   async_.py     generation overlaps training, FIFO batches, --max_staleness S enforced

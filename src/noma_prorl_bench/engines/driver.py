@@ -7,16 +7,17 @@ Lifecycle. If Ray is already initialised in this process (a test session, the be
 engine uses that cluster and only kills its own actors at the end; with `--ray_address` it
 joins that cluster and disconnects at the end; otherwise it starts a quiet local one (no
 dashboard, no log forwarding, a scratch `_temp_dir` under /tmp removed afterwards) and shuts
-it down. Every actor call is awaited with a deadline of `--actor_timeout` seconds from its
-submission (start-up calls, which build models and run the warm start: at least
-SETUP_TIMEOUT_S); a dead actor (`RayActorError`), a hung one (deadline passed) or an exception
-inside one (`RayTaskError`) becomes an `EngineError` naming the actor and the call. Before
-the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
+it down; its reaper (reaper.py) does that if the driver is killed (kill -9). Every actor call
+is awaited with a deadline of `--actor_timeout` seconds from its submission (start-up calls,
+which build models and run the warm start: at least SETUP_TIMEOUT_S); a dead actor
+(`RayActorError`), a hung one (deadline passed) or an exception inside one (`RayTaskError`)
+becomes an `EngineError` naming the actor and the call (and carrying the actor's exception).
+Before the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
 `summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
-`run.main` exits 1. SIGINT / SIGTERM take the same path (`EngineStopped`, a `stopped` event,
-exit 130 / 143). Both engines write checkpoints (`--save_every`, and at the end) and resume
-from them (checkpoints.py; `ray_colocated` at round ends, `ray_async` after draining the batches
-in flight, which the checkpoint holds: async_.py).
+`run.main` exits 1 (3 for non-finite logits in a generator, as the local engine). SIGINT /
+SIGTERM take the same path (`EngineStopped`, a `stopped` event, exit 130 / 143). Both engines
+write checkpoints (`--save_every`, and at the end) and resume from them (checkpoints.py;
+`ray_colocated` at round ends, `ray_async` after draining the batches in flight: async_.py).
 
 Placement. Each actor asks for min(1, cluster CPUs / actors) CPUs. `ray_colocated` puts all
 actors in one STRICT_PACK placement group (one node; on GPUs this is where they would share a
