@@ -67,8 +67,9 @@ def run_engine(cfg, ckpt=None) -> dict:
     safe_files.write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     if isinstance(error, EngineStopped):
         raise error
-    if isinstance(getattr(error, "cause", None), NonFiniteLogits):
-        raise error.cause                    # the local engine's stop: exit 3 with its message (run.py)
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, NonFiniteLogits):
+        raise cause                          # the local engine's stop: exit 3 with its message (run.py)
     if error is not None:
         raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
     from noma_prorl_bench.engines.timeline import save_timeline_plot  # noqa: PLC0415
