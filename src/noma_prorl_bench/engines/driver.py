@@ -35,11 +35,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -50,6 +48,7 @@ from noma_prorl_bench.engines.actors import (
     ReferenceScorer,
 )
 from noma_prorl_bench.engines.reaper import Reaper, session_env
+from noma_prorl_bench.engines.stops import stop_on_signals, stops_through_ray
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -214,7 +213,8 @@ class RayEngine:
         import ray  # noqa: PLC0415
         while True:
             first = min(c.deadline for c in pending.values())
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first - time.time()))
+            with stops_through_ray():
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first - time.time()))
             if ready:
                 ref = ready[0]
                 call = pending.pop(ref)
@@ -236,7 +236,8 @@ class RayEngine:
         import ray  # noqa: PLC0415
         from ray import exceptions as rex  # noqa: PLC0415
         try:
-            return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
+            with stops_through_ray():
+                return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
         except (rex.RayActorError, rex.WorkerCrashedError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})",
@@ -370,29 +371,3 @@ class RayEngine:
     def n_generators(self) -> int:
         return 1
 
-
-class EngineStopped(Exception):
-    """SIGINT / SIGTERM reached the driver: the run stops, cleans up and exits 128 + signum."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-@contextmanager
-def stop_on_signals():
-    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 raise EngineStopped in the driver (main thread only), so
-    the run cleans up instead of dying inside Ray with actors and daemons left behind."""
-    def handler(signum, _frame):
-        raise EngineStopped(signum)
-    old = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
-            old[sig] = signal.signal(sig, handler)
-    except ValueError:                       # not the main thread: leave the handlers alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)

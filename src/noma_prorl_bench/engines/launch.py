@@ -15,7 +15,8 @@ import os
 import signal
 import time
 
-from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.engines.driver import EngineError
+from noma_prorl_bench.engines.stops import EngineStopped
 from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.metrics import JsonlSink, open_run_files
 from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits, logits_event
