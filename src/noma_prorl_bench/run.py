@@ -9,7 +9,7 @@ checkpoint (see docs/reliability.md).
 Exit codes: 0 done; 2 bad input (flags, --outdir, model path, checkpoint; nothing written);
 3 stopped by the NaN guard (--on_nan stop; non-finite logits while sampling; no update applied
 in the whole run); 130 / 143 / 129 / 138 stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 after
-writing a checkpoint (resumable).
+writing a checkpoint (resumable), or during the warm start (nothing written).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.io.lock import RunLocked, lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
     from noma_prorl_bench.io.safe_files import RunDirRefused
-    from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits
+    from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits, SetupStopped
     err = lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
@@ -76,6 +76,9 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         why = "" if isinstance(e, NonFiniteLogits) else " (--on_nan stop)"
         print(f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
         return 3
+    except SetupStopped as e:                           # during the warm start: nothing written yet
+        print(_setup_stopped_message(e, cfg, ckpt, prog), file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print(f"{prog}: aborted. `{command(prog, '--outdir', cfg.outdir, '--resume')}` continues from the last "
               "complete checkpoint (if any)", file=sys.stderr)
@@ -125,6 +128,15 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
            f"{e.filename or cfg.outdir}; {kept}"
 
 
+def _setup_stopped_message(e, cfg: RunConfig, ckpt, prog: str) -> str:
+    if ckpt is not None:
+        again = command(prog, "--outdir", cfg.outdir, "--resume")
+        return (f"{prog}: interrupted by {e.name} during the set-up (warm start); {cfg.outdir} is unchanged: "
+                f"`{again}` continues from its checkpoint at step {ckpt.step}")
+    return (f"{prog}: interrupted by {e.name} during the set-up (warm start); there is no checkpoint yet and nothing "
+            "was written: run the same command to start over")
+
+
 def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
     again = f"Continue with: {command(prog, '--outdir', cfg.outdir, '--resume')}"
     if summary.get("no_updates"):
@@ -142,17 +154,22 @@ def _stopped_message(summary: dict, cfg: RunConfig, prog: str) -> str:
 def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     """--engine ray_colocated | ray_async. Exit codes: 0 done; 1 an actor died, hung past
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
-    learner (--on_nan stop); 130 / 143 stopped by SIGINT / SIGTERM (cleaned up; --resume
-    continues from the last --save_every checkpoint)."""
+    learner (--on_nan stop) or a generator's logits became non-finite; 130 / 143 / 129 / 138
+    stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 (cleaned up; --resume continues from the last
+    --save_every checkpoint)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
     from noma_prorl_bench.io.lock import RunLocked, run_lock
     from noma_prorl_bench.io.safe_files import RunDirRefused
+    from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
     try:
         with run_lock(cfg.outdir):
             summary = run_engine(cfg, ckpt)
     except (RunLocked, RunDirRefused) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except NonFiniteLogits as e:                        # in a generator: as in the local engine
+        print(f"{prog}: stopped: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
+        return 3
     except EngineError as e:
         stop = e.cause_name == "NonFiniteError"
         print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "

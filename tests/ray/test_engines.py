@@ -3,6 +3,7 @@ the async staleness bound, both engines' resume, and a generator that dies or ha
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -211,6 +212,31 @@ def test_async_resume_keeps_its_invariants_where_timing_decides(ray_cluster, tmp
         assert all(torch.equal(now["state"][i][k], v) for k, v in st.items())
 
 
+def test_non_finite_logits_stop_a_ray_run_as_they_stop_a_local_one(ray_cluster, tmp_path, capsys, alive_actors):
+    """--lr 1e6 blows the weights up until the logits are NaN where tokens are sampled. In the
+    generator actor this arrives wrapped by Ray; the run must still stop as the local engine
+    does: exit 3, the same one-line message, the same nan_guard event (colocated K=1 samples
+    exactly what the local run samples: same step, same rows), the same checkpoints (none of the
+    broken step), and no actor left."""
+    flags = [*EQUIV[:13], "--model", "transformer", "--lr", "1e6", "--save_every", "1"]
+    got = {}
+    for engine in ("local", "ray_colocated"):
+        d = tmp_path / engine
+        code = main(["--outdir", str(d), *flags, "--engine", engine])
+        err = capsys.readouterr().err
+        assert code == 3, err[-3000:]
+        got[engine] = (code, [line.replace(str(d), "OUTDIR") for line in err.splitlines() if "stopped" in line],
+                       [e for e in _lines(d, "events.jsonl") if e["event"] == "nan_guard"],
+                       [r["step"] for r in _lines(d)], sorted(os.listdir(d / "checkpoints")), "Traceback" in err)
+    code, stopped, guard, steps, saved, traceback = got["ray_colocated"]
+    assert got["local"] == got["ray_colocated"]
+    assert code == 3 and len(stopped) == 1 and "stopped: non-finite logits while sampling step" in stopped[0]
+    logits = [e for e in guard if e["reason"] == "non-finite logits before sampling"]       # after skipped updates
+    assert len(logits) == 1 and logits[0]["step_sampled"] == len(steps) + 1 and not traceback
+    assert saved and int(saved[-1][5:]) == len(steps)                    # no checkpoint of the broken step
+    assert alive_actors() == []
+
+
 def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_path, fast_flags, alive_actors):
     """The CLI in a subprocess joins the session cluster (--ray_address); the generator process
     exits at its 3rd generate call (test hook). Exit 1 with the actor named, noticed at once
@@ -225,6 +251,43 @@ def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_pa
     assert [r["step"] for r in _lines(out)] == [1, 2]
     ev = _lines(out, "events.jsonl")[-1]
     assert ev["event"] == "error" and "the actor died" in ev["reason"] and ev["waited_s"] < 30
+    assert json.loads((out / "summary.json").read_text())["complete"] is False
+    assert alive_actors() == []
+
+
+def _titles(procs) -> set:
+    """The titles Ray gives its processes (argv[0]), e.g. ray::Learner.__init__."""
+    out = set()
+    for q in procs:
+        try:
+            out.add((q.cmdline() or [""])[0].strip())
+        except Exception:  # noqa: BLE001  (gone meanwhile)
+            pass
+    return out
+
+
+def test_sighup_during_the_warm_start_stops_a_ray_run_cleanly(ray_cluster, tmp_path, fast_flags, alive_actors):
+    """SIGHUP while the learner actor runs its warm start, the driver blocked in a Ray wait (where
+    Ray runs the signal handler and wraps what it raises in a SystemError): exit 129 with the
+    one-line stop message, a `stopped` event, summary.json not complete, no traceback, no actor."""
+    import ray
+
+    from noma_prorl_bench.engines.reaper import session_processes
+    temp_dir = ray._private.worker._global_node.get_temp_dir_path()         # the session cluster's
+    out = tmp_path / "hup"
+    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *fast_flags, "--steps", "4",
+           "--warmstart_steps", "100000", "--engine", "ray_colocated", "--ray_address", ray_cluster]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while "ray::Learner.__init__" not in _titles(session_processes(temp_dir)):
+        assert time.time() - t0 < 240 and p.poll() is None          # the learner's __init__ runs the warm start
+        time.sleep(0.5)
+    time.sleep(2.0)
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 129, err[-3000:]
+    assert "Traceback" not in err and "stopped by SIGHUP" in err and "no checkpoint was written yet" in err
+    assert _lines(out, "events.jsonl")[-1]["event"] == "stopped" and _lines(out) == []
     assert json.loads((out / "summary.json").read_text())["complete"] is False
     assert alive_actors() == []
 

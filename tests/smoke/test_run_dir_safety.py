@@ -258,6 +258,35 @@ def test_sighup_checkpoints_and_exits_129(tmp_path):
     assert _run(["--outdir", str(d), "--resume", "--steps", "6"]) in (0, 2)   # resumable (or a --steps refusal)
 
 
+def _catches(pid, signum):
+    """Whether process `pid` has a handler installed for `signum` (SigCgt in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status")
+def test_sighup_during_the_warm_start_stops_at_once_leaving_nothing(tmp_path):
+    """SIGHUP while the supervised warm start runs (its handler is installed once the Trainer is
+    being built, seen in SigCgt; the model build before the warm start takes milliseconds): exit
+    129 at once with one line naming the signal and the warm start, no traceback, and nothing
+    written (no lock, no config.json), so the same command starts over."""
+    d = tmp_path / "hup_warmstart"
+    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(d), *FAST, "--warmstart_steps", "100000"]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    t0 = time.time()
+    while not _catches(p.pid, signal.SIGHUP):
+        assert time.time() - t0 < 120 and p.poll() is None
+        time.sleep(0.1)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert p.returncode == 129, err
+    assert len(lines) == 1 and "interrupted by SIGHUP during the set-up (warm start)" in lines[0], err
+    assert "nothing was written" in lines[0] and not d.exists()
+
+
 # ------------------------------------------------------------------ bad input: one line, exit 2, nothing written
 @pytest.mark.parametrize("extra,flag", [
     (["--threads", "100000"], "--threads"),

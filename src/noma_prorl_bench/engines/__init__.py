@@ -10,13 +10,16 @@ by one controller; see docs/ray.md.
   actors.py     Generator, Learner (a Trainer inside), ReferenceScorer
   driver.py     Ray lifecycle, placement, calls with deadlines, per-step metrics (RayEngine)
   launch.py     `run_engine(cfg)`: output files, failure and signal handling, summary, plot
+  stops.py      stop signals in the driver -> EngineStopped (also through Ray's blocking calls)
+  reaper.py     kills a private Ray cluster's processes and removes its temp dir if the driver dies
   remote_ref.py the learner's stand-in for the reference when it lives in another actor
   colocated.py  generate K batches -> K steps -> sync, in turn (--steps_per_rollout K)
   async_.py     generation overlaps training, FIFO batches, --max_staleness S enforced
 
 Ray is imported only when a Ray engine runs; the local engine never needs it.
 """
-from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.engines.driver import EngineError
 from noma_prorl_bench.engines.launch import run_engine
+from noma_prorl_bench.engines.stops import EngineStopped
 
 __all__ = ["EngineError", "EngineStopped", "run_engine"]

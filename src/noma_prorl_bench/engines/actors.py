@@ -46,6 +46,7 @@ from noma_prorl_bench.engines.weights import (
 )
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
 from noma_prorl_bench.rollout.collector import Collector, HandedCollector
+from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
@@ -181,7 +182,11 @@ class Generator(_RefSide):
         for i in range(k):
             t_wall = time.perf_counter()
             with self.rec.span("generate", step + i):
-                batch, rollout_metrics = self.core.collect()
+                try:
+                    batch, rollout_metrics = self.core.collect()
+                except NonFiniteLogits as e:         # the driver stops the run on it (exit 3, as local)
+                    e.step = step + i
+                    raise
             batch.version = self.version
             info = {"counts": self.core.counters.pop(), "rollout_metrics": rollout_metrics,
                     "gen_s": time.perf_counter() - t_wall, "version": self.version, "generator": self.index}

@@ -7,16 +7,17 @@ Lifecycle. If Ray is already initialised in this process (a test session, the be
 engine uses that cluster and only kills its own actors at the end; with `--ray_address` it
 joins that cluster and disconnects at the end; otherwise it starts a quiet local one (no
 dashboard, no log forwarding, a scratch `_temp_dir` under /tmp removed afterwards) and shuts
-it down. Every actor call is awaited with a deadline of `--actor_timeout` seconds from its
-submission (start-up calls, which build models and run the warm start: at least
-SETUP_TIMEOUT_S); a dead actor (`RayActorError`), a hung one (deadline passed) or an exception
-inside one (`RayTaskError`) becomes an `EngineError` naming the actor and the call. Before
-the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
+it down; its reaper (reaper.py) does that if the driver is killed (kill -9). Every actor call
+is awaited with a deadline of `--actor_timeout` seconds from its submission (start-up calls,
+which build models and run the warm start: at least SETUP_TIMEOUT_S); a dead actor
+(`RayActorError`), a hung one (deadline passed) or an exception inside one (`RayTaskError`)
+becomes an `EngineError` naming the actor and the call (and carrying the actor's exception).
+Before the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
 `summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
-`run.main` exits 1. SIGINT / SIGTERM take the same path (`EngineStopped`, a `stopped` event,
-exit 130 / 143). Both engines write checkpoints (`--save_every`, and at the end) and resume
-from them (checkpoints.py; `ray_colocated` at round ends, `ray_async` after draining the batches
-in flight, which the checkpoint holds: async_.py).
+`run.main` exits 1 (3 for non-finite logits in a generator, as the local engine). SIGINT /
+SIGTERM take the same path (`EngineStopped`, a `stopped` event, exit 130 / 143). Both engines
+write checkpoints (`--save_every`, and at the end) and resume from them (checkpoints.py;
+`ray_colocated` at round ends, `ray_async` after draining the batches in flight: async_.py).
 
 Placement. Each actor asks for min(1, cluster CPUs / actors) CPUs. `ray_colocated` puts all
 actors in one STRICT_PACK placement group (one node; on GPUs this is where they would share a
@@ -34,11 +35,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -48,6 +47,8 @@ from noma_prorl_bench.engines.actors import (
     Learner,
     ReferenceScorer,
 )
+from noma_prorl_bench.engines.reaper import Reaper, session_env
+from noma_prorl_bench.engines.stops import stop_on_signals, stops_through_ray
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -55,11 +56,13 @@ SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm st
 
 class EngineError(RuntimeError):
     """A Ray engine failure (an actor died, hung past --actor_timeout, or raised).
-    `cause_name`: the class name of the exception raised inside an actor, if any."""
+    `cause_name`: the class name of the exception raised inside an actor, if any; `cause`: that
+    exception itself when Ray could bring it back (e.g. NonFiniteLogits with its step and rows)."""
 
-    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None):
+    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None,
+                 cause: Optional[BaseException] = None):
         super().__init__(message)
-        self.cause_name, self.waited_s = cause_name, waited_s
+        self.cause_name, self.waited_s, self.cause = cause_name, waited_s, cause
 
 
 @dataclass
@@ -87,7 +90,7 @@ class RayEngine:
         self.t0 = time.time()
         self.actors: dict[str, Any] = {}
         self.pg = None
-        self.owns_ray, self.tmpdir = False, None
+        self.owns_ray, self.tmpdir, self.reaper = False, None, None
         self.cpu = CpuClock()
         self.cpu_step = self.cpu_total = 0.0
         self.steps_done = 0
@@ -109,13 +112,24 @@ class RayEngine:
         quiet = {"logging_level": "ERROR", "log_to_driver": False}
         if self.cfg.ray_address:
             ray.init(address=self.cfg.ray_address, **quiet)
-        else:
+        else:                               # a private cluster: its reaper outlives a kill -9 of this driver
             self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
+            self.reaper = Reaper(self.tmpdir)
+            with session_env(self.tmpdir):
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
         self.owns_ray = True
 
     def stop(self) -> None:
-        """Kill our actors, drop the placement group, shut Ray down if we started or joined it."""
+        """Kill our actors, drop the placement group, shut Ray down if we started or joined it;
+        then the reaper of a private cluster sweeps what is left and exits."""
+        try:
+            self._stop_ray()
+        finally:
+            if self.reaper is not None:
+                self.reaper.finish()
+                self.reaper = None
+
+    def _stop_ray(self) -> None:
         import ray  # noqa: PLC0415
         if not ray.is_initialized():
             return
@@ -199,7 +213,8 @@ class RayEngine:
         import ray  # noqa: PLC0415
         while True:
             first = min(c.deadline for c in pending.values())
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first - time.time()))
+            with stops_through_ray():
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first - time.time()))
             if ready:
                 ref = ready[0]
                 call = pending.pop(ref)
@@ -221,7 +236,8 @@ class RayEngine:
         import ray  # noqa: PLC0415
         from ray import exceptions as rex  # noqa: PLC0415
         try:
-            return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
+            with stops_through_ray():
+                return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
         except (rex.RayActorError, rex.WorkerCrashedError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})",
@@ -233,7 +249,8 @@ class RayEngine:
             text = str(e).strip()
             name = next((ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines())
                          if "Error" in ln.split(":")[0]), type(e.cause).__name__ if e.cause else "an error")
-            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited()) from None
+            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited(),
+                              cause=e.cause) from None
         except rex.RayError as e:
             raise EngineError(f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}",
                               waited_s=call.waited()) from None
@@ -354,29 +371,3 @@ class RayEngine:
     def n_generators(self) -> int:
         return 1
 
-
-class EngineStopped(Exception):
-    """SIGINT / SIGTERM reached the driver: the run stops, cleans up and exits 128 + signum."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-@contextmanager
-def stop_on_signals():
-    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 raise EngineStopped in the driver (main thread only), so
-    the run cleans up instead of dying inside Ray with actors and daemons left behind."""
-    def handler(signum, _frame):
-        raise EngineStopped(signum)
-    old = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
-            old[sig] = signal.signal(sig, handler)
-    except ValueError:                       # not the main thread: leave the handlers alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)

@@ -5,7 +5,9 @@ It prepares OUTDIR exactly as the local engine does (config.json, metrics.jsonl,
 samples.jsonl) plus timeline.jsonl, runs the engine's driver, writes summary.json and
 plots/timeline.png. On failure or a signal it flushes what it has (an `error` / `stopped`
 event, summary.json with `"complete": false`), stops every actor (and Ray, if the engine
-started it), then raises EngineError / EngineStopped for `run.main_ray` to turn into an exit code.
+started it), then raises EngineError / EngineStopped for `run.main_ray` to turn into an exit code;
+non-finite logits in a generator raise the local engine's NonFiniteLogits (its `nan_guard` event
+written, exit 3).
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import os
 import signal
 import time
 
-from noma_prorl_bench.engines.driver import EngineError, EngineStopped
+from noma_prorl_bench.engines.driver import EngineError
+from noma_prorl_bench.engines.stops import EngineStopped
 from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.metrics import JsonlSink, open_run_files
+from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits, logits_event
 
 
 class RunFiles:
@@ -53,9 +57,7 @@ def run_engine(cfg, ckpt=None) -> dict:
         summary = engine.run()
     except (EngineError, EngineStopped, KeyboardInterrupt) as e:
         error = e if not isinstance(e, KeyboardInterrupt) else EngineStopped(signal.SIGINT)
-        msg = str(error)
-        files.events.write({"step": engine.steps_done, "event": "stopped" if isinstance(error, EngineStopped) else
-                            "error", "reason": msg, "engine": cfg.engine, "waited_s": getattr(e, "waited_s", None)})
+        msg = _record_failure(cfg, files, engine.steps_done, error)
         summary = {"complete": False, "error": msg, "steps": engine.steps_done, "engine": cfg.engine}
     finally:
         if engine.bar is not None:
@@ -66,6 +68,9 @@ def run_engine(cfg, ckpt=None) -> dict:
     safe_files.write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     if isinstance(error, EngineStopped):
         raise error
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, NonFiniteLogits):
+        raise cause                          # the local engine's stop: exit 3 with its message (run.py)
     if error is not None:
         raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
     from noma_prorl_bench.engines.timeline import save_timeline_plot  # noqa: PLC0415
@@ -74,6 +79,20 @@ def run_engine(cfg, ckpt=None) -> dict:
         from noma_prorl_bench.analysis.plots import run_plots  # noqa: PLC0415
         run_plots(cfg.outdir)
     return summary
+
+
+def _record_failure(cfg, files, step: int, error: Exception) -> str:
+    """The events.jsonl record of a failed or stopped run; returns its one-line reason. Non-finite
+    logits in a generator get the local engine's `nan_guard` event (rollout/nonfinite.py)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, NonFiniteLogits):
+        from noma_prorl_bench.io.checkpoint import list_checkpoints  # noqa: PLC0415
+        ckpts = list_checkpoints(cfg.outdir)
+        files.events.write(logits_event(cause, os.path.relpath(ckpts[-1][1], cfg.outdir) if ckpts else None))
+        return str(cause)
+    files.events.write({"step": step, "event": "stopped" if isinstance(error, EngineStopped) else "error",
+                        "reason": str(error), "engine": cfg.engine, "waited_s": getattr(error, "waited_s", None)})
+    return str(error)
 
 
 def _open_for_resume(cfg, ckpt) -> RunFiles:

@@ -14,24 +14,27 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.io.run_dir import open_outputs, progress, quiet_third_party, write_json
-from noma_prorl_bench.training.guards import GracefulStop, NonFiniteLogits, StepAbandoned
+from noma_prorl_bench.rollout.nonfinite import logits_event
+from noma_prorl_bench.training.guards import GracefulStop, NonFiniteLogits, StepAbandoned, stop_during_setup
 from noma_prorl_bench.training.result import before_after
 
 
 def build_trainer(cfg: RunConfig, ckpt=None):
     """(trainer, buffers): the Trainer is built before anything is written, its set-up records
     (the memory estimate, warm start, adapters, monitors) held in memory; on resume it then takes
-    the checkpoint's state (and its buffered records, already in events.jsonl, are dropped)."""
+    the checkpoint's state (and its buffered records, already in events.jsonl, are dropped). A stop
+    signal meanwhile raises guards.SetupStopped (run.main: exit 128 + signal number)."""
     from noma_prorl_bench.io.memory import estimate_event
     from noma_prorl_bench.training.trainer import Trainer
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
     buffers[1].write(estimate_event(cfg))           # the memory_estimate record, first
-    trainer = Trainer(cfg, *buffers)
-    if ckpt is not None:
-        trainer.load_state_dict(ckpt.state)          # checkpoint.CheckpointError if it does not fit
-        from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415
-        require_verified(ckpt)                       # then: its files match their recorded sha256
+    with stop_during_setup():                        # a stop signal here: SetupStopped, nothing written
+        trainer = Trainer(cfg, *buffers)
+        if ckpt is not None:
+            trainer.load_state_dict(ckpt.state)      # checkpoint.CheckpointError if it does not fit
+            from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415
+            require_verified(ckpt)                   # then: its files match their recorded sha256
     return trainer, buffers
 
 
@@ -116,8 +119,7 @@ def _logits_event(cfg: RunConfig, trainer, e: NonFiniteLogits, last_checkpoint) 
     """The nan_guard event of non-finite logits while sampling (the step being sampled is the
     trainer's step_idx, incremented as the step began)."""
     e.step = trainer.step_idx
-    trainer.event("nan_guard", "non-finite logits before sampling", action="stop", step_sampled=e.step, rows=e.rows,
-                  last_checkpoint=last_checkpoint and os.path.relpath(last_checkpoint, cfg.outdir))
+    trainer.write_event(logits_event(e, last_checkpoint and os.path.relpath(last_checkpoint, cfg.outdir)))
 
 
 def _no_updates(cfg: RunConfig, last_checkpoint) -> dict:

@@ -3,6 +3,8 @@ training/guards.py under --on_nan stop) and NaN/Inf logits where tokens are samp
 rollout/sampling.py whatever --on_nan says). Both stop the run with exit 3 (run.py)."""
 from __future__ import annotations
 
+from typing import Optional
+
 
 class NonFiniteError(RuntimeError):
     """NaN/Inf in an update under --on_nan stop."""
@@ -26,4 +28,8 @@ class NonFiniteLogits(NonFiniteError):
                 "give a distribution (a --lr too large?); nothing of this step was saved")
 
 
-# ============================================================================ NaN guard
+def logits_event(e: NonFiniteLogits, last_checkpoint: Optional[str]) -> dict:
+    """The events.jsonl record of non-finite logits while sampling step `e.step` (both engines
+    write it): a `nan_guard` event, action stop; `last_checkpoint` relative to the run directory."""
+    return {"step": e.step, "event": "nan_guard", "reason": "non-finite logits before sampling", "action": "stop",
+            "step_sampled": e.step, "rows": e.rows, "last_checkpoint": last_checkpoint}

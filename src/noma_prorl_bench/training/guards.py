@@ -15,6 +15,11 @@ Sampling: non-finite logits before `torch.multinomial` (e.g. weights blown up by
 raise `NonFiniteLogits`, a NonFiniteError whatever --on_nan says (a policy that cannot sample
 cannot go on): the run writes a `nan_guard` event and exits 3 without a checkpoint of that state.
 
+Signals during the set-up (`stop_during_setup`, around the Trainer's construction: model
+build, supervised warm start, the evaluation before RL): SIGINT/SIGTERM/SIGHUP/SIGUSR1 raise
+`SetupStopped` at once; nothing is written yet, so the run exits 128 + signal number with
+nothing to resume and nothing to clean up.
+
 Signals (`GracefulStop`): the first SIGINT/SIGTERM/SIGHUP/SIGUSR1 sets a flag that the training loop reads
 after each step (it then writes a checkpoint and exits 128 + signal number); a second one
 aborts at once (KeyboardInterrupt). A step still running STOP_GRACE_S seconds after the first
@@ -103,6 +108,37 @@ STOP_GRACE_S = 5.0           # a step may go on this long after a stop signal, t
 class StepAbandoned(BaseException):
     """Raised inside a step that outlived the stop grace (a BaseException so that no `except
     Exception` in the step swallows it)."""
+
+
+class SetupStopped(BaseException):
+    """A stop signal during the run's set-up (model build, warm start, the evaluation before RL):
+    nothing is written yet, so the set-up is dropped at once and the run exits 128 + signal number.
+    A BaseException so that no `except Exception` in the set-up swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name} during the set-up")
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@contextmanager
+def stop_during_setup():
+    """While the Trainer is built, SIGINT/SIGTERM/SIGHUP/SIGUSR1 raise SetupStopped (main thread
+    only; elsewhere signals stay as they were)."""
+    def handler(signum, _frame):
+        raise SetupStopped(signum)
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in GracefulStop.SIGNALS:
+            old[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 class GracefulStop:
