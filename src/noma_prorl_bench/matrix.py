@@ -42,7 +42,7 @@ PRESETS = {
     # rg:basic_arithmetic, a beta and lr at which the fixed reference clamps (pilot:
     # docs/real_model/resets/pilot/); greedy correctness on 200 held-out prompts before and after
     "real_resets": dict(seeds=8, steps=16, reset_every=4, evidence=True, k=1, arms="real_resets",
-                        base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "8",
+                        base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "16",
                               "--n_val", "200"]),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
