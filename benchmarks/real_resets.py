@@ -80,11 +80,14 @@ def suite_split(suite: str) -> dict:
         if m and os.path.isfile(summary):
             validation = json.load(open(summary)).get("validation", {})
             if all(k in validation for k in PARTS):
-                runs.setdefault(m.group(1), {})[int(m.group(2))] = split(validation)
+                last = [json.loads(x) for x in open(os.path.join(p, "metrics.jsonl")) if x.strip()][-1]
+                runs.setdefault(m.group(1), {})[int(m.group(2))] = {**split(validation),
+                                                                    "kl_to_init_after": last.get("kl/to_init")}
     keys = ("d_correct", "part_form", "part_within_form", "part_outside_form")
     arms = {a: {"seeds": sorted(by), **{k: float(np.mean([by[s][k] for s in by])) for k in keys},
                 "form_after": float(np.mean([by[s]["form"][1] for s in by])),
                 "cgf_after": float(np.mean([by[s]["correct_given_form"][1] for s in by])),
+                "kl_to_init_after": [by[s]["kl_to_init_after"] for s in sorted(by)],
                 "before": next(iter(by.values()))} for a, by in runs.items()}
     diffs = {}
     for a in runs:
@@ -149,12 +152,14 @@ def suite(root: str, out: str) -> None:
     res = suite_split(root)
     json.dump(res, open(os.path.join(out, "form.json"), "w"), indent=1)
     lines = ["| arm | seeds | correct before -> after | d correct | form part | within-form part | outside-form part "
-             "| form after | correct given form after |", "|---|---|---|---|---|---|---|---|---|"]
+             "| form before -> after | correct given form before -> after | kl/to_init at the end, per seed |", "|---|---|---|---|---|---|---|---|---|---|"]
     for a, v in res["arms"].items():
         b = v["before"]
         lines.append(f"| {a} | {len(v['seeds'])} | {b['correct'][0]:.3f} -> {b['correct'][0] + v['d_correct']:.3f} "
                      f"| {v['d_correct']:+.3f} | {v['part_form']:+.3f} | {v['part_within_form']:+.3f} "
-                     f"| {v['part_outside_form']:+.3f} | {v['form_after']:.3f} | {v['cgf_after']:.3f} |")
+                     f"| {v['part_outside_form']:+.3f} | {b['form'][0]:.3f} -> {v['form_after']:.3f} "
+                     f"| {b['correct_given_form'][0]:.3f} -> {v['cgf_after']:.3f} "
+                     f"| {', '.join(f'{x:.4f}' for x in v['kl_to_init_after'])} |")
     lines += ["", "| paired by seed | seeds | d correct [95% t] | form part | within-form part | outside-form part |",
               "|---|---|---|---|---|---|"]
     for name, v in res["vs_none"].items():
