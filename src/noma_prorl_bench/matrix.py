@@ -39,6 +39,12 @@ PRESETS = {
     # interleaved in time (the only timing comparisons a report makes)
     "cost": dict(seeds=5, steps=100, reset_every=50, evidence=True, k=5, arms="cost",
                  base=["--eval_every", "10", "--n_val", "64"]),
+    # the atlas's reset question on the real model (REAL_RESET_ARMS): SmolLM2-135M-Instruct + LoRA r8,
+    # rg:basic_arithmetic, a beta and lr at which the fixed reference clamps (pilot:
+    # docs/real_model/resets/pilot/); greedy correctness on 200 held-out prompts before and after
+    "real_resets": dict(seeds=8, steps=16, reset_every=4, evidence=True, k=1, arms="real_resets",
+                        base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "16",
+                              "--n_val", "200"]),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -72,6 +78,9 @@ ATLAS_TREATMENTS = {
     "step": ["--reset_every", "{reset_every}", "--opt_reset", "keep", "--reset_opt_step", "1"],
 }
 ATLAS_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ATLAS_BETAS for t, flags in ATLAS_TREATMENTS.items()}
+#: the real-model arms: the atlas's reference treatments, no reset vs reset every {reset_every} steps
+#: with Adam's state kept or rebuilt (the other flags come from the preset's base)
+REAL_RESET_ARMS = {f"real-{t}": [*_A1, *ATLAS_TREATMENTS[t]] for t in ("none", "keep", "hard")}
 QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
 COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 #: growth on the transformer policy with LoRA adapters on every attention and MLP projection (the
@@ -100,10 +109,12 @@ ATLAS_COMPARISONS = [c for b in ATLAS_BETAS for c in
                      [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
                      + [(f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
                         for t in ATLAS_TREATMENTS if t not in ("none", "keep")]]
+REAL_RESET_COMPARISONS = [("real: reset-keep vs no reset", "real-keep", "real-none"),
+                          ("real: reset-hard vs reset-keep", "real-hard", "real-keep")]
 #: comparison name -> Holm family. A family is the set of questions one reader asks together: the
 #: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
 #: one beta and asks "should I reset, and what should Adam do?" there)
-FAMILIES = {**{c[0]: "outcome" for c in COMPARISONS},
+FAMILIES = {**{c[0]: "outcome" for c in COMPARISONS + REAL_RESET_COMPARISONS},
             **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS}}
 #: pairs identical by construction (same rewards per step, not a question): the report verifies that
 #: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
@@ -132,7 +143,8 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
     """Arm name -> flags of a preset."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
-    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS}
+    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS,
+             "real_resets": REAL_RESET_ARMS}
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
     drop = PRESETS[preset].get("drop", ())
@@ -161,8 +173,8 @@ def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None
 
 
 def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The COMPARISONS (and ATLAS_COMPARISONS) whose two arms are both in `arms`."""
-    return [c for c in COMPARISONS + ATLAS_COMPARISONS if c[1] in arms and c[2] in arms]
+    """The COMPARISONS (ATLAS_COMPARISONS, REAL_RESET_COMPARISONS) whose two arms are both in `arms`."""
+    return [c for c in COMPARISONS + ATLAS_COMPARISONS + REAL_RESET_COMPARISONS if c[1] in arms and c[2] in arms]
 
 
 def checks_for(arms: list[str]) -> list[tuple[str, str, str]]:

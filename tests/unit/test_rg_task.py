@@ -78,7 +78,25 @@ def test_format_part_is_separate_and_weighted():
     assert t.reward(f"<answer>{gold}</answer>", ex.answer) == 1.5         # 1 + 0.5 * 1
     assert t.reward(f"it is {gold}", ex.answer) == 1.0                    # correct, no format
     m = part_metrics(t, [f"<answer>{gold}</answer>", "nothing"], [ex.answer, ex.answer])
-    assert m == {"reward/correct": 0.5, "reward/format": 0.5}
+    assert m == {"reward/correct": 0.5, "reward/format": 0.5, "reward/answer_form": 0.5,
+                 "reward/correct_in_form": 0.5}
+
+
+def test_answer_form_parts_split_correctness():
+    t = task()
+    ex = t.validation_set()[0]
+    gold = int(json.loads(ex.answer)["answer"])
+    texts = [f"The answer is {gold}.",                    # form, correct
+             f"The answer is {gold + 1}.",                # form, wrong
+             f"First {gold} then we add 3 and",           # no form; lenient reads 3: wrong
+             f"{gold + 1} minus one is {gold} apples"]     # no form (words after); lenient reads gold: correct
+    parts = [t.reward_parts(s, ex.answer) for s in texts]
+    assert [p["answer_form"] for p in parts] == [1.0, 1.0, 0.0, 0.0]
+    assert [p["correct"] for p in parts] == [1.0, 0.0, 0.0, 1.0]
+    assert [p["correct_in_form"] for p in parts] == [1.0, 0.0, 0.0, 0.0]
+    m = part_metrics(t, texts, [ex.answer] * 4)
+    assert m["reward/correct"] == 0.5 and m["reward/answer_form"] == 0.5
+    assert m["reward/correct_in_form"] / m["reward/answer_form"] == 0.5   # correct given the form
 
 
 def test_make_task_passes_task_kwargs_through_config():

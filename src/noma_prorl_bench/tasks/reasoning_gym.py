@@ -23,6 +23,12 @@ Answer extraction (``--answer_extraction``):
 * ``lenient`` (default): the tag when there is one; otherwise, when the reference answer is a
   number, the last number in the response (thousands commas removed); otherwise the last
   non-empty line. Only the *type* of the reference answer is used, never its value.
+Answer form (logged, never rewarded): ``answer_form`` = 1 iff the response has the shape the
+extraction reads as a final answer: a tag (``tag`` and ``lenient``), or under ``lenient`` with a
+numeric reference a number that ends the response (only spaces, punctuation or markup after it),
+or with a text reference any non-empty line. ``correct_in_form`` = ``correct * answer_form``, so
+correctness given the form is ``mean(correct_in_form) / mean(answer_form)`` and a change in
+``correct`` splits into a change of form and a change of correctness within the form.
 ``Example.answer`` is a JSON string holding the entry's ``answer`` and ``metadata`` (what
 ``score_answer`` reads), so a reward is a pure function of (response, answer) with no state.
 """
@@ -45,6 +51,7 @@ INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags."
 EXTRACTIONS = ("lenient", "tag")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ENDS_IN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[^\w]*\Z")   # a number, then only non-word characters
 
 
 def require_reasoning_gym():
@@ -82,6 +89,21 @@ def format_ok(response: str) -> float:
     tags = _TAG.findall(response)
     opens = response.count("<answer>")
     return 1.0 if len(tags) == 1 and opens == 1 and tags[0].strip() else 0.0
+
+
+def answer_form(response: str, reference: str, mode: str = "lenient") -> float:
+    """1.0 iff ``response`` has the form ``extract_answer`` reads as a final answer (module docstring).
+
+    >>> [answer_form(r, "57") for r in ("57", "The answer is 57.", "23 + 34 = 57 so the", "<answer>5</answer> ok")]
+    [1.0, 1.0, 0.0, 1.0]
+    """
+    if _TAG.search(response):
+        return 1.0
+    if mode == "tag":
+        return 0.0
+    if _is_number(reference):
+        return 1.0 if _ENDS_IN_NUMBER.search(response.replace(",", "").rstrip()) else 0.0
+    return 1.0 if response.strip() else 0.0
 
 
 class ReasoningGymTask:
@@ -140,11 +162,14 @@ class ReasoningGymTask:
         return list(self._val)
 
     def reward_parts(self, response: str, answer: str) -> dict[str, float]:
-        """{'correct': score_answer on the extraction, 'format': the tag check} for one response."""
+        """{'correct': score_answer on the extraction, 'format': the tag check, 'answer_form': the
+        response ends in what the extraction reads, 'correct_in_form': correct * answer_form}."""
         entry = json.loads(answer)
         extracted = extract_answer(response, str(entry["answer"]), self.extraction)
         correct = float(self._train.score_answer(extracted, entry)) if extracted is not None else 0.0
-        return {"correct": correct, "format": format_ok(response)}
+        form = answer_form(response, str(entry["answer"]), self.extraction)
+        return {"correct": correct, "format": format_ok(response), "answer_form": form,
+                "correct_in_form": correct * form}
 
     def reward(self, response: str, answer: str) -> float:
         parts = self.reward_parts(response, answer)
