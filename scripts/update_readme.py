@@ -92,17 +92,17 @@ def _cut(text: str, n: int = 100) -> str:
 
 def short_tree() -> str:
     """The README's tree: top-level files, each package module or folder on one line, and one
-    line per folder of benchmarks, docs and tests (docs/files.md lists every file)."""
+    line per folder of scripts, benchmarks, docs and tests (docs/files.md lists every file)."""
     files = tracked_files()
     pkg = "src/noma_prorl_bench/"
     lines, folders = [], {}
     for f in files:
         if f.startswith(pkg) and f.count("/") == 3:
             folders.setdefault(f.rsplit("/", 1)[0] + "/", []).append(f)
-        elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(("scripts/", ".ci/")):
+        elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(".ci/"):
             lines.append((f, describe(f)))
         else:
-            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/")) else f.rsplit("/", 1)[0] + "/"
+            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/", "scripts/")) else f.rsplit("/", 1)[0] + "/"
             folders.setdefault(top, []).append(f)
     for folder, members in folders.items():
         init = folder + "__init__.py"

@@ -232,4 +232,7 @@ def test_cli_auto_writes_the_precision_event(model_dir, tmp_path, monkeypatch):
     assert main(argv) in (0, None)
     events = [json.loads(ln) for ln in open(os.path.join(out, "events.jsonl"))]
     (ev,) = [e for e in events if e["event"] == "precision"]
-    assert ev["dtype"] == "float32" and json.load(open(out / "config.json"))["dtype"] == "auto"
+    config = json.load(open(out / "config.json"))
+    assert ev["dtype"] == "float32" and config["dtype"] == "auto"
+    # config.json names the dtype used and why, as the precision event does
+    assert config["derived"]["dtype"] == ev["dtype"] and config["derived"]["dtype_reason"] == ev["reason"]

@@ -185,12 +185,18 @@ def resolved_device(name: str) -> str:
 
 
 def resolved_config(cfg: RunConfig) -> dict:
-    """config.json: every field plus derived values and versions."""
+    """config.json: every field plus derived values (the dtype used: --dtype auto resolved, and why)
+    and versions."""
     import numpy
     import torch
+
+    from noma_prorl_bench.models.precision import resolve_dtype_choice
     d = cfg.to_dict()
+    device = resolved_device(cfg.device)
+    dtype, why = resolve_dtype_choice(cfg.dtype, cfg.model, device)
     d["derived"] = {"variant_label": cfg.variant_label, **cfg.clip_used, "loss_agg": cfg.loss_agg_resolved,
-                    "warmstart_steps": cfg.warmstart_steps_resolved, "device": resolved_device(cfg.device)}
+                    "warmstart_steps": cfg.warmstart_steps_resolved, "device": device,
+                    "dtype": dtype, "dtype_reason": why}
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
                      "python": platform.python_version(), "git_commit": git_commit()}
     d["argv"] = sys.argv[1:]
