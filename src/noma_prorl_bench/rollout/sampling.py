@@ -224,14 +224,14 @@ EVAL_BATCH = 32
 
 @torch.no_grad()
 def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
-             chunk: int = 256, bar=None, batch: int = EVAL_BATCH):
+             chunk: int = 256, bar=None, batch: Optional[int] = None):
     """Greedy decoding on `examples` -> (mean reward, responses, GenStats).
 
     Prompts are encoded (padded to a common length) `chunk` at a time and decoded `batch` rows per
     generate call: each row's tokens are those of a one-call evaluation of the chunk, so greedy
-    outputs match it (tests/unit/test_eval_batch.py) while memory follows `batch`. `bar` (a tqdm
-    bar or None) is advanced by each call's prompts."""
-    total, texts, stats = 0.0, [], GenStats()
+    outputs match it (tests/unit/test_eval_batch.py) while memory follows `batch` (None:
+    EVAL_BATCH). `bar` (a tqdm bar or None) is advanced by each call's prompts."""
+    total, texts, stats, batch = 0.0, [], GenStats(), batch or EVAL_BATCH
     for i in range(0, len(examples), chunk):
         ex = examples[i:i + chunk]
         ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))   # [n, P]
