@@ -49,7 +49,7 @@ def test_yaml_toml_json_set_flags_and_explicit_flags_win(tmp_path, name, text):
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (cfg["steps"], cfg["lr"], cfg["loss"], cfg["batch_size"]) == (2, 0.002, "dapo", 4)
     assert (cfg["seed"], cfg["warmstart_steps"]) == (7, 2)                       # the flags override the file
-    assert len(read_jsonl(tmp_path / "out" / "metrics.jsonl")) == 2
+    assert len(read_jsonl(tmp_path / "out" / "metrics.jsonl")) == 3          # step 0 (before RL), 1, 2
 
 
 @pytest.mark.parametrize("name, text, message", [
