@@ -79,8 +79,10 @@ def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Gene
 
 
 def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True,
-              partial_last_line: bool = False, **cfg_kw: Any) -> Path:
-    """Write one synthetic run directory and return its path."""
+              partial_last_line: bool = False, step0: bool = False, **cfg_kw: Any) -> Path:
+    """Write one synthetic run directory and return its path; `step0`: metrics.jsonl starts with
+    the step-0 row (the evaluation before RL, val = the curve at t = 0: 0.01 * seed) as runs
+    write it now; without it the run looks like one written before that row existed."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(**cfg_kw)
@@ -106,6 +108,8 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
             events.append({"step": t, "event": "growth", "reason": "periodic", "old_rank": rank,
                            "new_rank": rank + 4, "migration": cfg["growth_migration"]})
             rank += 4
+    if step0:
+        rows.insert(0, {"step": 0, "reward/val": 0.01 * cfg["seed"], "perf/peak_rss_mb": 290.0})
     with open(out / "metrics.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
         if partial_last_line:

@@ -9,8 +9,17 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def rl_rows(path):
+    """metrics.jsonl's RL-step rows, after checking that it starts with the step-0 row (the
+    evaluation before RL) and holds it once."""
+    rows = read_jsonl(path)
+    assert rows[0]["step"] == 0 and "reward/val" in rows[0] and all(r["step"] > 0 for r in rows[1:])
+    return rows[1:]
+
+
 def run_cli(tmp_path, fast_flags, *flags, name="run"):
-    """Run `python -m noma_prorl_bench.run` in-process into tmp_path/name -> (metrics, events)."""
+    """Run `python -m noma_prorl_bench.run` in-process into tmp_path/name -> (metrics of the RL
+    steps, events)."""
     out = tmp_path / name
     assert main(["--outdir", str(out), *fast_flags, *flags]) == 0
-    return read_jsonl(out / "metrics.jsonl"), read_jsonl(out / "events.jsonl")
+    return rl_rows(out / "metrics.jsonl"), read_jsonl(out / "events.jsonl")

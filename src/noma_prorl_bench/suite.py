@@ -74,9 +74,10 @@ def is_complete(run_dir: str, spec: RunSpec) -> bool:
 
 
 def _steps_done(run_dir: str) -> int:
+    """RL steps in the run's metrics.jsonl so far (its lines, less the step-0 row)."""
     try:
         with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
-            return sum(1 for _ in f)
+            return sum(1 for line in f if not line.startswith(b'{"step": 0,'))
     except OSError:
         return 0
 

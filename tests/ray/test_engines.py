@@ -22,8 +22,18 @@ VOLATILE = ("time/", "perf/")
 
 
 def _lines(d, name="metrics.jsonl"):
+    """A file's records; for metrics.jsonl the RL steps' rows, after checking the step-0 row."""
     with open(os.path.join(d, name)) as f:
-        return [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in f]
+    if name == "metrics.jsonl":          # first the step-0 row (the evaluation before RL), once
+        assert rows[0]["step"] == 0 and "reward/val" in rows[0] and all(r["step"] > 0 for r in rows[1:])
+        return rows[1:]
+    return rows
+
+
+def _step0(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return {k: v for k, v in json.loads(f.readline()).items() if not k.startswith(VOLATILE)}
 
 
 def _events(d):
@@ -67,6 +77,7 @@ def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_runs, placem
         assert stable == {k: rb[k] for k in stable}
         assert rb["staleness"] == 0 and rb["version"] == rb["step"] - 1
     assert _events(local) == _events(ray_run)
+    assert _step0(local) == _step0(ray_run)                 # the learner's evaluation before RL
     if placement == "generator":
         assert [r["ref_version"] for r in b] == [0, 0, 1, 1]
     else:                                   # grown after step 2: the generator got the new module

@@ -76,8 +76,9 @@ def test_two_step_rl_run_on_the_real_model(model_dir, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     ms = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in ms] == [1, 2]
-    for m in ms:
+    assert [m["step"] for m in ms] == [0, 1, 2]                        # 0: the evaluation before RL
+    assert {"reward/val", "reward/val_correct", "reward/val_format"} <= set(ms[0])
+    for m in ms[1:]:
         assert m["count/ref_fwd"] == 1 and m["adapter/rank"] == 8          # A1 (cached), LoRA rank 8
         assert 0.0 <= m["reward/correct"] <= 1.0 and 0.0 <= m["reward/format"] <= 1.0
         assert 0.0 <= m["reward/val_correct"] <= 1.0

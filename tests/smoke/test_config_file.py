@@ -30,7 +30,7 @@ def test_a_runs_config_json_reproduces_it_bit_for_bit(tmp_path):
     r = _run(tmp_path, "--config", "A1/config.json", "--outdir", "A1_again")
     assert r.returncode == 0, r.stderr
     first, again = _metrics(tmp_path / "A1"), _metrics(tmp_path / "A1_again")
-    assert len(first) == 4 and first == again
+    assert len(first) == 5 and first == again                            # step 0 (before RL), 1..4
     a, b = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("A1", "A1_again"))
     assert {k: v for k, v in a.items() if k not in ("outdir", "argv", "versions", "run_id")} == \
            {k: v for k, v in b.items() if k not in ("outdir", "argv", "versions", "run_id")}
@@ -49,7 +49,7 @@ def test_yaml_toml_json_set_flags_and_explicit_flags_win(tmp_path, name, text):
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (cfg["steps"], cfg["lr"], cfg["loss"], cfg["batch_size"]) == (2, 0.002, "dapo", 4)
     assert (cfg["seed"], cfg["warmstart_steps"]) == (7, 2)                       # the flags override the file
-    assert len(read_jsonl(tmp_path / "out" / "metrics.jsonl")) == 2
+    assert len(read_jsonl(tmp_path / "out" / "metrics.jsonl")) == 3          # step 0 (before RL), 1, 2
 
 
 @pytest.mark.parametrize("name, text, message", [

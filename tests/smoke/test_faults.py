@@ -119,7 +119,7 @@ def test_disk_full_keeps_the_last_checkpoint_and_resumes(small_fs):
     code, err = cli("--outdir", str(out), "--resume", "--steps", str(last + 4))
     assert code == 0, err
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, last + 5))
+    assert [r["step"] for r in rows] == list(range(0, last + 5))      # 0: the evaluation before RL
 
 
 def test_stop_signal_abandons_a_step_that_outlives_the_grace(tmp_path):

@@ -59,7 +59,7 @@ def test_second_run_and_resume_refused_while_the_first_lives(tmp_path):
         _, err_a = a.communicate(timeout=120)
     assert a.returncode == 143, err_a
     assert not (out / "run.lock").exists()                            # released on a signal stop
-    done = len((out / "metrics.jsonl").read_text().splitlines())      # the SIGTERM checkpoint's step
+    done = len((out / "metrics.jsonl").read_text().splitlines()) - 1  # the SIGTERM checkpoint's step (less step 0)
     code, err = run(out, "--resume", steps=str(done + 2))             # now free: resume works, no warning
     assert code == 0, err
     assert "stale lock" not in err and not (out / "run.lock").exists()
@@ -72,7 +72,7 @@ def test_stale_lock_of_a_killed_run_is_taken_over_with_a_warning(tmp_path):
     a.kill()                                                          # SIGKILL: no clean-up at all
     a.wait(timeout=60)
     assert json.loads((out / "run.lock").read_text())["pid"] == a.pid
-    done = len((out / "metrics.jsonl").read_text().splitlines())
+    done = len((out / "metrics.jsonl").read_text().splitlines()) - 1  # less the step-0 row
     code, err = run(out, "--resume", steps=str(done + 2))
     assert code == 0, err
     assert "taking over the stale lock" in err and f"pid {a.pid}" in err

@@ -43,7 +43,7 @@ def test_resume_hint_pastes_outside_the_venv(tmp_path, fast_flags, monkeypatch, 
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "PYTHONPATH": os.environ["PYTHONPATH"]}
     r = subprocess.run(hint, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert len((d / "metrics.jsonl").read_text().splitlines()) == 4
+    assert len((d / "metrics.jsonl").read_text().splitlines()) == 5         # step 0 (before RL), 1..4
 
 
 def test_program_and_pip_hints_name_the_interpreter():

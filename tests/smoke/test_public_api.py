@@ -33,9 +33,9 @@ def test_python_train_matches_the_cli(tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "noma_prorl_bench.run", "--outdir", cli_dir, *argv], env=env, check=True)
     api, cli = _rows(api_dir, "metrics.jsonl"), _rows(cli_dir, "metrics.jsonl")
-    assert [r["step"] for r in api] == [1, 2, 3]
+    assert [r["step"] for r in api] == [0, 1, 2, 3]                          # 0: the evaluation before RL
     assert [_stable(r) for r in api] == [_stable(r) for r in cli]          # floats compared exactly
-    assert "reward/val" in api[1] and api[0]["count/policy_fwd_train"] == 4    # E*M = 2*2
+    assert "reward/val" in api[2] and api[1]["count/policy_fwd_train"] == 4    # E*M = 2*2
     events = [(e["step"], e["event"]) for e in _rows(api_dir, "events.jsonl")]
     assert events == [(e["step"], e["event"]) for e in _rows(cli_dir, "events.jsonl")]
     cfg_api, cfg_cli = (json.load(open(os.path.join(d, "config.json"))) for d in (api_dir, cli_dir))

@@ -30,7 +30,7 @@ def test_csv_has_the_jsonl_keys_and_values_also_after_resume(tmp_path, fast_flag
     _run(out, fast_flags, "--steps", "4", "--save_every", "2", "--report_to", "csv")
     _run(out, [], "--resume", "--steps", "7")                        # report_to comes from the checkpoint's config
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, 8))
+    assert [r["step"] for r in rows] == list(range(0, 8))                # 0: the evaluation before RL
     with open(out / "metrics.csv", newline="") as f:
         table = list(csv.reader(f))
     header, body = table[0], table[1:]
@@ -139,7 +139,7 @@ def test_wandb_offline_run_has_the_jsonl_keys_values_and_the_config_also_after_r
     _run(out, [], "--resume", "--steps", "6")
     rows = read_jsonl(out / "metrics.jsonl")
     history, config = _wandb_offline_run(out)
-    assert [h["_step"] for h in history] == [r["step"] for r in rows] == list(range(1, 7))
+    assert [h["_step"] for h in history] == [r["step"] for r in rows] == list(range(0, 7))
     for r, h in zip(rows, history):
         logged = {k: v for k, v in h.items() if not k.startswith("_")}
         assert set(logged) == {k for k, v in r.items() if k != "step" and v is not None}
@@ -155,7 +155,9 @@ def test_eval_samples_logs_pass_at_k_and_leaves_training_unchanged(tmp_path, fas
     _run(tmp_path / "passk", fast_flags, "--steps", "4", "--eval_samples", "4")
     plain, passk = read_jsonl(tmp_path / "plain" / "metrics.jsonl"), read_jsonl(tmp_path / "passk" / "metrics.jsonl")
     evals = [r for r in passk if "reward/val" in r]
-    assert [r["step"] for r in evals] == [2, 4]
+    assert [r["step"] for r in evals] == [0, 2, 4]
+    assert not any(k.startswith("reward/val_pass@") for k in evals[0])   # pass@k is not sampled before RL
+    evals = evals[1:]
     for r in evals:
         p = [r[f"reward/val_pass@{k}"] for k in (1, 2, 4)]
         assert all(0.0 <= a <= b <= 1.0 for a, b in zip(p, p[1:]))               # pass@k grows with k
@@ -163,4 +165,4 @@ def test_eval_samples_logs_pass_at_k_and_leaves_training_unchanged(tmp_path, fas
     strip = [[{k: v for k, v in r.items() if not k.startswith(skip)} for r in rows] for rows in (plain, passk)]
     assert strip[0] == strip[1]                                                    # its own generator
     assert all(b["count/policy_fwd_eval"] > a["count/policy_fwd_eval"] for a, b in zip(plain, passk)
-               if "reward/val" in a)
+               if "reward/val" in a and a["step"] > 0)

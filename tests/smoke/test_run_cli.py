@@ -14,8 +14,11 @@ VOLATILE = ("time/", "perf/")
 
 
 def _metrics(d):
+    """The RL steps' rows (the step-0 row, the evaluation before RL, checked and left out)."""
     with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in f]
+    assert rows[0]["step"] == 0 and "reward/val" in rows[0]
+    return rows[1:]
 
 
 def _stable(rec):

@@ -191,12 +191,12 @@ def test_damaged_checkpoint_or_log_is_refused_before_anything_is_written(run_cop
         other = tmp_path / "other"
         assert main(["--outdir", str(other), *FAST, "--save_every", "2", "--seed", "7"]) == 0
         shutil.copy(other / "checkpoints" / "step_000002" / "tensors.safetensors", t)
-    elif damage == "gap":
-        (run_copy / "metrics.jsonl").write_text("".join(lines[:1] + lines[2:]))
+    elif damage == "gap":                                   # lines[0] is step 0 (the evaluation before RL)
+        (run_copy / "metrics.jsonl").write_text("".join(lines[:2] + lines[3:]))
     elif damage == "duplicate":
-        (run_copy / "metrics.jsonl").write_text("".join(lines[:1] + lines))
+        (run_copy / "metrics.jsonl").write_text("".join(lines[:2] + lines[1:]))
     else:
-        (run_copy / "metrics.jsonl").write_text("".join(lines[2:]))
+        (run_copy / "metrics.jsonl").write_text("".join(lines[:1] + lines[3:]))
     before = _snapshot(run_copy)
     capsys.readouterr()
     assert _run(["--outdir", str(run_copy), "--resume"]) == 2

@@ -14,8 +14,11 @@ pytestmark = pytest.mark.smoke
 
 
 def _metrics(run_dir):
+    """The RL steps' rows (the report reads those; the step-0 row, before RL, checked and left out)."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in f]
+    assert rows[0]["step"] == 0
+    return rows[1:]
 
 
 def test_smoke_suite_report_matches_metrics(tmp_path, capsys):

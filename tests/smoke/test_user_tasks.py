@@ -48,7 +48,7 @@ def test_factory_task_runs_from_the_cli_and_resumes_exactly(work):
     cfg = json.loads((work / "full" / "config.json").read_text())
     assert (cfg["task"], json.loads(cfg["task_kwargs"])) == ("copy_task:make", {"length": 3})
     rows = _metrics(work / "full")
-    assert [m["step"] for m in rows] == [1, 2, 3, 4] and "reward/val" in rows[-1]
+    assert [m["step"] for m in rows] == [0, 1, 2, 3, 4] and "reward/val" in rows[-1]
     samples = read_jsonl(work / "full" / "samples.jsonl")
     assert all(len(s["answer"]) == 3 and s["answer"] == s["prompt"] for s in samples)   # kwargs reached the task
     assert _cli(work, "--outdir", "part", "--steps", "2", *task).returncode == 0
@@ -63,7 +63,7 @@ def test_factory_task_runs_in_the_suite(work):
     assert r.returncode == 0, r.stderr
     for arm in ("A1_s0", "B_s0"):
         assert json.loads((work / "suite" / arm / "config.json").read_text())["task"] == "copy_task:make"
-        assert len(read_jsonl(work / "suite" / arm / "metrics.jsonl")) == 2
+        assert len(read_jsonl(work / "suite" / arm / "metrics.jsonl")) == 3       # step 0 (before RL), 1, 2
     assert (work / "suite" / "report.md").is_file()
     started = [shlex.split(line[2:]) for line in r.stderr.splitlines() if line.startswith("$ ")]
     assert len(started) == 2 and all(c[0] == sys.executable and c[1:3] == ["-m", "noma_prorl_bench.run"]

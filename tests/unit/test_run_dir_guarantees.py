@@ -218,6 +218,9 @@ def test_a_linked_checkpoint_directory_is_not_listed(tmp_path):
     ([1, 2, 2, 3, 4, 5], False, "repeated steps 2"),
     ([1, 5], False, "missing steps 2-4"),
     ([], False, "missing steps 1-5"),
+    ([0, 1, 2, 3, 4, 5], True, None),                      # the step-0 row (evaluation before RL)
+    ([0, 1, 2, 0, 3, 4, 5], False, "repeated steps 0"),
+    ([-1, 1, 2, 3, 4, 5], False, "steps out of range -1"),
 ])
 def test_metrics_log_must_hold_steps_1_to_k_once(tmp_path, steps, ok, match):
     p = tmp_path / "metrics.jsonl"

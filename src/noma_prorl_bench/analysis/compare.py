@@ -3,10 +3,10 @@ CIs, Holm-corrected p-values and verdicts (statistics in `stats.py`), and the B-
 the RL gain. Pure functions of `runlog.Run` objects; report.py renders them.
 
 Per-run numbers (one value per run):
-  score    mean `reward/val` over the run's last K evaluations (K stated in every report;
-           NaN when the run logged fewer than K evaluations)
-  warm     `warmstart_val_reward` from summary.json: the validation reward of the warm-started
-           policy before the first RL step (NaN when absent)
+  score    mean `reward/val` over the run's last K evaluations of RL steps (K stated in every
+           report; NaN when the run logged fewer than K); the step-0 row is never counted
+  warm     the validation reward of the warm-started policy before the first RL step: the step-0
+           row, else the warmstart event, else summary.json's `warmstart_val_reward` (NaN when absent)
   s_step   median `time/step` (seconds per RL step, evaluation steps included)
   s_token  median over steps of `time/step` / generated tokens, generated tokens of a step =
            `response/len_mean` x batch_size x group_size (arms generate different lengths, so
@@ -54,7 +54,8 @@ NOT_TIMED = "not measured (runs not interleaved)"
 
 
 def run_score(run: Run, k: int) -> float:
-    """Mean of the last `k` logged `reward/val` values; NaN with fewer than `k`."""
+    """Mean of the last `k` logged `reward/val` values of RL steps (the step-0 row before RL is
+    never one of them: runlog.Run.initial); NaN with fewer than `k`."""
     _, v = run.series("reward/val")
     return float(v[-k:].mean()) if v.size >= k else math.nan
 
@@ -75,7 +76,7 @@ def run_numbers(run: Run, k: int) -> dict[str, float]:
     """score, warm, s_step, s_token and final_val of one run."""
     _, step_t = run.series("time/step")
     _, val = run.series("reward/val")
-    warm = (run.summary or {}).get("warmstart_val_reward")
+    warm = run.initial.get("reward/val", (run.summary or {}).get("warmstart_val_reward"))   # before RL
     return {"score": run_score(run, k), "final_val": float(val[-1]) if val.size else math.nan,
             "warm": float(warm) if isinstance(warm, (int, float)) else math.nan,
             "s_step": float(np.median(step_t)) if step_t.size else math.nan,

@@ -70,10 +70,10 @@ def entries(runs: Sequence[Run], by_config: bool = False) -> list[Entry]:
     return [(f"{g} ({len(rs)} seeds)" if len(rs) > 1 else g, rs) for g, rs in groups.items()]
 
 
-def curve(runs: Sequence[Run], key: str, window: int = 1):
+def curve(runs: Sequence[Run], key: str, window: int = 1, initial: bool = False):
     """(steps, mean, min, max) across `runs` of the (trailing-mean smoothed) series `key`,
-    on the union of steps where any run logged it."""
-    series = [r.series(key) for r in runs]
+    on the union of steps where any run logged it; `initial`: from step 0 (before RL) on."""
+    series = [r.series(key, initial) for r in runs]
     steps = np.unique(np.concatenate([s for s, _ in series])) if series else np.zeros(0, int)
     table = np.full((len(series), steps.size), np.nan)
     for row, (s, v) in zip(table, series):
@@ -83,8 +83,9 @@ def curve(runs: Sequence[Run], key: str, window: int = 1):
     return steps, np.nanmean(table, 0), np.nanmin(table, 0), np.nanmax(table, 0)
 
 
-def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, **kw) -> None:
-    steps, mean, lo, hi = curve(runs, key, window)
+def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, initial: bool = False,
+          **kw) -> None:
+    steps, mean, lo, hi = curve(runs, key, window, initial)
     ax.plot(steps, mean, color=color, label=label, **kw)
     if len(runs) > 1 and steps.size:
         ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
@@ -219,7 +220,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: boo
     for label, rs in shown:
         c, ls = color[src[label]], style[src[label]]
         _draw(axes[0], label, rs, "reward/mean", c, w, linestyle=ls)
-        _draw(axes[1], label, rs, "reward/val", c, marker="o", markersize=3, linestyle=ls)
+        _draw(axes[1], label, rs, "reward/val", c, initial=True, marker="o", markersize=3, linestyle=ls)
         key = kl_loss_key(rs[0])
         _draw(axes[2], label, rs, key, c, linestyle=ls)
         for other, kl_style in KL_STYLES:

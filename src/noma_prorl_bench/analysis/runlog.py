@@ -5,8 +5,12 @@ A run directory holds `config.json`, `metrics.jsonl`, `events.jsonl`, optionally
 Plots and reports read runs only through this module, never through a live process.
 
     run = load_run("runs/A1")
-    steps, val = run.series("reward/val")      # finite points only
+    steps, val = run.series("reward/val")      # finite points of RL steps 1..S
+    run.initial["reward/val"]                  # before RL: the step-0 row (older runs: warmstart event)
     runs = load_runs(["runs/A0", "runs/A1"])   # labels name what varies between runs
+
+The step-0 row is kept apart so that scores and per-run numbers cover RL steps only;
+`run.series(key, initial=True)` puts it first (curves that start before RL).
 
 Per-run numbers (one value per run; `report` aggregates them over seeds):
   final_val      last logged `reward/val`
@@ -65,11 +69,12 @@ LABEL_ORDER = ("opt_reset", "reset_every", "growth", "beta", "kl_estimator", "ta
 
 @dataclass
 class Run:
-    """One saved run. `metrics[key]` is a float array aligned with `steps` (NaN = not logged)."""
+    """One saved run. `metrics[key]` is a float array aligned with `steps` (NaN = not logged);
+    `initial` holds the values before RL (the step-0 row, module docstring)."""
 
     path: Path
     config: dict[str, Any]
-    steps: np.ndarray                       # [S] int, sorted, 1-based step numbers
+    steps: np.ndarray                       # [S] int, sorted, 1-based RL step numbers
     metrics: dict[str, np.ndarray]          # key -> [S] float
     events: list[dict[str, Any]]
     samples: list[dict[str, Any]]
@@ -78,6 +83,7 @@ class Run:
     group: str = ""                         # label without the seed (configuration label)
     arm: str = ""                           # the suite arm (report.py sets it from suite.json)
     dropped: list[str] = field(default_factory=list)   # "file:line" of unparseable lines
+    initial: dict[str, float] = field(default_factory=dict)   # key -> value at step 0 (before RL)
 
     @property
     def complete(self) -> bool:
@@ -88,13 +94,16 @@ class Run:
     def seed(self) -> Any:
         return self.config.get("seed")
 
-    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) where `key` was logged with a finite value; empty arrays if never."""
-        if key not in self.metrics:
-            return np.zeros(0, dtype=int), np.zeros(0)
-        vals = self.metrics[key]
+    def series(self, key: str, initial: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) where `key` was logged with a finite value; empty arrays if never.
+        `initial`: start with (0, the value before RL) when the run has one for `key`."""
+        vals = self.metrics.get(key, np.zeros(0))
         ok = np.isfinite(vals)
-        return self.steps[ok], vals[ok]
+        steps, vals = (self.steps[ok], vals[ok]) if key in self.metrics else (np.zeros(0, dtype=int), vals)
+        v0 = self.initial.get(key, math.nan) if initial else math.nan
+        if math.isfinite(v0):
+            steps, vals = np.concatenate([[0], steps]).astype(int), np.concatenate([[v0], vals])
+        return steps, vals
 
     def has(self, key: str) -> bool:
         return key in self.metrics and bool(np.isfinite(self.metrics[key]).any())
@@ -170,6 +179,18 @@ def align_metrics(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, dict[str,
     return steps, metrics
 
 
+def _is_step0(row: dict[str, Any]) -> bool:
+    return row.get("step") == 0 and not isinstance(row.get("step"), bool)
+
+
+def initial_values(step0_rows: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The values before RL: the last step-0 row's numbers, else the `warmstart` event's val_reward."""
+    warm = next((e for e in events if e.get("event") == "warmstart"), {})
+    row = step0_rows[-1] if step0_rows else {"reward/val": warm.get("val_reward")}
+    nums = {k: _as_float(v) for k, v in row.items() if k != "step"}
+    return {k: v for k, v in nums.items() if v is not None}
+
+
 def load_run(run_dir: str | Path) -> Run:
     """Load one run directory. FileNotFoundError if absent; ValueError if not a run."""
     path = Path(run_dir)
@@ -187,7 +208,8 @@ def load_run(run_dir: str | Path) -> Run:
     if not isinstance(config, dict):
         raise ValueError(f"{path}/config.json is not a JSON object")
     dropped: list[str] = []
-    steps, metrics = align_metrics(read_jsonl(path / "metrics.jsonl", dropped))
+    rows = read_jsonl(path / "metrics.jsonl", dropped)
+    steps, metrics = align_metrics([r for r in rows if not _is_step0(r)])
     events = read_jsonl(path / "events.jsonl", dropped)
     samples = read_jsonl(path / "samples.jsonl", dropped)
     summary = None
@@ -197,7 +219,8 @@ def load_run(run_dir: str | Path) -> Run:
         except json.JSONDecodeError:
             dropped.append("summary.json")
     run = Run(path, config, steps, metrics, events, samples,
-              summary if isinstance(summary, dict) else None, dropped=dropped)
+              summary if isinstance(summary, dict) else None, dropped=dropped,
+              initial=initial_values([r for r in rows if _is_step0(r)], events))
     run.label = run.group = base_label(config)
     add_derived(run)
     return run
@@ -323,7 +346,6 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     cnt = ccnt[hi] - ccnt[lo]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(cnt > 0, (csum[hi] - csum[lo]) / np.maximum(cnt, 1), np.nan)
-
 
 
 def last_value(run: Run, key: str) -> float:

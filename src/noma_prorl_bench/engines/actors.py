@@ -268,6 +268,7 @@ class Learner:
         return {"module": tr.policy, "tok": tr.tok, "T_max": tr.T_max, "P": tr.P,
                 "data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state(),
                 "struct_version": self.struct_version, "version": self.version, "warmstart": dict(tr.warmstart_info),
+                "initial_metrics": dict(tr.initial_metrics),     # metrics.jsonl's step-0 row (a new run's)
                 "events": self.events.drain(), "samples": self.samples.drain(), "pid": os.getpid(),
                 "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 

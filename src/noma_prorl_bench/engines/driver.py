@@ -192,6 +192,8 @@ class RayEngine:
         self.last_val = self.warmstart.get("val_reward")
         if self.ckpt is not None:
             self.restore_driver(self.ckpt)
+        else:                                            # resumed: the step-0 row is in metrics.jsonl already
+            self.files.metrics.write(payload["initial_metrics"])
         self.write_records(payload)
         names = [f"generator/{i}" for i in range(n_generators)]
         self.holders = {"generator": list(self.gens), "own_actor": [self.scorer]}.get(place, [])

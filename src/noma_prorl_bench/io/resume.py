@@ -6,8 +6,9 @@ to a field outside config.RESUME_SAFE_FIELDS is refused, listing the fields), an
 timeline.jsonl) back to the checkpoint's step, dropping a partial last line left by a
 `kill -9`, so the continued run appends exactly what an uninterrupted run would have written.
 Before anything is cut, `check_metrics_log` verifies that metrics.jsonl holds steps 1..k (k =
-the checkpoint's step) exactly once each; a missing, duplicated or unreadable row up to k is
-refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
+the checkpoint's step) exactly once each, and the step-0 row (the evaluation before RL) at most
+once (runs written before that row existed have none); a missing, duplicated or unreadable row
+up to k is refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
 naming the flag (exit 2, nothing written). See docs/reliability.md.
 """
 from __future__ import annotations
@@ -55,8 +56,9 @@ def truncate_jsonl(path: str, step: int) -> dict[str, int]:
 
 def check_metrics_log(path: str, step: int) -> str | None:
     """Why metrics.jsonl cannot be continued from checkpoint `step`, else None: its records with
-    "step" <= `step` must be steps 1..`step`, each exactly once (lines after them, a partial last
-    line and records past `step` are what a kill leaves and are cut back later)."""
+    "step" <= `step` must be steps 1..`step`, each exactly once, and step 0 (the evaluation
+    before RL) at most once, absent in older runs (lines after them, a partial last line and
+    records past `step` are what a kill leaves and are cut back later)."""
     try:
         raw = read_bytes(path)
     except FileNotFoundError:
@@ -79,12 +81,13 @@ def check_metrics_log(path: str, step: int) -> str | None:
             counts[s] = counts.get(s, 0) + 1
     missing = [s for s in range(1, step + 1) if s not in counts]
     repeated = sorted(s for s, n in counts.items() if n > 1)
-    foreign = sorted(s for s in counts if s < 1)
+    foreign = sorted(s for s in counts if s < 0)
     if missing or repeated or foreign:
         parts = [f"missing steps {_ranges(missing)}" if missing else "",
                  f"repeated steps {_ranges(repeated)}" if repeated else "",
                  f"steps out of range {_ranges(foreign)}" if foreign else ""]
-        return f"{path} does not hold steps 1..{step} exactly once ({'; '.join(p for p in parts if p)})"
+        return (f"{path} does not hold steps 1..{step} exactly once and step 0 at most once "
+                f"({'; '.join(p for p in parts if p)})")
     return None
 
 

@@ -217,25 +217,35 @@ def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: 
     return batch, stats
 
 
+#: prompts per greedy `generate` call of `evaluate`: the KV cache, prefill activations and [N, V]
+#: logits scale with it (SmolLM2-135M, 200 prompts in one call: benchmarks/eval_memory.py)
+EVAL_BATCH = 32
+
+
 @torch.no_grad()
 def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
-             chunk: int = 256, bar=None):
-    """Greedy decoding on `examples` -> (mean reward, responses, GenStats); `chunk` prompts per
-    generate call; `bar` (a tqdm bar or None) is advanced by each chunk's prompts."""
-    total, texts, stats = 0.0, [], GenStats()
+             chunk: int = 256, bar=None, batch: Optional[int] = None):
+    """Greedy decoding on `examples` -> (mean reward, responses, GenStats).
+
+    Prompts are encoded (padded to a common length) `chunk` at a time and decoded `batch` rows per
+    generate call: each row's tokens are those of a one-call evaluation of the chunk, so greedy
+    outputs match it (tests/unit/test_eval_batch.py) while memory follows `batch` (None:
+    EVAL_BATCH). `bar` (a tqdm bar or None) is advanced by each call's prompts."""
+    total, texts, stats, batch = 0.0, [], GenStats(), batch or EVAL_BATCH
     for i in range(0, len(examples), chunk):
         ex = examples[i:i + chunk]
-        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))
-        resp, _, _, _, st = generate(policy, ids, max_new_tokens, 1.0, tokenizer.eos_id, tokenizer.pad_id,
-                                     greedy=True)
-        stats.fwd_calls += st.fwd_calls
-        stats.tokens += st.tokens
-        for r, e in zip(resp.tolist(), ex):
-            s = tokenizer.decode(r)
-            texts.append(s)
-            total += task.reward(s, e.answer)
-        if bar is not None:
-            bar.update(len(ex))
+        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))   # [n, P]
+        for j in range(0, len(ex), batch):
+            resp, _, _, _, st = generate(policy, ids[j:j + batch], max_new_tokens, 1.0, tokenizer.eos_id,
+                                         tokenizer.pad_id, greedy=True)
+            stats.fwd_calls += st.fwd_calls
+            stats.tokens += st.tokens
+            for r, e in zip(resp.tolist(), ex[j:j + batch]):
+                s = tokenizer.decode(r)
+                texts.append(s)
+                total += task.reward(s, e.answer)
+            if bar is not None:
+                bar.update(len(ex[j:j + batch]))
     if bar is not None:
         bar.close()
     return total / max(len(examples), 1), texts, stats

@@ -41,17 +41,21 @@ def set_determinism(cfg: RunConfig) -> None:
     torch.manual_seed(cfg.seed)
 
 
-def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device, event) -> tuple[dict, dict]:
+def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device,
+               event) -> tuple[dict, dict, dict]:
     """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
-    is reported separately (the `warmstart` event). Returns the event's values and the
-    per-prompt record of that evaluation (training/result.py)."""
+    is reported separately (the `warmstart` event). Returns the event's values, the per-prompt
+    record of that evaluation (training/result.py) and metrics.jsonl's step-0 row: `reward/val`
+    (= the event's val_reward), the `reward/val_*` parts and `perf/peak_rss_mb`."""
     t0 = time.perf_counter()
     n_steps = supervised_warm_start(policy, task, tok, cfg, P, device)
     bar = eval_bar(cfg, len(val_set), "evaluating before RL")
     val, texts, _ = evaluate(policy, task, tok, val_set, T_max, P, bar=bar)
     info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
     event("warmstart", "supervised warm start", **info)
-    return info, per_prompt(task, val_set, texts)
+    row = {"step": 0, "reward/val": val, **part_metrics(task, texts, [e.answer for e in val_set], "reward/val_"),
+           "perf/peak_rss_mb": peak_rss_mb()}
+    return info, per_prompt(task, val_set, texts), row
 
 
 def hold_precision(cfg: RunConfig, policy, event) -> dict:
@@ -84,8 +88,6 @@ class Trainer:
         self.policy, self.tok = build_policy(cfg, max_len=L_max)
         if is_user_task(cfg.task):
             check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
-        if is_user_task(cfg.task):
-            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
         self.device = policy_device(self.policy)               # --device (auto resolved)
         self.data_rng = np.random.default_rng([cfg.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
@@ -97,8 +99,9 @@ class Trainer:
         self.timer = StageTimer()
         self.step_idx = 0
         self.val_after: dict | None = None   # per-prompt record of the last step's evaluation
-        self.warmstart_info, self.val_before = warm_start(cfg, self.policy, self.task, self.tok, self.val_set,
-                                                          self.T_max, self.P, self.device, self.event)
+        self.warmstart_info, self.val_before, self.initial_metrics = warm_start(
+            cfg, self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, self.device, self.event)
+        self.metrics_sink.write(self.initial_metrics)   # step 0: the curve starts before RL
         attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
         self.precision_info = hold_precision(cfg, self.policy, self.event)   # --dtype used and why; bf16 frozen base
         # ------------------------------------------------------------ the stages
