@@ -128,8 +128,8 @@ def _runs_under(out, ancestor: int) -> dict:
 
 def _lines(out, run) -> int:
     try:
-        with open(out / run / "metrics.jsonl") as f:
-            return sum(1 for _ in f)
+        with open(out / run / "metrics.jsonl") as f:       # RL-step rows (the step-0 row not counted)
+            return sum(1 for line in f if json.loads(line)["step"] > 0)
     except OSError:
         return 0
 
@@ -234,6 +234,6 @@ def test_suite_on_ray_loses_a_node_and_the_same_command_completes_it(tmp_path):
         assert os.stat(out / done / "metrics.jsonl").st_mtime_ns == mtime      # skipped twice, untouched
         for run in RUNS:
             steps = [json.loads(x)["step"] for x in (out / run / "metrics.jsonl").read_text().splitlines()]
-            assert steps == list(range(1, STEPS + 1)) and _complete(out, run)
+            assert steps == list(range(0, STEPS + 1)) and _complete(out, run)   # the step-0 row, then 1..N once
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

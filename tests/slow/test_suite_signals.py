@@ -33,8 +33,8 @@ def _start(out):
 
 def _lines(out, run):
     try:
-        with open(out / run / "metrics.jsonl") as f:
-            return sum(1 for _ in f)
+        with open(out / run / "metrics.jsonl") as f:       # RL-step rows (the step-0 row not counted)
+            return sum(1 for line in f if json.loads(line)["step"] > 0)
     except OSError:
         return 0
 
@@ -117,5 +117,5 @@ def test_suite_forwards_signals_writes_partial_report_and_resumes(tmp_path):
     assert "3 runs, 2 already complete (skipped), 1 to run (1 resumed from their checkpoints)" in err
     for run in RUNS:
         steps = [json.loads(x)["step"] for x in (out / run / "metrics.jsonl").read_text().splitlines()]
-        assert steps == list(range(1, STEPS + 1)) and _complete(out, run)
+        assert steps == list(range(0, STEPS + 1)) and _complete(out, run)   # the step-0 row, then 1..N once
     assert len(json.loads((out / "report.json").read_text())["matrix"]) == 3
