@@ -8,7 +8,7 @@
 `pilot` writes OUT/pilot.json (per-step kl/k3, beta * kl/k3, loss/pg, train reward, validation) and
 OUT/pilot.png. `suite` writes OUT/form.json, OUT/form.md (per arm: greedy correctness before and
 after, split into the answer form and correctness within it; the same split of each reset arm's
-difference from no reset, paired by seed, t intervals) and OUT/curves.png (validation correctness
+difference from no reset and hard vs keep, paired by seed, t intervals; a per-seed table) and OUT/curves.png (validation correctness
 and KL to the reference per step, mean over seeds, resets marked).
 
 Split (tasks/reasoning_gym.py: `answer_form`, `correct_in_form` are evaluation metrics):
@@ -27,6 +27,9 @@ import sys
 
 import numpy as np
 
+ARMS = ("real-none", "real-keep", "real-hard")           # the preset's order (analysis/matrix.py)
+PAIRS = (("real-keep", "real-none"), ("real-hard", "real-none"), ("real-hard", "real-keep"))
+STYLES = ("-", "--", "-.", ":")
 VAL = ("reward/val_correct", "reward/val_answer_form", "reward/val_correct_in_form")
 PARTS = ("correct", "answer_form", "correct_in_form")   # summary.json "validation" keys (before / after)
 TRAIN = ("reward/mean", "kl/k3", "loss/pg", "loss/kl", "kl/beta", "policy/entropy", "response/len_mean")
@@ -69,9 +72,13 @@ def t_interval(d: list[float]) -> list[float]:
     return [float(d.mean() - half), float(d.mean() + half)]
 
 
+def _arm_order(arms) -> list[str]:
+    return sorted(arms, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))
+
+
 def suite_split(suite: str) -> dict:
-    """Per arm and seed: the split of the lift (last evaluation vs step 0); per reset arm: each part's
-    difference from real-none, paired by seed."""
+    """Per arm and seed: the split of the lift (last evaluation vs step 0); for each pair of PAIRS
+    present: each part's difference, paired by seed (the seeds both arms finished)."""
     runs = {}
     for name in sorted(os.listdir(suite)):
         m = re.fullmatch(r"(real-\w+)_s(\d+)", name)
@@ -88,15 +95,15 @@ def suite_split(suite: str) -> dict:
                 "form_after": float(np.mean([by[s]["form"][1] for s in by])),
                 "cgf_after": float(np.mean([by[s]["correct_given_form"][1] for s in by])),
                 "kl_to_init_after": [by[s]["kl_to_init_after"] for s in sorted(by)],
-                "before": next(iter(by.values()))} for a, by in runs.items()}
+                "before": next(iter(by.values()))} for a, by in ((a, runs[a]) for a in _arm_order(runs))}
     diffs = {}
-    for a in runs:
-        if a != "real-none" and "real-none" in runs:
-            common = sorted(set(runs[a]) & set(runs["real-none"]))
-            diffs[f"{a} - real-none"] = {"seeds": common, **{k: {
-                "mean": float(np.mean([runs[a][s][k] - runs["real-none"][s][k] for s in common])),
-                "ci95_t": t_interval([runs[a][s][k] - runs["real-none"][s][k] for s in common])} for k in keys}}
-    return {"arms": arms, "vs_none": diffs, "per_seed": runs}
+    for a, b in PAIRS:
+        common = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
+        if len(common) >= 2:
+            diffs[f"{a} - {b}"] = {"seeds": common, **{k: {
+                "mean": float(np.mean([runs[a][s][k] - runs[b][s][k] for s in common])),
+                "ci95_t": t_interval([runs[a][s][k] - runs[b][s][k] for s in common])} for k in keys}}
+    return {"arms": arms, "paired": diffs, "per_seed": runs}
 
 
 def _mean_curve(runs: list[dict], key: str) -> tuple[list, list]:
@@ -116,10 +123,10 @@ def plot(groups: dict[str, list[dict]], path: str, title: str) -> None:
     fig = Figure(figsize=(12, 3.4))
     axes = fig.subplots(1, 3)
     for i, (label, runs) in enumerate(groups.items()):
-        color = f"C{i}"
-        axes[0].plot(*_val_curve(runs), "o-", color=color, label=f"{label} (n={len(runs)})")
-        axes[1].plot(*_mean_curve(runs, "kl/k3"), color=color)
-        axes[2].plot(*_mean_curve(runs, "reward/mean"), color=color)
+        color, ls = f"C{i}", STYLES[i % len(STYLES)]
+        axes[0].plot(*_val_curve(runs), "o", ls=ls, color=color, label=f"{label} (n={len(runs)})")
+        axes[1].plot(*_mean_curve(runs, "kl/k3"), ls=ls, color=color)
+        axes[2].plot(*_mean_curve(runs, "reward/mean"), ls=ls, color=color)
         for s in runs[0]["resets"]:
             for ax in axes[1:]:
                 ax.axvline(s, color=color, ls=":", lw=0.8)
@@ -162,18 +169,34 @@ def suite(root: str, out: str) -> None:
                      f"| {', '.join(f'{x:.4f}' for x in v['kl_to_init_after'])} |")
     lines += ["", "| paired by seed | seeds | d correct [95% t] | form part | within-form part | outside-form part |",
               "|---|---|---|---|---|---|"]
-    for name, v in res["vs_none"].items():
+    for name, v in res["paired"].items():
         cells = [f"{v[k]['mean']:+.3f} [{v[k]['ci95_t'][0]:+.3f}, {v[k]['ci95_t'][1]:+.3f}]"
                  for k in ("d_correct", "part_form", "part_within_form", "part_outside_form")]
         lines.append(f"| {name} | {len(v['seeds'])} | " + " | ".join(cells) + " |")
+    per_seed, arms = res["per_seed"], list(res["arms"])
+    seeds = sorted(set().union(*[set(per_seed[a]) for a in arms])) if arms else []
+    lines += ["", "| seed | " + " | ".join(f"{a}: correct after" for a in arms) + " | "
+              + " | ".join(f"{a} - {b}" for a, b in PAIRS if a in arms and b in arms)
+              + " | kl/to_init at the end, " + " / ".join(arms) + " |",
+              "|---" * (2 + len(arms) + sum(a in arms and b in arms for a, b in PAIRS)) + "|"]
+    cell = lambda a, s, k: per_seed[a][s][k] if s in per_seed[a] else None   # noqa: E731
+    for s in seeds:
+        after = [cell(a, s, "correct") for a in arms]
+        d = [(after[arms.index(a)][1] - after[arms.index(b)][1]) if after[arms.index(a)] and after[arms.index(b)]
+             else None for a, b in PAIRS if a in arms and b in arms]
+        kl = [cell(a, s, "kl_to_init_after") for a in arms]
+        lines.append(f"| {s} | " + " | ".join("—" if x is None else f"{x[1]:.3f}" for x in after) + " | "
+                     + " | ".join("—" if x is None else f"{x:+.3f}" for x in d) + " | "
+                     + " / ".join("—" if x is None else f"{x:.4f}" for x in kl) + " |")
     open(os.path.join(out, "form.md"), "w").write("\n".join(lines) + "\n")
-    groups = {}
-    for name in sorted(os.listdir(root)):
+    groups: dict[str, list[dict]] = {}
+    for name in sorted(os.listdir(root), key=lambda n: (_arm_order([n.split("_s")[0]]), n)):
         m = re.fullmatch(r"(real-\w+)_s(\d+)", name)
         if m and os.path.isfile(os.path.join(root, name, "summary.json")):
             groups.setdefault(m.group(1), []).append(read_run(os.path.join(root, name)))
+    groups = {a: groups[a] for a in _arm_order(groups)}
     plot(groups, os.path.join(out, "curves.png"), "SmolLM2-135M-Instruct + LoRA r8, rg:basic_arithmetic: "
-         "no reset vs reset (resets dotted)")
+         "no reset vs reset + keep vs reset + hard (resets dotted)")
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,7 @@ def smollm2_dir(tmp_path):
     return tmp_path
 
 
-def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once_per_copy(smollm2_dir):
+def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once(smollm2_dir):
     cfg = cfg_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
     s = model_shape(cfg, 96)
     # rank 8 on q, k, v, o of 30 layers: 30 * 8 * ((576 + 576) * 2 + (576 + 192) * 2) = 921,600
@@ -68,7 +68,10 @@ def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once_per_copy(smo
     assert s.copy_bytes == (134_515_008 + 921_600 + 64) * 4         # + the rotary buffers' 64 elements
     e = build_estimate(cfg, s, 64, 32)
     assert e.held["grads_adam"] == 3 * 921_600 * 4
-    assert e.held["reference"] == e.held["weights"] == s.copy_bytes
+    assert e.held["weights"] == s.copy_bytes
+    assert s.shared_bytes == 134_515_008 * 4                        # the frozen base, tied embedding once
+    own = (921_600 + 64) * 4                                         # a copy holds its adapters and buffers
+    assert e.held["reference"] == own and e.held["monitor_snapshots"] == 2 * own
 
 
 def test_smollm2_demo_is_not_refused_on_a_24_gib_machine(smollm2_dir, monkeypatch):

@@ -11,15 +11,17 @@ The process's peak resident memory is modelled as
 
 `held` terms live from set-up to the end of the run: the policy's weights; gradients and Adam's two
 moments of the trainable parameters (all of them, or only the LoRA adapters at the largest rank
-the run can reach when --enable_growth freezes the base); the reference (Variant A: a deep copy of
-the policy, frozen base included; Variant B has none); the drift monitor's initial and previous
-snapshots (two state-dict clones of the whole policy, kept by every run); the best checkpoint
-(--reset_to best); the [N, T, V] logits of --kl_estimator full; the validation set (--n_val).
+the run can reach when --enable_growth freezes the base); the reference (Variant A: a copy of
+the policy; Variant B has none); the drift monitor's initial and previous snapshots (two
+state-dict clones, kept by every run); the best checkpoint (--reset_to best). The copies share
+a frozen base with the policy (models.base.frozen_parameters), so under --enable_growth each
+costs its adapters and buffers only; the [N, T, V] logits of --kl_estimator full; the validation set (--n_val).
 `phases` happen one at a time: the rollout (KV cache of N rows and one position's logits), a
 no-grad log-prob pass over the batch (reference forward, --tis_cap, policy/delta_logp), one
 micro-batch's forward and backward (saved activations plus five [n, T, V] logits-sized tensors),
-the optimizer step (foreach Adam's temporaries), the greedy evaluation (at most 256 prompts per
-chunk, sampling.evaluate) and the drift monitor (64 sequences, logits in 64 MiB row chunks). The
+the optimizer step (foreach Adam's temporaries), the greedy evaluation (at most 32 prompts per
+generate call, sampling.evaluate; pass@k 256 sequences) and the drift monitor (64 sequences,
+logits in 64 MiB row chunks). The
 warm start (toy models) trains every parameter with its own Adam before the reference and the
 snapshots exist, so it is compared with the rest as a whole.
 
@@ -35,7 +37,8 @@ from dataclasses import dataclass, field
 
 MiB = 2 ** 20
 BASELINE = {"toy": 330 * MiB, "hf": 400 * MiB}   # measured peaks: tiny GRU run; tiny HF run (transformers loaded)
-EVAL_CHUNK = 256              # prompts per generate call of the evaluation (rollout/sampling.evaluate)
+EVAL_BATCH = 32               # prompts per greedy generate call of the evaluation (rollout/sampling.EVAL_BATCH)
+EVAL_CHUNK = 256              # sequences per generate call of pass@k (rollout/pass_at_k.py, --eval_samples)
 MONITOR_ROWS = 64             # drift-monitor sequences (training/reset_loop.MONITOR_PROMPTS)
 MONITOR_CHUNK = 2 ** 24       # logits elements per drift-monitor tensor (training/monitors.py)
 WARMSTART_ROWS = 64           # demonstrations per warm-start step (training/warmstart.py)
@@ -60,6 +63,7 @@ class Shape:
     kv: int                   # key/value width per layer K
     param_bytes: int = 4      # bytes per trainable element (gradients and moments are float32 here)
     act_bytes: int = 4        # activations (2 under bf16 compute)
+    shared_bytes: int = 0     # frozen parameters (a LoRA base): held once, aliased by every copy
 
 
 @dataclass
@@ -139,8 +143,13 @@ def _meta_policy(cfg, max_len: int):
 
 def _copy_bytes(policy) -> int:
     """Bytes of one state-dict copy: unique parameters (tied weights once) and buffers."""
+    return _copy_bytes_of([*policy.parameters(), *policy.buffers()])
+
+
+def _copy_bytes_of(tensors) -> int:
+    """Bytes of the distinct tensors among `tensors`."""
     seen, total = set(), 0
-    for t in [*policy.parameters(), *policy.buffers()]:
+    for t in tensors:
         if id(t) not in seen:
             seen.add(id(t))
             total += t.numel() * t.element_size()
@@ -181,8 +190,10 @@ def model_shape(cfg, max_len: int) -> Shape:
     else:
         dims = (policy.vocab_size, cfg.d_model, cfg.n_layers, 4 * cfg.d_model, cfg.d_model)
     low = dtype in ("bfloat16", "bf16_mixed")
+    frozen = _copy_bytes_of([p for p in policy.parameters() if not p.requires_grad])
     return Shape("hf" if c is not None else cfg.model, _copy_bytes(policy) + int(adapters * (scale - 1)), full,
-                 trainable, *dims, param_bytes=2 if dtype == "bfloat16" else 4, act_bytes=2 if low else 4)
+                 trainable, *dims, param_bytes=2 if dtype == "bfloat16" else 4, act_bytes=2 if low else 4,
+                 shared_bytes=frozen)
 
 
 def prompt_response_tokens(cfg) -> tuple[int, int]:
@@ -266,14 +277,15 @@ def build_estimate(cfg, shape: Shape, P: int, T: int) -> Estimate:
     size_flag = "hidden" if cfg.model == "gru" else "d_model" if cfg.model == "transformer" else "model"
     batch_flag = "batch_size" if cfg.batch_size >= cfg.group_size else "group_size"
     copy, s = shape.copy_bytes, shape
+    own = copy - s.shared_bytes                                      # a copy beyond the shared frozen base
     held = {"weights": copy,
             "grads_adam": 3 * s.trainable * 4,                       # gradient, exp_avg, exp_avg_sq (float32)
-            "reference": copy if cfg.variant == "A" else 0,          # ReferenceHolder's deep copy
-            "monitor_snapshots": 2 * copy,                           # kl/to_init and kl/to_prev clones
-            "best_snapshot": copy if cfg.reset_to == "best" else 0,
+            "reference": own if cfg.variant == "A" else 0,           # ReferenceHolder's copy
+            "monitor_snapshots": 2 * own,                            # kl/to_init and kl/to_prev clones
+            "best_snapshot": own if cfg.reset_to == "best" else 0,
             "kl_full_logits": N * T * s.vocab * 4 if cfg.kl_estimator == "full" else 0,
             "val_set": cfg.n_val * PER_VAL_EXAMPLE}
-    eval_rows = min(cfg.n_val, EVAL_CHUNK)
+    eval_rows = min(cfg.n_val, EVAL_BATCH)
     if cfg.eval_samples:
         eval_rows = max(eval_rows, min(cfg.n_val, max(1, EVAL_CHUNK // cfg.eval_samples)) * cfg.eval_samples)
     phases = {"rollout": _decode(s, N, cfg.batch_size, P, T),
@@ -292,7 +304,8 @@ def build_estimate(cfg, shape: Shape, P: int, T: int) -> Estimate:
              "logprob_pass": batch_flag, "update": "micro_batch" if cfg.micro_batch > 0 else batch_flag,
              "optimizer_step": size_flag, "evaluation": "n_val", "drift_monitor": "n_val",
              "warm_start": "warmstart_steps"}
-    notes = {"params_per_copy_mib": round(copy / MiB, 1), "trainable_params": s.trainable,
+    notes = {"params_per_copy_mib": round(copy / MiB, 1), "shared_frozen_mib": round(s.shared_bytes / MiB, 1),
+             "trainable_params": s.trainable,
              "update_rows": n_train, "eval_rows": eval_rows}
     return Estimate(BASELINE["hf" if s.kind == "hf" else "toy"], held, phases, warm, flags, P, T, notes)
 

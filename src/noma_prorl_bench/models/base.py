@@ -55,6 +55,22 @@ def policy_device(model) -> torch.device:
     return torch.device("cpu")
 
 
+def frozen_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+    """{state-dict name: tensor} of the parameters that never train (``requires_grad=False``: a
+    LoRA policy's frozen base). Copies of the policy (the reference, drift-monitor and best-policy
+    snapshots) alias these tensors instead of cloning them, so a frozen base is held once; every
+    holder treats them as read-only. A tensor under several names (a tied head) is listed under
+    each. Empty for fully trained policies (the toy models)."""
+    return {n: p.detach() for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when `a` and `b` are views of the same memory with the same layout (an alias)."""
+    return (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            and a.storage_offset() == b.storage_offset() and a.shape == b.shape
+            and a.stride() == b.stride() and a.dtype == b.dtype and a.device == b.device)
+
+
 def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Tensor:
     """tokens[N, L] -> logits[N, T, V] (float32) at the positions that predict the response.
 

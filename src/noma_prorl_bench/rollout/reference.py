@@ -32,6 +32,14 @@ so the reference's [n, T, V] float32 logits never exist at once (not with keep_l
 Reference updates (`reset_to`): `hard` copies the policy bit for bit; `polyak` mixes
 ref <- alpha * pi + (1 - alpha) * ref in place, the same arithmetic as TRL's
 SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py).
+
+A frozen base is held once: the copy shares the policy's frozen parameters
+(`models.base.frozen_parameters`, requires_grad=False: a LoRA policy's base) instead of
+cloning them, as PEFT's reference is the base with adapters disabled. Only the trained
+parameters (the adapters) are the reference's own. Updates and checkpoint loads never write
+a shared tensor: `hard` and `polyak` leave it as it is (ref = pi there already, so the mix
+is the identity; it is not recomputed, which would round it), and a state to load must match
+it exactly (else ValueError: the reference would need a base of its own).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ import torch
 from torch import nn
 
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.models.base import policy_logprobs
+from noma_prorl_bench.models.base import frozen_parameters, policy_logprobs, same_tensor
 
 REF_MODES = ("naive_epoch", "cached", "ring", "none")
 REF_UPDATES = ("hard", "polyak")
@@ -157,11 +165,15 @@ class ReferenceHolder:
         self._lbuf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len, V]
         self._naive_last: tuple[int, int] | None = None  # naive: rows of the last minibatch forward
         self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # exact per step (io.metrics)
+        self.shared: dict[str, torch.Tensor] = {}     # the policy's frozen parameters, aliased
         if mode == "none":
             return
         if policy is None:
             raise ValueError(f"ref_compute={mode!r} needs a policy to copy")
-        self.model = copy.deepcopy(policy).eval().requires_grad_(False)
+        # deepcopy with the frozen parameters pre-seeded in its memo: they are shared, not copied
+        self.shared = frozen_parameters(policy)
+        memo: dict[int, Any] = {id(p): p for p in policy.parameters() if not p.requires_grad}
+        self.model = copy.deepcopy(policy, memo).eval().requires_grad_(False)
         if mode == "ring":
             if max_seqs < 1 or max_resp_len < 1:
                 raise ValueError("ring needs max_seqs >= 1 and max_resp_len >= 1")
@@ -300,7 +312,7 @@ class ReferenceHolder:
         self._n = self._t = self._cache = None       # a prepared batch is stale now
         self._logits = self._fwd_logits = self._naive_last = None
         if rule == "hard":
-            model.load_state_dict(src)
+            self._load(src)
             return {"ref_update": "hard", "ref_mix_alpha": None}
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
@@ -308,12 +320,39 @@ class ReferenceHolder:
         if set(dst) != set(src):
             raise KeyError(f"state dict keys differ: {sorted(set(dst) ^ set(src))[:5]}")
         for name, ref_t in dst.items():
+            if name in self.shared:
+                self._check_shared(name, src[name])
+                continue
             pi_t = src[name].to(ref_t.device)
             if ref_t.is_floating_point():
                 ref_t.mul_(1.0 - alpha).add_(pi_t, alpha=alpha)
             else:
                 ref_t.copy_(pi_t)
         return {"ref_update": "polyak", "ref_mix_alpha": float(alpha)}
+
+    def _check_shared(self, name: str, value: torch.Tensor) -> None:
+        """A state's entry for a shared frozen tensor must be that tensor or equal to it."""
+        t = self.shared[name]
+        if same_tensor(value, t):
+            return
+        if value.shape != t.shape or not torch.equal(value.to(t.device, t.dtype), t):
+            raise ValueError(f"reference state {name!r} differs from the policy's frozen parameter it shares; "
+                             "a reference with a base of its own is not supported")
+
+    def _load(self, src: dict[str, torch.Tensor]) -> None:
+        """Copy `src` into the reference: every entry but the shared frozen ones (checked equal)."""
+        model = self._require()
+        if not self.shared:
+            model.load_state_dict(src)
+            return
+        for name in self.shared:
+            if name in src:
+                self._check_shared(name, src[name])
+        missing, unexpected = model.load_state_dict({k: v for k, v in src.items() if k not in self.shared},
+                                                    strict=False)
+        missing = [k for k in missing if k not in self.shared]
+        if missing or unexpected:
+            raise KeyError(f"reference state dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
     def state_dict(self) -> dict[str, Any]:
         """The reference parameters (None in Variant B) for checkpoints; buffers are not saved."""
@@ -324,4 +363,4 @@ class ReferenceHolder:
             raise ValueError(f"checkpoint ref mode {state['mode']!r} vs this run's {self.mode!r}")
         if self.model is not None:
             with torch.no_grad():
-                self.model.load_state_dict(state["model"])
+                self._load(state["model"])

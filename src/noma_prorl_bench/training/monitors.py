@@ -28,8 +28,8 @@ from torch.func import functional_call
 
 from noma_prorl_bench.algorithms.kl import kl_full
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.models.base import response_logits, slices_logits
-from noma_prorl_bench.training.resets import clone_state_dict
+from noma_prorl_bench.models.base import frozen_parameters, response_logits, same_tensor, slices_logits
+from noma_prorl_bench.training.resets import adopt_frozen, clone_state_dict
 
 Params = dict[str, torch.Tensor]
 #: the drift monitor's row chunk holds at most this many logits per [n, T, V] tensor (64 MiB float32)
@@ -126,11 +126,13 @@ def _clone_params(params: Params) -> Params:
 
 
 class PrevPolicySnapshot:
-    """The previous step's parameters, kept as one state-dict clone refreshed in place."""
+    """The previous step's parameters, kept as one state-dict clone refreshed in place (frozen
+    parameters are aliased, not cloned: `clone_state_dict`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, frozen: Params | None = None) -> None:
         self.params: Params | None = None
         self.step: int | None = None
+        self.frozen = frozen or {}   # the live policy's frozen parameters: a loaded snapshot aliases them
 
     def capture(self, policy: nn.Module, step: int | None = None) -> None:
         """Copy `policy`'s current parameters and buffers (reusing storage when shapes match)."""
@@ -140,7 +142,8 @@ class PrevPolicySnapshot:
             params[k].shape == v.shape and params[k].dtype == v.dtype for k, v in sd.items())
         if same and params is not None:
             for k, v in sd.items():
-                params[k].copy_(v)
+                if not same_tensor(params[k], v):     # an aliased frozen tensor is already current
+                    params[k].copy_(v)
         else:
             self.params = clone_state_dict(policy)
         self.step = step
@@ -150,7 +153,7 @@ class PrevPolicySnapshot:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         params = state["params"]
-        self.params = None if params is None else _clone_params(params)
+        self.params = None if params is None else adopt_frozen(_clone_params(params), self.frozen)
         self.step = state["step"]
 
 
@@ -162,8 +165,9 @@ class DriftMonitor:
         if mask.shape != (tokens.shape[0], tokens.shape[1] - P):
             raise ValueError(f"mask {tuple(mask.shape)} does not match tokens {tuple(tokens.shape)} with P={P}")
         self.tokens, self.P, self.mask, self.temperature = tokens, P, mask, float(temperature)
+        self.frozen = frozen_parameters(policy)     # a LoRA base: aliased by both snapshots, held once
         self.init_params: Params = clone_state_dict(policy)
-        self.prev = PrevPolicySnapshot()
+        self.prev = PrevPolicySnapshot(self.frozen)
         self.counter = MonitorCounter()
 
     def remember(self, policy: nn.Module, step: int | None = None) -> None:
@@ -206,5 +210,5 @@ class DriftMonitor:
         return {"init_params": self.init_params, "prev": self.prev.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.init_params = _clone_params(state["init_params"])
+        self.init_params = adopt_frozen(_clone_params(state["init_params"]), self.frozen)
         self.prev.load_state_dict(state["prev"])

@@ -39,7 +39,7 @@ from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.io.metrics import Counters
-from noma_prorl_bench.models.base import policy_device, policy_logprobs
+from noma_prorl_bench.models.base import frozen_parameters, policy_device, policy_logprobs
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
@@ -92,7 +92,7 @@ class ResetManager:
         self.cfg, self.policy, self.ref, self.optim, self.emit = cfg, policy, ref, optim, emit
         self.enabled = ref.enabled                    # Variant B: no reference, no resets
         self.trigger = trigger_from_config(cfg)
-        self.best = BestTracker()
+        self.best = BestTracker(frozen=frozen_parameters(policy))   # a frozen base is aliased, not cloned
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
         self.kl_key = kl_key
 

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from noma_prorl_bench.models.base import frozen_parameters
+
 REASONS = ("stall", "kl_spike", "periodic")  # priority order when several fire together
 
 
@@ -140,11 +142,18 @@ def clone_state_dict(module: nn.Module, device: str | torch.device | None = None
     """Detached clones of `module.state_dict()` (parameters and buffers), aliasing kept.
 
     Entries that share storage in the module (tied weights) share one clone, so the result
-    can be fed to `torch.func.functional_call` as well as to `load_state_dict`.
+    can be fed to `torch.func.functional_call` as well as to `load_state_dict`. Frozen
+    parameters (`models.base.frozen_parameters`: a LoRA policy's base) are not cloned when
+    they stay on their device: the entry aliases the module's own tensor, so a snapshot of a
+    LoRA policy costs its adapters, not a second base.
     """
+    frozen = frozen_parameters(module)
     out: dict[str, torch.Tensor] = {}
     seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
     for name, t in module.state_dict().items():
+        if name in frozen and (device is None or torch.device(device) == t.device):
+            out[name] = frozen[name]
+            continue
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
         if key not in seen:
             seen[key] = t.detach().to(device=device, copy=True)
@@ -152,11 +161,23 @@ def clone_state_dict(module: nn.Module, device: str | torch.device | None = None
     return out
 
 
+def adopt_frozen(params: dict[str, torch.Tensor], frozen: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`params` (a loaded snapshot) with each entry equal to a frozen tensor of the live policy
+    replaced by that tensor (an alias, no second copy held); other entries unchanged."""
+    out = dict(params)
+    for name, t in frozen.items():
+        v = out.get(name)
+        if v is not None and v.shape == t.shape and v.dtype == t.dtype and v.device == t.device and torch.equal(v, t):
+            out[name] = t
+    return out
+
+
 class BestTracker:
     """Best validation reward so far and a clone of the parameters at that time."""
 
-    def __init__(self, device: str | torch.device | None = None):
+    def __init__(self, device: str | torch.device | None = None, frozen: dict[str, torch.Tensor] | None = None):
         self.device = device         # where the snapshot lives (e.g. "cpu" to spare GPU memory)
+        self.frozen = frozen or {}   # the live policy's frozen parameters: a loaded snapshot aliases them
         self.best: float | None = None
         self.step: int | None = None
         self.params: dict[str, torch.Tensor] | None = None
@@ -184,7 +205,8 @@ class BestTracker:
         self.best = None if state["best"] is None else float(state["best"])
         self.step = None if state["step"] is None else int(state["step"])
         params = state["params"]
-        self.params = None if params is None else {k: v.detach().to(self.device, copy=True) for k, v in params.items()}
+        self.params = None if params is None else adopt_frozen(
+            {k: v.detach().to(self.device, copy=True) for k, v in params.items()}, self.frozen)
 
 
 # ---------------------------------------------------------------- recovery after a reset
