@@ -277,9 +277,6 @@ def _titles(procs) -> set:
     return out
 
 
-@pytest.mark.skip(reason="known defect: on main the Ray driver blocked in ray.wait for the learner's warm start "
-                         "did not act on SIGHUP within 120 s (2 of 2 trials; passed on its own branch); "
-                         "the local engine's set-up stop is tested in tests/smoke/test_run_dir_safety.py")
 def test_sighup_during_the_warm_start_stops_a_ray_run_cleanly(ray_cluster, tmp_path, fast_flags, alive_actors):
     """SIGHUP while the learner actor runs its warm start, the driver blocked in a Ray wait (where
     Ray runs the signal handler and wraps what it raises in a SystemError): exit 129 with the
@@ -301,7 +298,9 @@ def test_sighup_during_the_warm_start_stops_a_ray_run_cleanly(ray_cluster, tmp_p
     _, err = p.communicate(timeout=120)
     assert p.returncode == 129, err[-3000:]
     assert "Traceback" not in err and "stopped by SIGHUP" in err and "no checkpoint was written yet" in err
-    assert _lines(out, "events.jsonl")[-1]["event"] == "stopped" and _lines(out) == []
+    assert _lines(out, "events.jsonl")[-1]["event"] == "stopped"
+    metrics = out / "metrics.jsonl"                  # stopped before the step-0 evaluation: no row at all
+    assert not metrics.exists() or metrics.read_text() == ""
     assert json.loads((out / "summary.json").read_text())["complete"] is False
     assert alive_actors() == []
 

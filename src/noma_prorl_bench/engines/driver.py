@@ -52,6 +52,9 @@ from noma_prorl_bench.engines.stops import stop_on_signals, stops_through_ray
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
+#: longest single ray.wait: Python runs a stop signal's handler only between calls, and a wait
+#: blocked in Ray's C++ side for the whole start-up timeout could leave SIGHUP unanswered for minutes
+WAIT_SLICE_S = 0.5
 
 
 class EngineError(RuntimeError):
@@ -215,8 +218,9 @@ class RayEngine:
         import ray  # noqa: PLC0415
         while True:
             first = min(c.deadline for c in pending.values())
-            with stops_through_ray():
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first - time.time()))
+            with stops_through_ray():              # in slices, so a stop signal is acted on within WAIT_SLICE_S
+                ready, _ = ray.wait(list(pending), num_returns=1,
+                                    timeout=min(WAIT_SLICE_S, max(0.0, first - time.time())))
             if ready:
                 ref = ready[0]
                 call = pending.pop(ref)

@@ -1,7 +1,7 @@
 """The reference policy pi_ref (S1) and its log-probabilities logp_ref (S4), with exact counts.
 
 Legend: N sequences in the step's batch, n in a minibatch, P prompt length, T response
-length, L = P + T. `ReferenceHolder` owns a frozen, eval-mode deep copy of the policy and
+length, L = P + T. `ReferenceHolder` owns a frozen, eval-mode copy of the policy and
 hands the trainer `logp_ref` under one of four modes (`--ref_compute`):
 
   naive_epoch  A0: one reference forward per `minibatch` call, i.e. E*M per step for

@@ -10,7 +10,7 @@ copy and the optimizer are built): wrap the `nn.Linear`s named by `--adapter_tar
 `models.lora.LoRALinear` at `--initial_rank` with scale `--lora_alpha / --initial_rank` (fixed
 for the run). The base model is frozen; only the adapters train (PEFT's convention), so the
 adapter rank is the policy's whole RL capacity and growing it matters. Variant A's reference
-is a deep copy of this adapted policy, so reference resets copy adapters too.
+is a copy of this adapted policy sharing its frozen base, so reference resets copy adapters.
 
 Each step, after the update, the evaluation and the reset bookkeeping, `after_step(step, m)`:
   1. returns `adapter/rank` (the rank the step's update used, i.e. before any growth below);
