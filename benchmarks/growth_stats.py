@@ -1,83 +1,48 @@
-"""Paired statistics for the growth benchmarks: bootstrap CI, sign-flip p-value, Holm, verdict.
+"""Paired statistics for the growth benchmarks: a thin layer over ``noma_prorl_bench.analysis.stats``.
 
-For one comparison ``arm - baseline`` over the same seeds (differences ``d_i``):
+For one comparison ``arm - baseline`` over the same seeds (differences ``d_i``, n pairs):
 
 * ``diff``  = mean(d);
-* ``ci95``  = 95% bootstrap CI of the mean (``scipy.stats.bootstrap``, BCa, 10,000 resamples,
-  paired because the resampling unit is the seed's difference); ``[0, 0]`` when every d_i is 0;
-* ``p``     = two-sided paired sign-flip permutation p-value of the mean (exact over all 2^n sign
-  patterns for n <= 16, else 20,000 random patterns; Good 2005, "Permutation, Parametric and
-  Bootstrap Tests of Hypotheses"): under H0 (no effect) each d_i is as likely to be -d_i;
-* ``p_holm`` = Holm's step-down adjustment across every comparison of the report (Holm 1979);
+* ``ci95``  = Student t interval of mean(d), mean(d) +- t(0.975, n-1) sd(d) / sqrt(n)
+  (``stats.t_ci``; ``[d, d]`` when every d_i is equal). Not the BCa bootstrap these reports
+  used before: simulated in this project, BCa covered the true mean in only 87-90% of studies at
+  n = 10 pairs (too narrow at 5-20 pairs); the t interval covers 95% there (analysis/stats.py);
+* ``p``     = two-sided paired sign-flip permutation p-value of mean(d) (``stats.sign_flip_p``:
+  exact over all 2^n sign patterns for n <= 16): under H0 each d_i is as likely to be -d_i;
+* ``p_holm`` = Holm's step-down adjustment across every comparison of the report (``stats.holm``);
 * ``verdict`` = ``better`` / ``worse`` (sign of diff and whether lower is better) when
-  p_holm < 0.05, else ``no detectable difference``.
+  p_holm < 0.05, else ``no detectable difference`` (``stats.verdict``);
+* ``mde80`` = the smallest |mean diff| this design detects with 80% power after the report's
+  Holm correction (``stats.mde80(sd(d), n, m)``, m = number of comparisons in the report).
+
+The per-row CI is the comparison's own 95% interval, before the family correction; the verdict
+is after it, so a CI that excludes 0 can still come with "no detectable difference".
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-from scipy import stats
 
-ALPHA = 0.05
+from noma_prorl_bench.analysis import stats
 
-
-def sign_flip_p(d: np.ndarray, n_random: int = 20_000, seed: int = 0) -> float:
-    """Two-sided p-value of mean(d) under random sign flips (exact for len(d) <= 16)."""
-    d = np.asarray(d, dtype=float)
-    obs = abs(d.mean())
-    if obs == 0.0:
-        return 1.0
-    if len(d) <= 16:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(d))))
-    else:
-        signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(n_random, len(d)))
-    means = np.abs((signs * d).mean(1))
-    return float((means >= obs - 1e-12 * max(1.0, obs)).mean())
-
-
-def bootstrap_ci(d: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% BCa bootstrap CI of mean(d); degenerate (all equal) samples give [d0, d0]."""
-    d = np.asarray(d, dtype=float)
-    if np.all(d == d[0]):
-        return float(d[0]), float(d[0])
-    res = stats.bootstrap((d,), np.mean, n_resamples=10_000, confidence_level=0.95, method="BCa",
-                          random_state=np.random.default_rng(seed))
-    lo, hi = res.confidence_interval
-    if not (np.isfinite(lo) and np.isfinite(hi)):       # BCa can fail on tiny, lumpy samples
-        res = stats.bootstrap((d,), np.mean, n_resamples=10_000, method="percentile",
-                              random_state=np.random.default_rng(seed))
-        lo, hi = res.confidence_interval
-    return float(lo), float(hi)
-
-
-def holm(pvals: list[float]) -> list[float]:
-    """Holm-adjusted p-values (monotone, capped at 1), in the input order."""
-    m = len(pvals)
-    order = np.argsort(pvals)
-    adj, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvals[i]))
-        adj[i] = running
-    return adj
+ALPHA = stats.ALPHA
 
 
 def compare(name: str, metric: str, arm: list[float], base: list[float], lower_is_better: bool) -> dict:
     """One paired comparison (arm - base), before the Holm adjustment."""
     d = np.asarray(arm, dtype=float) - np.asarray(base, dtype=float)
-    lo, hi = bootstrap_ci(d)
+    lo, hi = stats.t_ci(d)
     return {"name": name, "metric": metric, "n_pairs": len(d), "diff": float(d.mean()),
-            "ci95": [lo, hi], "p": sign_flip_p(d), "lower_is_better": lower_is_better,
+            "ci95": [lo, hi], "p": stats.sign_flip_p(d), "lower_is_better": lower_is_better,
+            "sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
             "arm_mean": float(np.mean(arm)), "base_mean": float(np.mean(base))}
 
 
 def finish(comparisons: list[dict]) -> list[dict]:
-    """Holm across all comparisons, then the verdict of each (in place; returns the list)."""
-    for c, p in zip(comparisons, holm([c["p"] for c in comparisons])):
+    """Holm across all comparisons, then the verdict and mde80 of each (in place; returns the list)."""
+    m = len(comparisons)
+    for c, p in zip(comparisons, stats.holm([c["p"] for c in comparisons])):
         c["p_holm"] = p
-        if p >= ALPHA or c["diff"] == 0.0:
-            c["verdict"] = "no detectable difference"
-        else:
-            c["verdict"] = "better" if (c["diff"] < 0) == c["lower_is_better"] else "worse"
+        c["verdict"] = stats.verdict(c["diff"], p, higher_is_better=not c["lower_is_better"])
+        c["mde80"] = stats.mde80(c["sd"], c["n_pairs"], m)
     return comparisons

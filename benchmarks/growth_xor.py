@@ -90,7 +90,7 @@ def train(model, opt, x, y, steps: int) -> list[float]:
 
 
 def drop_cohorts(opt) -> None:
-    """Reproduce the pre-issue-15 ``preserve``: new entries share the tensor's step count."""
+    """Reproduce the earlier ``preserve``, before per-entry step counts: new entries share the tensor's step count."""
     for st in opt.state.values():
         st.pop(adam_cohorts.COHORT, None)
         st.pop(adam_cohorts.COUNTS, None)
@@ -247,7 +247,7 @@ def main(argv=None) -> None:
                    help="comma-separated learning rates: run every lr x seed, write --out_dir report")
     p.add_argument("--out_dir", default="docs/growth/xor", help="with --lrs: report.md, summary.json, PNG")
     p.add_argument("--shared_step_arm", type=int, default=1,
-                   help="1: add 'preserve_shared_step', the pre-issue-15 preserve (new entries share the step)")
+                   help="1: add 'preserve_shared_step', the earlier preserve, before per-entry step counts (new entries share the step)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.lrs:

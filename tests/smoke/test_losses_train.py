@@ -1,4 +1,4 @@
-"""Every issue-3 loss/advantage/KL/DAPO flag trains the default task end to end (CLI, 3 steps).
+"""Every loss, advantage, reduction, KL and DAPO flag trains the default task end to end (CLI, 3 steps).
 
 Each test runs `run.main` in-process with the FAST flags (B=4, G=4, E=2, M=2: N=16, 4 train
 forwards per step) and reads metrics.jsonl; bad flag combinations must exit 2 and write nothing.
