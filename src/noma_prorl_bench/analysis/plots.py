@@ -86,9 +86,13 @@ def curve(runs: Sequence[Run], key: str, window: int = 1, initial: bool = False)
 def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, initial: bool = False,
           **kw) -> None:
     steps, mean, lo, hi = curve(runs, key, window, initial)
+    if 0 < steps.size <= 3:               # measured at 1-3 steps only: a bare line is invisible
+        kw = {"marker": "o", **kw}
     ax.plot(steps, mean, color=color, label=label, **kw)
     if len(runs) > 1 and steps.size:
         ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
+        if steps.size <= 3:
+            ax.errorbar(steps, mean, yerr=[mean - lo, hi - mean], color=color, fmt="none", capsize=3)
 
 
 def _colors(n: int) -> list:
