@@ -182,3 +182,15 @@ def test_best_snapshot_aliases_the_base_and_restores_bit_for_bit(tmp_path):
     for k, v in pol.state_dict().items():
         assert torch.equal(v, want[k]), k
     assert saved.keys() == want.keys()
+
+
+@pytest.mark.unit
+def test_clone_state_dict_copies_unless_asked_to_share():
+    pol = _lora_policy()
+    ref = ReferenceHolder(pol, "cached")                    # its module is frozen as a whole
+    snap = clone_state_dict(ref.model)                      # a copy: nothing aliases the live tensors
+    live = {t.untyped_storage().data_ptr() for t in ref.model.state_dict().values()}
+    assert all(t.untyped_storage().data_ptr() not in live for t in snap.values())
+    shared = clone_state_dict(pol, share_frozen=True)       # a policy snapshot: the base aliased
+    assert same_tensor(shared["emb.weight"], pol.state_dict()["emb.weight"])
+    assert not same_tensor(shared["head.lora_A"], pol.state_dict()["head.lora_A"])

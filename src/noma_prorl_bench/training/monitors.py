@@ -145,7 +145,7 @@ class PrevPolicySnapshot:
                 if not same_tensor(params[k], v):     # an aliased frozen tensor is already current
                     params[k].copy_(v)
         else:
-            self.params = clone_state_dict(policy)
+            self.params = clone_state_dict(policy, share_frozen=True)
         self.step = step
 
     def state_dict(self) -> dict[str, Any]:
@@ -166,7 +166,7 @@ class DriftMonitor:
             raise ValueError(f"mask {tuple(mask.shape)} does not match tokens {tuple(tokens.shape)} with P={P}")
         self.tokens, self.P, self.mask, self.temperature = tokens, P, mask, float(temperature)
         self.frozen = frozen_parameters(policy)     # a LoRA base: aliased by both snapshots, held once
-        self.init_params: Params = clone_state_dict(policy)
+        self.init_params: Params = clone_state_dict(policy, share_frozen=True)
         self.prev = PrevPolicySnapshot(self.frozen)
         self.counter = MonitorCounter()
 

@@ -138,16 +138,19 @@ def trigger_from_config(cfg: Any) -> ResetTrigger:
 # ---------------------------------------------------------------- parameter snapshots
 
 
-def clone_state_dict(module: nn.Module, device: str | torch.device | None = None) -> dict[str, torch.Tensor]:
+def clone_state_dict(module: nn.Module, device: str | torch.device | None = None,
+                     share_frozen: bool = False) -> dict[str, torch.Tensor]:
     """Detached clones of `module.state_dict()` (parameters and buffers), aliasing kept.
 
     Entries that share storage in the module (tied weights) share one clone, so the result
-    can be fed to `torch.func.functional_call` as well as to `load_state_dict`. Frozen
-    parameters (`models.base.frozen_parameters`: a LoRA policy's base) are not cloned when
-    they stay on their device: the entry aliases the module's own tensor, so a snapshot of a
-    LoRA policy costs its adapters, not a second base.
+    can be fed to `torch.func.functional_call` as well as to `load_state_dict`. With
+    `share_frozen` (snapshots of a training policy), frozen parameters
+    (`models.base.frozen_parameters`: a LoRA policy's base) are not cloned when they stay on
+    their device: the entry aliases the module's own tensor, so a snapshot of a LoRA policy
+    costs its adapters, not a second base. Off by default: a module frozen as a whole (the
+    reference) would otherwise come back as aliases, not a copy.
     """
-    frozen = frozen_parameters(module)
+    frozen = frozen_parameters(module) if share_frozen else {}
     out: dict[str, torch.Tensor] = {}
     seen: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
     for name, t in module.state_dict().items():
@@ -187,7 +190,7 @@ class BestTracker:
         if self.best is not None and not val_reward > self.best:
             return False
         self.best, self.step = float(val_reward), int(step)
-        self.params = clone_state_dict(model, self.device)
+        self.params = clone_state_dict(model, self.device, share_frozen=True)
         return True
 
     def restore(self, model: nn.Module) -> int:
