@@ -9,6 +9,15 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+#: metric key prefixes that differ between identical runs (wall times, memory)
+VOLATILE = ("time/", "perf/")
+
+
+def stable(rows):
+    """Rows without their VOLATILE keys: what two identical runs must agree on."""
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
 def rl_rows(path):
     """metrics.jsonl's RL-step rows, after checking that it starts with the step-0 row (the
     evaluation before RL) and holds it once."""

@@ -4,23 +4,19 @@ resume works with it and on run directories written before it existed (no step-0
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
+from runhelp import read_jsonl
+from runhelp import stable as _stable
 
 from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.smoke
 
-VOLATILE = ("time/", "perf/")
-
 
 def _rows(d, name="metrics.jsonl"):
-    with open(os.path.join(d, name)) as f:
-        return [json.loads(line) for line in f]
-
-
-def _stable(rows):
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+    return read_jsonl(Path(d) / name)
 
 
 def test_metrics_start_with_step_0_equal_to_the_warm_start_evaluation(tmp_path, fast_flags):
