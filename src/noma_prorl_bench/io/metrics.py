@@ -177,6 +177,7 @@ class WandbSink:
 
     def __init__(self, outdir: str, config: Optional[dict] = None, history: Iterable[dict] = ()):
         import wandb  # noqa: PLC0415  (optional package)
+        self._own_service = wandb.run is None
         logdir = os.path.join(outdir, "wandb")
         if os.path.isdir(logdir):
             shutil.rmtree(logdir)
@@ -194,9 +195,17 @@ class WandbSink:
         self._run.log(values, step=int(record.get("step", 0)))
 
     def close(self) -> None:
+        """Finish the run and wait until its file is on disk: `finish()` returns before W&B's
+        service has flushed and closed run-*.wandb, so a caller reading the run right after
+        `run.main` returns in the same process could find it empty. Tearing the service down
+        waits for it to exit (the next `wandb.init` starts a new one); a run the caller had open
+        before this sink started is left alone."""
         if self._run is not None:
+            import wandb  # noqa: PLC0415  (optional package)
             self._run.finish()
             self._run = None
+            if self._own_service and wandb.run is None:
+                wandb.teardown()
 
 
 REPORT_TO = ("none", "tensorboard", "csv", "wandb")
