@@ -22,14 +22,12 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
+from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_worker
+
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
 DTYPES = ("float32", "bf16_mixed")
 MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))   # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
@@ -38,10 +36,10 @@ MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))   # [tokens, hidden] x [hi
 def worker(args) -> None:
     """One fresh Trainer in args.dtype; prints a RESULT line with the per-step stage times."""
     import torch
-    sys.path.insert(0, HERE)
     from real_wedge import use_cpu_clock
 
     from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.io.metrics import MemorySink
     from noma_prorl_bench.training.trainer import Trainer
     torch.set_num_threads(1)
     use_cpu_clock()
@@ -50,23 +48,14 @@ def worker(args) -> None:
                        "steps": args.steps, "n_val": 4, "eval_every": 10 ** 6, "dtype": args.dtype,
                        "batch_size": args.batch_size, "group_size": args.group_size,
                        "max_new_tokens": args.max_new_tokens})
-    events = []
-
-    class Sink:
-        def write(self, rec):
-            events.append(rec)
-
-        def close(self):
-            pass
-
-    trainer = Trainer(cfg, events_sink=Sink())
+    events = MemorySink()
+    trainer = Trainer(cfg, events_sink=events)
     steps = [trainer.train_step() for _ in range(args.steps)]
-    (prec,) = [e for e in events if e["event"] == "precision"]
-    print("RESULT " + json.dumps({
+    (prec,) = [e for e in events.records if e["event"] == "precision"]
+    print_result({
         "dtype": args.dtype, "precision_event": prec,
         "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "loadavg_start": load0, "loadavg_end": os.getloadavg()}), flush=True)
+        "peak_rss_mb": peak_rss_mb(), "loadavg_start": load0})
 
 
 def matmul_rates(repeats: int = 5) -> list[dict]:
@@ -92,33 +81,16 @@ def machine() -> dict:
     import torch
 
     from noma_prorl_bench.models.precision import bf16_support, cpu_flags
-    model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     ok, why = bf16_support("cpu")
-    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine(),
             "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "bf16_flags": sorted(f for f in cpu_flags() if "bf16" in f), "bf16_supported": ok, "bf16_reason": why}
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                              text=True).stdout.strip()
-    except OSError:
-        return "?"
-
-
 def spawn(args, dtype: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--dtype", dtype, "--steps", str(args.steps),
-           "--batch_size", str(args.batch_size), "--group_size", str(args.group_size),
-           "--max_new_tokens", str(args.max_new_tokens)]
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{dtype} run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_worker(__file__, ["--worker", "--dtype", dtype, "--steps", str(args.steps),
+                                 "--batch_size", str(args.batch_size), "--group_size", str(args.group_size),
+                                 "--max_new_tokens", str(args.max_new_tokens)], f"{dtype} run")
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -179,13 +151,13 @@ def main(argv=None) -> int:
     runs: dict[str, list[dict]] = {d: [] for d in DTYPES}
     prev = json.load(open(args.out)) if args.append and os.path.exists(args.out) else None
     if prev:                                              # keep the runs (and the matmul rates) in the file
-        info = {"machine": prev["machine"], "commit": commit(), "matmul_gflops": prev["matmul_gflops"]}
+        info = {"machine": prev["machine"], "commit": git_commit(), "matmul_gflops": prev["matmul_gflops"]}
         for d, rs in prev["runs"].items():
             runs.setdefault(d, []).extend(rs)
         info["earlier_parts"] = prev.get("earlier_parts", []) + [
             {k: prev[k] for k in ("commit", "loadavg_start", "loadavg_end", "wall_s", "settings") if k in prev}]
     else:
-        info = {"machine": machine(), "commit": commit(), "matmul_gflops": matmul_rates()}
+        info = {"machine": machine(), "commit": git_commit(), "matmul_gflops": matmul_rates()}
     print(json.dumps(info, indent=1), flush=True)
     for rep in range(args.reps):
         for d in dtypes:

@@ -30,6 +30,7 @@ import types
 import torch
 
 from noma_prorl_bench.config import make_config
+from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.training.trainer import Trainer
 
 VARIANTS = {"A0": {"variant": "A", "ref_compute": "naive_epoch"}, "A1": {"variant": "A", "ref_compute": "cached"},
@@ -52,17 +53,9 @@ def settings(args) -> dict:
 
 def run_once(overrides: dict, args) -> tuple[list[dict], list[dict]]:
     cfg = make_config({**settings(args), **overrides})
-    events = []
-
-    class Sink:
-        def write(self, rec):
-            events.append(rec)
-
-        def close(self):
-            pass
-
-    trainer = Trainer(cfg, events_sink=Sink())
-    return [trainer.train_step() for _ in range(args.steps)], events
+    events = MemorySink()
+    trainer = Trainer(cfg, events_sink=events)
+    return [trainer.train_step() for _ in range(args.steps)], events.records
 
 
 def use_cpu_clock() -> None:

@@ -52,14 +52,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(HERE), "src")
-
+from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_worker
 
 # ============================================================================ shared set-up
 REAL_TASK = "rg:basic_arithmetic"   # --real: the smollm2_demo preset's task and task_kwargs
@@ -93,16 +90,15 @@ def _diffs(ends: list) -> list:
     return [b - e for e, b in zip(ends[1:], ends[2:])]
 
 
-def _peak_mb() -> float:
-    """This process's peak resident memory in MB (ru_maxrss is in KiB on Linux): model, optimizer,
-    activations and every library the side imports."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _result(obj: dict) -> None:
-    """Print the worker's result line, with the 1/5/15-minute load averages at its end."""
-    print("RESULT " + json.dumps({**obj, "loadavg_end": os.getloadavg()}), flush=True)
+def _timed_calls(fn, gen_s: list, gen_tok: list, n_tokens):
+    """`fn` wrapped to append each call's process CPU seconds to gen_s and n_tokens(its output) to gen_tok."""
+    def timed(*args, **kw):
+        t0 = time.process_time()
+        out = fn(*args, **kw)
+        gen_s.append(time.process_time() - t0)
+        gen_tok.append(n_tokens(out))
+        return out
+    return timed
 
 
 # ============================================================================ workers
@@ -116,16 +112,8 @@ def worker_ours(a) -> None:
     from noma_prorl_bench.training.trainer import Trainer
     torch.set_num_threads(1)
     gen_s, gen_tok = [], []
-    generate = rollout.generate
-
-    def timed_generate(*args, **kw):
-        t0 = time.process_time()
-        out = generate(*args, **kw)
-        gen_s.append(time.process_time() - t0)
-        gen_tok.append(int(out[2].sum()))                                 # mask[N, T]: generated tokens
-        return out
-
-    rollout.generate = timed_generate
+    rollout.generate = _timed_calls(rollout.generate, gen_s, gen_tok,
+                                    lambda out: int(out[2].sum()))          # mask[N, T]: generated tokens
     variant = {"variant": "A", "ref_compute": "cached"} if a.beta > 0 else {"variant": "B"}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = real_config(a, outdir=tmp, ppo_epochs=1, minibatches=1, kl_estimator="k3", loss="grpo_clip",
@@ -149,8 +137,9 @@ def worker_ours(a) -> None:
             lens.append(m["response/len_mean"])
         for s in sinks:
             s.close()
-    _result({"side": "ours", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
-             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens), "peak_rss_mb": _peak_mb()})
+    print_result({"side": "ours", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
+                  "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens),
+                  "peak_rss_mb": peak_rss_mb()})
 
 
 def worker_trl(a) -> None:
@@ -208,26 +197,18 @@ def worker_trl(a) -> None:
         trainer = GRPOTrainer(model=a.model_dir, reward_funcs=keyword_reward, args=args, train_dataset=ds,
                               callbacks=[StepClock()], peft_config=peft_config)
         gen_s, gen_tok = [], []
-        generate = trainer._generate_single_turn
-
-        def timed_generate(*args_, **kw):
-            t0 = time.process_time()
-            out = generate(*args_, **kw)
-            gen_s.append(time.process_time() - t0)
-            gen_tok.append(sum(len(c) for c in out[0]))                  # completion ids, up to first EOS
-            return out
-
-        trainer._generate_single_turn = timed_generate
+        # tokens: the completion ids, each up to its first EOS
+        trainer._generate_single_turn = _timed_calls(trainer._generate_single_turn, gen_s, gen_tok,
+                                                     lambda out: sum(len(c) for c in out[0]))
         trainer.train()
-    _result({"side": "trl", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
-             "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None,
-             "peak_rss_mb": _peak_mb()})
+    print_result({"side": "trl", "step_s": _diffs(ends), "step_cpu_s": _diffs(cpu), "gen_s": gen_s[1:],
+                  "gen_tokens": gen_tok[1:], "completion_len_mean": statistics.mean(lens) if lens else None,
+                  "peak_rss_mb": peak_rss_mb()})
 
 
 def worker_rollout(a) -> None:
     """Our sampler on the same model and shapes, KV cache vs full recompute (EOS disabled)."""
     import torch
-    sys.path.insert(0, HERE)
     from rollout_kv import time_rollout
 
     from noma_prorl_bench.models.hf import load_hf_policy
@@ -248,7 +229,7 @@ def worker_rollout(a) -> None:
                 times[k].append(time_rollout(paths[k], prompts, a.T, tok.pad_id, seed=r))
     for k, v in times.items():
         out[f"{k}_tok_s"] = N * a.T / statistics.median(v)
-    _result(out)
+    print_result(out)
 
 
 # ============================================================================ driver
@@ -261,19 +242,12 @@ def count_params(model_dir: str) -> dict:
 
 
 def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--model_dir", a.model_dir,
-           "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
-           "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats), "--grad_ckpt", ckpt,
-           "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours,
-           "--temperature", str(a.temperature)] + (["--real"] if a.real else [])
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{worker} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    argv = ["--worker", worker, "--model_dir", a.model_dir,
+            "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
+            "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats), "--grad_ckpt", ckpt,
+            "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours,
+            "--temperature", str(a.temperature)] + (["--real"] if a.real else [])
+    return run_worker(__file__, argv, worker)
 
 
 def rollout_kv(a) -> dict:
@@ -322,15 +296,6 @@ def compare(a, beta: float, ckpt: str) -> dict:
           f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
           f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |", flush=True)
     return row
-
-
-def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    return proc.stdout.strip()
-
-
-def _cpu_model() -> str:
-    return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
 
 
 def real_summary(a, results: dict) -> dict:
@@ -406,7 +371,7 @@ def main(argv=None) -> int:
     if a.real:
         from noma_prorl_bench.config.presets import SMOLLM2_DIR
         a.rollout_kv = "off"
-        results["machine"] = {"loadavg_start": os.getloadavg(), "commit": _commit(), "cpu": _cpu_model(),
+        results["machine"] = {"loadavg_start": os.getloadavg(), "commit": git_commit(), "cpu": cpu_model(),
                               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = (os.path.expanduser(a.real_model_dir or SMOLLM2_DIR) if a.real else
