@@ -51,7 +51,7 @@ from noma_prorl_bench.engines.actors import (
     ReferenceScorer,
 )
 from noma_prorl_bench.engines.reaper import Reaper, session_env
-from noma_prorl_bench.engines.stops import ray_keeps_our_handlers, stops_through_ray
+from noma_prorl_bench.engines.stops import ray_starting, stops_through_ray
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -109,32 +109,30 @@ class RayEngine:
         self.t_first = self.t_last = None
         self.bar = None
         self.setup_error: Optional[EngineError] = None    # a failure in start() (launch.py)
+        self.stops = None                                 # stops.StopSignals of run_engine, checked per wait slice
 
     # ================================================================ Ray lifecycle
     def start_ray(self) -> None:
-        """Start a private cluster (or join --ray_address; or use the one this process already
-        runs). The stop handlers are in place already (launch.py): `ray.init` is kept from
-        replacing them, and a stop in the middle of it leaves `owns_ray` set, so `stop()` shuts
-        down whatever it had started."""
+        """Start a private cluster (or join --ray_address, or use this process's); a stop signal meanwhile
+        is acted on once `ray.init` returns (stops.ray_starting), with `owns_ray` set for `stop()`."""
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         import ray  # noqa: PLC0415
         if ray.is_initialized():
             return
         quiet = {"logging_level": "ERROR", "log_to_driver": False}
         self.owns_ray = True
-        with ray_keeps_our_handlers(), stops_through_ray():
+        with ray_starting(self.stops):
             if self.cfg.ray_address:
                 ray.init(address=self.cfg.ray_address, **quiet)
-                return
-            self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")   # a private cluster: its reaper
-            self.reaper = Reaper(self.tmpdir)                                 # outlives a kill -9 of this driver
-            with session_env(self.tmpdir):
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
+            else:
+                self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")   # a private cluster: its reaper
+                self.reaper = Reaper(self.tmpdir)                                 # outlives a kill -9 of this driver
+                with session_env(self.tmpdir):
+                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
 
     def stop(self) -> None:
-        """Kill our actors, drop the placement group, shut Ray down if we started or joined it;
-        then the reaper of a private cluster sweeps what is left and exits. Safe to call again,
-        and after a start that a stop signal cut short."""
+        """Kill our actors, drop the placement group, shut Ray down if we started or joined it; then
+        the reaper of a private cluster sweeps what is left. Safe again, and after a cut-short start."""
         try:
             self._stop_ray()
         finally:
@@ -232,6 +230,8 @@ class RayEngine:
         """(ref, Call, value) of the first pending call to finish; EngineError on death or timeout."""
         import ray  # noqa: PLC0415
         while True:
+            if self.stops is not None:
+                self.stops.check()
             first = min(c.deadline for c in pending.values())
             with stops_through_ray():              # in slices, so a stop signal is acted on within WAIT_SLICE_S
                 ready, _ = ray.wait(list(pending), num_returns=1,

@@ -85,8 +85,11 @@ def _started(cfg, ckpt, stops: StopSignals):
     from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
     from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415
     engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, RunFiles(), ckpt)
+    engine.stops = stops
     try:
         engine.start()
+        if stops.signum is not None:     # its exception was raised where Python ignores them (a __del__, say)
+            raise EngineStopped(stops.signum)
     except BaseException as e:  # noqa: BLE001  (re-raised below unless it is an EngineError)
         if stops.signum is None and isinstance(e, EngineError):
             engine.setup_error = e
