@@ -46,7 +46,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.io.lock import RunLocked, lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
     from noma_prorl_bench.io.safe_files import RunDirRefused
-    from noma_prorl_bench.training.guards import NonFiniteError, NonFiniteLogits, SetupStopped
+    from noma_prorl_bench.training.guards import NonFiniteError, SetupStopped
     err = lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg)) or check_inputs(cfg)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
@@ -73,8 +73,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
-        why = "" if isinstance(e, NonFiniteLogits) else " (--on_nan stop)"
-        print(f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
+        print(_nonfinite_message(e, cfg, prog), file=sys.stderr)
         return 3
     except SetupStopped as e:                           # during the warm start: nothing written yet
         print(_setup_stopped_message(e, cfg, ckpt, prog), file=sys.stderr)
@@ -128,6 +127,14 @@ def write_failed(e: OSError, cfg: RunConfig, prog: str) -> str:
            f"{e.filename or cfg.outdir}; {kept}"
 
 
+def _nonfinite_message(e, cfg: RunConfig, prog: str) -> str:
+    """The one line of a run stopped by non-finite values (both engines): the learner's NaN guard
+    under --on_nan stop, or logits that cannot be sampled from."""
+    from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
+    why = "" if isinstance(e, NonFiniteLogits) else " (--on_nan stop)"
+    return f"{prog}: stopped{why}: {e}. Outputs up to that step are in {cfg.outdir}"
+
+
 def _setup_stopped_message(e, cfg: RunConfig, ckpt, prog: str) -> str:
     if ckpt is not None:
         again = command(prog, "--outdir", cfg.outdir, "--resume")
@@ -156,25 +163,27 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
     --actor_timeout or raised (outputs flushed, Ray shut down); 3 the NaN guard stopped the
     learner (--on_nan stop) or a generator's logits became non-finite; 130 / 143 / 129 / 138
     stopped by SIGINT / SIGTERM / SIGHUP / SIGUSR1 (cleaned up; --resume continues from the last
-    --save_every checkpoint)."""
+    --save_every checkpoint; during the set-up, Ray's start and the warm start, nothing is written,
+    as in the local engine)."""
     from noma_prorl_bench.engines import EngineError, EngineStopped, run_engine
-    from noma_prorl_bench.io.lock import RunLocked, run_lock
+    from noma_prorl_bench.io.lock import RunLocked
     from noma_prorl_bench.io.safe_files import RunDirRefused
-    from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
+    from noma_prorl_bench.rollout.nonfinite import NonFiniteError
+    from noma_prorl_bench.training.guards import SetupStopped
     try:
-        with run_lock(cfg.outdir):
-            summary = run_engine(cfg, ckpt)
+        summary = run_engine(cfg, ckpt)                 # takes the run lock once its set-up is done
     except (RunLocked, RunDirRefused) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except NonFiniteLogits as e:                        # in a generator: as in the local engine
-        print(f"{prog}: stopped: {e}. Outputs up to that step are in {cfg.outdir}", file=sys.stderr)
+    except NonFiniteError as e:                         # a generator's logits, the learner's NaN guard: as local
+        print(_nonfinite_message(e, cfg, prog), file=sys.stderr)
         return 3
+    except SetupStopped as e:                           # Ray's start, the actors, the warm start: nothing written
+        print(_setup_stopped_message(e, cfg, ckpt, prog), file=sys.stderr)
+        return 128 + e.signum
     except EngineError as e:
-        stop = e.cause_name == "NonFiniteError"
-        print(f"{prog}: {'stopped (--on_nan stop)' if stop else 'error'}: {e}\nOutputs up to the last "
-              f"finished step are in {cfg.outdir}", file=sys.stderr)
-        return 3 if stop else 1
+        print(f"{prog}: error: {e}\nOutputs up to the last finished step are in {cfg.outdir}", file=sys.stderr)
+        return 1
     except EngineStopped as e:
         from noma_prorl_bench.io.checkpoint import list_checkpoints
         ckpts = list_checkpoints(cfg.outdir)

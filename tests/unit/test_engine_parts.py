@@ -1,6 +1,6 @@
 """The Ray engines' parts that need no Ray: exact weight packs, the generator's sampling core,
 the learner-side reference proxy, reference updates on a holder, spans, config validation,
-what ray_async keeps in a checkpoint."""
+what ray_async keeps in a checkpoint, the driver's stop handlers, non-finite errors through pickle."""
 import copy
 
 import pytest
@@ -202,3 +202,49 @@ def test_async_refuses_a_steps_change_that_cuts_the_pipeline(engine, S, old, ste
     assert (problem is not None) == refused
     if refused:
         assert "--max_staleness" in problem
+
+
+def test_stop_signals_raise_or_wait_as_asked_and_restore_the_handlers():
+    """The Ray driver's stop handlers: a signal raises EngineStopped at once; inside `held()` it is
+    only recorded and `check()` raises it afterwards; in an escapable hold a second one raises;
+    the previous handlers come back at the end."""
+    import os
+    import signal
+
+    from noma_prorl_bench.engines.stops import EngineStopped, stop_on_signals
+    before = signal.getsignal(signal.SIGUSR1)
+    with stop_on_signals() as stops:
+        with pytest.raises(EngineStopped) as e:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        assert e.value.signum == signal.SIGUSR1 and stops.signum == signal.SIGUSR1
+        stops.signum = None
+        with stops.held(second_escapes=True):
+            os.kill(os.getpid(), signal.SIGHUP)                  # recorded only
+            stops.check()                                        # held: nothing raised yet
+            with pytest.raises(EngineStopped) as e:
+                os.kill(os.getpid(), signal.SIGTERM)             # the second one escapes
+        assert e.value.signum == signal.SIGTERM and stops.signum == signal.SIGHUP
+        with stops.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)                  # not escapable: still recorded only
+        with pytest.raises(EngineStopped) as e:
+            stops.check()
+        assert e.value.signum == signal.SIGHUP
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_nonfinite_errors_cross_process_boundaries_with_their_fields():
+    """What a Ray actor raises reaches the driver by pickle: the NaN guard's error with its step,
+    quantities and the step's records; non-finite logits with the step being sampled."""
+    import pickle
+
+    from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits
+    e = NonFiniteError(4, ["loss", "grad_norm"])
+    e.records = {"events": [{"step": 4, "event": "nan_guard", "action": "stop"}]}
+    back = pickle.loads(pickle.dumps(e))
+    assert (type(back), str(back), back.step, back.bad, back.records) == (
+        NonFiniteError, str(e), 4, ["loss", "grad_norm"], e.records)
+    g = NonFiniteLogits(rows=6)
+    g.step = 9
+    back = pickle.loads(pickle.dumps(g))
+    assert (type(back), back.step, back.rows, back.bad, str(back)) == (NonFiniteLogits, 9, 6, ["logits"], str(g))

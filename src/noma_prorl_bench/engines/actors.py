@@ -46,7 +46,7 @@ from noma_prorl_bench.engines.weights import (
 )
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
 from noma_prorl_bench.rollout.collector import Collector, HandedCollector
-from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
+from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits
 from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
@@ -320,7 +320,11 @@ class Learner:
         step = tr.step_idx + 1
         start = self.rec.now()
         self.handed.hand(batch, info)
-        m = tr.train_step()
+        try:
+            m = tr.train_step()
+        except NonFiniteError as e:                  # --on_nan stop: the step's records (its nan_guard event)
+            e.records = {"events": self.events.drain(), "samples": self.samples.drain()}     # go with it
+            raise
         self.version += 1
         self._train_spans(start, m, step)
         ref = tr.ref.pop_update() if isinstance(tr.ref, RemoteReference) else None

@@ -1,7 +1,7 @@
 """The single-controller driver shared by `ray_colocated` and `ray_async`: Ray lifecycle, actor
 placement, calls with deadlines, and what each step writes.
 
-    engine = ColocatedEngine(cfg, files); summary = engine.run()    # via launch.run_engine(cfg)
+    engine = ColocatedEngine(cfg, files); engine.start(); summary = engine.run()   # via launch.run_engine(cfg)
 
 Lifecycle. If Ray is already initialised in this process (a test session, the benchmark) the
 engine uses that cluster and only kills its own actors at the end; with `--ray_address` it
@@ -14,8 +14,10 @@ which build models and run the warm start: at least SETUP_TIMEOUT_S); a dead act
 becomes an `EngineError` naming the actor and the call (and carrying the actor's exception).
 Before the error leaves `run_engine`, the outputs are flushed (an `error` event with `waited_s`,
 `summary.json` with `"complete": false`), every actor is killed and Ray is shut down;
-`run.main` exits 1 (3 for non-finite logits in a generator, as the local engine). SIGINT /
-SIGTERM take the same path (`EngineStopped`, a `stopped` event, exit 130 / 143). Both engines
+`run.main` exits 1 (3 for non-finite logits in a generator or the learner's NaN guard under
+`--on_nan stop`, as the local engine). SIGINT / SIGTERM / SIGHUP / SIGUSR1 take the same path
+(`EngineStopped`, a `stopped` event, exit 130 / 143 / 129 / 138), except during `start()` (Ray,
+actors, warm start), which writes nothing, so a stop there leaves OUTDIR untouched. Both engines
 write checkpoints (`--save_every`, and at the end) and resume from them (checkpoints.py;
 `ray_colocated` at round ends, `ray_async` after draining the batches in flight: async_.py).
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -48,7 +51,7 @@ from noma_prorl_bench.engines.actors import (
     ReferenceScorer,
 )
 from noma_prorl_bench.engines.reaper import Reaper, session_env
-from noma_prorl_bench.engines.stops import stop_on_signals, stops_through_ray
+from noma_prorl_bench.engines.stops import ray_starting, stops_through_ray
 
 FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
 SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
@@ -105,47 +108,57 @@ class RayEngine:
         self.warmstart: dict = {}
         self.t_first = self.t_last = None
         self.bar = None
+        self.setup_error: Optional[EngineError] = None    # a failure in start() (launch.py)
+        self.stops = None                                 # stops.StopSignals of run_engine, checked per wait slice
 
     # ================================================================ Ray lifecycle
     def start_ray(self) -> None:
+        """Start a private cluster (or join --ray_address, or use this process's); a stop signal meanwhile
+        is acted on once `ray.init` returns (stops.ray_starting), with `owns_ray` set for `stop()`."""
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         import ray  # noqa: PLC0415
         if ray.is_initialized():
             return
         quiet = {"logging_level": "ERROR", "log_to_driver": False}
-        if self.cfg.ray_address:
-            ray.init(address=self.cfg.ray_address, **quiet)
-        else:                               # a private cluster: its reaper outlives a kill -9 of this driver
-            self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")
-            self.reaper = Reaper(self.tmpdir)
-            with session_env(self.tmpdir):
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
         self.owns_ray = True
+        with ray_starting(self.stops):
+            if self.cfg.ray_address:
+                ray.init(address=self.cfg.ray_address, **quiet)
+            else:
+                self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")   # a private cluster: its reaper
+                self.reaper = Reaper(self.tmpdir)                                 # outlives a kill -9 of this driver
+                with session_env(self.tmpdir):
+                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
 
     def stop(self) -> None:
-        """Kill our actors, drop the placement group, shut Ray down if we started or joined it;
-        then the reaper of a private cluster sweeps what is left and exits."""
+        """Kill our actors, drop the placement group, shut Ray down if we started or joined it; then
+        the reaper of a private cluster sweeps what is left. Safe again, and after a cut-short start."""
         try:
             self._stop_ray()
         finally:
+            self.actors, self.pg, self.owns_ray = {}, None, False
             if self.reaper is not None:
                 self.reaper.finish()
                 self.reaper = None
 
     def _stop_ray(self) -> None:
-        import ray  # noqa: PLC0415
-        if not ray.is_initialized():
-            return
-        for h in self.actors.values():
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:  # noqa: BLE001  (already dead)
-                pass
-        if self.pg is not None:
-            from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
-            remove_placement_group(self.pg)
+        ray = sys.modules.get("ray")
+        if ray is None or not hasattr(ray, "is_initialized"):
+            return                               # never imported (or its import was cut short): nothing runs
+        if ray.is_initialized():
+            for h in self.actors.values():
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:  # noqa: BLE001  (already dead)
+                    pass
+            if self.pg is not None:
+                from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
+                remove_placement_group(self.pg)
         if self.owns_ray:
-            ray.shutdown()
+            try:
+                ray.shutdown()                   # also a half-done ray.init's processes
+            except Exception:  # noqa: BLE001  (a start cut short; the reaper sweeps the rest)
+                pass
             if self.tmpdir:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -217,6 +230,8 @@ class RayEngine:
         """(ref, Call, value) of the first pending call to finish; EngineError on death or timeout."""
         import ray  # noqa: PLC0415
         while True:
+            if self.stops is not None:
+                self.stops.check()
             first = min(c.deadline for c in pending.values())
             with stops_through_ray():              # in slices, so a stop signal is acted on within WAIT_SLICE_S
                 ready, _ = ray.wait(list(pending), num_returns=1,
@@ -352,17 +367,21 @@ class RayEngine:
     def loop(self) -> None:
         raise NotImplementedError
 
-    def run(self) -> dict:
-        from noma_prorl_bench.io.run_dir import progress  # noqa: PLC0415
+    def start(self) -> None:
+        """Ray, the actors, the learner's warm start, the generators' start; their records go to
+        `self.files` (launch.py holds them in memory until the run's files open)."""
         self.start_ray()
-        with stop_on_signals():             # after ray.init, which installs its own handlers
-            self.setup(self.n_generators())
-            self.bar = progress(self.cfg, self.cfg.steps)
-            self.cpu_setup = self.cpu_step + self.cpu.lap()       # Ray start, actors, warm start
-            self.cpu_total, self.cpu_step = self.cpu_setup, 0.0
-            self.t_first = self.t_last = time.perf_counter()
-            self.t_first_wall = time.time()
-            self.loop()
+        self.setup(self.n_generators())
+
+    def run(self) -> dict:
+        """The steps, after `start()`, with the run's files open; returns the summary."""
+        from noma_prorl_bench.io.run_dir import progress  # noqa: PLC0415
+        self.bar = progress(self.cfg, self.cfg.steps)
+        self.cpu_setup = self.cpu_step + self.cpu.lap()       # Ray start, actors, warm start
+        self.cpu_total, self.cpu_step = self.cpu_setup, 0.0
+        self.t_first = self.t_last = time.perf_counter()
+        self.t_first_wall = time.time()
+        self.loop()
         train_s = time.perf_counter() - self.t_first
         n = self.cfg.batch_size * self.cfg.group_size * self.steps_done
         return {"complete": True, "steps": self.steps_done, "engine": self.name,

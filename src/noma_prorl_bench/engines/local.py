@@ -43,14 +43,14 @@ def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     returns the summary dict. Holds OUTDIR/run.lock throughout (io.lock.RunLocked if
     another live process holds it). A SIGINT/SIGTERM stops it after the current step with a
     checkpoint: the returned dict then has "complete": False, "signal" and "exit_code"."""
+    if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver, which
+        from noma_prorl_bench.engines.launch import run_engine  # takes the lock after its set-up
+        return run_engine(cfg, ckpt)
     with run_lock(cfg.outdir):
         return _run(cfg, ckpt, trainer, buffers)
 
 
 def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
-    if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver
-        from noma_prorl_bench.engines.launch import run_engine
-        return run_engine(cfg, ckpt)
     t0 = time.perf_counter()
     if trainer is None:
         trainer, buffers = build_trainer(cfg, ckpt)

@@ -14,6 +14,11 @@ class NonFiniteError(RuntimeError):
                          "--on_nan skip drops such minibatches and goes on)")
         self.step, self.bad = step, bad
 
+    def __reduce__(self):
+        """Pickled with its fields (and any attribute added since), so that it crosses from a Ray
+        actor to the driver as itself."""
+        return type(self), (self.step, self.bad), dict(self.__dict__)
+
 
 class NonFiniteLogits(NonFiniteError):
     """The policy's logits are NaN/Inf where tokens are sampled: stops the run (exit 3) whatever
@@ -22,6 +27,9 @@ class NonFiniteLogits(NonFiniteError):
     def __init__(self, step: int = -1, rows: int = 0):
         RuntimeError.__init__(self, step, rows)
         self.step, self.bad, self.rows = step, ["logits"], rows
+
+    def __reduce__(self):
+        return type(self), (self.step, self.rows), dict(self.__dict__)
 
     def __str__(self) -> str:
         return (f"non-finite logits while sampling step {self.step} ({self.rows} rows): the policy's weights no longer "
