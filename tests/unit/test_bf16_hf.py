@@ -236,3 +236,52 @@ def test_cli_auto_writes_the_precision_event(model_dir, tmp_path, monkeypatch):
     assert ev["dtype"] == "float32" and config["dtype"] == "auto"
     # config.json names the dtype used and why, as the precision event does
     assert config["derived"]["dtype"] == ev["dtype"] and config["derived"]["dtype_reason"] == ev["reason"]
+
+
+@pytest.fixture(scope="module")
+def tied_model_dir(tmp_path_factory):
+    return str(build_tiny_hf_model(tmp_path_factory.mktemp("tiny_hf_tied") / "llama", "llama", hidden=64, layers=2,
+                                   heads=4, seed=0, init_std=0.1, tie=True))
+
+
+def test_bf16_mixed_tied_head_gets_its_own_bf16_copy_with_the_same_logits_and_grads(tied_model_dir):
+    """A frozen head tied to the input embedding (SmolLM2's) is untied under bf16_mixed: the head
+    holds a bf16 copy, the embedding stays float32. Autocast casts a float32 weight with the same
+    rounding, so logits and adapter gradients equal those of the tied float32 head bit for bit."""
+    import copy
+    events = []
+    tr = _trainer(tied_model_dir, events=events, dtype="bf16_mixed")
+    _lora_init_nonzero(tr)
+    hf = tr.policy.model
+    emb, head = hf.get_input_embeddings().weight, hf.get_output_embeddings().weight
+    assert emb.dtype == torch.float32 and head.dtype == torch.bfloat16 and not head.requires_grad
+    assert emb.untyped_storage().data_ptr() != head.untyped_storage().data_ptr()
+    assert torch.equal(head.float(), emb.to(torch.bfloat16).float()) and not hf.config.tie_word_embeddings
+    (ev,) = [e for e in events if e["event"] == "precision"]
+    assert ev["frozen_bf16_tensors"] == 2 * 7 + 1                             # 7 Linear bases per layer + the head
+    tied = copy.deepcopy(tr.policy)                                           # the same policy with the head tied again
+    tied.model.get_output_embeddings().weight = tied.model.get_input_embeddings().weight
+    assert tied.model.get_output_embeddings().weight.dtype == torch.float32
+    tokens = tr.tok.encode_prompts(["hello there", "ab", "a longer prompt"])
+    grads = []
+    for pol in (tr.policy, tied):
+        logits = pol(tokens)
+        (logits.log_softmax(-1)[..., :7].sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in pol.named_parameters() if p.grad is not None})
+        pol.zero_grad(set_to_none=True)
+        if pol is tr.policy:
+            first = logits.detach()
+    assert torch.equal(first, logits.detach())
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == 2 * 4 * 2
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
+    from noma_prorl_bench.models.base import same_tensor
+    ref_head = tr.ref.model.model.get_output_embeddings().weight
+    assert same_tensor(ref_head, head)                                        # the reference aliases the bf16 head
+    tr.train_step()
+    assert torch.equal(hf.get_input_embeddings().weight, emb) and hf.get_output_embeddings().weight.dtype == torch.bfloat16
+
+
+def test_float32_run_keeps_a_tied_head_tied(tied_model_dir):
+    tr = _trainer(tied_model_dir, dtype="float32")
+    hf = tr.policy.model
+    assert hf.get_output_embeddings().weight is hf.get_input_embeddings().weight

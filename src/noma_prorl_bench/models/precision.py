@@ -19,9 +19,12 @@ when it is a bf16 dtype on hardware without bf16 units (correct, but slow).
 every call, including frozen ones (autocast caches casts only for leaf tensors that require a
 gradient). The frozen weights of ``nn.Linear`` layers (the LoRA base of q/k/v/o, the MLP, ...) are
 therefore stored in bf16 once; trainable parameters (LoRA adapters, or every weight in a full
-fine-tune) stay float32 with float32 Adam state; embeddings, norms and a head tied to the input
-embedding stay float32. Every forward of an HF policy runs under autocast, so a bf16 weight only
-ever meets bf16 activations.
+fine-tune) stay float32 with float32 Adam state; embeddings and norms stay float32. A frozen head
+tied to the input embedding (SmolLM2's [49152, 576] head) gets its own bf16 copy and the embedding
+keeps the float32 tensor: autocast had re-cast that 28M-element weight on every call (34 times, 0.7
+CPU-s, in one demo step), and ``.to(bfloat16)`` rounds as autocast's cast does, so the logits are the
+same bits (tests/unit/test_bf16_hf.py). Every forward of an HF policy runs under autocast, so a bf16
+weight only ever meets bf16 activations.
 """
 from __future__ import annotations
 
@@ -102,8 +105,9 @@ def resolve_dtype_choice(dtype: str, model: str, device: str | torch.device = "c
 def hold_frozen_in_bf16(policy: nn.Module) -> int:
     """Store the frozen ``nn.Linear`` weights (and biases) of a ``bf16_mixed`` policy in bf16 (see
     the module docstring); returns how many tensors were cast. A no-op (0) unless the policy has
-    ``compute_dtype == torch.bfloat16``. A weight shared with the input embedding (a tied head)
-    is left in float32."""
+    ``compute_dtype == torch.bfloat16``. A frozen weight shared with the input embedding (a tied
+    head) is untied: the head gets a bf16 copy, the embedding keeps the float32 tensor (the model
+    config then says ``tie_word_embeddings=False``, so nothing ties them again)."""
     if getattr(policy, "compute_dtype", None) != torch.bfloat16:
         return 0
     tied = {id(m.weight) for m in policy.modules() if isinstance(m, nn.Embedding)}
@@ -111,12 +115,26 @@ def hold_frozen_in_bf16(policy: nn.Module) -> int:
     for mod in policy.modules():
         if not isinstance(mod, nn.Linear):
             continue
-        for p in (mod.weight, mod.bias):
-            if p is None or p.requires_grad or id(p) in tied or p.dtype != torch.float32:
+        for name in ("weight", "bias"):
+            p = getattr(mod, name)
+            if p is None or p.requires_grad or p.dtype != torch.float32:
                 continue
-            p.data = p.data.to(torch.bfloat16)
+            if id(p) in tied:          # a new tensor for the head; the embedding's stays float32
+                setattr(mod, name, nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False))
+                _untie_config(policy)
+            else:
+                p.data = p.data.to(torch.bfloat16)
             n += 1
     return n
+
+
+def _untie_config(policy: nn.Module) -> None:
+    """Record on the HF config (and its text sub-config) that the head no longer shares the
+    embedding, so a later ``tie_weights()`` keeps them apart."""
+    config = getattr(getattr(policy, "model", None), "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        if c is not None and getattr(c, "tie_word_embeddings", False):
+            c.tie_word_embeddings = False
 
 
 def params_by_dtype(policy: nn.Module) -> dict[str, int]:

@@ -85,8 +85,9 @@ def build_char_tokenizer(add_bos: bool):
 
 
 def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int,
-                init_std: float = 0.02, max_positions: int = 2048):
-    """A Llama/Qwen2 config of the given size (grouped-query attention with heads/2 KV heads)."""
+                init_std: float = 0.02, max_positions: int = 2048, tie: bool = False):
+    """A Llama/Qwen2 config of the given size (grouped-query attention with heads/2 KV heads);
+    ``tie``: the output head shares the input embedding (as in SmolLM2)."""
     from transformers import LlamaConfig, Qwen2Config
 
     if arch not in ARCHS:
@@ -99,7 +100,7 @@ def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         max_position_embeddings=max_positions, initializer_range=init_std,
-        tie_word_embeddings=False, attention_dropout=0.0,
+        tie_word_embeddings=tie, attention_dropout=0.0,
         pad_token_id=ids[PAD], bos_token_id=ids[BOS], eos_token_id=ids[EOS],
     )
     if arch == "llama":
@@ -108,19 +109,21 @@ def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int
 
 
 def build_tiny_hf_model(out_dir: str | Path, arch: str = "llama", hidden: int = 64, layers: int = 2,
-                        heads: int = 4, seed: int = 0, init_std: float = 0.02, vocab_size: int | None = None) -> Path:
+                        heads: int = 4, seed: int = 0, init_std: float = 0.02, vocab_size: int | None = None,
+                        tie: bool = False) -> Path:
     """Write a random ``arch`` model (safetensors) and the char tokenizer to ``out_dir``; return it.
 
     Deterministic in ``seed``: the same arguments give bit-identical weights. ``vocab_size``: the
     model's logits width (default: the tokenizer's 260); a wider one stands in for a real model's
-    vocabulary in memory measurements (ids past the tokenizer decode to nothing).
+    vocabulary in memory measurements (ids past the tokenizer decode to nothing). ``tie``: a head
+    tied to the input embedding.
     """
     from transformers import AutoModelForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer(add_bos=(arch == "llama"))
-    config = tiny_config(arch, max(vocab_size or 0, len(tokenizer)), hidden, layers, heads, init_std)
+    config = tiny_config(arch, max(vocab_size or 0, len(tokenizer)), hidden, layers, heads, init_std, tie=tie)
     saved_rng = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
