@@ -10,6 +10,11 @@ rest. The stage timers read process CPU time (`real_wedge.use_cpu_clock`), which
 on shared cores disturb less than wall time. The load average is recorded at each run's start and
 end, with the machine (CPU model, torch's CPU capability, the bf16 detector's verdict) and commit.
 
+Where a step's CPU time goes, by operator and input shape (one worker, its last step profiled):
+
+    PYTHONPATH=src:benchmarks OMP_NUM_THREADS=1 python benchmarks/real_speed.py --worker --profile \\
+        --dtype bf16_mixed --steps 2 > /dev/null
+
 Also a one-thread matmul at two of SmolLM2's shapes in float32 and bf16 (GFLOP/s of process CPU
 time), which says whether this CPU has bf16 units at all.
 
@@ -50,7 +55,16 @@ def worker(args) -> None:
                        "max_new_tokens": args.max_new_tokens})
     events = MemorySink()
     trainer = Trainer(cfg, events_sink=events)
-    steps = [trainer.train_step() for _ in range(args.steps)]
+    if args.profile:                      # torch.profiler around the last step; the table goes to stderr
+        from torch.profiler import ProfilerActivity, profile
+        steps = [trainer.train_step() for _ in range(args.steps - 1)]
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            steps.append(trainer.train_step())
+        print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=30,
+                                                                 max_name_column_width=40,
+                                                                 max_shapes_column_width=60), file=sys.stderr)
+    else:
+        steps = [trainer.train_step() for _ in range(args.steps)]
     (prec,) = [e for e in events.records if e["event"] == "precision"]
     print_result({
         "dtype": args.dtype, "precision_event": prec,
@@ -139,6 +153,8 @@ def main(argv=None) -> int:
                     help="drop each run's first step (warm-up) from the medians; 0 for one-step runs")
     ap.add_argument("--append", action="store_true",
                     help="add these runs to those already in --out (e.g. fewer steps for the slower dtype)")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --worker: print torch.profiler's op table (by input shape) of the last step to stderr")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
