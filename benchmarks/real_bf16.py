@@ -162,7 +162,7 @@ def figure(res: dict, path: str) -> None:
     ax.set_xlim(-0.3, 1.4)
     ax.set(ylabel="lift in greedy correctness (200 prompts)",
            title=f"Demo lift per seed, float32 vs bf16 (n = {res['n']})")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
