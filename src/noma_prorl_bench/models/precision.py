@@ -111,7 +111,7 @@ def hold_frozen_in_bf16(policy: nn.Module) -> int:
     if getattr(policy, "compute_dtype", None) != torch.bfloat16:
         return 0
     tied = {id(m.weight) for m in policy.modules() if isinstance(m, nn.Embedding)}
-    n = 0
+    n = untied = 0
     for mod in policy.modules():
         if not isinstance(mod, nn.Linear):
             continue
@@ -121,10 +121,12 @@ def hold_frozen_in_bf16(policy: nn.Module) -> int:
                 continue
             if id(p) in tied:          # a new tensor for the head; the embedding's stays float32
                 setattr(mod, name, nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False))
-                _untie_config(policy)
+                untied += 1
             else:
                 p.data = p.data.to(torch.bfloat16)
             n += 1
+    if untied:
+        _untie_config(policy)
     return n
 
 
