@@ -79,4 +79,6 @@ def _did_you_mean(cmd: str) -> str:
 
 
 if __name__ == "__main__":
+    from noma_prorl_bench.config.code_specs import drop_script_dir
+    drop_script_dir()                        # `python -m` put the current directory on the import path
     sys.exit(main())

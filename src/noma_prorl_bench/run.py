@@ -47,14 +47,16 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
     from noma_prorl_bench.io.safe_files import RunDirRefused
     from noma_prorl_bench.training.guards import NonFiniteError, SetupStopped
-    err = lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg)) or check_inputs(cfg)
+    # the run directory's checks (lock, links, ownership, the checkpoint's digests; its log and identity were
+    # checked by resolve_config) come before anything is built: the task, the model, the memory estimate
+    err = (lock_error(cfg.outdir) or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg))
+           or (f"argument --resume: {ckpt.digest_error} (delete that checkpoint directory to resume from an older "
+               "one)" if ckpt is not None and ckpt.digest_error else None)
+           or check_inputs(cfg))
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if cfg.engine != "local":
-        if ckpt is not None and ckpt.digest_error:
-            print(f"{prog}: error: argument --resume: {ckpt.digest_error}", file=sys.stderr)
-            return 2
         return main_ray(cfg, prog, ckpt)
     try:
         try:
@@ -198,6 +200,8 @@ def main_ray(cfg: RunConfig, prog: str, ckpt=None) -> int:
 
 
 if __name__ == "__main__":
+    from noma_prorl_bench.config.code_specs import drop_script_dir
+    drop_script_dir()                        # `python -m` put the current directory on the import path
     try:
         sys.exit(main())
     except KeyboardInterrupt:                # Ctrl-C while torch imports, before the run's own handling

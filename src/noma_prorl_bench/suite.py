@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -263,6 +264,11 @@ def _checked_specs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> lis
         ap.error(f"argument --ray_address: only with --executor ray (got --executor {args.executor})")
     if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
         ap.error(f"argument --outdir: {args.outdir!r} exists and is not a directory")
+    held = [n for n in ("config.json", "metrics.jsonl", "checkpoints") if os.path.lexists(os.path.join(args.outdir, n))]
+    if os.path.isdir(args.outdir) and held:
+        ap.error(f"argument --outdir: {args.outdir!r} holds a single run ({', '.join(held)}), not a suite: a suite "
+                 "writes one run directory per arm and seed inside --outdir; choose a new or empty directory (or a "
+                 "suite's own)")
     known = list(preset_arms(args.preset))
     arms = known if args.arms is None else [a.strip() for a in args.arms.split(",") if a.strip()]
     bad = [a for a in arms if a not in known]
@@ -368,6 +374,12 @@ def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
         ap.error(str(e))
 
 
+def is_run_name(name: object) -> bool:
+    """True for a name a suite gives its runs: one directory level inside the suite (no separator,
+    no '..', not absolute, not hidden)."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,199}", name)) and ".." not in name
+
+
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     """Write suite.json: this invocation's runs merged with those an earlier invocation on the same
     outdir listed (e.g. `--arms` run in two parts); arm, pair and the comparisons among all arms."""
@@ -381,6 +393,10 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
                                                  for r in runs_old):
         raise ValueError(f"{path} is not a suite.json written by this tool; move it away or choose another --outdir")
+    outside = [r["name"] for r in runs_old if not is_run_name(r["name"])]
+    if outside:
+        raise ValueError(f"{path} lists {outside[0]!r}, which is not a run directory name inside the suite (a suite "
+                         "reads only its own runs); move it away or choose another --outdir")
     runs = {r["name"]: r for r in runs_old if old.get("preset") == preset and "arm" in r}
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
@@ -393,4 +409,6 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
 
 
 if __name__ == "__main__":
+    from noma_prorl_bench.config.code_specs import drop_script_dir
+    drop_script_dir()                        # `python -m` put the current directory on the import path
     sys.exit(main())

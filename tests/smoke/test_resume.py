@@ -155,7 +155,8 @@ def test_resume_refusals_name_the_flags(tmp_path, fast_flags, capsys, extra, fla
     ("state_json", "unreadable"),
     ("tensors", "unreadable"),
     ("foreign", "not a noma_prorl_bench checkpoint"),
-    ("other_model", "does not fit"),
+    ("other_model", "belongs to another run"),
+    ("other_model_relabelled", "does not fit"),
 ])
 def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, capsys, damage, needle):
     d = str(tmp_path / "r")
@@ -176,7 +177,15 @@ def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, ca
         meta["config"], meta["config_hash"] = meta_here["config"], meta_here["config_hash"]
         shutil.rmtree(ck)
         shutil.copytree(os.path.join(other, "checkpoints", "step_000003"), ck)
-        json.dump(meta, open(os.path.join(ck, "state.json"), "w"))
+        if damage == "other_model_relabelled":              # its identity and digests made this run's: the
+            meta["run_id"] = meta_here["run_id"]            # state itself must still be refused
+        with open(os.path.join(ck, "state.json"), "w") as f:
+            json.dump(meta, f)
+        if damage == "other_model_relabelled":
+            from noma_prorl_bench.io.checkpoint import sha256_file
+            digests = {n: sha256_file(os.path.join(ck, n)) for n in ("tensors.safetensors", "state.json")}
+            with open(os.path.join(ck, "COMPLETE"), "w") as f:
+                f.write(json.dumps({"step": 3, "sha256": digests}) + "\n")
     capsys.readouterr()
     assert _exit_code(["--outdir", d, "--resume"]) == 2
     err = capsys.readouterr().err

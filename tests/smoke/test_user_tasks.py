@@ -2,6 +2,7 @@
 the suite and a resume (subprocesses, as a user runs them), and the Python API; bad user tasks
 exit 2 before anything is written."""
 import json
+import os
 import re
 import shlex
 import shutil
@@ -20,9 +21,13 @@ SMALL = ["--batch_size", "4", "--group_size", "2", "--n_val", "8", "--eval_every
 TIMING = re.compile(r"^(time/|perf/)")
 
 
-def _cli(cwd, *args, module="noma_prorl_bench.run"):
+def _cli(cwd, *args, module="noma_prorl_bench.run", path=True):
+    """The command in `cwd`, with `cwd` on PYTHONPATH (the user names it: it is never searched implicitly)."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
 
 
 def _metrics(path):
@@ -52,7 +57,9 @@ def test_factory_task_runs_from_the_cli_and_resumes_exactly(work):
     samples = read_jsonl(work / "full" / "samples.jsonl")
     assert all(len(s["answer"]) == 3 and s["answer"] == s["prompt"] for s in samples)   # kwargs reached the task
     assert _cli(work, "--outdir", "part", "--steps", "2", *task).returncode == 0
-    r = _cli(work, "--outdir", "part", "--resume", "--steps", "4")      # the task comes from the checkpoint
+    r = _cli(work, "--outdir", "part", "--resume", "--steps", "4")      # code named only by the checkpoint
+    assert r.returncode == 2 and "--task copy_task:make" in r.stderr and len(_metrics(work / "part")) == 3
+    r = _cli(work, "--outdir", "part", "--resume", "--steps", "4", "--task", "copy_task:make")
     assert r.returncode == 0, r.stderr
     assert _metrics(work / "part") == rows
 
@@ -74,7 +81,7 @@ def test_factory_task_runs_in_the_suite(work):
 
 def test_factory_task_from_the_python_api(work, monkeypatch):
     from noma_prorl_bench import Config, load_run, train
-    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))                  # importable, as the docs say
     run = load_run(train(Config(outdir=str(work / "py"), steps=2, task="copy_task:make", batch_size=4, group_size=2,
                                 n_val=8, eval_every=2, warmstart_steps=5, quiet=True)))
     assert run.config["task"] == "copy_task:make" and len(run.metrics["reward/mean"]) == 2

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 
 import numpy as np
@@ -194,9 +195,16 @@ def test_truncate_jsonl_drops_later_steps_partial_and_garbage(tmp_path):
 
 
 # ------------------------------------------------------------------------ resume config
+def _config_json(t, run_id="run-a"):
+    """config.json as a run writes it before its first checkpoint."""
+    with open(os.path.join(t.cfg.outdir, "config.json"), "w") as f:
+        json.dump({**t.cfg.to_dict(), "versions": {"noma_prorl_bench": "x"}, "run_id": run_id}, f)
+
+
 def test_resume_config_rules(tmp_path):
     t = Tiny(tmp_path)
     t.step()
+    _config_json(t)
     ck.save(t, str(tmp_path), keep=1)
     cfg, c = resume_config({"outdir": str(tmp_path), "resume": True, "steps": 12, "quiet": True})
     assert cfg.steps == 12 and cfg.resume and c.step == 1 and cfg.lr == RunConfig().lr
@@ -209,6 +217,51 @@ def test_resume_config_rules(tmp_path):
         ck.save(t, str(tmp_path), keep=1)
         resume_config({"outdir": str(tmp_path), "resume": True})
     assert {"steps", "quiet", "save_every", "keep_checkpoints", "outdir"} <= set(RESUME_SAFE_FIELDS)
+
+
+def test_a_checkpoint_resumes_only_the_run_that_wrote_it(tmp_path):
+    a, b = Tiny(tmp_path / "a"), Tiny(tmp_path / "b", seed=1)
+    for t, rid in ((a, "run-a"), (b, "run-b")):
+        os.makedirs(t.cfg.outdir)
+        _config_json(t, rid)
+        t.step()
+        ck.save(t, t.cfg.outdir, keep=2)
+    assert ck.read(ck.list_checkpoints(a.cfg.outdir)[-1][1]).run_id == "run-a"
+    b.step()
+    foreign = ck.save(b, b.cfg.outdir, keep=2)                     # b's step 2: newer than a's step 1
+    shutil.copytree(foreign, os.path.join(a.cfg.outdir, "checkpoints", os.path.basename(foreign)))
+    with pytest.raises(ConfigError, match=r"checkpoints/step_000002 belongs to another run \(its run_id run-b.*remove "
+                                          r"checkpoints/step_000002 to resume from an older checkpoint"):
+        resume_config({"outdir": a.cfg.outdir, "resume": True})
+    shutil.rmtree(os.path.join(a.cfg.outdir, "checkpoints", "step_000002"))
+    assert resume_config({"outdir": a.cfg.outdir, "resume": True})[1].step == 1        # its own, after the advice
+    with open(os.path.join(a.cfg.outdir, "config.json")) as f:                         # settings edited after the fact
+        rec = json.load(f)
+    with open(os.path.join(a.cfg.outdir, "config.json"), "w") as f:
+        json.dump({**rec, "seed": 7}, f)
+    with pytest.raises(ConfigError, match=r"other settings than this run's config.json: --seed \(checkpoint 0, "
+                                          r"config.json 7\)"):
+        resume_config({"outdir": a.cfg.outdir, "resume": True})
+    os.remove(os.path.join(a.cfg.outdir, "config.json"))
+    with pytest.raises(ConfigError, match="config.json is missing"):
+        resume_config({"outdir": a.cfg.outdir, "resume": True})
+
+
+def test_a_checkpoint_without_a_run_id_is_tied_by_its_settings(tmp_path):
+    """Checkpoints written before run ids were recorded: the settings decide (a copy from another seed is refused)."""
+    a, b = Tiny(tmp_path / "a"), Tiny(tmp_path / "b")
+    b.cfg = RunConfig(outdir=b.cfg.outdir, steps=10, seed=3)
+    for t in (a, b):
+        os.makedirs(t.cfg.outdir)
+        t.step()
+        ck.save(t, t.cfg.outdir, keep=1)                           # no config.json yet: no run_id recorded
+        _config_json(t, None)
+    assert ck.read(ck.list_checkpoints(a.cfg.outdir)[-1][1]).run_id is None
+    assert resume_config({"outdir": a.cfg.outdir, "resume": True})[1].step == 1
+    shutil.rmtree(os.path.join(a.cfg.outdir, "checkpoints"))
+    shutil.copytree(os.path.join(b.cfg.outdir, "checkpoints"), os.path.join(a.cfg.outdir, "checkpoints"))
+    with pytest.raises(ConfigError, match=r"--seed \(checkpoint 3, config.json 0\)"):
+        resume_config({"outdir": a.cfg.outdir, "resume": True})
 
 
 @pytest.mark.parametrize("setup,match", [

@@ -6,7 +6,9 @@ Explicit flags override the file; the file overrides the preset it names. A run'
 ``run --config runs/A1/config.json --outdir runs/A1_again`` repeats run A1. Values are checked
 against each field's type (an int for an int flag, one of the choices for a choice flag); a JSON
 object or YAML mapping is accepted for ``task_kwargs``. An unknown key fails with the closest
-flag name. Every problem is a ``ConfigError`` naming ``--config`` (the CLI exits 2).
+flag name. Every problem is a ``ConfigError`` naming ``--config`` (the CLI exits 2). A
+``module:function`` task or reward function in the file is refused unless the command line names
+it too (config/code_specs.py: code is never imported because a file says so).
 
 >>> coerce("steps", 40, int), coerce("lr", 1, float), coerce("task_kwargs", {"a": 1}, str)
 (40, 1.0, '{"a": 1}')
@@ -19,6 +21,7 @@ import typing
 from dataclasses import fields
 from typing import Any, Literal
 
+from noma_prorl_bench.config.code_specs import refuse_code_from
 from noma_prorl_bench.config.fields import RunConfig
 from noma_prorl_bench.config.validate import ConfigError, suggest
 
@@ -118,4 +121,6 @@ def with_config_file(explicit: dict) -> dict:
     if explicit.get("resume"):
         raise ConfigError("config", "cannot be combined with --resume (a resumed run takes its config from its "
                                     "checkpoint)")
-    return {**load_config_file(path), **explicit}
+    values = load_config_file(path)
+    refuse_code_from(values, f"the config file {path!r}", explicit)   # module:function only from the command line
+    return {**values, **explicit}

@@ -5,7 +5,8 @@ Layout (one directory per checkpoint, the newest `--keep_checkpoints` kept):
     OUTDIR/checkpoints/step_000006/
         tensors.safetensors   every tensor, flat names: policy/<param>, ref/model/<param>,
                               optimizer/state/<idx>/exp_avg, rng/torch/sample_gen, ...
-        state.json            format tag, step, config (+ hash), versions, and the state tree
+        state.json            format tag, step, config (+ hash), the run's run_id (from its
+                              config.json: the checkpoint resumes only that run), versions, and the state tree
                               with tensors replaced by {"__t__": name} (scalars, RNG states);
                               the engine's `extra` tree likewise (its tensors under extra/...)
         COMPLETE              written last: {"step", "sha256": {file: hex digest}} of the
@@ -219,7 +220,7 @@ def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
-            "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
+            "run_id": run_id_of(outdir), "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
             "n_tensors": len(tensors), "extra": extra_tree, "state": tree}
     _write_new(os.path.join(tmp, STATE), json.dumps(meta).encode())
     digests = {name: sha256_file(os.path.join(tmp, name)) for name in (TENSORS, STATE)}
@@ -232,6 +233,17 @@ def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     _fsync(root)
     prune(outdir, keep)
     return final
+
+
+def run_id_of(outdir: str) -> Optional[str]:
+    """The `run_id` in outdir's config.json (written before the first checkpoint), else None. A
+    checkpoint records it: it resumes only the run that wrote it (io/resume.py)."""
+    try:
+        rec = json.loads(_read_small(os.path.join(outdir, "config.json"), 1 << 24))
+    except (OSError, UnsafePath, ValueError, RecursionError):
+        return None
+    rid = rec.get("run_id") if isinstance(rec, dict) else None
+    return rid if isinstance(rid, str) else None
 
 
 def list_checkpoints(outdir: str) -> list[tuple[int, str]]:
@@ -272,6 +284,7 @@ class Checkpoint:
     extra: dict
     state: dict
     digest_error: Optional[str] = None      # read(..., defer_digests=True): a sha256 mismatch to raise later
+    run_id: Optional[str] = None            # the run that wrote it (None: written before run ids were recorded)
 
 
 def _read_small(path: str, limit: int = 1 << 30) -> bytes:
@@ -345,4 +358,6 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
         raise CheckpointError(f"{path}/{STATE} is corrupt: {str(e)[:200]!r}") from e
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
-    return Checkpoint(path, step, meta["config"], extra, state, digest_error)
+    run_id = meta.get("run_id")
+    return Checkpoint(path, step, meta["config"], extra, state, digest_error,
+                      run_id if isinstance(run_id, str) else None)

@@ -9,7 +9,10 @@ Before anything is cut, `check_metrics_log` verifies that metrics.jsonl holds st
 the checkpoint's step) exactly once each, and the step-0 row (the evaluation before RL) at most
 once (runs written before that row existed have none); a missing, duplicated or unreadable row
 up to k is refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
-naming the flag (exit 2, nothing written). See docs/reliability.md.
+naming the flag (exit 2, nothing written). A checkpoint resumes only the run that wrote it
+(`require_own_checkpoint`: its run_id and settings match config.json), and a ``module:function``
+task or reward function in it is imported only when the command line names it again
+(config/code_specs.py). See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import os
 from dataclasses import fields
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
+from noma_prorl_bench.config.code_specs import refuse_code_from
 from noma_prorl_bench.io.checkpoint import (
     CKPT_DIR,
     Checkpoint,
@@ -107,6 +111,38 @@ def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
                                     "again with --overwrite)")
 
 
+def require_own_checkpoint(outdir: str, ckpt: Checkpoint, names: set) -> None:
+    """ConfigError (--resume) unless `ckpt` was written by the run in `outdir`: the run_id it
+    records equals the one in outdir's config.json (a checkpoint written before run ids were
+    recorded has none), and its settings equal config.json's in every field that a resume may not
+    change. A checkpoint directory copied in from another run is refused, never continued under
+    this run's name."""
+    path = os.path.join(outdir, "config.json")
+    name = os.path.relpath(ckpt.path, outdir)
+    drop = f"remove {name} to resume from an older checkpoint of this run, or start it again with --overwrite"
+    try:
+        rec = json.loads(read_bytes(path))
+    except FileNotFoundError:
+        rec = None
+    except (OSError, UnsafePath, ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise ConfigError("resume", f"{path} is unreadable ({str(e)[:100]}); the checkpoint cannot be tied to this "
+                                    "run") from e
+    if not isinstance(rec, dict):
+        raise ConfigError("resume", f"{path} is missing or not a run's config: a checkpoint resumes only in the run "
+                                    "directory whose config.json names the run (start again with --overwrite)")
+    own = rec.get("run_id")
+    if ckpt.run_id is not None and ckpt.run_id != own:
+        raise ConfigError("resume", f"{name} belongs to another run (its run_id {ckpt.run_id[:12]}..., this run's "
+                                    f"config.json: {str(own)[:12]}...): a checkpoint continues only the run that "
+                                    f"wrote it; {drop}")
+    differ = sorted(k for k in names if k not in RESUME_SAFE_FIELDS and k in rec and k in ckpt.config
+                    and rec[k] != ckpt.config[k])
+    if differ:
+        shown = ", ".join(f"--{k} (checkpoint {ckpt.config[k]!r}, config.json {rec[k]!r})" for k in differ[:4])
+        raise ConfigError("resume", f"{name} was written with other settings than this run's config.json: {shown}"
+                                    f"{' ...' if len(differ) > 4 else ''}; {drop}")
+
+
 def _ranges(xs: list[int]) -> str:
     """[1, 2, 3, 7] -> '1-3, 7' (at most 5 runs shown)."""
     runs: list[list[int]] = []
@@ -147,6 +183,8 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     unknown = sorted(set(ckpt.config) - set(known))
     if unknown:
         raise ConfigError("resume", f"the checkpoint's config has fields this version does not know: {unknown}")
+    require_own_checkpoint(explicit["outdir"], ckpt, set(known))
+    refuse_code_from(ckpt.config, f"the checkpoint {ckpt.path}", explicit)   # before anything is built
     saved = {**known, **ckpt.config}
     changed = {k: (saved[k], v) for k, v in explicit.items() if k in known and saved[k] != v}
     unsafe = [k for k in changed if k not in RESUME_SAFE_FIELDS]

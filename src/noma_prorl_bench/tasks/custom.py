@@ -3,8 +3,10 @@
 ``factory`` is any importable callable returning an object that follows the Task protocol of
 ``tasks/base.py``; ``--task_kwargs`` (a JSON object) is passed to it as keyword arguments, and
 ``--n_val`` as ``n_val=`` when the factory takes an argument of that name. The module is
-imported from the Python path with the current directory in front (as ``python -m`` does), so a
-file ``my_task.py`` in the directory a run or a suite is started from is found.
+imported from the Python path as it is (an installed package, or ``PYTHONPATH``); neither the
+current directory nor a run directory is added to it, so a file shipped in a directory someone
+else made is never imported by being there. A spec read from a file (config.json, a checkpoint,
+``--config``) is imported only when the command line names it too (config/code_specs.py).
 
 Every check raises ``ConfigError`` naming the flag (the CLI exits 2 before writing anything):
 the import, the kwargs, the returned object's methods, and (``check_vocabulary``) whether a
@@ -16,30 +18,28 @@ import importlib
 import inspect
 import json
 import os
-import re
-import sys
 
+from noma_prorl_bench.config.code_specs import names_code
 from noma_prorl_bench.config.validate import ConfigError
 
-SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 REQUIRED = ("name", "max_new_tokens", "sample", "validation_set", "reward")
 
 
 def is_factory_spec(task: str) -> bool:
     """True for ``module.path:factory`` (not ``rg:NAME`` or ``jsonl:PATH``)."""
-    return bool(SPEC.match(task)) and task.split(":")[0] not in ("rg", "jsonl")
+    return names_code("task", task)
 
 
 def import_attr(spec: str, flag: str):
     """``module.path:name`` -> the object; ConfigError(flag) when it cannot be had."""
     mod_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001  (any error of the user's module is reported, not raised)
+        here = os.path.isfile(mod_name.split(".")[0] + ".py") or os.path.isdir(mod_name.split(".")[0])
+        hint = (" (it is in the current directory, which is not searched: PYTHONPATH=. names it)" if here else "")
         raise ConfigError(flag.lstrip("-"), f"cannot import {mod_name!r} ({type(e).__name__}: {e}); the module "
-                                            "must be importable from the current directory or PYTHONPATH") from e
+                                            f"must be importable from PYTHONPATH or installed{hint}") from e
     if not hasattr(mod, attr):
         raise ConfigError(flag.lstrip("-"), f"module {mod_name!r} has no attribute {attr!r}")
     return getattr(mod, attr)

@@ -63,8 +63,25 @@ def _numeric(tol: float) -> Callable[[str, str], float]:
 
 
 def _verifier(spec: str) -> Callable[[str, str], float]:
+    """The callable ``spec`` names, checked before training: callable, and its signature takes
+    ``(response, answer)`` (ConfigError naming --reward_fn otherwise)."""
+    import inspect  # noqa: PLC0415
+
+    from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
     from noma_prorl_bench.tasks.custom import import_attr  # noqa: PLC0415
     fn = import_attr(spec, "--reward_fn")
+    if not callable(fn):
+        raise ConfigError("reward_fn", f"{spec} is a {type(fn).__name__}, not a function of (response, answer)")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None                                  # a builtin without a signature: called as it is
+    if sig is not None:
+        try:
+            sig.bind("response", "answer")
+        except TypeError as e:
+            raise ConfigError("reward_fn", f"{spec}{sig} cannot be called as {spec.split(':')[1]}(response, answer) "
+                                           f"({e}); a verifier takes the response and the answer") from None
 
     def reward(response: str, answer: str) -> float:
         out = fn(response, answer)
