@@ -377,7 +377,8 @@ def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
 def is_run_name(name: object) -> bool:
     """True for a name a suite gives its runs: one directory level inside the suite (no separator,
     no '..', not absolute, not hidden)."""
-    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,199}", name)) and ".." not in name
+    return (isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,199}", name))
+            and ".." not in name)
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:

@@ -220,7 +220,8 @@ def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
-            "run_id": run_id_of(outdir), "config": cfg, "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
+            "run_id": run_id_of(outdir), "config": cfg,
+            "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
             "n_tensors": len(tensors), "extra": extra_tree, "state": tree}
     _write_new(os.path.join(tmp, STATE), json.dumps(meta).encode())
     digests = {name: sha256_file(os.path.join(tmp, name)) for name in (TENSORS, STATE)}
