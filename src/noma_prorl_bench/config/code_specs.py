@@ -57,7 +57,7 @@ def drop_script_dir() -> None:
     is never imported by being there, whether as a task module or as a library's name."""
     import os  # noqa: PLC0415
     import sys  # noqa: PLC0415
-    if sys.flags.safe_path or not sys.path:
+    if getattr(sys.flags, "safe_path", False) or not sys.path:      # python -P (3.11+)
         return
     here = os.path.realpath(os.getcwd())
     given = {os.path.realpath(p or ".") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
