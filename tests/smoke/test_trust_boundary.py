@@ -207,3 +207,18 @@ def test_a_suite_refuses_a_run_directory_as_its_outdir(work):
     r = _cli(work, "--preset", "smoke", "--outdir", "s0", module="noma_prorl_bench.suite")
     _one_error(r, "argument --outdir: 's0' holds a single run (config.json, metrics.jsonl, checkpoints), not a suite")
     assert _snapshot(work) == before
+
+
+def test_a_model_directory_with_its_own_code_is_not_run(tmp_path):
+    """An HF model directory whose config names modeling code (auto_map) is loaded with
+    trust_remote_code=False: refused, its module never imported."""
+    pytest.importorskip("transformers")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {
+        "AutoConfig": "evil_code.EvilConfig", "AutoModelForCausalLM": "evil_code.EvilModel"}}))
+    (model / "evil_code.py").write_text("open('PWNED', 'w').close()\nfrom transformers import PretrainedConfig\n"
+                                        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n")
+    r = _cli(tmp_path, "--outdir", "out", "--model", f"hf:{model}", "--task", "arithmetic")
+    _one_error(r, "argument --model:")
+    assert not _pwned(tmp_path) and not (tmp_path / "out").exists()

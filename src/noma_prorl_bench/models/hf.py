@@ -296,7 +296,7 @@ def check_model_dir(path: str | Path):
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     try:
-        config = AutoConfig.from_pretrained(p, local_files_only=True)
+        config = AutoConfig.from_pretrained(p, local_files_only=True, trust_remote_code=False)  # no code from p
     except Exception as e:  # noqa: BLE001  (malformed or unknown config: report, don't trace)
         raise ValueError(f"cannot read the model config in {p}: {_first_line(e)}") from e
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
@@ -325,11 +325,11 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"cannot load a tokenizer from {p}: {_first_line(e)}") from e
     load = lambda **kw: AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype,  # noqa: E731
-                                                             local_files_only=True, **kw)
+                                                             local_files_only=True, trust_remote_code=False, **kw)
     try:
         try:
             model = load(attn_implementation="sdpa")
