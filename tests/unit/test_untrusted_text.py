@@ -225,6 +225,16 @@ def test_plan_prints_names_as_data(hostile, capsys):
     assert len(rows) == 6            # two comparisons x (score, s/step, s/token), each one line
 
 
+def test_a_dropped_line_warning_names_the_directory_as_data(tmp_path):
+    d = write_run(tmp_path / ("run\x1b[2J" + PAYLOADS["heading"]), seed=0, steps=5)
+    text = (d / "metrics.jsonl").read_text().splitlines()
+    (d / "metrics.jsonl").write_text("\n".join(text[:2] + ["not json"] + text[2:]) + "\n")
+    with pytest.warns(UserWarning) as caught:
+        load_runs([d])
+    (msg,) = [str(w.message) for w in caught]
+    assert "line 3" in msg and "\\x1b[2J\\n# Heading" in msg and not _controls(msg) and "\n" not in msg
+
+
 def test_figure_labels_and_titles_are_plain_text(hostile):
     runs = load_runs(sorted(p for p in hostile.iterdir() if (p / "config.json").is_file()))
     for run in runs:
