@@ -277,7 +277,7 @@ def test_plot_refuses_before_writing_any_figure(tmp_path, one_run, capsys, block
 def test_plot_refuses_an_out_named_like_the_second_figure(tmp_path, one_run, capsys):
     with pytest.raises(SystemExit) as e:
         plot_main(["--runs", str(one_run), "--out", str(tmp_path / "ref_cost.png")])
-    assert e.value.code == 2 and "two of the figures" in capsys.readouterr().err
+    assert e.value.code == 2 and "also another file this command writes" in capsys.readouterr().err
     assert not (tmp_path / "ref_cost.png").exists()
 
 
@@ -305,3 +305,11 @@ def test_report_refuses_a_linked_report_before_any_figure(tmp_path, one_run, cap
     assert e.value.code == 2 and "summary.json" in capsys.readouterr().err
     assert sorted(p.name for p in out.rglob("*")) == ["summary.json"] and victim.read_text() == "keep\n"
     shutil.rmtree(out)
+
+
+def test_report_refuses_an_out_whose_numbers_file_is_its_summary(tmp_path, one_run, capsys):
+    out = tmp_path / "rep" / "summary.md"              # report.json beside it would be summary.json
+    with pytest.raises(SystemExit) as e:
+        report_main([str(one_run), "--out", str(out)])
+    assert e.value.code == 2 and "also another file this command writes" in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()

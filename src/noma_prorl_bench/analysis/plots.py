@@ -355,7 +355,8 @@ def check_outputs(paths: Sequence[str | Path], flag: str = "--out") -> None:
     for p in map(str, paths):
         key = os.path.normpath(os.path.abspath(p))
         if key in seen:
-            raise RunDirRefused(f"argument {flag}: {p!r} would hold two of the figures; choose another name")
+            raise RunDirRefused(f"argument {flag}: {p!r} is also another file this command writes; "
+                                "choose another name")
         seen.add(key)
         try:
             mode = os.lstat(p).st_mode
