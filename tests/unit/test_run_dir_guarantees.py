@@ -274,7 +274,8 @@ def test_text_from_a_directory_is_rendered_as_data(tmp_path):
     assert report_main([str(d)]) == 0
     text = (d / "report" / "report.md").read_text()
     line = next(x for x in text.splitlines() if "Made at commit" in x)
-    assert line.count("`") == 2 and "\\n" in line and "# Injected heading" not in text.splitlines()
+    assert "commit ``abc` $(touch pwned) `def`` on" in line     # one code span, its fence longer than any run inside
+    assert "\\n" in line and not any(x.lstrip().startswith("#") and "Injected" in x for x in text.splitlines())
     cmd = next(x for x in text.splitlines() if "touch pwned" in x and x.startswith("    "))
     words = shlex.split(cmd)
     assert len(words) == 1 and words[0].startswith("prorl-bench suite")   # one word: a shell runs nothing

@@ -31,10 +31,12 @@ from noma_prorl_bench.analysis.plots import (
     _draw,
     _panel,
     _style,
+    check_outputs,
     smooth_window,
     summary_figure,
 )
 from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run, smooth
+from noma_prorl_bench.io.safe_files import makedirs, save_figure
 
 ARM_RE = re.compile(r"^b(?P<beta>[0-9.]+(?:e-?[0-9]+)?)-(?P<treatment>[a-z]+)$")
 #: the short verdict marks printed in cells
@@ -97,6 +99,12 @@ def _fmt(v: float, sign: bool = True) -> str:
     return "—" if not np.isfinite(v) else f"{v:+.3f}" if sign else f"{v:.3f}"
 
 
+def figure_paths(grid: dict[str, dict[str, str]], figures_dir: Path) -> list[Path]:
+    """The map's figures: the heatmap, the clamp figure, then one training summary per beta."""
+    return [figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png",
+            *(figures_dir / f"summary_beta{beta}.png" for beta in grid)]
+
+
 def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
                   figures_dir: Path, rel: Callable[[Path], str]) -> list[str]:
     """The map's markdown (a beta x treatment table) and its two figures; [] for other suites."""
@@ -119,17 +127,18 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
                    if c["mde80"] == np.inf else f", mde80 {_fmt(c['mde80'], sign=False)}")
             line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})")
         body.append(line)
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    heat, clamp = figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png"
-    heatmap_figure(grid, cells).savefig(heat, dpi=110, bbox_inches="tight")
-    clamp_figure(arms, grid).savefig(clamp, dpi=110, bbox_inches="tight")
+    heat, clamp, *per_png = figure_paths(grid, figures_dir)
+    pngs = dict(zip(grid, per_png))
+    check_outputs([heat, clamp, *per_png], "--figures")   # every path before any figure is written
+    makedirs(str(figures_dir))
+    save_figure(heatmap_figure(grid, cells), str(heat), dpi=110, bbox_inches="tight")   # never via a link
+    save_figure(clamp_figure(arms, grid), str(clamp), dpi=110, bbox_inches="tight")
     per_beta = []
     for beta, ts in grid.items():                  # one readable training summary per beta
-        png = figures_dir / f"summary_beta{beta}.png"
         runs = [r for arm in ts.values() for r in arms[arm].values()]
-        summary_figure(runs, by_config=True, throughput=False).savefig(png, dpi=100,
-                                                                       bbox_inches="tight")
-        per_beta.append(f"[beta {beta}]({rel(png)})")
+        save_figure(summary_figure(runs, by_config=True, throughput=False), str(pngs[beta]), dpi=100,
+                    bbox_inches="tight")
+        per_beta.append(f"[beta {beta}]({rel(pngs[beta])})")
     header = ["beta"] + [f"{t}" for t in cols]
     return ["## The map: reference treatment x beta", "",
             f"Each cell: mean paired effect on the score (last {k} evaluations) against that "

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from noma_prorl_bench.analysis.untrusted import term_text
+
 
 def plot_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=(
@@ -46,7 +48,8 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
     try:
         summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
     except (OSError, RunDirRefused) as err:
-        parser.error(f"argument --out: cannot write {args.out!r}: {_short(err)}".replace("argument --outdir: ", ""))
+        why = _short(err).removeprefix("argument --outdir: ").removeprefix("argument --out: ")
+        parser.error(f"argument --out: cannot write {args.out!r}: {why}")
     print(f"wrote {summary}\nwrote {ref_cost}", file=sys.stdout)
     return 0
 
@@ -75,9 +78,9 @@ def _read_json(parser: argparse.ArgumentParser, path: Path, flag: str):
 
 
 def _short(err: BaseException) -> str:
-    """One line: an exception's message, flattened and cut."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= 300 else text[:299] + "…"
+    """One line: an exception's message (which may quote a file or directory name from a run),
+    flattened, control characters shown as escapes (`untrusted.term_text`) and cut."""
+    return term_text(" ".join(str(err).split()) or type(err).__name__, 300)
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:
@@ -111,7 +114,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     try:
         path = write_report(run_dirs, out, args.figures or out.parent / "figures", settings, suite)
     except RunDirRefused as err:
-        parser.error(str(err).replace("--outdir", "--out"))
+        parser.error(_short(err).replace("--outdir", "--out"))
     except INPUT_ERRORS as err:
         parser.error(f"DIR: cannot make a report from {', '.join(args.dirs)}: {_short(err)}")
     print(f"wrote {path}")
@@ -119,7 +122,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     bad = failed_checks(path)
     if bad:
         print(f"prorl-bench report: ERROR: identical-by-construction check(s) failed: "
-              f"{', '.join(bad)} (see the report's Checks section)", file=sys.stderr)
+              f"{', '.join(term_text(b, 80) for b in bad)} (see the report's Checks section)", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -156,7 +159,7 @@ def plan_main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = plan_rows(dirs, suite, settings, args.effect, args.power)
     except (OSError, ValueError) as err:
-        parser.error(str(err))
+        parser.error(_short(err))
     if not rows:
         parser.error(f"DIR: {root}: no comparison between complete runs of two arms")
     print("\n".join(plan_lines(rows, args.power)))

@@ -1,7 +1,8 @@
 """Findings from saved runs: the per-configuration details (one value per seed, mean and spread),
 the A0/A1 cost-model check and the generated conclusion, which states only what the paired
 comparisons of `compare.py` (t CI, sign-flip test Holm-corrected per family) support. Pure
-functions of `runlog.Run` objects; report.py renders them.
+functions of `runlog.Run` objects; report.py renders them. The sentences are markdown: names and
+caveats read from a suite or its settings.json go in through `untrusted.md_text` / `md_code`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from noma_prorl_bench.analysis.runlog import (
     run_stats,
     threshold_curve,
 )
+from noma_prorl_bench.analysis.untrusted import md_code, md_text
 
 #: per-run metric (runlog.run_stats) -> matrix column header
 COLUMNS = {
@@ -221,14 +223,14 @@ def _comparison_sentences(rows: list[dict]) -> list[str]:
     lines = []
     for row in rows:
         if _is_aa(row):
-            lines.append(f"A/A control ({row['arm']} vs {row['baseline']}: identical settings, "
-                         f"different seeds), {_WHAT[row['metric']]}: {row['verdict']}, "
+            lines.append(f"A/A control ({md_text(row['arm'], 60)} vs {md_text(row['baseline'], 60)}: "
+                         f"identical settings, different seeds), {_WHAT[row['metric']]}: {row['verdict']}, "
                          f"{_fmt_diff(row)}, {fmt_mde(row)}.")
     for row in rows:
         if row["verdict"] != "no detectable difference":
-            lines.append(f"{row['name']}, {_WHAT[row['metric']]}: {row['arm']} is "
-                         f"{row['verdict']} than {row['baseline']}, {_fmt_diff(row)}.")
-    nulls = [f"{r['name']} ({_WHAT[r['metric']]}, {fmt_mde(r)}"
+            lines.append(f"{md_text(row['name'], 60)}, {_WHAT[row['metric']]}: {md_text(row['arm'], 60)} is "
+                         f"{row['verdict']} than {md_text(row['baseline'], 60)}, {_fmt_diff(row)}.")
+    nulls = [f"{md_text(r['name'], 60)} ({_WHAT[r['metric']]}, {fmt_mde(r)}"
              + ("; its own 95% CI excludes 0 before the family correction" if r.get("ci_excludes_0")
                 else "") + ")" for r in rows
              if r["verdict"] == "no detectable difference" and not _is_aa(r)]
@@ -277,9 +279,9 @@ def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) ->
         text = (f"**What it found.** {len(questions)} question{'s' * (len(questions) != 1)}"
                 + (f" (plus {n_aa} A/A control row{'s' * (n_aa != 1)})" if n_aa else "")
                 + f" in {len(fams)} Holm famil{'ies' if len(fams) != 1 else 'y'} "
-                f"({', '.join(f'`{f}`' for f in fams)}; family-wise error 5% within "
+                f"({', '.join(md_code(f, 60) for f in fams)}; family-wise error 5% within "
                 f"{'each' if len(fams) != 1 else 'it'}); {len(found)} reached a verdict")
-        text += (": " + "; ".join(f"{r['name']}" + (f" ({_WHAT[r['metric']]})" if r["metric"]
+        text += (": " + "; ".join(md_text(r["name"], 60) + (f" ({_WHAT[r['metric']]})" if r["metric"]
                                                      != "score" else "")
                                   + f": **{r['verdict']}**, {_short_diff(r)}" for r in found)
                  + "." if found else ".")
@@ -287,7 +289,7 @@ def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) ->
         if nulls:
             text += f" {len(nulls)} found no detectable difference" + _null_power(nulls)
     if checks:
-        bad = [c["name"] for c in checks if c["identical"] is False]
+        bad = [md_text(c["name"], 60) for c in checks if c["identical"] is False]
         ok = sum(c["identical"] is True for c in checks)
         text += (f" **ERROR: identical-by-construction check failed: {', '.join(bad)}.**" if bad
                  else f" Identical-by-construction checks: {ok} of {len(checks)} identical: yes.")
@@ -300,16 +302,16 @@ def _gain_sentences(gains: list[dict]) -> list[str]:
     lines = []
     for g in gains:
         if not math.isfinite(g["share"]):
-            lines.append(f"{g['b']} vs {g['a']}: the share of the RL gain cannot be computed "
-                         f"({g['a']}'s mean gain over the warm-start score is "
+            lines.append(f"{md_text(g['b'], 60)} vs {md_text(g['a'], 60)}: the share of the RL gain cannot be computed "
+                         f"({md_text(g['a'], 60)}'s mean gain over the warm-start score is "
                          f"{g['gain_a']:+.3f}, not positive).")
             continue
         lo, hi = g["ci95"]
         ci = (f"95% Fieller interval {lo:.0%} to {hi:.0%}" if math.isfinite(lo)
               and math.isfinite(hi) else "95% Fieller interval unbounded: A's gain is not clearly "
               "above 0" if lo == -math.inf else "no interval with < 2 pairs")
-        lines.append(f"{g['b']} kept {g['share']:.0%} of {g['a']}'s RL gain over the warm-start "
-                     f"score {g['warm']:.3f} ({ci}, n = {g['n_pairs']}; "
+        lines.append(f"{md_text(g['b'], 60)} kept {g['share']:.0%} of {md_text(g['a'], 60)}'s RL gain over the "
+                     f"warm-start score {g['warm']:.3f} ({ci}, n = {g['n_pairs']}; "
                      f"gains {g['gain_b']:+.3f} vs {g['gain_a']:+.3f}); B's step time: "
                      f"{g['speed']}. Criterion 'keeps >= 80% at lower step time': "
                      f"{g['held_80']}; '>= 90%': {g['held_90']}.")
@@ -319,11 +321,12 @@ def _gain_sentences(gains: list[dict]) -> list[str]:
 def conclusion(cost: list[dict], rows: list[dict], gains: list[dict], n_pairs: int,
                partial: int = 0, evidence: bool = True, caveats: Sequence[str] = ()) -> list[str]:
     """Short statements, each backed by a number computed above, plus caveats (`caveats`: what
-    the person who ran the suite knows and the logs do not, e.g. machine load, printed first)."""
+    the person who ran the suite knows and the logs do not, e.g. machine load, printed first, as
+    data: `untrusted.md_text`, at most 1000 characters each)."""
     lines = [] if evidence else [
         "This is a smoke run, not evidence: its preset is sized to check that the pipeline "
         "works, not to detect effects (see the `full` preset)."]
-    lines += [f"Caveat: {c}" for c in caveats]
+    lines += [f"Caveat: {md_text(c, 1000)}" for c in caveats]
     lines += _cost_sentences(cost) + _gain_sentences(gains) + _comparison_sentences(rows)
     if n_pairs < 10:
         lines.append(f"Caveat: as few as {n_pairs} paired seed(s) per comparison; with n pairs "

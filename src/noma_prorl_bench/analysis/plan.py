@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from noma_prorl_bench.analysis import compare as cmp
 from noma_prorl_bench.analysis import stats
 from noma_prorl_bench.analysis.runlog import load_runs
+from noma_prorl_bench.analysis.untrusted import term_text
 
 
 def plan_rows(run_dirs: Sequence[str | Path], suite: dict | None, settings: dict | None,
@@ -50,7 +51,8 @@ def plan_rows(run_dirs: Sequence[str | Path], suite: dict | None, settings: dict
 
 
 def plan_lines(rows: list[dict], power: float = 0.8) -> list[str]:
-    """A plain table: comparison, family (m), metric, pilot pairs, SD, effect, seeds needed."""
+    """A plain table: comparison, family (m), metric, pilot pairs, SD, effect, seeds needed; names
+    from suite.json shown by `untrusted.term_text` (no control character reaches the terminal)."""
     head = (f"{'comparison':<44} {'family (m)':<18} {'metric':<9} {'pilot':>5} {'sd(d)':>9} "
             f"{'effect':>9} {'seeds for ' + format(power, '.0%') + ' power':>22}")
     lines = [head, "-" * len(head)]
@@ -59,8 +61,8 @@ def plan_lines(rows: list[dict], power: float = 0.8) -> list[str]:
         n = r["seeds_needed"]
         need = ("unknown (SD needs 2 pilot pairs)" if not math.isfinite(n) and math.isnan(n) else
                 "> 10000" if n == math.inf else str(int(n)))
-        fam = f"{r['family']} ({r['m']})"
-        lines.append(f"{r['name'][:44]:<44} {fam[:18]:<18} "
+        fam = f"{term_text(r['family'], 14)} ({r['m']})"
+        lines.append(f"{term_text(r['name'], 44):<44} {fam[:18]:<18} "
                      f"{unit:<9} {r['n_pairs']:>5} {r['sd'] * scale:>9.{dec + 1}f} "
                      f"{r['effect'] * scale:>9.{dec + 1}f} {need:>22}")
     lines += ["", "seeds = smallest n with (t(1 - 0.05/(2m), n-1) + t(power, n-1)) sd / sqrt(n) "

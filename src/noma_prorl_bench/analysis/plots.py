@@ -13,11 +13,15 @@ In every time-series panel each run is one line labelled with `Run.label` (with
 reference/optimizer resets are vertical dotted lines and growth events vertical dashed lines in
 the entry's colour (their Line2D labels start with "_", so `run_lines(ax)` returns data lines).
 The command line entry (`analysis/commands.plot_main`, which parses before importing this module)
-backs `scripts/plot_runs.py` and `prorl-bench plot`.
+backs `scripts/plot_runs.py` and `prorl-bench plot`. Labels and titles built from a run's files
+(config values, suite arm names, directory names) go through `untrusted.plot_text` (one line,
+no mathtext); every output path is checked (`check_outputs`) before the first figure is written.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Sequence
 
@@ -35,6 +39,7 @@ from noma_prorl_bench.analysis.runlog import (
     load_run,
     smooth,
 )
+from noma_prorl_bench.analysis.untrusted import plot_text
 
 STAGES = ("rollout", "ref", "train", "eval", "other")
 STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
@@ -88,7 +93,7 @@ def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1,
     steps, mean, lo, hi = curve(runs, key, window, initial)
     if 0 < steps.size <= 3:               # measured at 1-3 steps only: a bare line is invisible
         kw = {"marker": "o", **kw}
-    ax.plot(steps, mean, color=color, label=label, **kw)
+    ax.plot(steps, mean, color=color, label=plot_text(label), **kw)
     if len(runs) > 1 and steps.size:
         ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
         if steps.size <= 3:
@@ -146,7 +151,7 @@ def _legend(fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequenc
             styles: Sequence | None = None) -> int:
     """Figure legend below the panels; returns its number of rows."""
     styles = styles or [_style(i) for i in range(len(ents))]
-    handles = [Line2D([], [], color=c, linestyle=st, label=lab)
+    handles = [Line2D([], [], color=c, linestyle=st, label=plot_text(lab, 120))
                for (lab, _), c, st in zip(ents, colors, styles)]
     handles += list(extra)
     fig.legend(handles=handles, loc="lower center", ncol=min(3, max(1, len(handles))),
@@ -304,7 +309,7 @@ def _stage_bars(ax, ents: Sequence[Entry]) -> None:
         w = np.array([np.mean([m[stage] for m in ms]) for ms in means])
         ax.barh(y, w, left=left, color=STAGE_COLORS[stage], label=stage)
         left += w
-    ax.set_yticks(y, [lab for lab, _ in ents], fontsize=8)
+    ax.set_yticks(y, [plot_text(lab) for lab, _ in ents], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.3 * max(float(left.max(initial=0.0)), 1e-9))
     ax.legend(fontsize=8, loc="lower right")
@@ -333,7 +338,7 @@ def diagnostics_figure(run: Run) -> Figure:
         else:
             ax.text(0.5, 0.5, "not logged", transform=ax.transAxes, ha="center", color="gray")
         _mark_events(ax, [(run.label, [run])], ["k"])
-    fig.suptitle(f"Diagnostics: {run.label} ({run.path.name})", fontsize=12)
+    fig.suptitle(f"Diagnostics: {plot_text(run.label)} ({plot_text(run.path.name, 60)})", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 
@@ -341,15 +346,40 @@ def diagnostics_figure(run: Run) -> Figure:
 # ---------------------------------------------------------------- saving
 
 
+def check_outputs(paths: Sequence[str | Path], flag: str = "--out") -> None:
+    """Refuse (RunDirRefused, naming `flag` and the path) before anything is written when two of
+    `paths` are the same file, or one is a symbolic link or exists as something other than a
+    regular file (a directory, FIFO, socket or device); a missing path is fine."""
+    from noma_prorl_bench.io.safe_files import RunDirRefused, UnsafePath  # noqa: PLC0415
+    seen: set[str] = set()
+    for p in map(str, paths):
+        key = os.path.normpath(os.path.abspath(p))
+        if key in seen:
+            raise RunDirRefused(f"argument {flag}: {p!r} is also another file this command writes; "
+                                "choose another name")
+        seen.add(key)
+        try:
+            mode = os.lstat(p).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise UnsafePath(p, flag)
+        if not stat.S_ISREG(mode):
+            raise RunDirRefused(f"argument {flag}: {p!r} exists and is not a regular file (a directory, "
+                                "FIFO, socket or device); refusing to write over it")
+
+
 def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
                  by_config: bool = False, throughput: bool = True,
                  twins: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and `ref_cost_figure`
-    to `ref_cost.png` beside it."""
+    to `ref_cost.png` beside it; both paths are checked (`check_outputs`) before either is
+    written."""
     from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
     out = Path(out_png)
-    makedirs(str(out.parent))
     ref_png = out.parent / "ref_cost.png"
+    check_outputs([out, ref_png])
+    makedirs(str(out.parent))
     save_figure(summary_figure(runs, by_config, throughput, twins), str(out), dpi=dpi, bbox_inches="tight")
     save_figure(ref_cost_figure(runs, by_config), str(ref_png), dpi=dpi, bbox_inches="tight")  # never via a link
     return out, ref_png
@@ -359,8 +389,9 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     """Per-run plots under `run_dir/plots/`: summary.png, ref_cost.png, diagnostics.png."""
     run = load_run(run_dir)
     plots = run.path / "plots"
-    written = list(save_summary([run], plots / "summary.png", dpi=dpi))
     diag = plots / "diagnostics.png"
+    check_outputs([plots / "summary.png", plots / "ref_cost.png", diag], "--outdir")
+    written = list(save_summary([run], plots / "summary.png", dpi=dpi))
     from noma_prorl_bench.io.safe_files import save_figure  # noqa: PLC0415
     save_figure(diagnostics_figure(run), str(diag), dpi=dpi)
     return written + [diag]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from noma_prorl_bench.analysis import compare as cmp
-from noma_prorl_bench.analysis.atlas import atlas_section
+from noma_prorl_bench.analysis.atlas import atlas_section, figure_paths, parse_arms
 from noma_prorl_bench.analysis.findings import (
     Stat,
     conclusion,
@@ -37,7 +37,7 @@ from noma_prorl_bench.analysis.findings import (
     result_matrix,
     threshold_source,
 )
-from noma_prorl_bench.analysis.plots import save_summary
+from noma_prorl_bench.analysis.plots import check_outputs, save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
     Run,
@@ -57,31 +57,27 @@ from noma_prorl_bench.analysis.sections import (
     per_seed_lines,
     provenance_lines,
 )
+from noma_prorl_bench.analysis.untrusted import md_code, md_text, visible
 from noma_prorl_bench.io import safe_files
 
 # a recorded command printed as is: this tool's own entry point, then only characters no shell acts on
 _SHELL_SAFE = re.compile(r"(\S*/)?(prorl-bench|python[0-9.]*)( [A-Za-z0-9_./=:,@%+-]+)*")
 
 
-def as_data(text: Any, limit: int = 300) -> str:
-    """Text read from a run or suite directory (untrusted), made safe to print inside a one-line
-    markdown code span: newlines and other unprintable characters escaped (`\\n`, `\\u2028`),
-    backticks replaced by `'` (so the span cannot be closed early)."""
-    s = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in str(text)).replace("`", "'")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
 def _provenance_as_data(settings: dict) -> dict:
-    """`settings` with commit, machine and command rendered as data: a commit that is not a hex id
-    is escaped, and a command with shell metacharacters is shown as one single-quoted word (so
-    pasting it into a shell runs nothing)."""
+    """`settings` with commit, machine and command rendered as data: the commit as a code span,
+    the machine as escaped text (`untrusted`), and a command with shell metacharacters (or
+    unprintable characters, or over 2000 characters) as one single-quoted word, so pasting it
+    into a shell runs nothing."""
     out = dict(settings)
-    for key in ("commit", "machine"):
-        if key in out:
-            out[key] = as_data(out[key], 80)
+    if "commit" in out:
+        out["commit"] = md_code(out["commit"], 80)
+    if "machine" in out:
+        out["machine"] = md_text(out["machine"], 80)
     if "command" in out:
         cmd = str(out["command"])
-        out["command"] = cmd if _SHELL_SAFE.fullmatch(cmd) else shlex.quote(as_data(cmd, 2000))
+        safe = len(cmd) <= 2000 and cmd.isprintable() and _SHELL_SAFE.fullmatch(cmd)
+        out["command"] = cmd if safe else shlex.quote(visible(cmd, 2000))
     return out
 
 
@@ -110,15 +106,15 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
 def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     lines = ["## Settings", ""]
     if settings:
-        lines += _table(["setting", "value"], [[_cell(as_data(k)), f"`{_cell(as_data(json.dumps(v)), 200)}`"]
+        lines += _table(["setting", "value"], [[_cell(k, 80), md_code(json.dumps(v), 200)]
                                                for k, v in settings.items()]) + [""]
     common = {k: v for k, v in runs[0].config.items() if k not in NOT_CONFIG
               and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)}
     lines += ["Configuration shared by every run (the matrix labels name what varies):", ""]
-    lines += [f"`{_cell(as_data(json.dumps(common, sort_keys=True), 10_000), 10_000)}`", ""]
+    lines += [md_code(json.dumps(common, sort_keys=True), 10_000), ""]
     seeds = sorted({json.dumps(r.seed) for r in runs})
     versions = runs[0].config.get("versions")
-    lines += [f"Seeds: {as_data(', '.join(seeds))}.  Versions: `{as_data(json.dumps(versions))}`.", ""]
+    lines += [f"Seeds: {md_text(', '.join(seeds))}.  Versions: {md_code(json.dumps(versions))}.", ""]
     return lines
 
 
@@ -192,6 +188,10 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=spike)
     detail = (matrix, threshold, source, window, spike)
+    figs, grid = Path(figures_dir), parse_arms(arms)
+    check_outputs([out, out.parent / "summary.json", out.with_suffix(".json")])   # all before writing any
+    check_outputs([figs / "summary.png", figs / "ref_cost.png", *(figure_paths(grid, figs) if grid else [])],
+                  "--figures")
     safe_files.makedirs(str(out.parent))
     twins = {c["arm"]: c["baseline"] for c in check_rows if c["identical"]}
     in_arms = [r for members in arms.values() for r in members.values()]
@@ -235,7 +235,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     lines += _settings_lines(runs, settings)
     return lines + ["## Runs", ""] + _table(
         ["directory", "label", "steps", "complete", "dropped lines"],
-        [[f"`{as_data(rel(r.path))}`", _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
+        [[md_code(rel(r.path)), _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
          for r in runs]) + [""]
 
 

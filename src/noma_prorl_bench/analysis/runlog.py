@@ -43,6 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from noma_prorl_bench.analysis.untrusted import term_text
 from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES, kl_metric_key
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
@@ -144,7 +145,7 @@ def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, A
             if dropped is not None:
                 dropped.append(f"{path.name}:{i + 1}")
             if i != last:
-                warnings.warn(f"{path}: line {i + 1} is not a JSON object; dropped", stacklevel=2)
+                warnings.warn(f"{term_text(path)}: line {i + 1} is not a JSON object; dropped", stacklevel=2)
             continue
         rows.append(obj)
     return rows

@@ -1,5 +1,7 @@
 """Markdown sections of the result report (report.py assembles them). Tables a person reads:
-fixed decimals with units, at most 8 columns; the long per-seed tables go to the appendix."""
+fixed decimals with units, at most 8 columns; the long per-seed tables go to the appendix. Text
+read from run or suite directories (names, labels, seeds, metric keys) is shown through
+`untrusted.md_text` / `md_code`, never as markup."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import numpy as np
 from noma_prorl_bench.analysis.compare import METRICS, run_numbers
 from noma_prorl_bench.analysis.findings import Stat
 from noma_prorl_bench.analysis.runlog import Run, kl_loss_key, reduce_key
+from noma_prorl_bench.analysis.untrusted import md_code, md_text
 
 
 def _cell(text: Any, limit: int = 60) -> str:
-    s = " ".join(str(text).split()).replace("|", "\\|")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    """A table cell holding `text` as data (`untrusted.md_text`), cut to `limit` characters."""
+    return md_text(text, limit)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -34,7 +37,7 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
     lines = [] if evidence else [
         "> **Smoke run, not evidence.** This preset checks that the pipeline works; its seeds "
         "and steps are too few to detect effects. The evidence is the `full` preset.", ""]
-    lines += [f"{n_runs} runs in {n_arms} arms. Made at commit `{settings.get('commit', 'unknown')}` "
+    lines += [f"{n_runs} runs in {n_arms} arms. Made at commit {settings.get('commit', '`unknown`')} "
               f"on {settings.get('machine', 'an unrecorded machine')} with", "",
               f"    {settings.get('command', '(command not recorded)')}", "",
               f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
@@ -82,7 +85,7 @@ def comparison_lines(rows: list[dict], timing_note: str = "") -> list[str]:
     for fam in dict.fromkeys(r["family"] for r in rows):
         members = [r for r in rows if r["family"] == fam]
         m = members[0].get("family_size", len(members))
-        lines += [f"### Family `{fam}`: {m} question{'s' * (m != 1)}, Holm within", ""]
+        lines += [f"### Family {md_code(fam, 60)}: {m} question{'s' * (m != 1)}, Holm within", ""]
         body = [[_cell(r["name"], 48), METRICS[r["metric"]][1], r["n_pairs"], _diff_ci(r),
                  _f(r["p"], 3), _f(r["p_holm"], 3), verdict_text(r), _mde(r)] for r in members]
         lines += _table(["comparison (arm vs baseline)", "metric", "pairs",
@@ -102,10 +105,12 @@ def check_lines(checks: list[dict]) -> list[str]:
             verdict = "identical: yes"
         else:
             fd = c["first_difference"]
-            where = (f"pair {fd['pair']}, `{fd['metric']}`" + (f" at step {fd['step']}"
-                     if fd["step"] is not None else "") + f": {fd['values'][0]} vs {fd['values'][1]}")
-            verdict = f"**identical: NO** (ERROR; first difference {_cell(where, 120)})"
-        body.append([_cell(c["name"], 40), f"{c['arm']} = {c['baseline']}", c["pairs"], verdict])
+            where = (f"pair {md_text(fd['pair'], 30)}, {md_code(fd['metric'], 60)}"
+                     + (f" at step {fd['step']}" if fd["step"] is not None else "")
+                     + f": {md_text(fd['values'][0], 30)} vs {md_text(fd['values'][1], 30)}")
+            verdict = f"**identical: NO** (ERROR; first difference {where})"
+        body.append([_cell(c["name"], 40), f"{_cell(c['arm'], 40)} = {_cell(c['baseline'], 40)}", c["pairs"],
+                     verdict])
     return ["## Checks: arms identical by construction", "",
             "These pairs compute the same thing by different means (only their cost may differ), "
             "so they are verified, not tested: every metric except timing, throughput, memory and "
@@ -172,7 +177,7 @@ def cost_lines(cost: list[dict], interleaved: bool = True) -> list[str]:
              "error (it understates the noise: steps are not independent).")
     body = [[_cell(c["a0"], 30), _cell(c["a1"], 30), c["unit"], _f(c["ref_fwd_a0"], 1),
              _f(c["predicted_ratio"], 3), _f(c["measured_ratio"], 3), f"±{c['ratio_noise']:.3f}",
-             ", ".join(c["differs_in"]) or "—"] for c in cost]
+             _cell(", ".join(c["differs_in"]), 120) or "—"] for c in cost]
     return ["## Cost model check (A0 vs A1)", "", intro, ""] + (_table(
         ["A0", "A1", "unit", "A0 ref fwd / step", "predicted ratio", "measured ratio",
          "timing noise (2 SE)", "configs also differ in"], body) if body
@@ -184,7 +189,7 @@ def per_seed_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
     for arm, runs in arms.items():
         for pair, run in sorted(runs.items(), key=lambda item: str(item[0])):
             n = run_numbers(run, k)
-            body.append([_cell(arm, 40), pair, run.seed, _f(n["score"]), _f(n["final_val"]),
+            body.append([_cell(arm, 40), _cell(pair, 30), _cell(run.seed, 30), _f(n["score"]), _f(n["final_val"]),
                          _f(n["warm"]), _f(n["s_step"], 3, "s"), _f(n["s_token"] * 1e6, 1, "µs")])
     return ["## Per-seed numbers", ""] + _table(
         ["arm", "pair", "seed", f"score (last {k} evals)", "final val reward",
