@@ -1,6 +1,8 @@
-"""tasks/jsonl.py's bounds on a task file (size, line length, JSON nesting, prompt and answer
-length), each refused before what it bounds is read and named by its flag; the --n_val a run
-without one gets (fitted_n_val, make_config); the memory estimate sized by the longest prompt."""
+"""tasks/jsonl.py: the bounds on a task file, the --n_val a run without one gets, the longest prompt.
+
+Each bound (file size, line length, JSON nesting, prompt and answer length) is refused before what
+it bounds is read and named by its flag; fitted_n_val / make_config give the --n_val of a run
+without one; the memory estimate is sized by the file's longest prompt."""
 import json
 
 import pytest
