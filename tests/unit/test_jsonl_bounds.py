@@ -139,3 +139,17 @@ def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
         sizes[n] = build_estimate(cfg, model_shape(cfg, P + T), P, T).total
     assert sizes[100] < sizes[1_000] < sizes[10_000]
     assert sizes[10_000] - sizes[1_000] > 5 * (sizes[1_000] - sizes[100])     # activations grow with P
+
+
+def test_the_transformer_holds_the_files_longest_prompt(tmp_path):
+    """A jsonl task has no fixed prompt length: the position table covers its longest prompt (at
+    least 512 rows, as before), so a long training prompt cannot overflow it mid-run."""
+    from noma_prorl_bench.training.trainer import Trainer
+    path = _write(tmp_path / "t.jsonl", [*_qa(11), {"prompt": "1" * 600, "answer": "2"}])
+    short = _write(tmp_path / "s.jsonl", _qa(12))
+    rows = {}
+    for name, p in (("long", path), ("short", short)):
+        cfg = make_config({"outdir": str(tmp_path / name), "task": f"jsonl:{p}", "model": "transformer",
+                           "warmstart_steps": 0, "batch_size": 2, "group_size": 2})
+        rows[name] = Trainer(cfg).policy.max_len
+    assert rows == {"long": 2 + 600 + 3, "short": 512}                 # <bos> prompt <sep>, answer "11" + end
