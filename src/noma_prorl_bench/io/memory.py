@@ -199,7 +199,7 @@ def model_shape(cfg, max_len: int) -> Shape:
 def prompt_response_tokens(cfg) -> tuple[int, int]:
     """(P, T): toy tasks know theirs; other tasks are measured on their prompts: every prompt of a
     task that lists them all (jsonl:PATH: the longest prompt of the file sizes every sequence),
-    else up to 64 validation prompts and 64 training draws; for hf:PATH the 64 longest of those in
+    else up to 64 validation prompts and 64 training draws; for hf:PATH the 128 longest of those in
     characters are tokenised (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
     from noma_prorl_bench.tasks.toy import TOY_TASKS  # noqa: PLC0415
     if cfg.task in TOY_TASKS:
@@ -220,7 +220,7 @@ def prompt_response_tokens(cfg) -> tuple[int, int]:
         from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
         hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(cfg.model[3:]), local_files_only=True)
         tok = HFTokenizerAdapter(hf_tok, chat=cfg.task.startswith("rg:"))
-        longest = sorted({e.prompt for e in ex}, key=len)[-64:]
+        longest = sorted({e.prompt for e in ex}, key=len)[-128:]
         return max(len(tok.prompt_ids(p)) for p in longest), T
     except Exception:  # noqa: BLE001  (a task that cannot be built here fails with its own message later)
         return DEFAULT_PROMPT_TOKENS, max(cfg.max_new_tokens or 64, 1)
