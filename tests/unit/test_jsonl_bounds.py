@@ -124,10 +124,10 @@ def test_make_config_fits_n_val_only_when_not_given(tmp_path):
 
 
 def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
-    """The longest prompt may be a training prompt: every line of the file counts."""
+    """The longest prompt may be a training prompt none of a few random draws picks: every line counts."""
     def cfg_for(prompt_len):
         long_line = {"prompt": "1" * prompt_len, "answer": "2"}
-        path = _write(tmp_path / f"p{prompt_len}.jsonl", [*_qa(40), long_line])
+        path = _write(tmp_path / f"p{prompt_len}.jsonl", [*_qa(2000), long_line])
         cfg = make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 4, "max_prompt_chars": 10 ** 6})
         assert long_line["prompt"] not in {e.prompt for e in make_task(cfg.task, 4, cfg).validation_set()}
         return cfg
@@ -135,7 +135,7 @@ def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
     for n in (100, 1_000, 10_000):
         cfg = cfg_for(n)
         P, T = prompt_response_tokens(cfg)
-        assert (P, T) == (n + 2, 3)                                     # <bos> prompt <sep>; "40" + end token
+        assert (P, T) == (n + 2, 5)                                     # <bos> prompt <sep>; "2000" + end token
         sizes[n] = build_estimate(cfg, model_shape(cfg, P + T), P, T).total
     assert sizes[100] < sizes[1_000] < sizes[10_000]
     assert sizes[10_000] - sizes[1_000] > 5 * (sizes[1_000] - sizes[100])     # activations grow with P
