@@ -78,13 +78,13 @@ def test_a_file_over_max_task_bytes_is_refused_without_being_opened(tmp_path, mo
 
 def test_prompt_and_answer_lengths_are_bounded_in_characters(tmp_path):
     path = _write(tmp_path / "t.jsonl", [*_qa(2), {"prompt": "é" * 16_385, "answer": "1"}])
-    with pytest.raises(ConfigError, match=r"t\.jsonl:3 has a prompt of 16,385 characters, more than "
+    with pytest.raises(ConfigError, match=r"t\.jsonl:3: the prompt is 16,385 characters long, more than "
                                           r"--max_prompt_chars 16,384") as e:
         read_lines(path, "prompt", "answer")
     assert e.value.flag == "max_prompt_chars"
     assert len(read_lines(path, "prompt", "answer", max_prompt_chars=16_385)) == 3
     path = _write(tmp_path / "a.jsonl", [*_qa(2), {"prompt": "q", "answer": "9" * 4_097}])
-    with pytest.raises(ConfigError, match=r"a\.jsonl:3 has an? answer of 4,097 characters") as e:
+    with pytest.raises(ConfigError, match=r"a\.jsonl:3: the answer is 4,097 characters long, more than --max_answer_chars 4,096") as e:
         read_lines(path, "prompt", "answer")
     assert e.value.flag == "max_answer_chars"
     path = _write(tmp_path / "v.jsonl", [{"prompt": [1, 2], "answer": 3}])                 # values as today

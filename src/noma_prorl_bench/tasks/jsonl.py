@@ -160,10 +160,10 @@ def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -
                                  f"(set them with --prompt_field, --answer_field)")
             e = Example(str(rec[prompt_field]), str(rec[answer_field]))
             for what, text in (("prompt", e.prompt), ("answer", e.answer)):
-                if len(text) > lim[f"max_{what}_chars"]:
-                    raise ConfigError(f"max_{what}_chars", f"{path}:{i} has a {what} of {len(text):,} characters, "
-                                                           f"more than --max_{what}_chars {lim[f'max_{what}_chars']:,} "
-                                                           f"(raise it for longer {what}s)")
+                flag = f"max_{what}_chars"
+                if len(text) > lim[flag]:
+                    raise ConfigError(flag, f"{path}:{i}: the {what} is {len(text):,} characters long, more than "
+                                            f"--{flag} {lim[flag]:,} (raise it for longer {what}s)")
             out.append(e)
     if not out:
         raise ValueError(f"{path} holds no example")
