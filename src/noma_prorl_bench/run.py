@@ -33,7 +33,12 @@ def resolve_config(argv: Optional[list[str]], prog: str):
             cfg, ckpt = resume_config(explicit)
             require_intact_log(cfg, ckpt)            # metrics.jsonl holds steps 1..k exactly once
             return cfg, ckpt
-        return make_config(explicit), None
+        cfg = make_config(explicit)
+        if cfg.task.startswith("jsonl:") and "n_val" not in explicit:
+            print(f"{prog}: --n_val {cfg.n_val}: not given, so {cfg.task}'s split holds out a fifth of its distinct "
+                  f"prompts, at most 256 or the preset's n_val (config.json records it; pass --n_val to choose)",
+                  file=sys.stderr)
+        return cfg, None
     except ConfigError as e:
         parser.error(str(e))
         raise  # unreachable

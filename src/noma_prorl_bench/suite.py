@@ -237,7 +237,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: run flags the suite passes to every run when given (your own task: docs/tasks.md)
-TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol")
+TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol", "max_task_bytes",
+              "max_line_bytes", "max_prompt_chars", "max_answer_chars")
 
 
 def task_flags(args: argparse.Namespace) -> list[str]:
@@ -278,7 +279,7 @@ def _checked_specs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> lis
     for spec in specs:
         spec.flags += task_flags(args)
     if task_flags(args):
-        _check_task(ap, specs[0].flags)
+        _check_task(ap, specs)
     return specs
 
 
@@ -363,12 +364,24 @@ def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpe
         ap.error(err)
 
 
-def _check_task(ap: argparse.ArgumentParser, flags: list[str]) -> None:
-    """Exit 2 (nothing started) when the task flags make a bad run config or task."""
+def _check_task(ap: argparse.ArgumentParser, specs: list[RunSpec]) -> None:
+    """Exit 2 (nothing started) when the task flags make a bad run config or task. A jsonl:PATH
+    task lowers every run's --n_val to what the file allows (tasks/jsonl.fitted_n_val, the preset's
+    value at most), as a run given no --n_val does, and says so."""
     from noma_prorl_bench.config import ConfigError, build_parser, make_config
-    from noma_prorl_bench.tasks import make_task
+    from noma_prorl_bench.tasks import jsonl_n_val, make_task
     try:
-        cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *flags])))
+        cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *specs[0].flags])))
+        if cfg.task.startswith("jsonl:"):
+            most = jsonl_n_val(cfg, sys.maxsize)              # a fifth of the distinct prompts, >= 1
+            for spec in specs:
+                spec.flags = [str(min(int(f), most)) if prev == "--n_val" else f
+                              for prev, f in zip(["", *spec.flags], spec.flags)]
+            if cfg.n_val > most:
+                print(f"prorl-bench suite: --n_val {most} for every run: {cfg.task} allows at most {most} "
+                      f"validation prompts (a fifth of its distinct prompts), fewer than the preset's {cfg.n_val}",
+                      file=sys.stderr)
+                cfg.n_val = most
         make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
     except ConfigError as e:
         ap.error(str(e))

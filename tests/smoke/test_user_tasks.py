@@ -127,3 +127,41 @@ def test_bad_user_tasks_exit_2_and_write_nothing(work, flags, message):
     r = _cli(work, "--outdir", "out", "--steps", "2", *flags)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (work / "out").exists()
+
+
+@pytest.mark.parametrize("line, flags, message", [
+    (json.dumps({"prompt": "a" * 10_000_000, "answer": "b"}), [],
+     "argument --max_line_bytes: big.jsonl:1 is longer than --max_line_bytes 1,048,576 bytes"),
+    ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + ', "answer": "a"}', [],
+     "argument --task: big.jsonl:1 nests JSON deeper than 64 levels"),
+    (json.dumps({"prompt": "1" * 1_000_000, "answer": "2"}), ["--max_line_bytes", "2000000", "--max_prompt_chars",
+                                                              "1000000"],
+     "sequences of the task's longest prompt, 1,000,002 tokens"),             # the memory preflight
+], ids=["10MB_line", "100k_deep", "1M_char_prompt"])
+@pytest.mark.parametrize("n_val", [[], ["--n_val", "2"]], ids=["n_val_fitted", "n_val_given"])
+def test_an_oversized_task_line_exits_2_with_one_line(work, line, flags, message, n_val):
+    (work / "big.jsonl").write_text(line + "\n" + "".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)})
+                                                          + "\n" for i in range(11)))
+    r = _cli(work, "--outdir", "out", "--steps", "2", "--task", "jsonl:big.jsonl", *flags, *n_val)
+    assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
+    assert [line for line in r.stderr.splitlines() if "error:" in line] == [line for line in r.stderr.splitlines()
+                                                                           if message in line]   # one line says it
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) <= 3     # usage, the --n_val note, the error
+    assert not (work / "out").exists()
+
+
+def test_a_small_jsonl_task_fits_n_val_in_the_run_its_resume_and_the_suite(work):
+    _write_jsonl(work / "add.jsonl", n=12)
+    task = ["--task", "jsonl:add.jsonl", "--prompt_field", "question", "--answer_field", "sol"]
+    r = _cli(work, "--outdir", "part", "--steps", "2", *task, *SMALL[:4], *SMALL[6:])     # SMALL without --n_val
+    assert r.returncode == 0, r.stderr
+    assert "--n_val 2: not given" in r.stderr
+    assert json.loads((work / "part" / "config.json").read_text())["n_val"] == 2       # 12 // 5
+    r = _cli(work, "--outdir", "part", "--resume", "--steps", "4")
+    assert r.returncode == 0 and "not given" not in r.stderr, r.stderr                 # the recorded value, as is
+    assert json.loads((work / "part" / "config.json").read_text())["n_val"] == 2
+    r = _cli(work, "--preset", "smoke", "--arms", "A1", "--steps", "2", "--outdir", "suite", "--quiet", *task,
+             module="noma_prorl_bench.suite")
+    assert r.returncode == 0, r.stderr
+    assert "--n_val 2 for every run" in r.stderr and "fewer than the preset's 32" in r.stderr
+    assert json.loads((work / "suite" / "A1_s0" / "config.json").read_text())["n_val"] == 2

@@ -69,7 +69,7 @@ class RunConfig:
     eval_every: int = 10
     """Evaluate every N steps: greedy validation reward, drift monitors (kl/to_init, kl/to_prev), samples."""
     n_val: int = 256
-    """Number of held-out validation prompts (fixed across seeds)."""
+    """Number of held-out validation prompts (fixed across seeds). With --task jsonl:PATH and no --n_val: a fifth of the file's distinct prompts, at most 256 (or the preset's value), at least 1 and leaving one for training; the value used is config.json's n_val."""
     eval_samples: int = 0
     """K > 0: at each evaluation also sample K completions per validation prompt (at --temperature) and log reward/val_pass@k for k = 1, 2, 4, ..., K with the unbiased estimator of Chen et al. 2021, 1 - C(n-c, k)/C(n, k) (a sample is correct when it earns the full reward), beside the greedy reward/val. Costs K sampled generations per prompt per evaluation. 0: off."""
 
@@ -86,6 +86,14 @@ class RunConfig:
     """jsonl:PATH only: the reward in [0, 1]. exact: stripped response == answer; numeric: the last number in the response within --reward_tol of the answer; regex: the answer is a regular expression matching the whole stripped response; MODULE:FUNCTION: an importable FUNCTION(response, answer) returning a number or a dict with "reward"."""
     reward_tol: float = 1e-6
     """jsonl:PATH with --reward_fn numeric only: the absolute tolerance."""
+    max_task_bytes: int = 256 * 2 ** 20
+    """jsonl:PATH only: the largest task file read, in bytes (its size is checked before it is opened)."""
+    max_line_bytes: int = 2 ** 20
+    """jsonl:PATH only: the longest line of the task file, in bytes (read at most this much per line). A line's JSON may nest at most 64 levels deep."""
+    max_prompt_chars: int = 16384
+    """jsonl:PATH only: the longest prompt, in characters (the memory estimate sizes sequences by the longest prompt)."""
+    max_answer_chars: int = 4096
+    """jsonl:PATH only: the longest answer, in characters (the response cap, --max_new_tokens when not given, is the longest answer plus one)."""
     answer_extraction: Literal["lenient", "tag"] = "lenient"
     """rg:NAME only: how the answer is read from a response before score_answer. tag: the inside of the last <answer></answer> (none: reward 0). lenient: the tag if present, else the last number (numeric answers) or the last non-empty line."""
     format_reward: float = 0.0

@@ -103,7 +103,9 @@ TASKS = ("reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithm
 
 
 USER_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")   # module.path:factory
-JSONL_FLAGS = (("prompt_field", "prompt"), ("answer_field", "answer"), ("reward_fn", "exact"), ("reward_tol", 1e-6))
+JSONL_LIMITS = ("max_task_bytes", "max_line_bytes", "max_prompt_chars", "max_answer_chars")   # bounds on the file
+JSONL_FLAGS = tuple((n, getattr(RunConfig, n)) for n in ("prompt_field", "answer_field", "reward_fn", "reward_tol",
+                                                          *JSONL_LIMITS))
 REWARD_FNS = ("exact", "numeric", "regex")
 
 
@@ -163,6 +165,7 @@ def _validate_user_task(cfg: RunConfig) -> None:
         raise ConfigError("reward_tol", f"only applies to --reward_fn numeric (got --reward_fn {cfg.reward_fn})")
     if not cfg.reward_tol >= 0:
         raise ConfigError("reward_tol", f"must be >= 0, got {cfg.reward_tol}")
+    _positive(cfg, JSONL_LIMITS)
 
 
 def _validate_ray_checkpoints(cfg: RunConfig) -> None:

@@ -197,8 +197,10 @@ def model_shape(cfg, max_len: int) -> Shape:
 
 
 def prompt_response_tokens(cfg) -> tuple[int, int]:
-    """(P, T): toy tasks know theirs; hf:PATH tasks are tokenised on up to 64 of their prompts
-    (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
+    """(P, T): toy tasks know theirs; other tasks are measured on their prompts: every prompt of a
+    task that lists them all (jsonl:PATH: the longest prompt of the file sizes every sequence),
+    else up to 64 validation prompts and 64 training draws; for hf:PATH the 128 longest of those in
+    characters are tokenised (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
     from noma_prorl_bench.tasks.toy import TOY_TASKS  # noqa: PLC0415
     if cfg.task in TOY_TASKS:
         task = TOY_TASKS[cfg.task](n_val=1)
@@ -209,15 +211,17 @@ def prompt_response_tokens(cfg) -> tuple[int, int]:
         from noma_prorl_bench.tasks import make_task  # noqa: PLC0415
         task = make_task(cfg.task, n_val=min(cfg.n_val, 64), cfg=cfg)
         T = max(cfg.max_new_tokens or task.max_new_tokens, 1)
+        every = getattr(task, "all_examples", None)
+        ex = every() if every else task.validation_set()[:64] + task.sample(np.random.default_rng(0), 64)
         if not cfg.model.startswith("hf:"):
-            return 2 + max(len(e.prompt) for e in task.validation_set()), T
+            return 2 + max(len(e.prompt) for e in ex), T
         from transformers import AutoTokenizer  # noqa: PLC0415
 
         from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
         hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(cfg.model[3:]), local_files_only=True)
         tok = HFTokenizerAdapter(hf_tok, chat=cfg.task.startswith("rg:"))
-        ex = task.validation_set()[:64] + task.sample(np.random.default_rng(0), 64)
-        return max(len(tok.prompt_ids(e.prompt)) for e in ex), T
+        longest = sorted({e.prompt for e in ex}, key=len)[-128:]
+        return max(len(tok.prompt_ids(p)) for p in longest), T
     except Exception:  # noqa: BLE001  (a task that cannot be built here fails with its own message later)
         return DEFAULT_PROMPT_TOKENS, max(cfg.max_new_tokens or 64, 1)
 

@@ -102,5 +102,6 @@ def memory_error(cfg: RunConfig) -> Optional[str]:
     if est.total <= have:
         return None
     return (f"argument --{est.largest_flag()}: this run needs about {gib(est.total)} ({parts_text(est)}; batch_size="
-            f"{cfg.batch_size} x group_size={cfg.group_size}, n_val={cfg.n_val}), more than this machine's "
-            f"{have / 2**30:.1f} GiB")
+            f"{cfg.batch_size} x group_size={cfg.group_size}, n_val={cfg.n_val}, sequences of the task's longest "
+            f"prompt, {est.prompt_tokens:,} tokens, + {est.response_tokens:,} response tokens), more than this "
+            f"machine's {have / 2**30:.1f} GiB")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Callable, TypeVar
 
 from noma_prorl_bench.tasks.base import CharTokenizer, Example, Task
 from noma_prorl_bench.tasks.toy import TOY_TASKS
+
+T = TypeVar("T")
 
 
 def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
@@ -29,18 +32,33 @@ def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
     return text.make_text_task(name, n_val=n_val)
 
 
-def _jsonl_task(name: str, n_val: int, cfg) -> Task:
+def _read_task_file(path: str, build: Callable[[], T]) -> T:
+    """build(), its errors reading the jsonl:PATH task file as ConfigError naming the flag (--task,
+    --n_val, or the bound's own flag, which tasks/jsonl.py raises as ConfigError already)."""
     from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
-    from noma_prorl_bench.tasks.jsonl import JsonlTask  # noqa: PLC0415
-    opts = {k: getattr(cfg, k) for k in ("prompt_field", "answer_field", "reward_fn", "reward_tol") if hasattr(cfg, k)}
     try:
-        return JsonlTask(name[len("jsonl:"):], n_val=n_val, **opts)
+        return build()
     except ConfigError:
         raise
     except OSError as e:
-        raise ConfigError("task", f"cannot read {name[len('jsonl:'):]!r}: {e.strerror or e}") from e
+        raise ConfigError("task", f"cannot read {path!r}: {e.strerror or e}") from e
     except (ValueError, re.error) as e:
         raise ConfigError("n_val" if "leaves no training prompt" in str(e) else "task", str(e)) from e
+
+
+def _jsonl_task(name: str, n_val: int, cfg) -> Task:
+    from noma_prorl_bench.tasks.jsonl import LIMITS, JsonlTask  # noqa: PLC0415
+    opts = {k: getattr(cfg, k) for k in ("prompt_field", "answer_field", "reward_fn", "reward_tol", *LIMITS)
+            if hasattr(cfg, k)}
+    path = name[len("jsonl:"):]
+    return _read_task_file(path, lambda: JsonlTask(path, n_val=n_val, **opts))
+
+
+def jsonl_n_val(cfg, cap: int) -> int:
+    """The --n_val a jsonl:PATH run uses when none is given (tasks/jsonl.fitted_n_val); ConfigError
+    naming the flag when the file cannot be read or exceeds a bound."""
+    from noma_prorl_bench.tasks.jsonl import fitted_n_val  # noqa: PLC0415
+    return _read_task_file(cfg.task[len("jsonl:"):], lambda: fitted_n_val(cfg, cap))
 
 
 def is_user_task(name: str) -> bool:
@@ -59,4 +77,4 @@ def part_metrics(task, responses, answers, prefix: str = "reward/") -> dict[str,
     return {f"{prefix}{k}": sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 
 
-__all__ = ["CharTokenizer", "Example", "Task", "TOY_TASKS", "is_user_task", "make_task", "part_metrics"]
+__all__ = ["CharTokenizer", "Example", "Task", "TOY_TASKS", "is_user_task", "jsonl_n_val", "make_task", "part_metrics"]

@@ -20,6 +20,13 @@ Reward (``--reward_fn``), a pure function of (response, answer) in [0, 1]:
 The response cap defaults to the longest answer in characters plus one (an end token); give
 ``--max_new_tokens`` when responses are longer than answers (``regex``, a verifier, reasoning).
 
+Bounds (checked before what they bound is read or built; ConfigError naming the flag): the file's
+size (``--max_task_bytes``, from ``stat`` before it is opened), each line's length in bytes
+(``--max_line_bytes``, read at most that far), its JSON nesting (MAX_DEPTH levels), each prompt and
+answer in characters (``--max_prompt_chars``, ``--max_answer_chars``: the answers bound the response
+cap, the prompts the sequence length the memory estimate sizes). Without ``--n_val`` a run holds
+out a fifth of the distinct prompts, at most 256 (``fitted_n_val``).
+
 >>> reward_by_name("numeric", tol=0.01)("it is 3.141", "3.14")
 1.0
 >>> reward_by_name("regex")(" 12 apples", "[0-9]+ apples?")
@@ -30,12 +37,16 @@ The response cap defaults to the longest answer in characters plus one (an end t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import os
 import re
 from typing import Callable
 
 import numpy as np
 
+from noma_prorl_bench.config.fields import RunConfig
+from noma_prorl_bench.config.validate import JSONL_LIMITS, ConfigError
 from noma_prorl_bench.tasks.base import Example
 
 REWARDS = ("exact", "numeric", "regex")
@@ -102,24 +113,98 @@ def reward_by_name(name: str, tol: float = 1e-6) -> Callable[[str, str], float]:
     raise ValueError(f"--reward_fn must be one of {', '.join(REWARDS)} or MODULE:FUNCTION, got {name!r}")
 
 
-def read_lines(path: str, prompt_field: str, answer_field: str) -> list[Example]:
-    """Every line of the file as an Example; ValueError naming the line on a bad one."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+#: Bounds on a task file by flag, with their defaults (config/fields.py; docs/tasks.md), each
+#: checked before what it bounds is read or built.
+LIMITS: dict[str, int] = {k: getattr(RunConfig, k) for k in JSONL_LIMITS}
+MAX_DEPTH = 64                # JSON nesting of one line
+
+
+def _depth(value) -> int:
+    """Nesting depth of a parsed JSON value (1 for an object of scalars), counted without recursion;
+    stops counting past MAX_DEPTH."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_DEPTH:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _parse(line: bytes, where: str):
+    """One line as JSON; ValueError naming `where` when it is not UTF-8, not JSON or nested deeper than
+    MAX_DEPTH (the bracket count bounds the depth, so most lines are never walked)."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except RecursionError:
+        deep = True
+    except ValueError as e:
+        raise ValueError(f"{where} is not a JSON object ({str(e)[:200]})") from None
+    else:
+        deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth(rec) > MAX_DEPTH
+    if deep:
+        raise ValueError(f"{where} nests JSON deeper than {MAX_DEPTH} levels (a line is one object of prompt and "
+                         f"answer)")
+    return rec
+
+
+def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -> list[Example]:
+    """Every line of the file as an Example; ValueError naming the line on a bad one, ConfigError
+    naming the flag when the file, a line, a prompt or an answer exceeds its bound (LIMITS, or
+    `limits`): the file's size is checked before it is opened, a line before it is parsed."""
+    lim, size = {**LIMITS, **limits}, os.stat(path).st_size
+    if size > lim["max_task_bytes"]:
+        raise ConfigError("max_task_bytes", f"{path} is {size:,} bytes, more than --max_task_bytes "
+                                            f"{lim['max_task_bytes']:,} (raise it to read a larger task file)")
+    out, total, cap = [], 0, lim["max_line_bytes"]
+    with open(path, "rb") as f:
+        for i in itertools.count(1):
+            line = f.readline(cap + 2)
+            if not line:
+                break
+            total += len(line)
+            if total > lim["max_task_bytes"]:                  # a file that grew, or is not a regular file
+                raise ConfigError("max_task_bytes", f"{path} holds more than --max_task_bytes "
+                                                    f"{lim['max_task_bytes']:,} bytes (raise it to read it)")
+            if len(line.rstrip(b"\r\n")) > cap:
+                raise ConfigError("max_line_bytes", f"{path}:{i} is longer than --max_line_bytes {cap:,} bytes "
+                                                    f"(raise it for longer lines)")
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"{path}:{i} is not a JSON object ({e})") from None
+            rec = _parse(line, f"{path}:{i}")
             if not isinstance(rec, dict) or prompt_field not in rec or answer_field not in rec:
                 raise ValueError(f"{path}:{i} lacks the field {prompt_field!r} or {answer_field!r} "
                                  f"(set them with --prompt_field, --answer_field)")
-            out.append(Example(str(rec[prompt_field]), str(rec[answer_field])))
+            e = Example(str(rec[prompt_field]), str(rec[answer_field]))
+            for what, text in (("prompt", e.prompt), ("answer", e.answer)):
+                flag = f"max_{what}_chars"
+                if len(text) > lim[flag]:
+                    raise ConfigError(flag, f"{path}:{i}: the {what} is {len(text):,} characters long, more than "
+                                            f"--{flag} {lim[flag]:,} (raise it for longer {what}s)")
+            out.append(e)
     if not out:
         raise ValueError(f"{path} holds no example")
     return out
+
+
+def limits_of(cfg) -> dict[str, int]:
+    """The LIMITS flags' values in `cfg` (a RunConfig, or anything with some of them)."""
+    return {k: getattr(cfg, k) for k in LIMITS if hasattr(cfg, k)}
+
+
+def fitted_n_val(cfg, cap: int) -> int:
+    """--n_val for a jsonl:PATH task given without one: a fifth of the file's distinct prompts, at
+    most `cap` (the default 256 or a preset's value), at least 1 and leaving one training prompt."""
+    n = len({e.prompt for e in read_lines(cfg.task[len("jsonl:"):], cfg.prompt_field, cfg.answer_field,
+                                          **limits_of(cfg))})
+    _need_two(n)
+    return max(1, min(cap, n // 5, n - 1))
+
+
+def _need_two(n_prompts: int) -> None:
+    if n_prompts < 2:
+        raise ValueError(f"the task file has {n_prompts} distinct prompt: it needs at least 2 (one for validation, "
+                         f"one for training)")
 
 
 def split(examples: list[Example], n_val: int) -> tuple[list[Example], list[Example]]:
@@ -128,6 +213,7 @@ def split(examples: list[Example], n_val: int) -> tuple[list[Example], list[Exam
     for e in examples:
         first.setdefault(e.prompt, e)
     order = sorted(first, key=lambda p: hashlib.sha256(p.encode("utf-8")).hexdigest())
+    _need_two(len(order))
     if n_val >= len(order):
         raise ValueError(f"{n_val} leaves no training prompt: the file has {len(order)} distinct prompts "
                          f"(use --n_val at most {len(order) - 1}, e.g. {max(1, len(order) // 5)})")
@@ -139,10 +225,10 @@ class JsonlTask:
     """A task read from a JSONL file (the Task protocol of tasks/base.py)."""
 
     def __init__(self, path: str, n_val: int = 256, prompt_field: str = "prompt", answer_field: str = "answer",
-                 reward_fn: str = "exact", reward_tol: float = 1e-6):
+                 reward_fn: str = "exact", reward_tol: float = 1e-6, **limits: int):
         self.name, self.path = f"jsonl:{path}", path
         self._reward = reward_by_name(reward_fn, reward_tol)
-        examples = read_lines(path, prompt_field, answer_field)
+        examples = read_lines(path, prompt_field, answer_field, **limits)
         if reward_fn == "regex":
             for e in examples:
                 try:

@@ -85,6 +85,9 @@ class Trainer:
         self.T_max = cfg.max_new_tokens or self.task.max_new_tokens
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
+        every = getattr(self.task, "all_examples", None)       # jsonl:PATH: its longest prompt (<bos> ... <sep>)
+        if L_max is None and every is not None:
+            L_max = max(512, 2 + max(len(e.prompt) for e in every()) + max(self.T_max, self.task.max_new_tokens))
         self.policy, self.tok = build_policy(cfg, max_len=L_max)
         if is_user_task(cfg.task):
             check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
