@@ -1,7 +1,8 @@
 """The test command, scripts/test.sh, stops on one Ctrl-C (SIGINT to its process group, as a terminal
 sends it) and on a SIGTERM to the script, and leaves no process behind: not pytest, whose test swallows
 SIGINT (as a run does in-process, with its own handler), nor the subprocess that test started in its
-own session (which no terminal's Ctrl-C reaches). Setup and lint are skipped (PRORL_TEST_SKIP_SETUP)."""
+own session (which no terminal's Ctrl-C reaches). Setup and lint are skipped (PRORL_TEST_SKIP_SETUP).
+pytest run directly stops such a subprocess on Ctrl-C too (tests/conftest.py pytest_keyboard_interrupt)."""
 import json
 import os
 import signal
@@ -17,11 +18,13 @@ PROBE = "PRORL_SIGNAL_PROBE"      # where test_probe writes its pids; only set b
 
 
 def test_probe():
-    """What test.sh runs below: swallow SIGINT, start a long subprocess in its own session, wait."""
+    """What the tests below run: swallow SIGINT (unless PRORL_SIGNAL_PROBE_KEEP_SIGINT is set), start a
+    long subprocess in its own session, wait."""
     out = os.environ.get(PROBE)
     if not out:
-        pytest.skip("run by test_one_signal_stops_the_test_command_and_all_it_started only")
-    signal.signal(signal.SIGINT, lambda *_: None)
+        pytest.skip("run by the tests below only")
+    if not os.environ.get("PRORL_SIGNAL_PROBE_KEEP_SIGINT"):
+        signal.signal(signal.SIGINT, lambda *_: None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     with open(out + ".tmp", "w") as f:
         json.dump({"pytest": os.getpid(), "child": child.pid, "tag": os.environ.get("PRORL_TEST_TREE")}, f)
@@ -53,10 +56,25 @@ def tagged(tag):
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_one_signal_stops_the_test_command_and_all_it_started(tmp_path, sig, code):
+    probe_and_stop(tmp_path, ["bash", "scripts/test.sh"], {"PRORL_TEST_SKIP_SETUP": "1"}, sig, code,
+                   f"stopped (exit {code})")
+
+
+def test_ctrl_c_to_pytest_itself_stops_what_a_test_started_in_its_own_session(tmp_path):
+    env = {"PRORL_SIGNAL_PROBE_KEEP_SIGINT": "1", "PRORL_TEST_TREE": None}  # None: pytest's own tag (conftest)
+    probe_and_stop(tmp_path, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], env, signal.SIGINT,
+                   2, "KeyboardInterrupt")
+
+
+def probe_and_stop(tmp_path, cmd, env, sig, code, said):
+    """Run test_probe under `cmd` in its own session; once the probe's subprocess runs, send `sig` (SIGINT
+    to the whole process group, as a terminal does; SIGTERM to the command alone); the command must exit
+    with `code`, its output must contain `said`, and neither pytest nor the subprocess may remain. `env`
+    is added to the environment (None: left out)."""
     out = str(tmp_path / "probe.json")
-    env = {**os.environ, "PRORL_TEST_SKIP_SETUP": "1", PROBE: out}
-    script = subprocess.Popen(["bash", "scripts/test.sh", f"{os.path.abspath(__file__)}::test_probe"], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {k: v for k, v in {**os.environ, **env, PROBE: out}.items() if v is not None}
+    script = subprocess.Popen([*cmd, f"{os.path.abspath(__file__)}::test_probe"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     info = {}
     try:
         for _ in range(1200):                                   # pytest's start (torch import) and the probe's
@@ -73,7 +91,7 @@ def test_one_signal_stops_the_test_command_and_all_it_started(tmp_path, sig, cod
             script.send_signal(signal.SIGTERM)                    # the script alone
         log = script.communicate(timeout=60)[0].decode()
         assert script.returncode == code, log
-        assert f"stopped (exit {code})" in log, log
+        assert said in log, log
         assert not alive(info["pytest"]) and not alive(info["child"]), log
         assert tagged(info["tag"]) == [], log
     finally:
