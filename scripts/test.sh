@@ -45,7 +45,8 @@ trap 'stop 143' TERM
 run() {       # a step in the background (its own process group) and wait for it; set -e sees its status
   "$@" &
   step=$!
-  wait "$step"
+  wait "$step" || { local rc=$?; step=""; return "$rc"; }
+  step=""
 }
 
 if [ -z "${PRORL_TEST_SKIP_SETUP:-}" ]; then
