@@ -2,10 +2,59 @@
 # Set up (scripts/setup.sh), lint (ruff), type-check (mypy) and run the whole test suite (all tiers).
 # ruff and mypy settings are in pyproject.toml (mypy checks algorithms/, rollout/, training/, config/).
 # Usage: bash scripts/test.sh [extra pytest args]
+#   PRORL_TEST_SKIP_SETUP=1 bash scripts/test.sh ...   skip setup, ruff and mypy (pytest only)
+# One Ctrl-C (SIGINT) or a SIGTERM to this script stops everything it started: pytest gets the SIGINT
+# (its "KeyboardInterrupt" summary), then every process of this command still alive after 5 s gets
+# SIGTERM, after 5 s more SIGKILL. "Of this command" means: started under it, found by the
+# PRORL_TEST_TREE variable in its environment, so runs, suites and Ray workers that tests start in
+# their own sessions (which a terminal's Ctrl-C never reaches) are found too. Exit 130 / 143.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-export RAY_AUTH_MODE=disabled PYTHONHASHSEED=0
-.venv/bin/ruff check .
-.venv/bin/mypy
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+set -m                     # each step in its own process group: a Ctrl-C reaches this script, which relays it
+export RAY_AUTH_MODE=disabled PYTHONHASHSEED=0 PRORL_TEST_TREE="test.sh-$$-$RANDOM"
+step=""
+
+tagged() {    # pids of the processes whose environment carries PRORL_TEST_TREE (not grep's: env -u)
+  local f
+  for f in $(env -u PRORL_TEST_TREE grep -lzxF "PRORL_TEST_TREE=$PRORL_TEST_TREE" /proc/[0-9]*/environ 2>/dev/null); do
+    f=${f#/proc/}
+    echo "${f%/environ}"
+  done
+}
+
+settle() {    # wait up to $1 tenths of a second for every tagged process to end; 0 when none is left
+  local i
+  for ((i = 0; i < $1; i++)); do
+    [ -z "$(tagged)" ] && return 0
+    sleep 0.1
+  done
+  [ -z "$(tagged)" ]
+}
+
+stop() {      # $1: exit code. SIGINT to the running step's group, then SIGTERM, then SIGKILL to all tagged
+  trap '' INT TERM         # a second Ctrl-C does not cut the clean-up short
+  [ -n "$step" ] && kill -INT -- "-$step" 2>/dev/null || true
+  settle 50 || { kill -TERM $(tagged) 2>/dev/null || true; settle 50; } \
+    || { kill -KILL $(tagged) 2>/dev/null || true; settle 50; } || true
+  echo "scripts/test.sh: stopped (exit $1)" >&2
+  exit "$1"
+}
+trap 'stop 130' INT
+trap 'stop 143' TERM
+
+run() {       # a step in the background (its own process group) and wait for it; set -e sees its status
+  "$@" &
+  step=$!
+  wait "$step" || { local rc=$?; step=""; return "$rc"; }
+  step=""
+}
+
+if [ -z "${PRORL_TEST_SKIP_SETUP:-}" ]; then
+  run bash scripts/setup.sh
+  run .venv/bin/ruff check .
+  run .venv/bin/mypy
+fi
+status=0
+run .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+kill -KILL $(tagged) 2>/dev/null || true      # nothing a test started outlives the suite
+exit "$status"

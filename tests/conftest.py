@@ -1,6 +1,9 @@
-"""Shared test set-up: one torch thread, src/ importable, small-run helpers."""
+"""Shared test set-up: one torch thread, src/ importable, small-run helpers; on Ctrl-C, no process
+that a test started outlives the session."""
 import os
+import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -11,6 +14,50 @@ if SRC not in sys.path:
     sys.path.insert(0, SRC)
 os.environ.setdefault("PYTHONPATH", SRC)
 torch.set_num_threads(1)
+# Every process a test starts inherits this tag (scripts/test.sh sets its own first), also runs, suites and
+# Ray workers started in their own session, which a terminal's Ctrl-C does not reach: see
+# pytest_keyboard_interrupt.
+TREE = os.environ.setdefault("PRORL_TEST_TREE", f"pytest-{os.getpid()}")
+
+
+def _ancestors():
+    """This process and its ancestors (their environments may carry the tag too)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def tagged_pids(tag=TREE):
+    """Live processes whose environment has PRORL_TEST_TREE=tag, this process and its ancestors left out."""
+    mine, out, entry = _ancestors(), [], f"PRORL_TEST_TREE={tag}".encode()
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if int(d) not in mine and entry in f.read().split(b"\0"):
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+def pytest_keyboard_interrupt(excinfo):
+    """Ctrl-C: SIGTERM to every process the tests started, SIGKILL to those left after 3 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in tagged_pids():
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        for _ in range(30):
+            if not tagged_pids():
+                return
+            time.sleep(0.1)
 
 # Flags that make a run take a second or two: tiny batch, short warm start.
 FAST = ["--steps", "3", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",

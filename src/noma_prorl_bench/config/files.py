@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from noma_prorl_bench.config.code_specs import refuse_code_from
 from noma_prorl_bench.config.fields import RunConfig
-from noma_prorl_bench.config.validate import ConfigError, suggest
+from noma_prorl_bench.config.validate import ConfigError, suggest, suggest_name
 
 #: keys a run writes into config.json beside its fields; skipped when read back as --config
 RUN_RECORD_KEYS = ("derived", "versions", "argv", "resumes", "run_id")
@@ -105,7 +105,7 @@ def load_config_file(path: str) -> dict:
         if run_record and (key in RUN_RECORD_KEYS or key == "resume"):
             continue
         if key not in hints:
-            raise ConfigError("config", f"unknown key {key!r} in {path}{suggest(key.replace('-', '_'), names)}")
+            raise ConfigError("config", f"unknown key {key!r} in {path}{suggest_name(key, names, prefix='')}")
         if key == "resume" and value:
             raise ConfigError("config", "resume is not a setting: pass --outdir DIR --resume on the command line")
         out[key] = coerce(key, value, hints[key])

@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, cast
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
 from noma_prorl_bench.config.files import with_config_file
-from noma_prorl_bench.config.validate import GROWTH_FLAGS, ConfigError, suggest, validate
+from noma_prorl_bench.config.validate import FOREIGN_NAMES, GROWTH_FLAGS, ConfigError, suggest, suggest_name, validate
 
 
 def _choices(tp) -> Optional[list]:
@@ -32,13 +32,17 @@ HELP_GROUPS = [("task and model", "task and model"), ("sampling", "RL: sampling"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with "did you mean" for misspelt flags and choices (difflib)."""
+    """argparse with "did you mean" for misspelt flags and choices (difflib), and our name for a
+    TRL or verl one (validate.FOREIGN_NAMES)."""
 
     def error(self, message: str):
         m = re.search(r"unrecognized arguments: (\S+)", message)
         if m and m.group(1).startswith("-"):
             flag = m.group(1).split("=")[0]
-            message = f"argument {flag}: unrecognized flag{suggest(flag, self._option_string_actions)}"
+            message = f"argument {flag}: unrecognized flag{suggest_name(flag, self._option_string_actions)}"
+        m = re.search(r"ambiguous option: (--[\w.-]+)", message)
+        if m and m.group(1).lstrip("-").replace("-", "_") in FOREIGN_NAMES:     # --n (verl's rollout.n)
+            message += suggest_name(m.group(1), self._option_string_actions)
         m = re.search(r"argument (--\w+): invalid choice: '([^']*)'", message)
         if m and m.group(1) in self._option_string_actions:
             message += suggest(m.group(2), map(str, self._option_string_actions[m.group(1)].choices or []))

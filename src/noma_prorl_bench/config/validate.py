@@ -21,12 +21,107 @@ class ConfigError(ValueError):
         self.flag = flag
 
 
-def suggest(word: str, options) -> str:
-    """' (did you mean X?)' for the closest option to a misspelt word, else ''."""
+def suggest(word: str, options, cutoff: float = 0.5) -> str:
+    """' (did you mean X?)' for the closest option to a misspelt word, else ''. Leading dashes are
+    left out of the comparison (they would make any two flags look alike)."""
     options = list(options)
-    close = [o for o in options if o.startswith(word) and len(word) >= 3]
-    close = close or difflib.get_close_matches(word, options, n=1, cutoff=0.5)
+    close = [o for o in options if o.startswith(word) and len(word.lstrip("-")) >= 3]
+    if not close:
+        bare = {o.lstrip("-"): o for o in options}
+        close = [bare[c] for c in difflib.get_close_matches(word.lstrip("-"), list(bare), n=1, cutoff=cutoff)]
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+#: Settings of TRL (GRPOConfig, PPOConfig, RLOOConfig) and verl (a dotted path, looked up by its last
+#: part) -> (our flag with that meaning, whose name it is, what differs). An unknown flag or --config key
+#: found here is still refused (exit 2); the message names ours. Names that equal ours need no entry.
+FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
+    # TRL
+    "learning_rate": ("lr", "TRL's", ""),
+    "num_generations": ("group_size", "TRL's", "samples per prompt"),
+    "rloo_k": ("group_size", "TRL's", "samples per prompt"),
+    "max_completion_length": ("max_new_tokens", "TRL's", ""),
+    "response_length": ("max_new_tokens", "TRL's", ""),
+    "per_device_train_batch_size": ("micro_batch", "TRL's", "rows per forward/backward; prompts per step are "
+                                                            "--batch_size"),
+    "gradient_accumulation_steps": ("micro_batch", "TRL's", "ours gives the rows per accumulated piece of a "
+                                                            "minibatch, not their count"),
+    "epsilon": ("clip_eps", "TRL's", "both bounds unless --eps_high is given"),
+    "cliprange": ("clip_eps", "TRL's", ""),
+    "epsilon_high": ("eps_high", "TRL's", ""),
+    "num_iterations": ("ppo_epochs", "TRL's", "updates per rollout batch"),
+    "num_ppo_epochs": ("ppo_epochs", "TRL's", ""),
+    "num_mini_batches": ("minibatches", "TRL's", ""),
+    "loss_type": ("loss_agg", "TRL's", "how the token losses are reduced; the surrogate is --loss"),
+    "scale_rewards": ("adv", "TRL's", "grpo divides by the group's reward std, dr_grpo does not"),
+    "importance_sampling_level": ("loss", "TRL's", "sequence-level ratios are --loss gspo"),
+    "max_steps": ("steps", "TRL's", ""),
+    "lr_scheduler_type": ("lr_schedule", "TRL's", ""),
+    "ref_model_sync_steps": ("reset_every", "TRL's", "counted in RL steps, not optimizer steps"),
+    "ref_model_mixup_alpha": ("ref_mix_alpha", "TRL's", "with --ref_update polyak"),
+    "sync_ref_model": ("preset", "TRL's", "--preset trl_sync, or --reset_every N --ref_update polyak"),
+    "save_steps": ("save_every", "TRL's", ""),
+    "eval_steps": ("eval_every", "TRL's", ""),
+    "output_dir": ("outdir", "TRL's", ""),
+    "gradient_checkpointing": ("grad_checkpoint", "TRL's", ""),
+    "bf16": ("dtype", "TRL's", "--dtype bf16_mixed"),
+    "optim": ("optimizer", "TRL's", ""),
+    "mask_truncated_completions": ("overlong", "TRL's", "--overlong filter"),
+    "vllm_importance_sampling_cap": ("tis_cap", "TRL's", ""),
+    "init_kl_coef": ("beta", "TRL's", "the KL coefficient; its initial value with --target_kl"),
+    "kl_coef": ("beta", "TRL's and verl's", "the KL coefficient, also with --kl_in reward"),
+    "adap_kl_ctrl": ("target_kl", "TRL's", "the adaptive controller is on when --target_kl > 0"),
+    "target": ("target_kl", "TRL's", ""),
+    "horizon": ("kl_horizon", "TRL's and verl's", ""),
+    "kl_penalty": ("kl_estimator", "TRL's and verl's", ""),
+    # verl
+    "train_batch_size": ("batch_size", "verl's", "prompts per step"),
+    "max_response_length": ("max_new_tokens", "verl's", ""),
+    "n": ("group_size", "verl's", "rollout.n, samples per prompt"),
+    "ppo_mini_batch_size": ("minibatches", "verl's", "ours is their count: train_batch_size / ppo_mini_batch_size"),
+    "ppo_micro_batch_size_per_gpu": ("micro_batch", "verl's", "rows per forward/backward"),
+    "ppo_micro_batch_size": ("micro_batch", "verl's", "rows per forward/backward"),
+    "clip_ratio": ("clip_eps", "verl's", ""),
+    "clip_ratio_low": ("eps_low", "verl's", ""),
+    "clip_ratio_high": ("eps_high", "verl's", ""),
+    "clip_ratio_c": ("dual_clip_c", "verl's", ""),
+    "loss_agg_mode": ("loss_agg", "verl's", ""),
+    "loss_mode": ("loss", "verl's", ""),
+    "use_kl_loss": ("kl_in", "verl's", "--kl_in loss (the default)"),
+    "use_kl_in_reward": ("kl_in", "verl's", "--kl_in reward"),
+    "kl_loss_coef": ("beta", "verl's", "the KL coefficient"),
+    "kl_loss_type": ("kl_estimator", "verl's", "low_var_kl is k3"),
+    "adv_estimator": ("adv", "verl's", ""),
+    "total_training_steps": ("steps", "verl's", ""),
+    "save_freq": ("save_every", "verl's", ""),
+    "test_freq": ("eval_every", "verl's", ""),
+    "default_local_dir": ("outdir", "verl's", ""),
+    "logger": ("report_to", "verl's", ""),
+    "grad_clip": ("max_grad_norm", "verl's", ""),
+    "lr_warmup_steps": ("warmup_steps", "verl's", ""),
+    "warmup_style": ("lr_schedule", "verl's", ""),
+    "enable_gradient_checkpointing": ("grad_checkpoint", "verl's", ""),
+    "lora_rank": ("initial_rank", "verl's", "with --enable_growth 1"),
+    "target_modules": ("adapter_targets", "verl's", "with --enable_growth 1"),
+}
+#: verl's top-level config sections: a nested verl config is not one of ours
+VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
+
+
+def suggest_name(word: str, options, prefix: str = "--") -> str:
+    """What to add to the refusal of an unknown flag (prefix '--') or --config key (prefix ''): ours
+    when `word` is a TRL or verl name (FOREIGN_NAMES; a verl dotted path by its last part, which may
+    also be one of ours), that a verl config section is not ours, else suggest()'s closest name."""
+    bare = word.lstrip("-").replace("-", "_")
+    last = bare.rsplit(".", 1)[-1]
+    if last in FOREIGN_NAMES:
+        flag, whose, note = FOREIGN_NAMES[last]
+        return f" ({word} is {whose} name; ours is {prefix}{flag}{': ' + note if note else ''})"
+    if last != bare and f"{prefix}{last}" in options:
+        return f" (ours is {prefix}{last}: our names are flat, without a section path)"
+    if bare in VERL_SECTIONS:
+        return f" ({word} is a verl config section; ours are flat names, listed in docs/flags.md)"
+    return suggest(prefix + bare, options, cutoff=0.6)
 
 
 def _positive(cfg, names):
@@ -60,6 +155,11 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
         raise ConfigError("warmstart_lr", f"must be > 0, got {cfg.warmstart_lr}")
     if not cfg.temperature > 0:
         raise ConfigError("temperature", f"must be > 0, got {cfg.temperature}")
+    horizon = cfg.steps * cfg.ppo_epochs * cfg.minibatches
+    if cfg.warmup_steps > horizon:
+        raise ConfigError("warmup_steps", f"counts optimizer steps and must be <= the run's {horizon} (--steps x "
+                                          f"--ppo_epochs x --minibatches; a longer warmup never reaches --lr), "
+                                          f"got {cfg.warmup_steps}")
     if cfg.clip_eps != -1.0 and not 0.0 < cfg.clip_eps < 1.0:
         raise ConfigError("clip_eps", f"must be -1 (the loss's default) or in (0, 1), got {cfg.clip_eps}")
     for n in ("eps_low", "eps_high"):
@@ -292,6 +392,9 @@ def _validate_growth(cfg: RunConfig) -> None:
 
 
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38   # numpy.finfo(numpy.float32).tiny (no numpy import before the parser answers)
+#: float flags that must be > 0 (the others take 0 for off or none)
+POSITIVE_FLOATS = ("lr", "warmstart_lr", "temperature", "actor_timeout", "ref_mix_alpha", "lora_alpha")
 INT64_MAX = 2**63 - 1
 # integers whose huge values would only fail later (torch seeds must stay < 2**64, and the
 # trainer derives its streams as seed * 1000 + k; thread counts beyond the machine's are useless)
@@ -300,7 +403,8 @@ INT_MAX = {"seed": 10**15, "threads": 1024, "ppo_epochs": 10_000}
 
 def _validate_reliability(cfg: RunConfig) -> None:
     """Checkpoint flags, and values that would only fail (or poison the run) later: a negative
-    seed (NumPy rejects it mid-run), NaN or infinite floats."""
+    seed (NumPy rejects it mid-run), NaN or infinite floats, floats that are 0 or subnormal in float32
+    but not 0 (a --lr or --temperature of 1e-45: no float flag means anything there)."""
     _nonneg(cfg, ["seed", "save_every"])
     if cfg.keep_checkpoints < 1:
         raise ConfigError("keep_checkpoints", f"must be >= 1 (the newest checkpoint is always kept), "
@@ -314,6 +418,10 @@ def _validate_reliability(cfg: RunConfig) -> None:
             raise ConfigError(f.name, f"must be a finite number, got {v}")
         if hints[f.name] is float and abs(v) > FLOAT32_MAX:      # tensors are float32: it would become inf
             raise ConfigError(f.name, f"must be within the float32 range (|x| <= {FLOAT32_MAX:.4g}), got {v:g}")
+        if hints[f.name] is float and 0 < abs(v) < FLOAT32_TINY:  # it would become 0 (or lose its digits)
+            allowed = f">= {FLOAT32_TINY:.4g}" if f.name in POSITIVE_FLOATS else f"0 or >= {FLOAT32_TINY:.4g} in size"
+            raise ConfigError(f.name, f"must be {allowed}, float32's smallest normal number (tensors are float32, "
+                                      f"where {v:g} is 0 or subnormal), got {v:g}")
         if hints[f.name] is int and not isinstance(v, bool) and abs(v) > INT_MAX.get(f.name, INT64_MAX):
             raise ConfigError(f.name, f"must be <= {INT_MAX.get(f.name, INT64_MAX)}, got {v}")
 

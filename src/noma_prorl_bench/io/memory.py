@@ -302,11 +302,12 @@ def build_estimate(cfg, shape: Shape, P: int, T: int) -> Estimate:
     if s.kind != "hf" and cfg.warmstart_steps_resolved > 0:
         warm = (5 * s.full_params * 4 + WARMSTART_ROWS * (P + T) * _per_token(s) * 4 * (s.layers + 1)
                 + 3 * WARMSTART_ROWS * (P + T) * s.vocab * 4)
-    flags = {"weights": size_flag, "grads_adam": "max_rank" if cfg.enable_growth else size_flag,
-             "reference": size_flag, "monitor_snapshots": size_flag, "best_snapshot": "reset_to",
+    rank_flag = "max_rank" if cfg.enable_growth else size_flag     # adapters at their largest rank drive these
+    flags = {"weights": rank_flag if own > s.shared_bytes else size_flag, "grads_adam": rank_flag,
+             "reference": rank_flag, "monitor_snapshots": rank_flag, "best_snapshot": "reset_to",
              "kl_full_logits": "kl_estimator", "val_set": "n_val", "rollout": batch_flag,
              "logprob_pass": batch_flag, "update": "micro_batch" if cfg.micro_batch > 0 else batch_flag,
-             "optimizer_step": size_flag, "evaluation": "n_val", "drift_monitor": "n_val",
+             "optimizer_step": rank_flag, "evaluation": "n_val", "drift_monitor": "n_val",
              "warm_start": "warmstart_steps"}
     notes = {"params_per_copy_mib": round(copy / MiB, 1), "shared_frozen_mib": round(s.shared_bytes / MiB, 1),
              "trainable_params": s.trainable,

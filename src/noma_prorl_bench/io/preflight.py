@@ -90,9 +90,19 @@ def machine_bytes() -> int:
     return total
 
 
+#: what to do about the flag a memory refusal names (otherwise: lower it)
+MEMORY_ADVICE = {"model": "use a smaller model, or --enable_growth 1 (LoRA adapters on a frozen base)",
+                 "batch_size": "lower --batch_size, or set --micro_batch (rows per forward/backward)",
+                 "group_size": "lower --group_size, or set --micro_batch (rows per forward/backward)",
+                 "kl_estimator": "use another --kl_estimator (full keeps the [N, T, V] logits)",
+                 "reset_to": "use --reset_to current (best keeps one more copy of the policy)",
+                 "warmstart_steps": "use --warmstart_steps 0 or a smaller model"}
+
+
 def memory_error(cfg: RunConfig) -> Optional[str]:
     """Refuse a run whose estimated peak memory exceeds the machine's, naming the flag whose terms
-    make up the largest part of the estimate (the model width for a large model, not --n_val)."""
+    make up the largest part of the estimate (the model width for a large model, not --n_val) and
+    what to do about it."""
     from noma_prorl_bench.io.memory import estimate, gib, parts_text  # noqa: PLC0415
     try:
         est = estimate(cfg)
@@ -101,7 +111,8 @@ def memory_error(cfg: RunConfig) -> Optional[str]:
     have = machine_bytes()
     if est.total <= have:
         return None
-    return (f"argument --{est.largest_flag()}: this run needs about {gib(est.total)} ({parts_text(est)}; batch_size="
+    flag = est.largest_flag()
+    return (f"argument --{flag}: this run needs about {gib(est.total)} ({parts_text(est)}; batch_size="
             f"{cfg.batch_size} x group_size={cfg.group_size}, n_val={cfg.n_val}, sequences of the task's longest "
             f"prompt, {est.prompt_tokens:,} tokens, + {est.response_tokens:,} response tokens), more than this "
-            f"machine's {have / 2**30:.1f} GiB")
+            f"machine's {have / 2**30:.1f} GiB; {MEMORY_ADVICE.get(flag, f'lower --{flag}')}")
