@@ -359,7 +359,8 @@ def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpe
         ap.error(str(e))
     names_checked = ["suite.json", "settings.json", "report.md", "report.json", "summary.json", "figures",
                      *(f"{s.name}.log" for s in specs)]
-    err = safe_files.link_error(outdir, names_checked)
+    from noma_prorl_bench.io.run_procs import suite_dir_error  # a FIFO, socket, hard link: refused too
+    err = safe_files.link_error(outdir, names_checked) or suite_dir_error(outdir, [s.name for s in specs])
     if err:
         ap.error(err)
 
@@ -401,7 +402,7 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
         old = json.loads(safe_files.read_bytes(path))
     except FileNotFoundError:
         old = {}
-    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError, safe_files.RunDirRefused) as e:
         raise ValueError(f"{path} is unreadable ({str(e)[:100]}); move it away or choose another --outdir") from e
     runs_old = old.get("runs", []) if isinstance(old, dict) else None
     if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)

@@ -30,12 +30,15 @@ which makes this the fair cross-variant throughput. Runs without those keys fall
 
 JSONL files are read tolerantly: a partial last line (a run killed mid-write) is dropped;
 an unparseable line elsewhere is dropped with a warning. Both are recorded in `Run.dropped`.
+A run file that is a symlink, FIFO, socket, device or directory is not read: ValueError naming
+it (io/safe_files.py; hard links are fine for reading).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,7 @@ import numpy as np
 
 from noma_prorl_bench.analysis.untrusted import term_text
 from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES, kl_metric_key
+from noma_prorl_bench.io import safe_files
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
 NOT_CONFIG = frozenset({
@@ -127,11 +131,21 @@ def kl_loss_key(run: Run) -> str:
 # ---------------------------------------------------------------- reading files
 
 
+def _read_text(path: Path) -> str:
+    """A run file's text (safe_files.read_bytes: no link followed, never a FIFO, socket or device);
+    FileNotFoundError if absent, ValueError naming what it is otherwise."""
+    try:
+        return safe_files.read_bytes(str(path), links_ok=True).decode("utf-8", errors="replace")
+    except safe_files.RunDirRefused as err:
+        raise ValueError(str(err).removeprefix("argument --outdir: ")) from err
+
+
 def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, Any]]:
     """Parse a JSONL file; drop a partial last line and (with a warning) bad middle lines."""
-    if not path.exists():
+    try:
+        lines = _read_text(path).splitlines()
+    except FileNotFoundError:
         return []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     rows: list[dict[str, Any]] = []
     last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
     for i, line in enumerate(lines):
@@ -199,11 +213,11 @@ def load_run(run_dir: str | Path) -> Run:
         raise FileNotFoundError(f"{path}: no such directory")
     if not path.is_dir():
         raise ValueError(f"{path} is not a run directory (it is a file)")
-    missing = [n for n in ("config.json", "metrics.jsonl") if not (path / n).is_file()]
+    missing = [n for n in ("config.json", "metrics.jsonl") if not os.path.lexists(path / n)]
     if missing:
         raise ValueError(f"{path} is not a run directory: missing {', '.join(missing)}")
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(_read_text(path / "config.json"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}/config.json is not valid JSON: {err}") from err
     if not isinstance(config, dict):
@@ -214,9 +228,9 @@ def load_run(run_dir: str | Path) -> Run:
     events = read_jsonl(path / "events.jsonl", dropped)
     samples = read_jsonl(path / "samples.jsonl", dropped)
     summary = None
-    if (path / "summary.json").is_file():
+    if os.path.lexists(path / "summary.json"):
         try:
-            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+            summary = json.loads(_read_text(path / "summary.json"))
         except json.JSONDecodeError:
             dropped.append("summary.json")
     run = Run(path, config, steps, metrics, events, samples,

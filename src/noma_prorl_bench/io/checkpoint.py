@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import stat
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS
-from noma_prorl_bench.io.safe_files import UnsafePath, is_link, open_nofollow, remove_tree
+from noma_prorl_bench.io.safe_files import RunDirRefused, UnsafePath, is_link, not_regular, open_nofollow, remove_tree
 
 FORMAT, FORMAT_VERSION = "noma_prorl_bench/checkpoint", 1
 CKPT_DIR, TENSORS, STATE, MARKER = "checkpoints", "tensors.safetensors", "state.json", "COMPLETE"
@@ -247,14 +248,22 @@ def run_id_of(outdir: str) -> Optional[str]:
     return rid if isinstance(rid, str) else None
 
 
+def _is_file(path: str) -> bool:
+    """True if `path` is a regular file (not followed if a link: then False)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def list_checkpoints(outdir: str) -> list[tuple[int, str]]:
-    """(step, path) of every complete checkpoint, oldest first."""
+    """(step, path) of every complete checkpoint, oldest first (none through a symlinked checkpoints/)."""
     root = os.path.join(outdir, CKPT_DIR)
     out = []
-    for name in os.listdir(root) if os.path.isdir(root) else []:
+    for name in os.listdir(root) if os.path.isdir(root) and not is_link(root) else []:
         path = os.path.join(root, name)
         if (name.startswith("step_") and name[5:].isdigit() and not is_link(path)
-                and os.path.isfile(os.path.join(path, MARKER))):
+                and _is_file(os.path.join(path, MARKER))):
             out.append((int(name[5:]), path))
     return sorted(out)
 
@@ -299,7 +308,7 @@ def verify(path: str) -> Optional[int]:
     the step: not verified). CheckpointError names a file that is a symlink, missing or altered."""
     try:
         marker = json.loads(_read_small(os.path.join(path, MARKER), 1 << 16))
-    except (OSError, UnsafePath, ValueError, RecursionError) as e:
+    except (OSError, RunDirRefused, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}/{MARKER} is unreadable: {e}") from e
     if isinstance(marker, int) and not isinstance(marker, bool):
         return None                                         # legacy marker: the step only
@@ -309,7 +318,7 @@ def verify(path: str) -> Optional[int]:
         want = marker["sha256"].get(name)
         try:
             got = sha256_file(os.path.join(path, name))
-        except (OSError, UnsafePath) as e:
+        except (OSError, RunDirRefused) as e:
             raise CheckpointError(f"{path}/{name} is unreadable: {e}") from e
         if got != want:
             raise CheckpointError(f"{path}/{name} does not match the sha256 recorded in {MARKER} (the file was "
@@ -322,14 +331,22 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
     `defer_digests` a sha256 mismatch is kept in `digest_error` instead, for the caller to raise
     after trying to load the state (whose "does not fit" names the problem more precisely)."""
     from safetensors.torch import load_file  # noqa: PLC0415
-    if not os.path.isfile(os.path.join(path, MARKER)):
+    if is_link(path):
+        raise CheckpointError(f"{path} is a symbolic link; refusing to read a checkpoint through it")
+    if not os.path.lexists(os.path.join(path, MARKER)):
         raise CheckpointError(f"{path} is incomplete (no {MARKER} marker)")
-    for p in (path, *(os.path.join(path, name) for name in (MARKER, STATE, TENSORS))):
-        if is_link(p):
-            raise CheckpointError(f"{p} is a symbolic link; refusing to read a checkpoint through it")
+    for p in (os.path.join(path, name) for name in (MARKER, STATE, TENSORS)):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue                            # a missing file is named below
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else not_regular(st)
+        if what:                                # safetensors would open a FIFO and block
+            raise CheckpointError(f"{p} {what if what.startswith('has ') else 'is ' + what}, not a regular file "
+                                  "with one link; refusing to read a checkpoint through it")
     try:
         meta = json.loads(_read_small(os.path.join(path, STATE)))
-    except (OSError, ValueError, RecursionError) as e:
+    except (OSError, RunDirRefused, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}/{STATE} is unreadable: {str(e)[:200]}") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a noma_prorl_bench checkpoint (no format tag {FORMAT!r})")

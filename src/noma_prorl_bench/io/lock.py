@@ -6,7 +6,9 @@ live holder is never mistaken for a dead one (nor a reused pid for a live run). 
 `{"pid", "host"}` for the message. A second run or `--resume` on the same outdir while the
 holder lives is refused (`RunLocked`, exit 2 naming the pid); a lock file left behind by a dead
 process (kill -9, power loss) is stale and taken over with a warning. The lock file is never
-opened through a symlink (`run.lock -> VICTIM` is refused, exit 2, and VICTIM is left alone).
+opened through a symlink (`run.lock -> VICTIM` is refused, exit 2, and VICTIM is left alone), nor
+when it is a FIFO, socket or device (it would block or misbehave) or a hard link (the other name's
+contents would be replaced): safe_files.open_nofollow.
 """
 from __future__ import annotations
 
@@ -18,9 +20,7 @@ import sys
 from contextlib import contextmanager
 from typing import Optional
 
-from noma_prorl_bench.io.safe_files import UnsafePath, is_link, makedirs, open_nofollow
-
-LOCK_FILE = "run.lock"
+from noma_prorl_bench.io.safe_files import LOCK_FILE, RunDirRefused, entry_error, makedirs, open_nofollow
 
 
 class RunLocked(RuntimeError):
@@ -41,7 +41,7 @@ def read_lock(outdir: str) -> Optional[dict]:
         return holder if isinstance(holder, dict) else {}
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, UnsafePath, RecursionError):
+    except (OSError, ValueError, RunDirRefused, RecursionError):
         return {}
 
 
@@ -55,14 +55,17 @@ def _held(fd: int) -> bool:
 
 
 def lock_error(outdir: str) -> Optional[str]:
-    """The refusal message if a live process holds the outdir (or its lock file is a symlink),
-    else None (writes nothing)."""
+    """The refusal message if a live process holds the outdir (or its lock file is a symlink, not a
+    regular file, or a hard link), else None (writes nothing)."""
     path = os.path.join(outdir, LOCK_FILE)
-    if is_link(path):
-        return str(UnsafePath(path))
+    err = entry_error(path)
+    if err:
+        return err
     try:
         fd = open_nofollow(path, os.O_RDONLY)
-    except (OSError, UnsafePath):
+    except RunDirRefused as e:
+        return str(e)
+    except OSError:
         return None
     try:
         return str(RunLocked(outdir, read_lock(outdir) or {})) if _held(fd) else None
@@ -73,7 +76,8 @@ def lock_error(outdir: str) -> Optional[str]:
 def acquire(outdir: str) -> int:
     """Create and flock the lock file (the outdir too) and record this process in it; a lock
     file left by a dead process is taken over with a warning. Returns the fd to keep open.
-    Raises RunLocked while the holder lives, UnsafePath if the lock file is a symlink."""
+    Raises RunLocked while the holder lives, UnsafePath if the lock file is a symlink,
+    NotRegularFile if it is a FIFO, socket, device, directory or hard link."""
     makedirs(outdir)
     path = os.path.join(outdir, LOCK_FILE)
     while True:

@@ -8,16 +8,20 @@ timeline.jsonl) back to the checkpoint's step, dropping a partial last line left
 Before anything is cut, `check_metrics_log` verifies that metrics.jsonl holds steps 1..k (k =
 the checkpoint's step) exactly once each, and the step-0 row (the evaluation before RL) at most
 once (runs written before that row existed have none); a missing, duplicated or unreadable row
-up to k is refused (the checkpoint has no copy of the log to rebuild it from). Every problem is a ConfigError
-naming the flag (exit 2, nothing written). A checkpoint resumes only the run that wrote it
-(`require_own_checkpoint`: its run_id and settings match config.json), and a ``module:function``
-task or reward function in it is imported only when the command line names it again
-(config/code_specs.py). See docs/reliability.md.
+up to k is refused (the checkpoint has no copy of the log to rebuild it from); when an older
+checkpoint's steps are intact (a torn last row), the message names the newer checkpoint
+directories to delete to resume from it. Before anything is read, the run directory is checked
+for symlinks and for files that are not regular with one link (run_dir.run_dir_links). A
+checkpoint resumes only the run that wrote it (`require_own_checkpoint`: its run_id and settings
+match config.json), and a ``module:function`` task or reward function in it is imported only when
+the command line names it again (config/code_specs.py). Every problem is a ConfigError naming
+the flag (exit 2, nothing written). See docs/reliability.md.
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import fields
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
@@ -30,17 +34,19 @@ from noma_prorl_bench.io.checkpoint import (
     prune,
     read,
 )
-from noma_prorl_bench.io.safe_files import UnsafePath, read_bytes, write_bytes
+from noma_prorl_bench.io.safe_files import RunDirRefused, read_bytes, write_bytes
 
 JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
 
 
 def truncate_jsonl(path: str, step: int) -> dict[str, int]:
     """Keep the records with "step" <= `step`; drop a partial last line and unparseable lines.
-    Rewritten atomically. Returns {"kept", "dropped", "partial"}."""
-    if not os.path.isfile(path):
+    Rewritten atomically. Returns {"kept", "dropped", "partial"}. A file that is not a regular file
+    with one link raises RunDirRefused (safe_files.open_nofollow)."""
+    try:
+        raw = read_bytes(path)
+    except FileNotFoundError:
         return {"kept": 0, "dropped": 0, "partial": 0}
-    raw = read_bytes(path)
     lines = raw.split(b"\n")
     partial = int(lines[-1] != b"")                     # no trailing newline: killed mid-write
     kept, dropped = [], 0
@@ -67,8 +73,8 @@ def check_metrics_log(path: str, step: int) -> str | None:
         raw = read_bytes(path)
     except FileNotFoundError:
         return f"{path} is missing" if step else None
-    except UnsafePath:
-        return f"{path} is a symbolic link"
+    except RunDirRefused as e:                          # a symlink, FIFO, socket, device or hard link
+        return str(e).removeprefix("argument --outdir: ")
     except OSError as e:
         return f"{path} is unreadable: {e}"
     lines = raw.split(b"\n")
@@ -107,8 +113,22 @@ def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
     (`check_metrics_log`); called by the CLI after `resume_config`, before anything is written."""
     problem = check_metrics_log(os.path.join(cfg.outdir, "metrics.jsonl"), ckpt.step)
     if problem:
-        raise ConfigError("resume", f"{problem}; the log cannot be continued exactly (restore it, or start the run "
-                                    "again with --overwrite)")
+        raise ConfigError("resume", f"{problem}; the log cannot be continued exactly from {ckpt.path}: "
+                                    f"{_older_fit(cfg.outdir, ckpt.step)}restore the log, or start the run again "
+                                    "with --overwrite")
+
+
+def _older_fit(outdir: str, step: int) -> str:
+    """'delete X (`rm -r X`) to resume from Y (step k), ' when metrics.jsonl can be continued from the newest
+    checkpoint Y older than `step` (e.g. a torn or lost last row after the final checkpoint), else ''."""
+    log = os.path.join(outdir, "metrics.jsonl")
+    fit = next(((s, p) for s, p in reversed(list_checkpoints(outdir)) if s < step and check_metrics_log(log, s)
+                is None), None)
+    if fit is None:
+        return ""
+    newer = [p for s, p in list_checkpoints(outdir) if s > fit[0]]
+    return f"delete {' and '.join(newer)} (`{shlex.join(['rm', '-r', *newer])}`) to resume from {fit[1]} " \
+           f"(step {fit[0]}), "
 
 
 def require_own_checkpoint(outdir: str, ckpt: Checkpoint, names: set) -> None:
@@ -124,7 +144,7 @@ def require_own_checkpoint(outdir: str, ckpt: Checkpoint, names: set) -> None:
         rec = json.loads(read_bytes(path))
     except FileNotFoundError:
         rec = None
-    except (OSError, UnsafePath, ValueError, RecursionError, UnicodeDecodeError) as e:
+    except (OSError, RunDirRefused, ValueError, RecursionError, UnicodeDecodeError) as e:
         raise ConfigError("resume", f"{path} is unreadable ({str(e)[:100]}); the checkpoint cannot be tied to this "
                                     "run") from e
     if not isinstance(rec, dict):
@@ -175,6 +195,10 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
         raise ConfigError("outdir", "is required")
     if explicit.get("overwrite"):
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
+    from noma_prorl_bench.io.run_dir import run_dir_links  # noqa: PLC0415  (run_dir imports this module)
+    err = run_dir_links(explicit["outdir"])        # a symlink, FIFO, socket, hard link: before anything is read
+    if err:
+        raise ConfigError("outdir", err.removeprefix("argument --outdir: "))
     try:
         ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)   # raised by require_verified
     except CheckpointError as e:
@@ -233,9 +257,9 @@ def prepare_outdir_for_resume(outdir: str, step: int, keep: int) -> dict[str, di
     """Cut the run's JSONL files back to `step`, drop summary.json and newer or partial
     checkpoints. Returns what was dropped per file."""
     dropped = {f: truncate_jsonl(os.path.join(outdir, f), step) for f in JSONL_FILES
-               if os.path.isfile(os.path.join(outdir, f))}
+               if os.path.lexists(os.path.join(outdir, f))}
     summary = os.path.join(outdir, "summary.json")
-    if os.path.isfile(summary):
-        os.remove(summary)
+    if os.path.lexists(summary):
+        os.remove(summary)                                  # a link is removed, its target left alone
     prune(outdir, keep, after_step=step)
     return dropped

@@ -1,14 +1,15 @@
 """The run directory: checks before anything is written, config.json, the JSONL sinks and
 their resume cut-back, summary.json (written atomically).
 
-Files a run writes: config.json, metrics.jsonl, events.jsonl, samples.jsonl, summary.json,
-timeline.jsonl (Ray engines), plots/, checkpoints/.
+Files a run writes (safe_files.RUN_FILES, RUN_DIRS): config.json, metrics.jsonl, events.jsonl,
+samples.jsonl, summary.json, timeline.jsonl (Ray engines), plots/, checkpoints/.
 
-A run directory is untrusted input (it may come from someone else): every file is written
-through io/safe_files.py (no symlink is ever followed), a directory whose run files are
-symlinks is refused, and `--overwrite` clears only a directory that is empty or "ours": one
-whose config.json this tool wrote (its `versions` name the package; new runs also carry a
-`run_id`). That check is repeated under the run lock just before files are cleared or created.
+A run directory is untrusted input (it may come from someone else): every file is opened
+through io/safe_files.py (no symlink is ever followed, only regular files are opened), a
+directory whose run files are symlinks, FIFOs, sockets, devices or hard links is refused, and
+`--overwrite` clears only a directory that is empty or "ours": one whose config.json this tool
+wrote (its `versions` name the package; new runs also carry a `run_id`). That check is repeated
+under the run lock just before files are cleared or created.
 """
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ from noma_prorl_bench.io import resume
 from noma_prorl_bench.io.lock import LOCK_FILE
 from noma_prorl_bench.io.metrics import JsonlSink, MultiSink, report_sink
 from noma_prorl_bench.io.safe_files import (
+    RUN_DIRS,
+    RUN_FILES,
     RunDirRefused,
     is_link,
+    kind_error,
     link_error,
     makedirs,
     read_bytes,
@@ -35,9 +39,6 @@ from noma_prorl_bench.io.safe_files import (
 )
 from noma_prorl_bench.io.safe_files import write_json as _write_json
 
-RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl",
-             "metrics.csv")
-RUN_DIRS = ("plots", "checkpoints", "tb", "wandb")
 SINK_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl")
 
 
@@ -50,9 +51,14 @@ PACKAGE = "noma_prorl_bench"
 
 def run_dir_links(outdir: str) -> Optional[str]:
     """The refusal message (naming the file) if a run file, the lock, a report file or a run
-    subdirectory's entry in `outdir` is a symlink, else None."""
+    subdirectory's entry in `outdir` is a symlink, or one that this tool opens is not a regular
+    file with one link (a FIFO, socket, device, directory, hard link; checkpoints/ and its step
+    directories not directories: safe_files.kind_error), else None. Nothing is opened."""
     if not os.path.isdir(outdir):
         return None
+    kind = kind_error(outdir)
+    if kind:
+        return kind
     names = [n for n in os.listdir(outdir) if n.startswith(".") or any(n.startswith(p) for p in LINK_CHECKED)]
     err = link_error(outdir, names)
     for sub in RUN_DIRS:
@@ -80,12 +86,9 @@ def _wandb_own_link(root: str, name: str) -> bool:
 def run_marker(outdir: str) -> Optional[dict]:
     """The run's config.json if this tool wrote it (a JSON object whose `versions` name the
     package; runs made since run ids were added also carry `run_id`), else None."""
-    p = os.path.join(outdir, "config.json")
-    if is_link(p) or not os.path.isfile(p):
-        return None
     try:
-        d = json.loads(read_bytes(p))
-    except (OSError, ValueError, RecursionError):
+        d = json.loads(read_bytes(os.path.join(outdir, "config.json")))    # never a link, FIFO or hard link
+    except (OSError, ValueError, RecursionError, RunDirRefused):
         return None
     ok = isinstance(d, dict) and isinstance(d.get("versions"), dict) and PACKAGE in d["versions"]
     return d if ok else None

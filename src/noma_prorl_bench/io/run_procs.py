@@ -12,6 +12,8 @@ State of a run directory for a given list of flags (`run_state`):
 "Same flags" ignores `--outdir X`, `--overwrite` and `--resume`, so a run that was resumed
 (config.json then holds the resume's argv) still counts as the same run. Only the standard
 library (and io/safe_files.py) is used here: the suite process stays light while its children train.
+A run's files are read through io/safe_files.py, and `suite_dir_error` refuses a suite whose
+suite or run files are links, FIFOs, sockets, devices or hard links before any run starts.
 
 Signals (`SuiteSignals`): children are started in their own session (`start_new_session`), so a
 Ctrl-C in the terminal reaches only the suite, which forwards it once to every running child;
@@ -54,21 +56,39 @@ def run_flags(argv: list[str]) -> list[str]:
 
 
 def _read_json(path: str) -> Optional[dict]:
+    """A JSON object from a run file (never through a link, from a FIFO or a hard link), else None."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = json.loads(safe_files.read_bytes(path))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, safe_files.RunDirRefused):
         return None
 
 
 def has_checkpoint(run_dir: str) -> bool:
     """True if run_dir/checkpoints holds a complete checkpoint (io.checkpoint's layout:
-    `step_XXXXXX/COMPLETE`), without importing torch."""
+    `step_XXXXXX/COMPLETE`, no link followed), without importing torch."""
     root = os.path.join(run_dir, "checkpoints")
-    names = os.listdir(root) if os.path.isdir(root) else []
-    return any(n.startswith("step_") and n[5:].isdigit() and os.path.isfile(os.path.join(root, n, "COMPLETE"))
-               for n in names)
+    names = os.listdir(root) if os.path.isdir(root) and not safe_files.is_link(root) else []
+    return any(n.startswith("step_") and n[5:].isdigit() and not safe_files.is_link(os.path.join(root, n))
+               and safe_files.entry_error(os.path.join(root, n, "COMPLETE")) is None
+               and os.path.isfile(os.path.join(root, n, "COMPLETE")) for n in names)
+
+
+def suite_dir_error(outdir: str, names: list[str]) -> Optional[str]:
+    """The refusal message (exit 2, before any run starts) when a file of suite directory `outdir`
+    that the suite opens (suite.json, settings.json, report files, the runs' logs NAME.log) or an
+    entry of a run directory NAME/ (safe_files.kind_error) is a symlink, a FIFO, socket, device or
+    hard link, or NAME/ is not a directory; else None. Nothing is opened."""
+    if not os.path.isdir(outdir):
+        return None
+    files = [*safe_files.REPORT_FILES, "summary.json", *(f"{n}.log" for n in names)]
+    dirs = [*safe_files.REPORT_DIRS, *(n for n in names if not safe_files.is_link(os.path.join(outdir, n)))]
+    for path, directory in [(os.path.join(outdir, f), False) for f in files] + \
+            [(os.path.join(outdir, d), True) for d in dirs]:
+        err = safe_files.entry_error(path, directory)
+        if err:
+            return err
+    return next((e for n in names if (e := safe_files.kind_error(os.path.join(outdir, n)))), None)
 
 
 def run_state(run_dir: str, argv: list[str]) -> str:
@@ -85,8 +105,8 @@ def run_state(run_dir: str, argv: list[str]) -> str:
 def live_holder(run_dir: str) -> Optional[dict]:
     """The lock record of a live process that holds run_dir (a run an earlier suite started and
     that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
-    if not os.path.isdir(run_dir) or safe_files.is_link(os.path.join(run_dir, LOCK_FILE)):
-        return None
+    if not os.path.isdir(run_dir) or safe_files.entry_error(os.path.join(run_dir, LOCK_FILE)):
+        return None                                 # a link, FIFO or hard link is no lock (refused up front)
     return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
 
 
