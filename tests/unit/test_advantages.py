@@ -10,7 +10,7 @@ R = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 
 @pytest.mark.unit
 def test_registry_keys():
-    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "reinforce_pp"}
+    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"}
     for fn in ADVANTAGES.values():
         adv, m = fn(R)
         assert adv.shape == R.shape and all(isinstance(v, float) for v in m.values())

@@ -22,7 +22,7 @@ def _batch(requires_grad=True):
 
 @pytest.mark.unit
 def test_registry_keys_and_metric_contract():
-    assert set(L.LOSSES) == {"reinforce", "grpo_clip", "dapo", "cispo", "gspo"}
+    assert set(L.LOSSES) == {"reinforce", "noclip", "grpo_clip", "dapo", "cispo", "gspo"}
     logp, old, adv, mask = _batch()
     for fn in L.LOSSES.values():
         loss, m = fn(logp, old, adv, mask, eps_low=0.2, eps_high=0.2)

@@ -187,4 +187,6 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "dr_grpo": dr_grpo_advantages,
     "rloo": rloo_advantages,
     "reinforce_pp": reinforce_pp_advantages,
+    "maxrl": maxrl_advantages,
+    "rft": rft_advantages,
 }

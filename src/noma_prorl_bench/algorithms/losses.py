@@ -307,6 +307,7 @@ LossFn = Callable[..., tuple[Tensor, Metrics]]
 
 LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce_loss,
+    "noclip": noclip_loss,
     "grpo_clip": grpo_clip_loss,
     "dapo": dapo_loss,
     "cispo": cispo_loss,
