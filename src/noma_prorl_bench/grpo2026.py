@@ -178,7 +178,8 @@ def grpo_train_step(
     if max_grad_norm is not None:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     else:
-        grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in params]))
+        norms = [p.grad.detach().norm() for p in params]
+        grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=device)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     d = max(tok_sum, 1.0)
