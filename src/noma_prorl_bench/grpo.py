@@ -46,16 +46,29 @@ def compute_group_normalized_rewards(
     """
     if len(rollout_responses) != len(repeated_ground_truths) or len(rollout_responses) % group_size:
         raise ValueError("need len(responses) == len(ground_truths), a multiple of group_size")
-    scores = [reward_fn(r, g) for r, g in zip(rollout_responses, repeated_ground_truths)]
-    raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)  # [R]
+    raw, meta = score_responses(reward_fn, rollout_responses, repeated_ground_truths)  # [R]
     adv, m = grpo_advantages(raw.view(-1, group_size), eps=advantage_eps,
                              normalize_by_std=normalize_by_std)  # [R/G, G]
+    return adv.reshape(-1), raw, {**meta, **m}
+
+
+def score_responses(reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str],
+                    repeated_ground_truths: list[Any]) -> tuple[Tensor, dict[str, float]]:
+    """`reward_fn(response, ground_truth)["reward"]` per response -> (raw[R] float32, meta).
+
+    meta: reward_mean/std/max/min and the mean of every other key the reward function returns
+    (e.g. format_reward_mean, answer_reward_mean).
+    """
+    if len(rollout_responses) != len(repeated_ground_truths) or not rollout_responses:
+        raise ValueError("need as many ground truths as responses, and at least one response")
+    scores = [reward_fn(r, g) for r, g in zip(rollout_responses, repeated_ground_truths)]
+    raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)  # [R]
     meta = {"reward_mean": float(raw.mean()), "reward_std": float(raw.std()) if raw.numel() > 1 else 0.0,
-            "reward_max": float(raw.max()), "reward_min": float(raw.min()), **m}
+            "reward_max": float(raw.max()), "reward_min": float(raw.min())}
     for key in scores[0]:
         if key != "reward":
             meta[f"{key}_mean"] = sum(float(s.get(key, 0.0)) for s in scores) / len(scores)
-    return adv.reshape(-1), raw, meta
+    return raw, meta
 
 
 def masked_mean(tensor: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

@@ -34,19 +34,26 @@ def _assert_trained(recs):
     assert recs[-1]["kl/k3"] > 0          # the policy moved away from pi_ref = the initial policy
 
 
-@pytest.mark.parametrize("loss", ["grpo_clip", "dapo", "cispo", "gspo", "reinforce"])
+@pytest.mark.parametrize("loss", ["grpo_clip", "dapo", "cispo", "gspo", "reinforce", "noclip"])
 def test_every_loss_trains(tmp_path, fast_flags, loss):
     recs = _train(tmp_path, fast_flags, "--loss", loss)
     _assert_trained(recs)
     assert all(0.0 <= r["clip/frac"] <= 1.0 for r in recs)
+    if loss in ("reinforce", "noclip"):                # no clip: nothing clipped, none recorded
+        assert all(r["clip/frac"] == 0.0 for r in recs)
+        with open(tmp_path / "run" / "config.json") as f:
+            derived = json.load(f)["derived"]
+        assert (derived["eps_low"], derived["eps_high"]) == (None, None)
 
 
-@pytest.mark.parametrize("adv", ["grpo", "dr_grpo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("adv", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"])
 def test_every_advantage_trains(tmp_path, fast_flags, adv):
     recs = _train(tmp_path, fast_flags, "--adv", adv)
     _assert_trained(recs)
-    if adv != "reinforce_pp":                       # group baselines: advantages sum to 0 per group
+    if adv not in ("reinforce_pp", "rft"):          # group baselines: advantages sum to 0 per group
         assert all(abs(r["adv/mean"]) < 1e-5 for r in recs)
+    if adv == "rft":                                # no baseline, no normaliser: the rewards themselves
+        assert all(r["adv/mean"] == pytest.approx(r["reward/mean"], abs=1e-6) for r in recs)
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
@@ -163,6 +170,8 @@ def test_target_kl_adapts_beta_from_the_chosen_estimator(tmp_path, fast_flags):
     (["--kl_in", "reward", "--kl_estimator", "full"], "--kl_estimator"),
     (["--loss", "cispo", "--dual_clip_c", "3"], "--dual_clip_c"),
     (["--loss", "reinforce", "--eps_high", "0.28"], "--eps_high"),
+    (["--loss", "noclip", "--clip_eps", "0.2"], "--clip_eps"),
+    (["--loss", "noclip", "--dual_clip_c", "3"], "--dual_clip_c"),
     (["--kl_estimator", "k3", "--k2_mode", "ref_over_old"], "--k2_mode"),
     (["--tis_cap", "0.5"], "--tis_cap"),
     (["--dual_clip_c", "1"], "--dual_clip_c"),

@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from noma_prorl_bench.algorithms.advantages import ADVANTAGES
+from noma_prorl_bench.algorithms.advantages import ADVANTAGES, group_advantages, maxrl_advantages, rft_advantages
 
 R = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
 
 
 @pytest.mark.unit
 def test_registry_keys():
-    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "reinforce_pp"}
+    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"}
     for fn in ADVANTAGES.values():
         adv, m = fn(R)
         assert adv.shape == R.shape and all(isinstance(v, float) for v in m.values())
@@ -33,6 +33,26 @@ def test_grpo_unbiased_std_plus_eps():
 def test_dr_grpo_never_divides_by_std():
     adv, _ = ADVANTAGES["dr_grpo"](R, normalize_by_std=True)
     assert adv[0].tolist() == [0.5, -0.5, -0.5, 0.5]
+
+
+@pytest.mark.unit
+def test_maxrl_divides_by_the_group_mean_plus_eps():
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    adv, _ = maxrl_advantages(r, eps=1e-3)
+    # group 0: mean .25 -> (1 - .25) / (.25 + 1e-3), (0 - .25) / .251; group 1 never succeeds -> 0
+    assert adv[0].tolist() == pytest.approx([0.75 / 0.251, -0.25 / 0.251, -0.25 / 0.251, -0.25 / 0.251])
+    assert adv[1].tolist() == [0.0] * 4
+
+
+@pytest.mark.unit
+def test_rft_returns_the_raw_rewards_and_modes_are_checked():
+    assert torch.equal(rft_advantages(R)[0], R)
+    adv, _ = group_advantages(R, baseline="none", normalizer="std", eps=0.0)
+    assert adv[0].tolist() == pytest.approx([3 ** 0.5, 0.0, 0.0, 3 ** 0.5])  # r / std, std = 1/sqrt(3)
+    with pytest.raises(ValueError, match="baseline"):
+        group_advantages(R, baseline="max")
+    with pytest.raises(ValueError, match="normalizer"):
+        group_advantages(R, normalizer="max")
 
 
 @pytest.mark.unit

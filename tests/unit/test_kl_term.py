@@ -112,12 +112,14 @@ def test_gspo_resolves_to_the_paper_without_clip_flags():
 def test_clip_used_names_only_the_bounds_a_loss_applies():
     assert RunConfig(loss="cispo").clip_used == {"eps_low": None, "eps_high": 0.2}
     assert RunConfig(loss="reinforce").clip_used == {"eps_low": None, "eps_high": None}
+    assert RunConfig(loss="noclip").clip_used == {"eps_low": None, "eps_high": None}
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("values,flag", [
     ({"loss": "cispo", "eps_low": 0.5}, "eps_low"),
     ({"loss": "reinforce", "clip_eps": 0.3}, "clip_eps"),
+    ({"loss": "noclip", "eps_high": 0.3}, "eps_high"),
     ({"kl_reward_form": "sequence"}, "kl_reward_form"),
     ({"kl_in": "reward", "kl_estimator": "k3_ratio"}, "kl_estimator"),
     ({"target_kl": 0.1, "kl_horizon": 25}, "kl_horizon"),     # 0.2 * 16 * 8 = 25.6 samples

@@ -22,7 +22,7 @@ def _batch(requires_grad=True):
 
 @pytest.mark.unit
 def test_registry_keys_and_metric_contract():
-    assert set(L.LOSSES) == {"reinforce", "grpo_clip", "dapo", "cispo", "gspo"}
+    assert set(L.LOSSES) == {"reinforce", "noclip", "grpo_clip", "dapo", "cispo", "gspo"}
     logp, old, adv, mask = _batch()
     for fn in L.LOSSES.values():
         loss, m = fn(logp, old, adv, mask, eps_low=0.2, eps_high=0.2)
@@ -119,6 +119,21 @@ def test_gspo_sequence_ratio_shared_and_gradient():
     assert logp.grad[0, 0].item() == pytest.approx(-2 * s / 2 / 2, rel=1e-5)
     assert logp.grad[0, 1].item() == pytest.approx(logp.grad[0, 0].item())
     assert logp.grad[0, 2].item() == 0.0
+    # repeat_masked: the masked position holds the row's value; the aggregate and its gradient are unchanged
+    rep, _ = L.gspo_loss(logp, old, adv, mask, eps_low=0.5, eps_high=0.5, repeat_masked=True)
+    assert rep[0, 2].item() == pytest.approx(-2 * s) and torch.equal(rep * mask, loss * mask)
+
+
+@pytest.mark.unit
+def test_noclip_is_the_unclipped_importance_weighted_gradient():
+    logp, old, adv, mask = _batch()
+    mask[1, 2] = 0.0
+    loss, m = L.noclip_loss(logp, old, adv, mask)
+    # -r A with r = [1.5, .5, 1.1], A = [+1, -1]; the masked position holds 0; nothing is clipped
+    assert loss.tolist() == [pytest.approx([-1.5, -0.5, -1.1]), pytest.approx([1.5, 0.5, 0.0])]
+    assert m["clip/frac"] == 0.0 and m["policy/ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 1.5 + 0.5) / 5)
+    loss.sum().backward()
+    assert logp.grad.tolist() == [pytest.approx([-1.5, -0.5, -1.1]), pytest.approx([1.5, 0.5, 0.0])]  # -r A
 
 
 @pytest.mark.unit
@@ -186,6 +201,9 @@ def test_aggregations_hand_worked():
     # seq-mean-token-sum-norm: 10 / (N=3 * T=3), or 10 / (3 * 5) with norm_const=5
     assert L.aggregate(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(10 / 9)
     assert L.aggregate(loss, mask, "seq-mean-token-sum-norm", 5.0).item() == pytest.approx(10 / 15)
+    # token-sum-norm: 10 / norm_const, default N * T = 9
+    assert L.aggregate(loss, mask, "token-sum-norm", 4.0).item() == pytest.approx(10 / 4)
+    assert L.aggregate(loss, mask, "token-sum-norm").item() == pytest.approx(10 / 9)
     with pytest.raises(ValueError):
         L.aggregate(loss, mask, "sum")
 

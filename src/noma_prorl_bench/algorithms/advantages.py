@@ -12,6 +12,9 @@ Standard deviations are `torch.std` (unbiased, divisor n-1), so every estimator 
   dr_grpo      r - mean_g                                Liu et al. 2025 (Dr. GRPO)
   rloo         r - mean_{j != i} r_j                     Ahmadian et al. 2024 (RLOO, after Kool 2019)
   reinforce_pp (r - mean_batch) / (std_batch + eps)      Hu 2025 (REINFORCE++)
+  maxrl        (r - mean_g) / (mean_g + eps)            MaxRL normaliser (Stanford CS336, spring 2026, assignment 5)
+  rft          r (no baseline, no normaliser)           rejection-sampling fine-tuning as a policy gradient
+All group forms are `group_advantages` with a named baseline and normaliser.
 """
 
 from __future__ import annotations
@@ -48,11 +51,53 @@ def grpo_advantages(rewards: Tensor, *, eps: float = 1e-6,
     A_ig = (r_ig - mean_g r) / (std_g r + eps) with the unbiased std, or r_ig - mean_g r when
     normalize_by_std is False. Groups with identical rewards get A = 0.
     """
+    return group_advantages(rewards, baseline="mean", normalizer="std" if normalize_by_std else "none", eps=eps)
+
+
+BASELINES = ("mean", "none")
+NORMALIZERS = ("std", "none", "mean")
+
+
+def group_advantages(rewards: Tensor, *, baseline: str = "mean", normalizer: str = "std",
+                     eps: float = 1e-6) -> tuple[Tensor, Metrics]:
+    """Per-group baseline and normaliser: A_ig = (r_ig - b_g) / d_g, the group forms in one place.
+
+    baseline   mean: b_g = mean_g r;   none: b_g = 0.
+    normalizer std: d_g = std_g r + eps (unbiased std);   mean: d_g = mean_g r + eps (MaxRL);
+               none: d_g = 1.
+    mean/std is GRPO, mean/none Dr. GRPO, mean/mean MaxRL, none/none the raw rewards (RFT).
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; choose from {BASELINES}")
+    if normalizer not in NORMALIZERS:
+        raise ValueError(f"unknown advantage normalizer {normalizer!r}; choose from {NORMALIZERS}")
     r = _check(rewards)  # [B,G]
-    adv = r - r.mean(dim=1, keepdim=True)  # [B,G]
-    if normalize_by_std:
+    adv = r - r.mean(dim=1, keepdim=True) if baseline == "mean" else r.clone()  # [B,G]
+    if normalizer == "std":
         adv = adv / (r.std(dim=1, keepdim=True) + eps)
+    elif normalizer == "mean":
+        adv = adv / (r.mean(dim=1, keepdim=True) + eps)
     return adv, _metrics(r, adv)
+
+
+def maxrl_advantages(rewards: Tensor, *, eps: float = 1e-6,
+                     normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+    """MaxRL advantage: (r - mean_g r) / (mean_g r + eps), the group mean as the normaliser.
+
+    Source: Stanford CS336 (spring 2026), assignment 5, advantage_normalizer="mean". For 0/1
+    rewards with success rate p > 0 a correct response gets (1 - p) / p: rare successes weigh more
+    than under GRPO's std. A group with all-zero rewards gets A = 0. `normalize_by_std` is ignored.
+    """
+    return group_advantages(rewards, baseline="mean", normalizer="mean", eps=eps)
+
+
+def rft_advantages(rewards: Tensor, *, eps: float = 1e-6,
+                   normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+    """RFT: the raw rewards as advantages (no baseline, no normaliser): with 0/1 rewards, the
+    policy gradient of the correct responses only (rejection-sampling fine-tuning; Stanford CS336
+    spring 2026, assignment 5, baseline="none", advantage_normalizer="none"). `eps` and
+    `normalize_by_std` are ignored."""
+    return group_advantages(rewards, baseline="none", normalizer="none", eps=eps)
 
 
 def dr_grpo_advantages(rewards: Tensor, *, eps: float = 1e-6,
@@ -142,4 +187,6 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "dr_grpo": dr_grpo_advantages,
     "rloo": rloo_advantages,
     "reinforce_pp": reinforce_pp_advantages,
+    "maxrl": maxrl_advantages,
+    "rft": rft_advantages,
 }

@@ -11,6 +11,7 @@ Sign convention: `loss = -objective`; minimising the loss maximises the surrogat
 
 Losses (see docs/losses.md for formulas, papers and library names):
   reinforce  -A * logp                          (naive policy gradient; Williams 1992)
+  noclip     -r A                               (importance-weighted, unclipped; CS336 2026's "noclip")
   grpo_clip  -min(r A, clip(r, 1-eps_low, 1+eps_high) A), optional dual clip
              (PPO, Schulman et al. 2017; GRPO, Shao et al. 2024; dual clip, Ye et al. 2020)
   dapo       the same clipped surrogate with decoupled eps_low < eps_high ("clip-higher",
@@ -77,6 +78,9 @@ def aggregate(loss: Tensor, mask: Tensor, agg: str, norm_const: float | None = N
     seq-mean-token-sum-norm sum_{i,t} m l / (N * norm_const)    (Dr. GRPO; a constant denominator,
                                                                  norm_const defaults to T;
                                                                  verl divides by T only)
+    token-sum-norm          sum_{i,t} m l / norm_const          (the whole batch's masked sum over one
+                                                                 constant, default N * T; CS336 2026's
+                                                                 loss_normalization="constant")
     """
     n, t_len = loss.shape
     lm, m = _sanitize(loss, mask)
@@ -94,10 +98,15 @@ def aggregate(loss: Tensor, mask: Tensor, agg: str, norm_const: float | None = N
         if c <= 0:
             raise ValueError(f"norm_const must be positive, got {c}")
         return lm.sum() / (max(n, 1) * c)
+    if agg == "token-sum-norm":
+        c = float(max(n, 1) * t_len if norm_const is None else norm_const)
+        if c <= 0:
+            raise ValueError(f"norm_const must be positive, got {c}")
+        return lm.sum() / c
     raise ValueError(f"unknown loss aggregation {agg!r}; choose from {AGGREGATIONS}")
 
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum-norm")
 
 
 # ---------------------------------------------------------------- helpers
@@ -197,6 +206,22 @@ def reinforce_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
+def noclip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
+                eps_high: float = 0.2, dual_clip_c: float | None = None,
+                tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+    """Importance-weighted policy gradient without a clip: `-r A` per token, r = pi_theta / pi_old.
+
+    The ratio's gradient flows (d/dlogp = -r A). `eps_*` and `dual_clip_c` are not used; clip/frac
+    is 0 by definition. CS336 (spring 2026) assignment 5's importance_reweighting_method="noclip".
+    """
+    a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
+    log_ratio = _log_ratio(logp, logp_old, mask)  # [N,T]
+    metrics = _ratio_metrics(log_ratio.detach(), mask)
+    metrics.update({"clip/frac": 0.0, "clip/frac_high": 0.0, "clip/frac_low": 0.0, "clip/frac_dual": 0.0})
+    loss = torch.where(mask != 0, -log_ratio.exp() * a, torch.zeros_like(logp))  # [N,T]
+    return _apply_tis(loss, tis_weight, mask, metrics), metrics
+
+
 def grpo_clip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
                    eps_high: float, dual_clip_c: float | None = None,
                    tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
@@ -252,8 +277,8 @@ def cispo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps
 
 
 def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
-              eps_high: float, dual_clip_c: float | None = None,
-              tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+              eps_high: float, dual_clip_c: float | None = None, tis_weight: Tensor | None = None,
+              repeat_masked: bool = False) -> tuple[Tensor, Metrics]:
     """GSPO (Zheng et al. 2025): clip a *sequence-level* ratio and broadcast it to the tokens.
 
     s_i = exp( sum_t m log r / sum_t m )  (geometric mean of token ratios, length-normalised),
@@ -262,6 +287,9 @@ def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_
     small eps (3e-4 low / 4e-4 high) and a mean over sequences: the config resolves --loss gspo
     without clip flags to those and --loss_agg auto to seq-mean-token-mean, under which this
     loss equals the paper's objective exactly (token-mean would weigh sequences by length).
+    Masked positions hold 0 (the trainer's convention) or, with repeat_masked, the sequence's value
+    like every other position of the row (CS336 spring 2026's convention); `aggregate` ignores them
+    either way, so the reduced loss and its gradient are the same.
     """
     a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp, logp_old, mask)  # [N,T]
@@ -270,7 +298,8 @@ def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_
     loss, metrics = _clipped_surrogate(s, a, mask, eps_low, eps_high, dual_clip_c)
     metrics.update(_ratio_metrics(log_ratio.detach(), mask))
     metrics["policy/seq_ratio_mean"] = float(seq_log_ratio.detach().exp().mean().item())
-    loss = torch.where(mask != 0, loss, torch.zeros_like(loss))
+    if not repeat_masked:
+        loss = torch.where(mask != 0, loss, torch.zeros_like(loss))
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
@@ -278,6 +307,7 @@ LossFn = Callable[..., tuple[Tensor, Metrics]]
 
 LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce_loss,
+    "noclip": noclip_loss,
     "grpo_clip": grpo_clip_loss,
     "dapo": dapo_loss,
     "cispo": cispo_loss,

@@ -154,10 +154,10 @@ class RunConfig:
     """Minibatches per epoch (M); each is one optimizer step. Minibatches are contiguous slices of the batch, visited in a shuffled order each epoch."""
 
     # ---------------------------------------------------------------- loss
-    adv: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
-    """Advantage estimator over rewards[B,G]."""
-    loss: Literal["grpo_clip", "dapo", "cispo", "gspo", "reinforce"] = "grpo_clip"
-    """Per-token policy loss."""
+    adv: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"] = "grpo"
+    """Advantage estimator over rewards[B,G] (maxrl: (r - mean_g) / (mean_g + eps); rft: the raw rewards)."""
+    loss: Literal["grpo_clip", "dapo", "cispo", "gspo", "reinforce", "noclip"] = "grpo_clip"
+    """Per-token policy loss (noclip: -ratio * A, unclipped)."""
     clip_eps: float = -1.0
     """PPO/GRPO clip range epsilon (eps_low = eps_high = clip_eps unless those are given). -1: 0.2, except with --loss gspo, where no clip flag at all means the GSPO paper's 3e-4 (low) / 4e-4 (high) on the sequence ratio. The values used are config.json's derived.eps_low / derived.eps_high."""
     eps_low: float = -1.0
@@ -304,9 +304,9 @@ class RunConfig:
     @property
     def clip_used(self) -> dict:
         """The clip bounds the chosen loss actually applies (config.json derived): None where the loss
-        has no such bound (reinforce: none; cispo: only eps_high, the IS-weight truncation)."""
-        lo = None if self.loss in ("reinforce", "cispo") else self.eps_lo
-        hi = None if self.loss == "reinforce" else self.eps_hi
+        has no such bound (reinforce, noclip: none; cispo: only eps_high, the IS-weight truncation)."""
+        lo = None if self.loss in ("reinforce", "noclip", "cispo") else self.eps_lo
+        hi = None if self.loss in ("reinforce", "noclip") else self.eps_hi
         return {"eps_low": lo, "eps_high": hi}
 
     @property

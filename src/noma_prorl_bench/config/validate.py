@@ -428,12 +428,12 @@ def _validate_reliability(cfg: RunConfig) -> None:
 
 def _validate_loss(cfg: RunConfig) -> None:
     """Loss flags that the chosen --loss would ignore are errors, not no-ops."""
-    if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce"):
+    if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce", "noclip"):
         raise ConfigError("dual_clip_c",
                           f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
     for n in ("clip_eps", "eps_low", "eps_high"):
-        if getattr(cfg, n) != -1.0 and cfg.loss == "reinforce":
-            raise ConfigError(n, "--loss reinforce has no ratio and no clip; drop the flag or pick a clipped loss")
+        if getattr(cfg, n) != -1.0 and cfg.loss in ("reinforce", "noclip"):
+            raise ConfigError(n, f"--loss {cfg.loss} has no clip; drop the flag or pick a clipped loss")
     if cfg.eps_low != -1.0 and cfg.loss == "cispo":
         raise ConfigError("eps_low", "--loss cispo truncates the IS weight from above only (MiniMax-M1): "
                                      "set --eps_high (or --clip_eps), not --eps_low")
