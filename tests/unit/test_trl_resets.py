@@ -23,7 +23,7 @@ from noma_prorl_bench.integrations.trl import REF_FILE, STATE_FILE, ResetConfig,
 from noma_prorl_bench.training.optim_state import apply_reset_semantics, state_census, verify_reset
 from noma_prorl_bench.training.resets import Decision
 
-pytestmark = pytest.mark.hf
+pytestmark = [pytest.mark.unit, pytest.mark.hf]
 
 # wall-clock keys, and the run summary's train_loss: transformers averages it over the steps this process ran
 TIME_KEYS = ("step_time", "ref/forward_s", "reset/seconds", "train_runtime", "train_samples_per_second",
