@@ -19,6 +19,8 @@ and `reset_kl_coef` puts an adaptive KL controller back to its initial coefficie
 Works on any torch optimizer whose per-parameter state is a dict of tensors (Adam, AdamW,
 SGD with momentum: `momentum_buffer` counts as a first moment). Only the optimizer's own
 tensors are touched, in place, so optimizer.state_dict() round-trips afterwards.
+`state_census` / `verify_reset` read the state back after a reset and check it (used by the TRL
+plug-in, integrations/trl.py, where the optimizer comes from someone else's code).
 """
 
 from __future__ import annotations
