@@ -375,3 +375,16 @@ def test_stall_trigger_restores_the_best_evaluated_policy(model_dir, tmp_path):
     policy = tr.accelerator.unwrap_model(tr.model).state_dict()
     assert all(torch.equal(policy[k], v) for k, v in tr._best.params.items())
     assert all(torch.equal(policy[k], v) for k, v in tr.ref_model.state_dict().items())
+
+
+def test_kl_spike_trigger_reads_trls_kl_of_the_step(model_dir, tmp_path):
+    tr = trainer(model_dir, tmp_path, ResetConfig(reset_kl_above=1e-9, reset_kl_min_gap=2, opt_reset="keep"),
+                 max_steps=4)
+    tr.train()
+    kl = {h["step"]: h["kl"] for h in tr.state.log_history if "kl" in h}
+    # step 1: KL 0 (reference = policy); step 2: KL > 0 and 2 steps since the start; step 3: KL 0 after the
+    # hard copy; step 4: KL > 0 and 2 steps since the reset
+    assert kl[1] == 0.0 and kl[2] > 1e-9 and kl[3] == 0.0 and kl[4] > 1e-9
+    assert [(e["step"], e["reason"]) for e in tr.reset_events] == [(2, "kl_spike"), (4, "kl_spike")]
+    assert [e["kl"] for e in tr.reset_events] == [kl[2], kl[4]]
+    assert all(e["steps_since_reset"] == 2 and e["threshold"] == 1e-9 for e in tr.reset_events)
