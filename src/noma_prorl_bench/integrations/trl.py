@@ -130,8 +130,7 @@ class ResetConfig:
         return dataclasses.asdict(self)
 
 
-def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, optimizer_cls_and_kwargs: Any,
-             eval_dataset: Any) -> str | None:
+def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) -> str | None:
     """Why this setup cannot be treated exactly (one line), or None."""
     if not args.beta:
         return "beta=0.0: TRL builds no reference model, so there is nothing to reset; set GRPOConfig(beta=...) > 0"
@@ -149,10 +148,6 @@ def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, optimizer_cls_and_kwa
         if type(opt) not in SUPPORTED_OPTIMIZERS or any("step" in g for g in opt.param_groups):
             return (f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) "
                     "are treated exactly")
-    elif optimizer_cls_and_kwargs is not None:
-        if optimizer_cls_and_kwargs[0] not in SUPPORTED_OPTIMIZERS:
-            return (f"optimizer {optimizer_cls_and_kwargs[0].__name__}: only torch.optim.Adam/AdamW are "
-                    "treated exactly")
     else:
         name = getattr(args.optim, "value", args.optim)
         if name not in SUPPORTED_OPTIM:
@@ -217,8 +212,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         targs = bound.get("args")
         if targs is None:
             raise ValueError("ResetGRPOTrainer needs args=GRPOConfig(...) with beta > 0")
-        why = _refusal(targs, cfg, bound.get("optimizers"), getattr(targs, "optimizer_cls_and_kwargs", None),
-                       bound.get("eval_dataset"))
+        why = _refusal(targs, cfg, bound.get("optimizers"), bound.get("eval_dataset"))
         if why is not None:
             raise ValueError(f"ResetGRPOTrainer: {why}")
         super().__init__(*args, **kwargs)
