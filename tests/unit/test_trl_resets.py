@@ -287,7 +287,6 @@ def _stale_losses(trace):
 
 
 def test_resets_land_on_generation_boundaries(model_dir, tmp_path, monkeypatch):
-    Recording.trace = []
     tr = trainer(model_dir, tmp_path, ResetConfig(reset_every=1), cls=Recording, num_iterations=2, max_steps=4)
     tr.trace = []
     tr.train()
@@ -297,6 +296,13 @@ def test_resets_land_on_generation_boundaries(model_dir, tmp_path, monkeypatch):
     assert _stale_losses(tr.trace) == 0
     fwd = [h["ref/forward_seqs"] for h in tr.state.log_history if "ref/forward_seqs" in h]
     assert fwd == [4.0, 0.0, 4.0, 0.0]                         # one reference pass per generation
+    # gradient accumulation 2 and a generation every 4 micro-steps: a generation every 2 optimizer steps
+    ga = trainer(model_dir, tmp_path / "ga", ResetConfig(reset_every=1), cls=Recording, gradient_accumulation_steps=2,
+                 steps_per_generation=4, max_steps=4)
+    ga.trace = []
+    ga.train()
+    assert [(e["decided_step"], e["step"]) for e in ga.reset_events] == [(1, 2), (3, 4)]
+    assert [k for k, _, _ in ga.trace] == ["gen", "loss", "loss", "loss", "loss"] * 2 and _stale_losses(ga.trace) == 0
     # the check can fail: resetting mid-generation uses the old reference's buffered log-probs
     monkeypatch.setattr(ResetGRPOTrainer, "_at_generation_boundary", lambda self: True)
     tr2 = trainer(model_dir, tmp_path / "b", ResetConfig(reset_every=1), cls=Recording, num_iterations=2, max_steps=4)

@@ -379,7 +379,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         if self._pending is not None and self._at_generation_boundary():
             self._apply(self._pending, step)
             self._pending = None
-        self._metrics["train"]["reset/count"].append(float(self._n_resets))
+        self._metrics["train"]["reset/count"] = [float(self._n_resets)]   # the latest value, not a window mean
 
     def _apply(self, decision: Decision, step: int) -> dict[str, Any]:
         """One reset after optimizer step `step`: target -> reference -> optimizer side, checked."""
@@ -415,7 +415,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._merged = 0
         self.reset_events.append(event)
         m = self._metrics["train"]
-        m["reset/step"].append(float(step))
+        m["reset/step"] = [float(step)]
         for key in ("kl_before", "kl_after", "m_norm_before", "m_norm_after", "v_norm_before", "v_norm_after",
                     "ref_forward_seqs", "seconds"):
             if event[key] is not None:
