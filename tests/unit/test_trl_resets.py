@@ -394,3 +394,21 @@ def test_kl_spike_trigger_reads_trls_kl_of_the_step(model_dir, tmp_path):
     assert [(e["step"], e["reason"]) for e in tr.reset_events] == [(2, "kl_spike"), (4, "kl_spike")]
     assert [e["kl"] for e in tr.reset_events] == [kl[2], kl[4]]
     assert all(e["steps_since_reset"] == 2 and e["threshold"] == 1e-9 for e in tr.reset_events)
+
+
+def test_read_back_check_catches_a_silent_no_op_inside_trl(model_dir, tmp_path, monkeypatch):
+    import noma_prorl_bench.integrations.trl as plug
+    tr = trainer(model_dir, tmp_path, ResetConfig(opt_reset="soft", soft_factor=0.5), max_steps=2)
+    tr.train()
+    real = plug.apply_reset_semantics
+    monkeypatch.setattr(plug, "apply_reset_semantics", lambda opt, *a, **k: real(torch.optim.AdamW(
+        [torch.nn.Parameter(torch.zeros(1))]), *a, **k))       # transforms an optimizer that is not TRL's
+    with pytest.raises(RuntimeError, match="optimizer reset 'soft' \\(f=0.5\\) read back"):
+        tr._apply(Decision(step=2, reason="periodic"), 2)
+    monkeypatch.setattr(plug, "apply_reset_semantics", real)
+    empty = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    monkeypatch.setattr(plug, "_torch_optimizer", lambda opt: empty)   # a wrapper whose state is elsewhere
+    ref = {k: v.clone() for k, v in tr.ref_model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="walked 0 parameters and 0 state entries"):
+        tr._apply(Decision(step=2, reason="periodic"), 2)
+    assert all(torch.equal(v, ref[k]) for k, v in tr.ref_model.state_dict().items())   # refused before any change

@@ -63,6 +63,7 @@ from noma_prorl_bench.training.optim_state import (
     OPT_RESETS,
     apply_reset_semantics,
     optimizer_step_count,
+    require_reachable,
     state_census,
     verify_reset,
 )
@@ -388,8 +389,9 @@ class ResetGRPOTrainer(GRPOTrainer):
         optimizer = _torch_optimizer(self.optimizer)
         scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)
         policy = self.accelerator.unwrap_model(self.model)
-        kl_before = self._kl_to_reference(self._last_inputs)
         before = state_census(optimizer)
+        require_reachable(before)             # before anything changes: the state must be where we look
+        kl_before = self._kl_to_reference(self._last_inputs)
         target: dict[str, Any] = {"reset_to": cfg.reset_to}
         if cfg.reset_to == "best":
             restored = self._best.restore(policy) if self._best.params is not None else None

@@ -305,23 +305,30 @@ def state_census(optimizer: Optimizer) -> dict[str, Any]:
             "max_step": optimizer_step_count(optimizer), **moment_norms(optimizer)}
 
 
+def require_reachable(census: dict[str, Any]) -> None:
+    """Raise RuntimeError (one line) unless a `state_census` walked at least one parameter and one state
+    entry, found no param group with its own `step` and no state key outside the param groups: the
+    state a reset would transform is where the transforms look (not in a wrapper, offloaded, sharded)."""
+    if census["params"] < 1 or census["entries"] < 1:
+        raise RuntimeError(f"optimizer reset walked {census['params']} parameters and {census['entries']} state "
+                           "entries: the optimizer's state is not where the transforms look")
+    if census["group_steps"] or census["foreign"]:
+        raise RuntimeError(f"optimizer keeps state the transforms cannot reach ({census['group_steps']} param groups "
+                           f"with a `step`, {census['foreign']} state keys that are not its parameters)")
+
+
 def verify_reset(optimizer: Optimizer, before: dict[str, Any], opt_reset: str, soft_factor: float,
                  step_reset: bool, rtol: float = 1e-5) -> dict[str, Any]:
     """Read the state back after `apply_reset_semantics` and check it did what it says; return the
     census after. `before` is `state_census` taken just before the reset.
 
-    Raises RuntimeError (one line) when the walk found no parameter or no state entry (the state is
-    not where the transforms look: a wrapper, offloaded or sharded state), when a param group keeps
-    its own `step`, or when the values read back are not the expected ones: hard, every state
-    empty; keep, m and v norms unchanged exactly; soft, both scaled by f; asym, m scaled, v
-    unchanged exactly; t = 0 wherever state remains when the step count was reset, else unchanged.
+    Raises RuntimeError (one line) when `require_reachable(before)` does (no parameter or no state
+    entry walked, a param group with its own `step`), or when the values read back are not the
+    expected ones: hard, every state empty; keep, m and v norms unchanged exactly; soft, both scaled
+    by f; asym, m scaled, v unchanged exactly; t = 0 wherever state remains when the step count was
+    reset, else unchanged.
     """
-    if before["params"] < 1 or before["entries"] < 1:
-        raise RuntimeError(f"optimizer reset walked {before['params']} parameters and {before['entries']} state "
-                           "entries: the optimizer's state is not where the transforms look")
-    if before["group_steps"] or before["foreign"]:
-        raise RuntimeError(f"optimizer keeps state the transforms cannot reach ({before['group_steps']} param groups "
-                           f"with a `step`, {before['foreign']} state keys that are not its parameters)")
+    require_reachable(before)
     after = state_census(optimizer)
 
     def close(a: float, b: float) -> bool:
