@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.hf]
 
 # wall-clock keys, and the run summary's train_loss: transformers averages it over the steps this process ran
 TIME_KEYS = ("step_time", "ref/forward_s", "reset/seconds", "train_runtime", "train_samples_per_second",
-             "train_steps_per_second", "train_loss")
+             "train_steps_per_second", "train_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
 
 
 @pytest.fixture(scope="module")
@@ -341,6 +341,24 @@ def test_resume_after_a_reset_logs_the_same_as_an_unbroken_run(model_dir, tmp_pa
     resumed = trainer(model_dir, tmp_path / "b", cfg, **kw)
     resumed.train(resume_from_checkpoint=str(ckpt))
     assert [e["step"] for e in full.reset_events] == [2, 4]
+    strip = [{k: v for k, v in e.items() if k != "seconds"} for e in full.reset_events]
+    assert [{k: v for k, v in e.items() if k != "seconds"} for e in resumed.reset_events] == strip
+    assert logs(resumed) == logs(full)
+
+
+def test_resume_with_the_best_target_and_the_stall_trigger(model_dir, tmp_path):
+    cfg = ResetConfig(reset_on_stall=1, stall_min_delta=1e9, reset_to="best", opt_reset="hard")
+    kw = dict(max_steps=4, save_strategy="steps", save_steps=2, eval_ds=dataset(4), eval_strategy="steps",
+              eval_steps=1, per_device_eval_batch_size=4)
+    full = trainer(model_dir, tmp_path / "a", cfg, **kw)
+    full.train()
+    stopped = trainer(model_dir, tmp_path / "b", cfg, callbacks=[StopAt(2)], **kw)
+    stopped.train()
+    ckpt = tmp_path / "b" / "checkpoint-2"
+    assert (ckpt / "reset_best.safetensors").exists() and json.loads((ckpt / STATE_FILE).read_text())["best"]["step"]
+    resumed = trainer(model_dir, tmp_path / "b", cfg, **kw)
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    assert [e["reason"] for e in full.reset_events] == ["stall"] * 3            # steps 2, 3, 4: patience 1
     strip = [{k: v for k, v in e.items() if k != "seconds"} for e in full.reset_events]
     assert [{k: v for k, v in e.items() if k != "seconds"} for e in resumed.reset_events] == strip
     assert logs(resumed) == logs(full)

@@ -300,6 +300,8 @@ class ResetGRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
         t0 = time.perf_counter()
         out = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+        if self._ref_bucket == "train" and not self.model.training:
+            return out                          # TRL's evaluation: not a training step's reference forward
         count = self._ref_count[self._ref_bucket]
         count[0] += int(input_ids.shape[0])
         count[1] += time.perf_counter() - t0
@@ -432,6 +434,8 @@ class ResetGRPOTrainer(GRPOTrainer):
                 "pending": None if self._pending is None else dataclasses.asdict(self._pending),
                 "best": {"best": self._best.best, "step": self._best.step},
                 "global_step": self.state.global_step,
+                # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
+                "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
                 "optimizer_step": optimizer_step_count(_torch_optimizer(self.optimizer)),
                 "ref_sha256": _checksum(self._ref_tensors())}
 
@@ -475,6 +479,8 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._trigger.load_state_dict(state["trigger"])
         self._n_resets, self._merged = int(state["n_resets"]), int(state["merged"])
         self.reset_events = list(state["events"])
+        for key, values in state["unlogged"].items():
+            self._metrics["train"][key] = list(values)
         p = state["pending"]
         self._pending = None if p is None else Decision(step=p["step"], reason=p["reason"], values=p["values"],
                                                         reasons=tuple(p["reasons"]))
