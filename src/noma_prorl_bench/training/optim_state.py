@@ -19,6 +19,8 @@ and `reset_kl_coef` puts an adaptive KL controller back to its initial coefficie
 Works on any torch optimizer whose per-parameter state is a dict of tensors (Adam, AdamW,
 SGD with momentum: `momentum_buffer` counts as a first moment). Only the optimizer's own
 tensors are touched, in place, so optimizer.state_dict() round-trips afterwards.
+`state_census` / `verify_reset` read the state back after a reset and check it (used by the TRL
+plug-in, integrations/trl.py, where the optimizer comes from someone else's code).
 """
 
 from __future__ import annotations
@@ -280,3 +282,73 @@ def apply_reset_semantics(
         rec.update(kl)
     rec["grad_scaler_reset"] = reset_grad_scaler(grad_scaler) if hard else False
     return rec
+
+
+# ---------------------------------------------------------------- read-back check of a reset
+
+
+def state_census(optimizer: Optimizer) -> dict[str, Any]:
+    """What the optimizer's state holds now, read back from it: parameters with state, tensor
+    entries, moment norms (`moment_norms`), the largest `step` and the param groups holding a
+    `step` of their own (fused/8-bit optimizers that keep t per group, out of this module's reach)."""
+    params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    n_params = n_entries = 0
+    foreign = 0                                  # state keys that are not parameters of this optimizer
+    for p, state in optimizer.state.items():
+        if id(p) not in params:
+            foreign += 1
+        if state:
+            n_params += 1
+            n_entries += sum(1 for v in state.values() if isinstance(v, torch.Tensor))
+    return {"params": n_params, "entries": n_entries, "foreign": foreign,
+            "group_steps": sum(1 for g in optimizer.param_groups if "step" in g),
+            "max_step": optimizer_step_count(optimizer), **moment_norms(optimizer)}
+
+
+def require_reachable(census: dict[str, Any]) -> None:
+    """Raise RuntimeError (one line) unless a `state_census` walked at least one parameter and one state
+    entry, found no param group with its own `step` and no state key outside the param groups: the
+    state a reset would transform is where the transforms look (not in a wrapper, offloaded, sharded)."""
+    if census["params"] < 1 or census["entries"] < 1:
+        raise RuntimeError(f"optimizer reset walked {census['params']} parameters and {census['entries']} state "
+                           "entries: the optimizer's state is not where the transforms look")
+    if census["group_steps"] or census["foreign"]:
+        raise RuntimeError(f"optimizer keeps state the transforms cannot reach ({census['group_steps']} param groups "
+                           f"with a `step`, {census['foreign']} state keys that are not its parameters)")
+
+
+def verify_reset(optimizer: Optimizer, before: dict[str, Any], opt_reset: str, soft_factor: float,
+                 step_reset: bool, rtol: float = 1e-5) -> dict[str, Any]:
+    """Read the state back after `apply_reset_semantics` and check it did what it says; return the
+    census after. `before` is `state_census` taken just before the reset.
+
+    Raises RuntimeError (one line) when `require_reachable(before)` does (no parameter or no state
+    entry walked, a param group with its own `step`), or when the values read back are not the
+    expected ones: hard, every state empty; keep, m and v norms unchanged exactly; soft, both scaled
+    by f; asym, m scaled, v unchanged exactly; t = 0 wherever state remains when the step count was
+    reset, else unchanged.
+    """
+    require_reachable(before)
+    after = state_census(optimizer)
+
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-30
+
+    m0, v0, m1, v1 = before["optim/m_norm"], before["optim/v_norm"], after["optim/m_norm"], after["optim/v_norm"]
+    f = float(soft_factor)
+    if opt_reset == "hard":
+        ok = after["params"] == 0 and after["entries"] == 0
+    elif opt_reset == "keep":
+        ok = m1 == m0 and v1 == v0
+    elif opt_reset == "soft":
+        ok = close(m1, f * m0) and close(v1, f * v0)
+    else:  # asym
+        ok = close(m1, f * m0) and v1 == v0
+    if not ok:
+        raise RuntimeError(f"optimizer reset {opt_reset!r} (f={f}) read back m_norm {m0:.6g} -> {m1:.6g}, "
+                           f"v_norm {v0:.6g} -> {v1:.6g}, {after['params']} parameters with state")
+    if opt_reset != "hard":
+        want = 0 if step_reset else before["max_step"]
+        if after["max_step"] != want:
+            raise RuntimeError(f"optimizer reset read back step {after['max_step']}, expected {want}")
+    return after

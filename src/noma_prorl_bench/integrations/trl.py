@@ -1,0 +1,489 @@
+"""Reference resets for TRL's `GRPOTrainer`: this project's reset semantics where people train.
+
+`ResetGRPOTrainer(model, reward_funcs, args=GRPOConfig(...), reset_config=ResetConfig(...))` is a
+`trl.GRPOTrainer` that resets its reference model the way `--preset` / the reset flags of this
+project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's view.
+
+- `ResetConfig`: the CLI's reset switches under the CLI's names (reset_every, reset_kl_above,
+  reset_kl_min_gap, reset_on_stall, stall_min_delta, reset_to, ref_update, ref_mix_alpha, opt_reset,
+  soft_factor, reset_opt_step, reset_lr_schedule, reset_kl_coef) and the presets by name
+  (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer steps
+  (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
+- When: `training.resets.ResetTrigger` (the harness's trigger) is fed after every optimizer step with
+  TRL's own per-step KL metric (`kl`: token mean of k3 over the step's micro-batches) and, on
+  evaluation steps, `eval_reward` for the stall trigger (and `BestTracker` for reset_to="best").
+- Where: a decided reset is applied at the first optimizer-step end after which TRL generates a new
+  batch (`_step % (steps_per_generation * num_iterations) == 0`), so no buffered reference
+  log-probs of the old reference are used after it; the event records both steps.
+- What: the target (current policy, or the best one restored bit for bit), the reference (hard copy
+  or Polyak `ref <- a pi + (1 - a) ref` on every floating tensor; with PEFT on the "ref" adapter's
+  LoRA factors, which is NOT the Polyak mix of the weight deltas B A), then the optimizer side with
+  `training.optim_state.apply_reset_semantics` (the harness's implementation, on the torch optimizer
+  under accelerate's wrapper and TRL's LR scheduler) and `optim_state.verify_reset` (read-back check).
+  GRPO's beta is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
+- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default" at
+  construction (TRL computes reference log-probs with a "ref" adapter whenever one exists).
+- Logs (TRL's logger, every step): `reset/count`, `ref/forward_seqs`, `ref/forward_s`; on reset steps
+  `reset/step`, `reset/kl_before`, `reset/kl_after` (k3 of the last micro-batch against the old and
+  the new reference), `reset/m_norm_*`, `reset/v_norm_*` (Adam moments before/after), the seconds
+  and reference forwards of the reset itself. `trainer.reset_events` holds one JSON record per reset.
+- Checkpoints: `reset_state.json` and the reference (`reset_ref.safetensors`; `reset_best.safetensors`
+  under reset_to="best") go into TRL's checkpoint folder; on resume the reference's checksum, the
+  optimizer's step and the ResetConfig are checked against what was saved.
+- Refused at construction, one line: optimizers other than torch Adam/AdamW (fused or not), fp16
+  (a grad scaler), DeepSpeed/FSDP (sharded or offloaded state), TRL's own sync_ref_model, beta=0,
+  Liger's loss, and triggers that need an evaluation the arguments do not schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+try:
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    from trl import GRPOTrainer
+    from trl.trainer.utils import use_adapter
+except ImportError as e:  # pragma: no cover - the extra is absent
+    raise ImportError(f"noma_prorl_bench.integrations.trl needs the trl extra: pip install -e .[trl] ({e})") from e
+
+from noma_prorl_bench.config.presets import PRESETS
+from noma_prorl_bench.models.base import frozen_parameters
+from noma_prorl_bench.training.optim_state import (
+    OPT_RESETS,
+    apply_reset_semantics,
+    optimizer_step_count,
+    require_reachable,
+    state_census,
+    verify_reset,
+)
+from noma_prorl_bench.training.resets import BestTracker, Decision, trigger_from_config
+
+STATE_FILE = "reset_state.json"
+REF_FILE = "reset_ref.safetensors"
+BEST_FILE = "reset_best.safetensors"
+SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")   # torch Adam/AdamW: t kept per parameter
+SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
+
+
+@dataclass(frozen=True)
+class ResetConfig:
+    """The CLI's reset switches (same names, defaults and meaning: `prorl-bench run --help`)."""
+
+    reset_every: int = 0            # periodic reset every N optimizer steps (0: never)
+    reset_kl_above: float = 0.0     # reset after a step whose KL (TRL's `kl`) exceeds X (0: off)
+    reset_kl_min_gap: int = 20      # a KL-spike reset needs this many steps since the last reset
+    reset_on_stall: int = 0         # reset after PATIENCE evaluations without improvement (0: off)
+    stall_min_delta: float = 0.0    # improvement of eval_reward over the best that counts as progress
+    reset_to: str = "current"       # current | best (the policy is restored to the best evaluation)
+    ref_update: str = "hard"        # hard | polyak: ref <- a pi + (1 - a) ref
+    ref_mix_alpha: float = 0.6      # a
+    opt_reset: str = "keep"         # keep | hard | soft | asym (optim_state.apply_moment_reset)
+    soft_factor: float = 0.2        # f for soft / asym
+    reset_opt_step: int = 0         # 1: Adam's step count back to 0
+    reset_lr_schedule: int = 0      # 1: the LR schedule restarts (warmup included)
+    reset_kl_coef: int = 0          # 1: the KL coefficient back to its initial value (constant in TRL)
+
+    def __post_init__(self) -> None:
+        choices = {"reset_to": ("current", "best"), "ref_update": ("hard", "polyak"), "opt_reset": OPT_RESETS,
+                   "reset_opt_step": (0, 1), "reset_lr_schedule": (0, 1), "reset_kl_coef": (0, 1)}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"ResetConfig.{name} must be one of {', '.join(map(str, allowed))}; "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("reset_every", "reset_kl_min_gap", "reset_on_stall"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"ResetConfig.{name} must be an integer >= 0; got {getattr(self, name)!r}")
+        if self.reset_kl_above < 0 or self.stall_min_delta < 0:
+            raise ValueError("ResetConfig.reset_kl_above and stall_min_delta must be >= 0")
+        if not 0.0 < self.ref_mix_alpha <= 1.0:
+            raise ValueError(f"ResetConfig.ref_mix_alpha must be in (0, 1]; got {self.ref_mix_alpha}")
+        if not 0.0 <= self.soft_factor <= 1.0:
+            raise ValueError(f"ResetConfig.soft_factor must be in [0, 1]; got {self.soft_factor}")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ResetConfig:
+        """The preset `name` (config.presets.PRESETS: prorl_v1, prorl_v2, trl_sync, noma_soft), with
+        `overrides` winning, as `--preset NAME --flag value` does on the CLI."""
+        if name not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"ResetConfig has no field {sorted(unknown)[0]!r}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @property
+    def needs_eval(self) -> bool:
+        """Whether a switch reads evaluations (the stall trigger, the best-checkpoint target)."""
+        return self.reset_on_stall > 0 or self.reset_to == "best"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) -> str | None:
+    """Why this setup cannot be treated exactly (one line), or None."""
+    if not args.beta:
+        return "beta=0.0: TRL builds no reference model, so there is nothing to reset; set GRPOConfig(beta=...) > 0"
+    if args.sync_ref_model:
+        return ("sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
+                "ResetConfig.from_preset('trl_sync') instead")
+    if args.fp16:
+        return "fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
+    if args.deepspeed or args.fsdp:
+        return "DeepSpeed/FSDP: sharded or offloaded optimizer state is not supported (untested)"
+    if getattr(args, "use_liger_kernel", False) or getattr(args, "use_liger_loss", False):
+        return "use_liger_kernel: Liger's fused loss path is not supported"
+    opt = optimizers[0] if optimizers else None
+    if opt is not None:
+        if type(opt) not in SUPPORTED_OPTIMIZERS or any("step" in g for g in opt.param_groups):
+            return (f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) "
+                    "are treated exactly")
+    else:
+        name = getattr(args.optim, "value", args.optim)
+        if name not in SUPPORTED_OPTIM:
+            return f"optim={name!r}: allowed {', '.join(SUPPORTED_OPTIM)} (8-bit, fused-group-step, Adafactor: refused)"
+    if cfg.needs_eval:
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+        if strategy == "no" or eval_dataset is None:
+            return "reset_on_stall / reset_to='best' read eval_reward: pass an eval_dataset and eval_strategy='steps'"
+    return None
+
+
+def _torch_optimizer(opt: Any) -> torch.optim.Optimizer:
+    """The torch optimizer under accelerate's AcceleratedOptimizer (or `opt` itself)."""
+    while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
+        opt = opt.optimizer
+    return opt
+
+
+def _checksum(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and bytes, in name order: the reference's identity."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _unique(pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Drop entries whose destination is a tensor already listed (tied weights): mixed once."""
+    seen, out = set(), []
+    for name, dst, src in pairs:
+        key = (dst.untyped_storage().data_ptr(), dst.storage_offset(), tuple(dst.shape))
+        if key not in seen:
+            seen.add(key)
+            out.append((name, dst, src))
+    return out
+
+
+class _ResetCallback(TrainerCallback):
+    """Feeds the trainer's reset logic at each optimizer-step end and after each evaluation."""
+
+    def __init__(self, trainer: ResetGRPOTrainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer._after_optimizer_step(state.global_step, defer=bool(control.should_evaluate))
+        return control
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.trainer._after_evaluation(state.global_step, metrics or {})
+        return control
+
+
+class ResetGRPOTrainer(GRPOTrainer):
+    """`trl.GRPOTrainer` with this project's reference resets (module docstring); extra keyword
+    argument `reset_config` (a ResetConfig; default: no trigger, only the reference-forward logs)."""
+
+    def __init__(self, *args: Any, reset_config: ResetConfig | None = None, **kwargs: Any):
+        cfg = reset_config if reset_config is not None else ResetConfig()
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        targs = bound.get("args")
+        if targs is None:
+            raise ValueError("ResetGRPOTrainer needs args=GRPOConfig(...) with beta > 0")
+        why = _refusal(targs, cfg, bound.get("optimizers"), bound.get("eval_dataset"))
+        if why is not None:
+            raise ValueError(f"ResetGRPOTrainer: {why}")
+        super().__init__(*args, **kwargs)
+        missing = [a for a in ("_step", "num_iterations", "_metrics", "ref_model") if not hasattr(self, a)]
+        if missing:
+            raise ValueError(f"ResetGRPOTrainer: this TRL lacks GRPOTrainer.{missing[0]} (tested with trl 1.16)")
+        self.reset_config = cfg
+        self._trigger = trigger_from_config(cfg)
+        policy = self.accelerator.unwrap_model(self.model)
+        self._peft = self.ref_model is None
+        if self._peft:
+            self._add_ref_adapter(policy)
+        self._best = BestTracker(frozen=frozen_parameters(policy))
+        self._pending: Decision | None = None
+        self._merged = 0                      # decisions that fired while one was already pending
+        self._pending_kl: float | None = None
+        self._pending_step: int | None = None   # an optimizer step whose trigger check waits for its evaluation
+        self.reset_events: list[dict[str, Any]] = []
+        self._n_resets = 0
+        self._last_inputs: dict[str, Any] | None = None
+        self._ref_bucket = "train"
+        self._ref_count = {"train": [0, 0.0], "reset": [0, 0.0]}   # [sequences, seconds]
+        self.add_callback(_ResetCallback(self))
+
+    # ------------------------------------------------------------ reference
+
+    def _add_ref_adapter(self, policy: Any) -> None:
+        """A frozen "ref" adapter equal to "default" (TRL's reference whenever one exists)."""
+        if "ref" not in policy.peft_config:
+            # the new adapter's random init is overwritten below; keep the global RNG where TRL left it
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+                policy.add_adapter("ref", policy.peft_config["default"])
+            policy.set_adapter("default")
+            named = dict(policy.named_parameters())
+            with torch.no_grad():
+                for name, p in named.items():
+                    if ".ref." in name:
+                        p.copy_(named[name.replace(".ref.", ".default.")])
+        for name, p in policy.named_parameters():
+            if ".ref." in name:
+                p.requires_grad_(False)
+        if not any(".ref." in n for n, _ in policy.named_parameters()):
+            raise ValueError("ResetGRPOTrainer: the PEFT model has no 'ref' adapter parameters to reset")
+
+    def _ref_tensors(self) -> dict[str, torch.Tensor]:
+        """The reference's tensors by name: the full reference model's state, or the "ref" adapter."""
+        if not self._peft:
+            return dict(self.accelerator.unwrap_model(self.ref_model).state_dict())
+        policy = self.accelerator.unwrap_model(self.model)
+        return {n: p for n, p in policy.named_parameters() if ".ref." in n}
+
+    def _ref_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+        """(name, reference tensor, policy tensor) for every reference tensor, tied ones once."""
+        policy = self.accelerator.unwrap_model(self.model)
+        ref = self._ref_tensors()
+        if self._peft:
+            named = dict(policy.named_parameters())
+            return _unique([(n, t, named[n.replace(".ref.", ".default.")]) for n, t in ref.items()])
+        src = policy.state_dict()
+        if set(src) != set(ref):
+            raise KeyError(f"policy and reference state differ: {sorted(set(src) ^ set(ref))[:3]}")
+        return _unique([(n, t, src[n]) for n, t in ref.items()])
+
+    @torch.no_grad()
+    def _update_reference(self) -> dict[str, Any]:
+        """Hard copy or Polyak mix of the policy into the reference, in place."""
+        cfg, n = self.reset_config, 0
+        for _, dst, src in self._ref_pairs():
+            src = src.to(dst.device)
+            if cfg.ref_update == "polyak" and dst.is_floating_point():
+                dst.mul_(1.0 - cfg.ref_mix_alpha).add_(src.to(dst.dtype), alpha=cfg.ref_mix_alpha)
+            else:
+                dst.copy_(src)
+            n += 1
+        alpha = cfg.ref_mix_alpha if cfg.ref_update == "polyak" else None
+        return {"ref_update": cfg.ref_update, "ref_mix_alpha": alpha, "ref_tensors": n,
+                "ref_kind": "peft_ref_adapter" if self._peft else "full_model"}
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
+        """TRL's log-prob pass; reference passes are counted (sequences, seconds)."""
+        is_ref = model is self.ref_model if not self._peft else (
+            self.accelerator.unwrap_model(model).active_adapter in ("ref", ["ref"]))
+        if not is_ref:
+            return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+        t0 = time.perf_counter()
+        out = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+        if self._ref_bucket == "train" and not self.model.training:
+            return out                          # TRL's evaluation: not a training step's reference forward
+        count = self._ref_count[self._ref_bucket]
+        count[0] += int(input_ids.shape[0])
+        count[1] += time.perf_counter() - t0
+        return out
+
+    def _prepare_inputs(self, generation_batch):
+        inputs = super()._prepare_inputs(generation_batch)
+        if self.model.training:
+            self._last_inputs = inputs
+        return inputs
+
+    @torch.no_grad()
+    def _kl_to_reference(self, inputs: dict[str, Any] | None) -> float | None:
+        """Token mean of k3 = exp(r - p) - (r - p) - 1 (TRL's estimator) between the policy (p) and the
+        reference (r) on a micro-batch; its reference forward goes to the reset's count."""
+        if inputs is None:
+            return None
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        keep, mask = inputs["completion_ids"].size(1), inputs["completion_mask"].float()
+        logp, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, att, keep)
+        self._ref_bucket = "reset"
+        try:
+            if self._peft:
+                with use_adapter(self.accelerator.unwrap_model(self.model), adapter_name="ref"):
+                    ref, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, att, keep)
+            else:
+                ref, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep)
+        finally:
+            self._ref_bucket = "train"
+        d = ref - logp
+        return float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum().clamp(min=1.0))
+
+    # ------------------------------------------------------------ triggers and the reset
+
+    def _at_generation_boundary(self) -> bool:
+        """True when TRL generates a fresh batch (and fresh reference log-probs) at its next micro-step."""
+        per_generation = int(getattr(self.args, "steps_per_generation", 1))   # GRPOConfig's field
+        return self._step % (per_generation * self.num_iterations) == 0
+
+    def _step_kl(self) -> float | None:
+        """Mean of TRL's `kl` metric over this optimizer step's micro-batches."""
+        kl = self._metrics["train"].get("kl") or []
+        n = max(1, int(getattr(self, "current_gradient_accumulation_steps", 1) or 1))
+        vals = [v for v in kl[-n:] if v == v]
+        return sum(vals) / len(vals) if vals else None
+
+    def _after_optimizer_step(self, step: int, defer: bool) -> None:
+        m = self._metrics["train"]
+        seqs, secs = self._ref_count["train"]
+        m["ref/forward_seqs"].append(float(seqs))
+        m["ref/forward_s"].append(float(secs))
+        self._ref_count["train"] = [0, 0.0]
+        kl = self._step_kl()
+        if defer:                               # an evaluation follows: decide with its reward
+            self._pending_kl = kl
+            self._pending_step = step
+            return
+        self._decide(step, kl, None)
+
+    def _after_evaluation(self, step: int, metrics: dict[str, Any]) -> None:
+        if getattr(self, "_pending_step", None) != step:
+            return                              # an evaluation outside the training loop
+        self._pending_step = None
+        val = metrics.get("eval_reward")
+        val = None if val is None else float(val)
+        if val is not None and self.reset_config.reset_to == "best":
+            self._best.update(step, val, self.accelerator.unwrap_model(self.model))
+        self._decide(step, self._pending_kl, val)
+
+    def _decide(self, step: int, kl: float | None, val: float | None) -> None:
+        decision = self._trigger.check(step, kl, val)
+        if decision is not None:
+            if self._pending is None:
+                self._pending = decision
+            else:
+                self._merged += 1
+        if self._pending is not None and self._at_generation_boundary():
+            self._apply(self._pending, step)
+            self._pending = None
+        self._metrics["train"]["reset/count"] = [float(self._n_resets)]   # the latest value, not a window mean
+
+    def _apply(self, decision: Decision, step: int) -> dict[str, Any]:
+        """One reset after optimizer step `step`: target -> reference -> optimizer side, checked."""
+        cfg, t0 = self.reset_config, time.perf_counter()
+        seqs0 = self._ref_count["reset"][0]
+        optimizer = _torch_optimizer(self.optimizer)
+        scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)
+        policy = self.accelerator.unwrap_model(self.model)
+        before = state_census(optimizer)
+        require_reachable(before)             # before anything changes: the state must be where we look
+        kl_before = self._kl_to_reference(self._last_inputs)
+        target: dict[str, Any] = {"reset_to": cfg.reset_to}
+        if cfg.reset_to == "best":
+            restored = self._best.restore(policy) if self._best.params is not None else None
+            target.update(restored_step=restored, best_val=self._best.best)
+        ref_rec = self._update_reference()
+        rec = apply_reset_semantics(optimizer, scheduler, None, opt_reset=cfg.opt_reset,
+                                    soft_factor=cfg.soft_factor, reset_opt_step=bool(cfg.reset_opt_step),
+                                    reset_lr_schedule=bool(cfg.reset_lr_schedule),
+                                    reset_kl_coef=bool(cfg.reset_kl_coef))
+        after = verify_reset(optimizer, before, cfg.opt_reset, cfg.soft_factor,
+                             step_reset=bool(rec["opt_step_reset"]))
+        kl_after = self._kl_to_reference(self._last_inputs)
+        self._n_resets += 1
+        ev = decision.to_event()
+        event = {"decided_step": ev.pop("step"), "step": step, "reason": ev.pop("reason"), **ev, **target, **ref_rec,
+                 **{k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None},
+                 "kl_before": kl_before, "kl_after": kl_after,
+                 "m_norm_before": before["optim/m_norm"], "m_norm_after": after["optim/m_norm"],
+                 "v_norm_before": before["optim/v_norm"], "v_norm_after": after["optim/v_norm"],
+                 "params_walked": before["params"], "entries_walked": before["entries"],
+                 "merged_decisions": self._merged, "n_resets": self._n_resets,
+                 "ref_forward_seqs": self._ref_count["reset"][0] - seqs0, "seconds": time.perf_counter() - t0}
+        self._merged = 0
+        self.reset_events.append(event)
+        m = self._metrics["train"]
+        m["reset/step"] = [float(step)]
+        for key in ("kl_before", "kl_after", "m_norm_before", "m_norm_after", "v_norm_before", "v_norm_after",
+                    "ref_forward_seqs", "seconds"):
+            if event[key] is not None:
+                m[f"reset/{key}"].append(float(event[key]))
+        return event
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _reset_state(self) -> dict[str, Any]:
+        return {"config": self.reset_config.to_dict(), "trigger": self._trigger.state_dict(),
+                "n_resets": self._n_resets, "merged": self._merged, "events": self.reset_events,
+                "pending": None if self._pending is None else dataclasses.asdict(self._pending),
+                "best": {"best": self._best.best, "step": self._best.step},
+                "global_step": self.state.global_step,
+                # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
+                "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
+                "optimizer_step": optimizer_step_count(_torch_optimizer(self.optimizer)),
+                "ref_sha256": _checksum(self._ref_tensors())}
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save:
+            return
+        out = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        ref = {k: v.detach().cpu().clone().contiguous() for k, v in self._ref_tensors().items()}
+        save_file(ref, os.path.join(out, REF_FILE))
+        if self._best.params is not None:
+            save_file({k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
+                      os.path.join(out, BEST_FILE))
+        with open(os.path.join(out, STATE_FILE), "w") as f:
+            json.dump(self._reset_state(), f, indent=1)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if not os.path.exists(path):
+            raise ValueError(f"ResetGRPOTrainer: {checkpoint} has no {STATE_FILE} (not saved by ResetGRPOTrainer)")
+        with open(path) as f:
+            state = json.load(f)
+        if state["config"] != self.reset_config.to_dict():
+            diff = sorted(k for k in state["config"] if state["config"][k] != self.reset_config.to_dict().get(k))
+            raise ValueError(f"ResetGRPOTrainer: resumed with a different ResetConfig ({', '.join(diff)})")
+        saved = load_file(os.path.join(checkpoint, REF_FILE))
+        ref = self._ref_tensors()
+        if set(saved) != set(ref):
+            raise ValueError(f"ResetGRPOTrainer: {REF_FILE} does not match the reference's tensors")
+        with torch.no_grad():
+            for name, t in ref.items():
+                t.copy_(saved[name].to(t.device))
+        if _checksum(self._ref_tensors()) != state["ref_sha256"]:
+            raise ValueError(f"ResetGRPOTrainer: the reference loaded from {checkpoint} fails its checksum")
+        step = optimizer_step_count(_torch_optimizer(self.optimizer))
+        if step != state["optimizer_step"]:
+            raise ValueError(f"ResetGRPOTrainer: optimizer step {step} after loading, {state['optimizer_step']} saved")
+        self._trigger.load_state_dict(state["trigger"])
+        self._n_resets, self._merged = int(state["n_resets"]), int(state["merged"])
+        self.reset_events = list(state["events"])
+        for key, values in state["unlogged"].items():
+            self._metrics["train"][key] = list(values)
+        p = state["pending"]
+        self._pending = None if p is None else Decision(step=p["step"], reason=p["reason"], values=p["values"],
+                                                        reasons=tuple(p["reasons"]))
+        best_path = os.path.join(checkpoint, BEST_FILE)
+        if state["best"]["step"] is not None and os.path.exists(best_path):
+            self._best.load_state_dict({**state["best"], "params": load_file(best_path)})
