@@ -8,7 +8,7 @@ in what Adam does there (keep, hard, soft, asym, step).
     lines = atlas_section(arms, rows, k, figures_dir, rel)   # markdown + two figures
 
 A cell's number is the mean paired effect on the score against that beta's `none` arm with its
-95% t interval (`stats.bootstrap_ci`); its mark is the verdict of the question the suite tests
+95% paired interval (`stats.paired_interval`); its mark is the verdict of the question the suite tests
 for that cell: `keep` vs `none`, and every other treatment vs `keep` (suite.py
 ATLAS_COMPARISONS). The clamp figure shows, per beta, the weighted KL term (beta x `loss/kl`)
 against |`loss/pg`| and `kl/to_init` over steps (resets dotted), the evidence that a fixed
@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from noma_prorl_bench.analysis import stats
-from noma_prorl_bench.analysis.compare import run_numbers
+from noma_prorl_bench.analysis.compare import resolution, run_numbers
 from noma_prorl_bench.analysis.plots import (
     _colors,
     _draw,
@@ -87,7 +87,7 @@ def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> d
             row = _tested_row(rows, arm, tested_base)
             cells[(beta, t)] = dict(
                 diff=float(np.mean(x[ok] - y[ok])) if ok.any() else np.nan,
-                ci95=list(stats.bootstrap_ci(x[ok], y[ok])), n=int(ok.sum()),
+                ci95=list(stats.paired_interval(x[ok] - y[ok], resolution=resolution("score"))), n=int(ok.sum()),
                 tested=f"{t} vs {'none' if tested_base == base else 'keep'}",
                 verdict=row["verdict"] if row else None, p_holm=row["p_holm"] if row else np.nan,
                 mde80=row["mde80"] if row else np.nan,
@@ -142,7 +142,7 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
     header = ["beta"] + [f"{t}" for t in cols]
     return ["## The map: reference treatment x beta", "",
             f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
-            "beta's `none` arm (no reference reset), with its 95% t interval, then the verdict "
+            "beta's `none` arm (no reference reset), with its 95% interval, then the verdict "
             "of the question the suite tests for the cell (Holm within the beta's family; "
             "`n.d.` = no detectable difference, with its mde80): `keep` is tested against "
             "`none`, every other treatment against `keep` (so a cell can differ from `none` and "
@@ -208,7 +208,7 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
         ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
     fig.colorbar(im, ax=ax, label="score effect vs no reset (same beta)")
     ax.set_title("Score effect of each reference treatment vs no reset, per beta\n"
-                 "mean paired difference [95% t CI]; verdict of the tested question "
+                 "mean paired difference [95% CI]; verdict of the tested question "
                  "(Holm per beta); frame: solid = better, dashed = worse", fontsize=10)
     fig.tight_layout()
     return fig

@@ -1,6 +1,6 @@
 """Findings from saved runs: the per-configuration details (one value per seed, mean and spread),
 the A0/A1 cost-model check and the generated conclusion, which states only what the paired
-comparisons of `compare.py` (t CI, sign-flip test Holm-corrected per family) support. Pure
+comparisons of `compare.py` (paired interval, sign-flip test Holm-corrected per family) support. Pure
 functions of `runlog.Run` objects; report.py renders them. The sentences are markdown: names and
 caveats read from a suite or its settings.json go in through `untrusted.md_text` / `md_code`.
 """
