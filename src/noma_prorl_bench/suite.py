@@ -208,12 +208,6 @@ def _git_commit() -> str:
     return git_commit(mark_dirty=True) or os.environ.get("PRORL_BENCH_COMMIT", "unknown")
 
 
-def _machine() -> str:
-    import platform
-    return f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} {platform.release()}, " \
-           f"{platform.node()}"
-
-
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prorl-bench suite", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="matrix size (default: quick)")
@@ -345,8 +339,16 @@ def _settings(args: argparse.Namespace, argv: list[str], n_runs: int, executor, 
             "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": executor.capacity(),
             "executor": executor.describe(), "interleaved": args.preset == "cost",
             "wall_seconds_this_invocation": round(wall, 1),
-            "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in argv),
-            "commit": _git_commit(), "machine": _machine()}
+            "command": getattr(args, "command_name", "prorl-bench suite") + " "
+            + " ".join(_shell_quote(a) for a in argv),
+            "commit": _git_commit(), **_machine_fields()}
+
+
+def _machine_fields() -> dict:
+    """settings.json's `machine` (one line for the report) and `machine_info` (io/machine.py)."""
+    from noma_prorl_bench.io.machine import describe, machine_info
+    info = machine_info()
+    return {"machine": describe(info), "machine_info": info}
 
 
 def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpec]) -> None:
