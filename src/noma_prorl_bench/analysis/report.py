@@ -30,6 +30,7 @@ from noma_prorl_bench.analysis import compare as cmp
 from noma_prorl_bench.analysis.atlas import atlas_section, figure_paths, parse_arms
 from noma_prorl_bench.analysis.findings import (
     Stat,
+    answer,
     conclusion,
     cost_model_check,
     default_threshold,
@@ -202,7 +203,8 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     rel = lambda p: Path(os.path.relpath(p, out.parent)).as_posix()  # noqa: E731
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
-    lines = ["# Result report", "", headline(rows, check_rows, evidence), ""]
+    opening = answer(rows, evidence)
+    lines = ["# Result report", ""] + ([opening, ""] if opening else []) + [headline(rows, check_rows, evidence), ""]
     lines += provenance_lines(_provenance_as_data(settings), len(runs), len(arms), k, evidence)
     caveats = settings.get("caveats") or []
     lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
