@@ -38,7 +38,7 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
         "> **Smoke run, not evidence.** This preset checks that the pipeline works; its seeds "
         "and steps are too few to detect effects. The evidence is the `full` preset.", ""]
     lines += [f"{n_runs} runs in {n_arms} arms. Made at commit {settings.get('commit', '`unknown`')} "
-              f"on {settings.get('machine', 'an unrecorded machine')} with", "",
+              f"on {settings.get('machine', 'an unrecorded machine')}, by this command:", "",
               f"    {settings.get('command', '(command not recorded)')}", "",
               f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
               "evaluations. Every comparison is paired by seed: the effect is the mean of the "
