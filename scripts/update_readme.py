@@ -1,5 +1,7 @@
-"""Regenerate the generated parts of the docs: README.md's file tree, docs/files.md (every file),
-docs/flags.md (every flag, by --help section) and docs/presets.md (what each preset sets).
+"""Regenerate the generated parts of the docs: README.md's file tree and its atlas results table
+(from docs/atlas/summary.json and docs/suite_quick/summary.json: numbers are read, never typed),
+docs/files.md (every file), docs/flags.md (every flag, by --help section) and docs/presets.md
+(what each preset sets).
 
 Run from the repo root:  .venv/bin/python scripts/update_readme.py      (--check: exit 1 if stale)
 The flag tables come from the RunConfig field docstrings (the same text as `--help`); the trees
@@ -118,6 +120,48 @@ def short_tree() -> str:
     return "```\n" + "\n".join(f"{p:<{width}}{_cut(d, 160 - width)}".rstrip() for p, d in lines) + "\n```"
 
 
+def _num(v: float) -> str:
+    """A reward difference at three decimals, rounded once from the stored value."""
+    return f"{v:+.3f}"
+
+
+def _effect(c: dict, mde: bool = True) -> str:
+    """'+0.024 [+0.012, +0.036] better' ('..., no detectable difference (mde80 0.020)')."""
+    lo, hi = c["ci95"]
+    out = f"{_num(c['diff'])} [{_num(lo)}, {_num(hi)}] {c['verdict']}"
+    if mde and c["verdict"] == "no detectable difference":
+        out += f" (mde80 {c['mde80']:.3f})" if c.get("mde80") is not None else " (mde80 ∞)"
+    return out
+
+
+def atlas_table() -> str:
+    """README's beta x treatment table: per beta of docs/atlas, reset + keep vs no reset, soft vs
+    keep, and hard / asym / step vs keep; a last row with docs/suite_quick's keep vs no reset."""
+    import json  # noqa: PLC0415
+
+    def load(folder: str) -> dict:
+        with open(os.path.join(ROOT, folder, "summary.json"), encoding="utf-8") as f:
+            return {c["name"]: c for c in json.load(f)["comparisons"] if c["metric"] == "score"}
+
+    atlas, quick = load("docs/atlas"), load("docs/suite_quick")
+    betas = list(dict.fromkeys(n.split(":")[0][len("beta "):] for n in atlas))
+    rows = ["| beta | reset + keep vs no reset | soft vs keep | hard / asym / step vs keep |", "|---|---|---|---|"]
+    for b in betas:
+        keep, soft = atlas[f"beta {b}: reset-keep vs no reset"], atlas[f"beta {b}: reset-soft vs reset-keep"]
+        rest = [atlas[f"beta {b}: reset-{t} vs reset-keep"] for t in ("hard", "asym", "step")]
+        if all(c["verdict"] == "no detectable difference" for c in rest):
+            mdes = " / ".join("∞" if c.get("mde80") is None else f"{c['mde80']:.3f}" for c in rest)
+            tail = f"no detectable difference (mde80 {mdes})"
+        else:
+            tail = " / ".join(_effect(c) for c in rest)
+        rows.append(f"| {b} | {_effect(keep)} | {_effect(soft)} | {tail} |")
+    qb = [n.split(":")[0] for n in quick if n.endswith("reset-keep vs no reset")]
+    n_q = quick[f"{qb[0]}: reset-keep vs no reset"]["n_pairs"] if qb else 0
+    cells = "; ".join(f"{b}: {_effect(quick[f'{b}: reset-keep vs no reset'], mde=False)}" for b in qb)
+    rows.append(f"| quick preset, {n_q} seeds ([report](docs/suite_quick/report.md)) | {cells} | | |")
+    return "\n".join(rows)
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     pat = re.compile(rf"(<!-- {name}:start -->\n)(.*?)(\n<!-- {name}:end -->)", re.S)
     if not pat.search(text):
@@ -126,7 +170,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 # page -> its generated blocks
-PAGES = {"README.md": {"tree": short_tree},
+PAGES = {"README.md": {"tree": short_tree, "atlas_table": atlas_table},
          "docs/files.md": {"files": file_tree},
          "docs/flags.md": {"flags": flags_table},
          "docs/presets.md": {"presets": presets_block}}

@@ -19,7 +19,9 @@ report compares arms pairwise by seed (COMPARISONS, ATLAS_COMPARISONS, each in a
 FAMILIES) and verifies the pairs identical by construction (CHECKS) step by step instead of testing
 them (analysis/compare.py, analysis/stats.py). Every run's exact command is printed before it
 starts; runs go in parallel up to `--jobs` (default: the number of cores), one torch thread each,
-with a live progress bar.
+with a live progress bar. Before the first run starts the suite prints its expected duration
+(`expected_duration`: measured CPU-seconds per step x steps, over the cores its jobs get at the
+current load).
 A run whose `summary.json` says complete (with the same config) is skipped, and one that was
 interrupted after a checkpoint is continued with `--resume`, so re-running the same command
 resumes an interrupted suite. SIGINT / SIGTERM (Ctrl-C) are forwarded to the running runs, which
@@ -101,6 +103,8 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
     n_resume = sum(states[s.name] == "resumable" for s in pending)
     print(f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
           f"run ({n_resume} resumed from their checkpoints), {executor.describe()}", file=sys.stderr)
+    if pending:
+        print("suite: " + expected_duration(pending, specs, outdir, executor.capacity()), file=sys.stderr)
     own = stop is None
     stop = (stop or SuiteSignals()).install() if own else stop
     try:
@@ -108,6 +112,53 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
     finally:
         if own:
             stop.restore()
+
+
+#: CPU-seconds of one run per RL step where no run of the suite has finished yet: (CPU-seconds, steps) of
+#: a measured run (an atlas run of 300 steps, GRU defaults, one thread, `time`: 23.3 s user, 2-core Xeon VM)
+MEASURED_CPU_S = {"quick": (23.3, 300), "atlas": (23.3, 300)}
+
+
+def _measured_cpu_per_step(specs: list[RunSpec], outdir: str) -> tuple[float, str] | None:
+    """Median CPU-seconds per step of the suite's complete, never-resumed runs (their summary.json's
+    `cpu_seconds`), else MEASURED_CPU_S of the preset whose arms the specs are; None when neither exists."""
+    rates = []
+    for s in specs:
+        try:
+            summ = json.loads(safe_files.read_bytes(os.path.join(outdir, s.name, "summary.json")))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        cpu, steps = summ.get("cpu_seconds"), summ.get("steps")
+        if summ.get("complete") is True and "resumed_from_step" not in summ and isinstance(cpu, (int, float)) \
+                and isinstance(steps, int) and steps > 0 and cpu > 0:
+            rates.append(cpu / steps)
+    if rates:
+        return sorted(rates)[len(rates) // 2], f"median of this suite's {len(rates)} finished runs"
+    preset = next((p for p in MEASURED_CPU_S if specs[0].arm in preset_arms(p)), None)
+    if preset is None:
+        return None
+    cpu, steps = MEASURED_CPU_S[preset]
+    return cpu / steps, f"a measured run of these arms: {cpu} CPU-s / {steps} steps"
+
+
+def expected_duration(pending: list[RunSpec], specs: list[RunSpec], outdir: str, jobs: int,
+                      cores: int | None = None, load: float | None = None) -> str:
+    """'expected duration ~M min: N runs x S steps at R CPU-s/step (source), J jobs, load L on C
+    cores (each job gets min(1, C / (L + J)) of a core)'. The wall time is the CPU work of the pending
+    runs divided by the cores the jobs can get: sum(R x steps) / (min(J, N) x min(1, C / (L + J)))."""
+    cores = cores or os.cpu_count() or 1
+    load = os.getloadavg()[0] if load is None and hasattr(os, "getloadavg") else (load or 0.0)
+    rate = _measured_cpu_per_step(specs, outdir)
+    if rate is None:
+        return "expected duration: unknown until the first run finishes (no measured CPU-seconds for these runs)"
+    per_step, source = rate
+    work = sum(per_step * _spec_steps(s) for s in pending)
+    running = min(jobs, len(pending))
+    share = min(1.0, cores / (load + running))
+    wall = work / (running * share)
+    return (f"expected duration ~{wall / 60:.0f} min ({wall:.0f} s): {len(pending)} runs, {work:.0f} CPU-s at "
+            f"{per_step:.3f} CPU-s/step ({source}), {running} jobs, load {load:.1f} on {cores} cores "
+            f"(each job gets {share:.2f} of a core)")
 
 
 def local_env() -> dict:
@@ -206,12 +257,6 @@ def _positive(name: str):
 def _git_commit() -> str:
     from noma_prorl_bench.io.run_dir import git_commit
     return git_commit(mark_dirty=True) or os.environ.get("PRORL_BENCH_COMMIT", "unknown")
-
-
-def _machine() -> str:
-    import platform
-    return f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()} {platform.release()}, " \
-           f"{platform.node()}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -345,8 +390,16 @@ def _settings(args: argparse.Namespace, argv: list[str], n_runs: int, executor, 
             "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": executor.capacity(),
             "executor": executor.describe(), "interleaved": args.preset == "cost",
             "wall_seconds_this_invocation": round(wall, 1),
-            "command": "prorl-bench suite " + " ".join(_shell_quote(a) for a in argv),
-            "commit": _git_commit(), "machine": _machine()}
+            "command": getattr(args, "command_name", "prorl-bench suite") + " "
+            + " ".join(_shell_quote(a) for a in argv),
+            "commit": _git_commit(), **_machine_fields()}
+
+
+def _machine_fields() -> dict:
+    """settings.json's `machine` (one line for the report) and `machine_info` (io/machine.py)."""
+    from noma_prorl_bench.io.machine import describe, machine_info
+    info = machine_info()
+    return {"machine": describe(info), "machine_info": info}
 
 
 def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpec]) -> None:

@@ -50,6 +50,9 @@ def probe(entry, *argv):
     ("cli", ["plan", "--help"], 0),
     ("cli", ["plan"], 2),                                            # DIR missing
     ("cli", ["plan", "/tmp/never", "--power", "2"], 2),              # bad power, still numpy-free
+    ("cli", ["replicate", "--help"], 0),
+    ("cli", ["replicate"], 2),                                       # DIR missing
+    ("cli", ["replicate", "/tmp/never"], 2),                         # no summary.json, still numpy-free
     ("cli", ["get-model", "--help"], 0),
 ])
 def test_parser_answers_before_heavy_imports(entry, argv, code):

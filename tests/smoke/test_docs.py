@@ -69,3 +69,17 @@ def test_readme_is_a_newcomers_page():
     for target in re.findall(r"\]\(([^)#]+)\)", readme):
         if not target.startswith("http"):
             assert os.path.exists(os.path.join(ROOT, target)), target
+
+
+def test_readme_atlas_numbers_are_the_summaries_rounded_once():
+    # the atlas table is generated from docs/atlas/summary.json (update_readme.atlas_table): each
+    # number is the stored value rounded once to 3 decimals, e.g. beta 1's keep-vs-none lower end
+    # 0.012453 -> +0.012 (not +0.013 by way of 0.0125) and soft-vs-keep -0.019475 -> -0.019
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = readme.split("<!-- atlas_table:start -->")[1].split("<!-- atlas_table:end -->")[0]
+    comps = {c["name"]: c for c in json.load(open(os.path.join(ROOT, "docs", "atlas", "summary.json")))["comparisons"]}
+    row = next(line for line in block.splitlines() if line.startswith("| 1 |"))
+    keep, soft = comps["beta 1: reset-keep vs no reset"], comps["beta 1: reset-soft vs reset-keep"]
+    for v in (keep["diff"], *keep["ci95"], soft["diff"], *soft["ci95"]):
+        assert f"{v:+.3f}" in row
+    assert "+0.012, +0.036" in row and "-0.019 [-0.031, -0.008]" in row

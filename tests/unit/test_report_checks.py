@@ -193,7 +193,9 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert "no detectable difference; *CI excludes 0 (uncorrected)*" in hard and hard.endswith("| ∞ |")
     assert next(c for c in summary["comparisons"] if c["name"] == "hard vs A1")["mde80"] is None
     # the first paragraph: what was found and how sure; no timing rows and it says why
-    first = md.split("\n\n")[1]
+    opening, first = md.split("\n\n")[1:3]
+    assert opening.startswith("**Answer.** No question reached a verdict: 3 of 3 questions found no detectable "
+                              "difference (effects below mde80 ") and opening.endswith(" reward not ruled out).")
     assert first.startswith("**What it found.** 3 questions in 2 Holm families")
     assert "0 reached a verdict" in first and "with 80% power they could have detected" in first
     assert "2 of them could detect no effect at all" in first
@@ -251,13 +253,17 @@ def test_atlas_map_cells_and_figures(atlas, tmp_path):
                                 "1": {"none": "b1-none", "keep": "b1-keep", "hard": "b1-hard"}}
     rows = cmp.compare(arms, suite["comparisons"], K, suite["families"])
     cells = effect_cells(arms, rows, K)
-    d = [cmp.run_score(arms["b1-hard"][s], K) - cmp.run_score(arms["b1-none"][s], K)
+    # a cell is one comparison, its tested question: hard vs keep (number, interval and verdict agree)
+    d = [cmp.run_score(arms["b1-hard"][s], K) - cmp.run_score(arms["b1-keep"][s], K)
          for s in range(6)]
     cell = cells[("1", "hard")]
     assert cell["diff"] == pytest.approx(np.mean(d)) and cell["tested"] == "hard vs keep"
-    assert cell["ci95"] == pytest.approx(stats.bootstrap_ci(np.array(d), np.zeros(6)))
+    assert cell["ci95"] == pytest.approx(stats.paired_interval(np.array(d), resolution=0.001))
     hard_row = next(r for r in rows if r["name"] == "beta 1: reset-hard vs reset-keep")
-    assert cell["verdict"] == hard_row["verdict"]
+    assert cell["verdict"] == hard_row["verdict"] and cell["diff"] == pytest.approx(hard_row["diff"])
+    assert cell["ci95"] == pytest.approx(hard_row["ci95"])
+    keep_row = next(r for r in rows if r["name"] == "beta 1: reset-keep vs no reset")
+    assert cells[("1", "keep")]["diff"] == pytest.approx(keep_row["diff"])
     out = rp.write_report(dirs, tmp_path / "report.md", tmp_path / "figures", {"score_evals": K},
                           suite)
     md = out.read_text()

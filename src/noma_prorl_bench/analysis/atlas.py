@@ -4,13 +4,14 @@
 in what Adam does there (keep, hard, soft, asym, step).
 
     grid = parse_arms(arms)            # {beta: {treatment: arm}} or None
-    cells = effect_cells(arms, rows, k)  # effect vs that beta's none arm + the tested verdict
+    cells = effect_cells(arms, rows, k)  # the tested comparison per cell: effect, CI, verdict
     lines = atlas_section(arms, rows, k, figures_dir, rel)   # markdown + two figures
 
-A cell's number is the mean paired effect on the score against that beta's `none` arm with its
-95% t interval (`stats.bootstrap_ci`); its mark is the verdict of the question the suite tests
-for that cell: `keep` vs `none`, and every other treatment vs `keep` (suite.py
-ATLAS_COMPARISONS). The clamp figure shows, per beta, the weighted KL term (beta x `loss/kl`)
+A cell shows one comparison, the question the suite tests for it: `keep` vs that beta's `none`
+arm, every other treatment vs `keep` (suite.py ATLAS_COMPARISONS). Its colour and number are that
+comparison's mean paired effect on the score (95% interval: `stats.paired_interval`), its mark is
+that comparison's verdict, so colour, number and verdict always agree.
+The clamp figure shows, per beta, the weighted KL term (beta x `loss/kl`)
 against |`loss/pg`| and `kl/to_init` over steps (resets dotted), the evidence that a fixed
 reference clamps the policy at large beta.
 """
@@ -25,7 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from noma_prorl_bench.analysis import stats
-from noma_prorl_bench.analysis.compare import run_numbers
+from noma_prorl_bench.analysis.compare import resolution, run_numbers
 from noma_prorl_bench.analysis.plots import (
     _colors,
     _draw,
@@ -69,9 +70,9 @@ def _tested_row(rows: list[dict], arm: str, base: str) -> dict | None:
 
 
 def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> dict:
-    """{(beta, treatment): cell}: diff and ci95 of the score against that beta's none arm
-    (paired by seed), n, and the verdict / p_holm / mde80 of the cell's tested question (keep vs
-    none; X vs keep) with that question's baseline."""
+    """{(beta, treatment): cell}: the cell's tested question (keep vs none; X vs keep, the same
+    beta): diff and ci95 of the score against that baseline (paired by seed), n, and the
+    question's verdict / p_holm / mde80."""
     grid = parse_arms(arms) or {}
     cells = {}
     for beta, ts in grid.items():
@@ -79,15 +80,15 @@ def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> d
         for t, arm in ts.items():
             if base is None or t == "none":
                 continue
-            pairs = sorted(set(arms[arm]) & set(arms[base]), key=str)
-            x = np.array([run_numbers(arms[arm][p], k)["score"] for p in pairs])
-            y = np.array([run_numbers(arms[base][p], k)["score"] for p in pairs])
-            ok = np.isfinite(x) & np.isfinite(y)
             tested_base = base if t == "keep" else ts.get("keep", base)
+            pairs = sorted(set(arms[arm]) & set(arms[tested_base]), key=str)
+            x = np.array([run_numbers(arms[arm][p], k)["score"] for p in pairs])
+            y = np.array([run_numbers(arms[tested_base][p], k)["score"] for p in pairs])
+            ok = np.isfinite(x) & np.isfinite(y)
             row = _tested_row(rows, arm, tested_base)
             cells[(beta, t)] = dict(
                 diff=float(np.mean(x[ok] - y[ok])) if ok.any() else np.nan,
-                ci95=list(stats.bootstrap_ci(x[ok], y[ok])), n=int(ok.sum()),
+                ci95=list(stats.paired_interval(x[ok] - y[ok], resolution=resolution("score"))), n=int(ok.sum()),
                 tested=f"{t} vs {'none' if tested_base == base else 'keep'}",
                 verdict=row["verdict"] if row else None, p_holm=row["p_holm"] if row else np.nan,
                 mde80=row["mde80"] if row else np.nan,
@@ -141,14 +142,11 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
         per_beta.append(f"[beta {beta}]({rel(pngs[beta])})")
     header = ["beta"] + [f"{t}" for t in cols]
     return ["## The map: reference treatment x beta", "",
-            f"Each cell: mean paired effect on the score (last {k} evaluations) against that "
-            "beta's `none` arm (no reference reset), with its 95% t interval, then the verdict "
-            "of the question the suite tests for the cell (Holm within the beta's family; "
-            "`n.d.` = no detectable difference, with its mde80): `keep` is tested against "
-            "`none`, every other treatment against `keep` (so a cell can differ from `none` and "
-            "still be `n.d.` "
-            "against `keep`). Effects and mde80 of the tested questions are in the comparison "
-            "tables below.", ""] + _table(header, body) + [
+            f"Each cell is one comparison, the question the suite tests for it: `keep` against "
+            "that beta's `none` arm (no reference reset), every other treatment against `keep`. "
+            f"It shows that comparison's mean paired effect on the score (last {k} evaluations) "
+            "with its 95% interval and its verdict (Holm within the beta's family; `n.d.` = no "
+            "detectable difference, with its mde80).", ""] + _table(header, body) + [
         "", f"![Atlas heatmap]({rel(heat)})", "",
         "Clamp evidence per beta: the weighted KL term (beta × `loss/kl`, solid) against "
         "|`loss/pg`| (dashed), and the policy's KL to its warm start (`kl/to_init`) over steps, "
@@ -166,9 +164,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
-    """Beta rows x treatment columns (analysis/atlas.py): colour = mean paired score effect vs
-    that beta's `none` arm (diverging, 0 white), text = effect, 95% CI and the verdict of the
-    cell's tested question; a solid frame marks `better`, a dashed frame `worse` (so the
+    """Beta rows x treatment columns (analysis/atlas.py), one comparison per cell (keep vs none,
+    X vs keep): colour = its mean paired score effect (diverging, 0 white), text = that effect,
+    its 95% CI and its verdict; a solid frame marks `better`, a dashed frame `worse` (so the
     verdict reads without colour)."""
     from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib loads only for a figure)
 
@@ -206,10 +204,10 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
                                    linestyle="-" if c["verdict"] == "better" else "--"))
     for i, j in zip(*np.nonzero(~np.isfinite(data))):
         ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
-    fig.colorbar(im, ax=ax, label="score effect vs no reset (same beta)")
-    ax.set_title("Score effect of each reference treatment vs no reset, per beta\n"
-                 "mean paired difference [95% t CI]; verdict of the tested question "
-                 "(Holm per beta); frame: solid = better, dashed = worse", fontsize=10)
+    fig.colorbar(im, ax=ax, label="score effect of the cell's comparison")
+    ax.set_title("Score effect per beta: reset + keep vs no reset; each other treatment vs reset + keep\n"
+                 "mean paired difference [95% CI] and its verdict (Holm per beta); "
+                 "frame: solid = better, dashed = worse", fontsize=10)
     fig.tight_layout()
     return fig
 

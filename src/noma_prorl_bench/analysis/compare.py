@@ -1,6 +1,6 @@
-"""Paired comparisons between arms of a suite: per-run scores, per-seed differences, t
-CIs, Holm-corrected p-values and verdicts (statistics in `stats.py`), and the B-vs-A share of
-the RL gain. Pure functions of `runlog.Run` objects; report.py renders them.
+"""Paired comparisons between arms of a suite: per-run scores, per-seed differences, paired
+intervals (`stats.paired_interval`), Holm-corrected p-values and verdicts (statistics in
+`stats.py`), and the B-vs-A share of the RL gain. Pure functions of `runlog.Run` objects; report.py renders them.
 
 Per-run numbers (one value per run):
   score    mean `reward/val` over the run's last K evaluations of RL steps (K stated in every
@@ -51,6 +51,13 @@ COST_FAMILY, DEFAULT_FAMILY = "cost", "outcome"
 CHECK_SKIP = ("time/", "perf/", "count/", "derived/")
 #: B's step-time reading when the runs were not interleaved (no timing rows)
 NOT_TIMED = "not measured (runs not interleaved)"
+
+
+def resolution(metric: str) -> float:
+    """The precision a report prints `metric` at (one unit of its last printed decimal, in the
+    metric's own units): the spread `stats.paired_interval` assumes when every difference is equal."""
+    _, _, _, scale, dec = METRICS[metric]
+    return 10.0 ** -dec / scale
 
 
 def run_score(run: Run, k: int) -> float:
@@ -159,7 +166,7 @@ def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]
             if not ok.any():
                 continue                      # metric not logged by these runs
             d = xs[ok] - ys[ok]
-            lo, hi = stats.bootstrap_ci(xs[ok], ys[ok])
+            lo, hi = stats.paired_interval(d, resolution=resolution(metric))
             rows.append(dict(name=name, arm=x, baseline=y, metric=metric,
                              family=(families.get(name, DEFAULT_FAMILY) if metric == "score"
                                      else COST_FAMILY),

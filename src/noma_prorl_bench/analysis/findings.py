@@ -1,6 +1,6 @@
 """Findings from saved runs: the per-configuration details (one value per seed, mean and spread),
 the A0/A1 cost-model check and the generated conclusion, which states only what the paired
-comparisons of `compare.py` (t CI, sign-flip test Holm-corrected per family) support. Pure
+comparisons of `compare.py` (paired interval, sign-flip test Holm-corrected per family) support. Pure
 functions of `runlog.Run` objects; report.py renders them. The sentences are markdown: names and
 caveats read from a suite or its settings.json go in through `untrusted.md_text` / `md_code`.
 """
@@ -264,6 +264,47 @@ def _null_power(nulls: list[dict]) -> str:
     if unknown:
         parts.append(f"{unknown} of them have no mde80 (fewer than 2 pairs)")
     return ("; " + "; ".join(parts) if parts else "") + "."
+
+
+def _effect(row: dict) -> str:
+    """'-0.025 [-0.035, -0.014]' in the metric's printed units."""
+    _, _, _, scale, dec = METRICS[row["metric"]]
+    lo, hi = (v * scale for v in row["ci95"])
+    ci = f" [{lo:+.{dec}f}, {hi:+.{dec}f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{row['diff'] * scale:+.{dec}f}{ci}"
+
+
+def answer(rows: list[dict], evidence: bool = True) -> str:
+    """The report's opening, one or two sentences a reader can quote: each question that reached
+    a verdict, with where (its family, when the family is a beta) and its effect [95% CI]; then how
+    many found no detectable difference and the smallest effects they could have detected."""
+    questions = [r for r in rows if not _is_aa(r)]
+    if not questions:
+        return ""
+    found: dict[str, dict[str, list[str]]] = {}
+    for r in questions:
+        if r["verdict"] == "no detectable difference":
+            continue
+        fam, name = str(r["family"]), str(r["name"])
+        label = name[len(fam) + 2:] if name.startswith(fam + ": ") else name
+        where = f" at {fam}" if name.startswith(fam + ": ") else ""
+        what = label + (f" ({_WHAT[r['metric']]})" if r["metric"] != "score" else "")
+        found.setdefault(what, {}).setdefault(r["verdict"], []).append(f"{where} ({_effect(r)})")
+    parts = []
+    for what, by_verdict in found.items():
+        said = [verdict + (",".join(places[:-1]) + " and" if len(places) > 1 else "") + places[-1]
+                for verdict, places in by_verdict.items()]
+        parts.append(md_text(what, 80) + ": " + ", ".join(said))
+    nulls = [r for r in questions if r["verdict"] == "no detectable difference"]
+    mdes = [r["mde80"] * METRICS[r["metric"]][3] for r in nulls
+            if r["metric"] == "score" and math.isfinite(r.get("mde80", math.nan))]
+    rest = (f"{len(nulls)} of {len(questions)} questions found no detectable difference"
+            + (f" (effects below mde80 {min(mdes):.3f}{f'-{max(mdes):.3f}' if max(mdes) > min(mdes) else ''} "
+               "reward not ruled out)" if mdes else ""))
+    smoke = "" if evidence else " (a smoke run: its sizes check the pipeline, not the questions)"
+    if not parts:
+        return f"**Answer{smoke}.** No question reached a verdict: {rest}."
+    return f"**Answer{smoke}.** " + "; ".join(parts) + f". {rest[0].upper() + rest[1:]}."
 
 
 def headline(rows: list[dict], checks: Sequence[dict], evidence: bool = True) -> str:

@@ -93,7 +93,7 @@ def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1,
     steps, mean, lo, hi = curve(runs, key, window, initial)
     if 0 < steps.size <= 3:               # measured at 1-3 steps only: a bare line is invisible
         kw = {"marker": "o", **kw}
-    ax.plot(steps, mean, color=color, label=plot_text(label), **kw)
+    ax.plot(steps, mean, color=color, label=plot_text(label, 200), **kw)
     if len(runs) > 1 and steps.size:
         ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
         if steps.size <= 3:
@@ -309,7 +309,7 @@ def _stage_bars(ax, ents: Sequence[Entry]) -> None:
         w = np.array([np.mean([m[stage] for m in ms]) for ms in means])
         ax.barh(y, w, left=left, color=STAGE_COLORS[stage], label=stage)
         left += w
-    ax.set_yticks(y, [plot_text(lab) for lab, _ in ents], fontsize=8)
+    ax.set_yticks(y, [plot_text(lab, 200) for lab, _ in ents], fontsize=8)   # whole labels, never cut
     ax.invert_yaxis()
     ax.set_xlim(0, 1.3 * max(float(left.max(initial=0.0)), 1e-9))
     ax.legend(fontsize=8, loc="lower right")

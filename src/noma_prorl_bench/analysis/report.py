@@ -1,6 +1,6 @@
 """The result report: what it found first (verdicts with effect and CI, nulls with the effect
 they could have detected), the identical-by-construction checks, paired comparisons between a
-suite's arms per Holm family (mean difference, 95% t CI, Holm-corrected p-value, verdict,
+suite's arms per Holm family (mean difference, 95% paired interval, Holm-corrected p-value, verdict,
 mde80), the B-vs-A share of the RL gain, per-arm numbers, the atlas map (beta x reference
 treatment) when the arms are named b{beta}-{treatment}, the A0/A1 cost-model check (interleaved
 runs only), sample rollouts, and appendices with every per-seed number.
@@ -30,6 +30,7 @@ from noma_prorl_bench.analysis import compare as cmp
 from noma_prorl_bench.analysis.atlas import atlas_section, figure_paths, parse_arms
 from noma_prorl_bench.analysis.findings import (
     Stat,
+    answer,
     conclusion,
     cost_model_check,
     default_threshold,
@@ -73,7 +74,7 @@ def _provenance_as_data(settings: dict) -> dict:
     if "commit" in out:
         out["commit"] = md_code(out["commit"], 80)
     if "machine" in out:
-        out["machine"] = md_text(out["machine"], 80)
+        out["machine"] = md_text(out["machine"], 240)
     if "command" in out:
         cmd = str(out["command"])
         safe = len(cmd) <= 2000 and cmd.isprintable() and _SHELL_SAFE.fullmatch(cmd)
@@ -202,7 +203,8 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     rel = lambda p: Path(os.path.relpath(p, out.parent)).as_posix()  # noqa: E731
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
-    lines = ["# Result report", "", headline(rows, check_rows, evidence), ""]
+    opening = answer(rows, evidence)
+    lines = ["# Result report", ""] + ([opening, ""] if opening else []) + [headline(rows, check_rows, evidence), ""]
     lines += provenance_lines(_provenance_as_data(settings), len(runs), len(arms), k, evidence)
     caveats = settings.get("caveats") or []
     lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
@@ -242,8 +244,8 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
 #: keys of a summary.json comparison (the contract every suite's summary.json follows)
 SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm",
                 "verdict", "mde80")
-PROVENANCE_KEYS = ("commit", "command", "machine", "preset", "interleaved", "seeds", "steps",
-                   "jobs", "score_evals", "wall_seconds_this_invocation")
+PROVENANCE_KEYS = ("commit", "command", "machine", "machine_info", "preset", "interleaved", "seeds",
+                   "steps", "jobs", "score_evals", "wall_seconds_this_invocation")
 
 
 def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, settings, k,

@@ -52,7 +52,7 @@ from noma_prorl_bench.io import safe_files
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
 NOT_CONFIG = frozenset({
-    "seed", "outdir", "out_dir", "versions", "git", "git_commit", "commit", "run_id",
+    "seed", "outdir", "out_dir", "versions", "machine", "git", "git_commit", "commit", "run_id",
     "command", "argv", "hostname", "started", "start_time", "timestamp", "resume", "resumes",
     "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints", "derived",
     "ray_address", "actor_timeout",

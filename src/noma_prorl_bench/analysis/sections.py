@@ -38,18 +38,20 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
         "> **Smoke run, not evidence.** This preset checks that the pipeline works; its seeds "
         "and steps are too few to detect effects. The evidence is the `full` preset.", ""]
     lines += [f"{n_runs} runs in {n_arms} arms. Made at commit {settings.get('commit', '`unknown`')} "
-              f"on {settings.get('machine', 'an unrecorded machine')} with", "",
+              f"on {settings.get('machine', 'an unrecorded machine')}, by this command:", "",
               f"    {settings.get('command', '(command not recorded)')}", "",
               f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
               "evaluations. Every comparison is paired by seed: the effect is the mean of the "
-              "per-seed differences (arm − baseline) with its 95% Student t interval (it covers "
-              "95% at 5-20 pairs; the BCa bootstrap covered 87-90% at 10), a two-sided sign-flip "
+              "per-seed differences (arm − baseline) with its 95% interval (the Student t interval, "
+              "widened to the bootstrap-t interval on a side where the differences' skew pulls "
+              "further; coverage simulated in docs/statistics.md), a two-sided sign-flip "
               "permutation p-value, Holm-corrected within the comparison's **family** (the "
               "questions one reader asks together; timing rows are a family of their own), and a "
               "verdict at family-wise 5%: `better`, `worse` or `no detectable difference` (for "
               "times, lower is better). **mde80** is the smallest effect the row could detect "
-              "with 80% power: (t(1 − 0.05/(2m), n − 1) + t(0.8, n − 1)) × sd(d) / √n for n "
-              "pairs in a family of m questions (Bonferroni's level, Holm's first step); ∞ when "
+              "with 80% power, an estimate: the effect at which the sign-flip test reaches p < "
+              "0.05/m (Holm's first step, m questions in the family) in 80% of simulated studies "
+              "of n normal differences with the observed sd(d); ∞ when "
               "the sign-flip test cannot reach 0.05/m with n pairs (2/2ⁿ ≥ 0.05/m). The CI is the "
               "row's own, before the family correction: a row marked *CI excludes 0 "
               "(uncorrected)* has an interval without 0 but did not survive Holm.", ""]

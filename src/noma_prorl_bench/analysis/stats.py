@@ -6,16 +6,21 @@ Every comparison in a report is paired: arm X and arm Y ran the same seeds, so t
 evidence is the per-seed difference d_i = x_i - y_i (n pairs). For each comparison:
 
     diff     = mean(d)                                   (the effect, in the metric's units)
-    ci95     = Student t interval of mean(d) on the paired differences,
-               mean(d) +- t(0.975, n-1) sd(d) / sqrt(n)  ([d, d] when every d_i is equal).
-               Why t and not the bootstrap: simulated with this module's own functions, the BCa
-               bootstrap covered the true mean in 87-90% of studies at n = 10 (86% under t3
-               differences, 89-93% at n = 20): the bootstrap spreads by the plug-in SD (divisor
-               n) and the normal-theory quantiles, which is too narrow at the suite's 5-20
-               pairs. The t interval is exact when d is normal and slightly conservative under
-               heavy tails (about 96% under t3); tests/unit/test_stats.py simulates 3000
-               studies at n = 5, 10, 20 under normal and t3 differences and asserts coverage in
-               [93.5%, 97%] for `bootstrap_ci` itself (the name is kept for its callers)
+    ci95     = `paired_interval`: the Student t interval of mean(d), widened on either side to
+               the bootstrap-t interval where that one reaches further,
+                 t:           mean(d) +- t(0.975, n-1) sd(d) / sqrt(n)
+                 bootstrap-t: [mean - q(0.975) se, mean - q(0.025) se], q the quantiles of
+                              T* = (mean* - mean) / se* over 9 999 paired resamples (seed 0,
+                              so a report reproduces), se = sd(d) / sqrt(n)
+               lo = min of the two lower ends, hi = max of the two upper ends. The t interval
+               alone under-covers when d is skewed (at n = 10: 0.90 under shifted-exponential
+               differences, 0.84 under lognormal ones); the bootstrap-t follows the skew but
+               under-covers a little under heavy symmetric tails (0.92 under t3); their union
+               keeps the t interval's coverage where d is symmetric and the bootstrap-t's where
+               it is skewed. benchmarks/interval_coverage.py simulates it (docs/statistics.md
+               has the table); tests/slow/test_interval_coverage.py asserts it. All d_i equal:
+               the t interval with sd(d) replaced by `resolution` (the precision the values are
+               recorded at), never a zero-width interval from finite data
     p        = two-sided paired permutation (sign-flip) test of mean(d) = 0: under H0 each d_i
                is as likely to be -d_i, so p = share of the 2^n sign patterns whose |mean| is
                >= the observed |mean| (exact for n <= 16, else 20 000 random patterns, (k+1)/(N+1))
@@ -24,12 +29,18 @@ evidence is the per-seed difference d_i = x_i - y_i (n pairs). For each comparis
                per beta in the atlas; timing rows in a family of their own). Family-wise 5%.
     verdict  = "better" / "worse" when p_holm < 0.05 (direction from diff and whether higher is
                better for the metric), else "no detectable difference"
-    mde80    = minimal detectable effect at 80% power for n pairs in a family of m questions:
-               (t(1 - 0.05/(2m), n-1) + t(0.8, n-1)) sd(d) / sqrt(n). The level alpha/m is
-               Bonferroni's, which is Holm's first step (the most any one question must clear);
-               the power is the paired t test's, a close proxy for the sign-flip test's at
-               these n. Infinite when the sign-flip test cannot reach alpha/m at all
-               (2/2^n >= alpha/m: n <= 5 for one question, n <= 8 among 17)
+    mde80    = minimal detectable effect at 80% power for n pairs in a family of m questions,
+               for the test the verdict uses: the smallest mean difference delta at which the
+               sign-flip test (above) reaches p < 0.05/m in 80% of 2 000 simulated studies of n
+               normal differences with mean delta and sd sd(d) (seeded: the same n and m give
+               the same number). The level 0.05/m is Holm's first step (the bar a question must
+               clear when the family's others are null). An estimate: it plugs in the observed
+               sd(d) and a normal shape, and its Monte-Carlo error is about 1% of its value.
+               Above 16 pairs (where the sign-flip test turns to random patterns, and it and
+               the t test agree within 2%) it is the t test's (t(1 - 0.05/(2m), n-1) +
+               t(0.8, n-1)) sd(d) / sqrt(n). Infinite
+               when the sign-flip test cannot reach 0.05/m at all (2/2^n >= 0.05/m: n <= 5 for
+               one question, n <= 8 among 17)
 
 The per-row CI is the question's own 95% interval, before the family correction; the verdict is
 after it. A row whose CI excludes 0 but whose p_holm >= 0.05 says so (report.py), rather than
@@ -41,7 +52,9 @@ verdict cannot move with a resampler seed; it is unbounded (undecided) when mean
 clearly above zero. The bootstrap remains only for other statistics passed to `bootstrap_ci`
 (none in the report).
 
-Sources: Student 1908 / any text for the t interval; Fieller 1954, "Some problems in interval
+Sources: Student 1908 / any text for the t interval; Efron & Tibshirani 1993, *An Introduction
+to the Bootstrap*, ch. 12, and Hall 1992, *The Bootstrap and Edgeworth Expansion*, for the
+bootstrap-t (studentized) interval and why it corrects for skew; Fieller 1954, "Some problems in interval
 estimation" (JRSS B 16); Good, *Permutation Tests* (2000) for the paired sign-flip test; Holm
 1979, "A simple sequentially rejective multiple test procedure"; Cohen 1988 for the power
 formula. With n pairs the smallest attainable sign-flip p is 2 / 2^n (0.25 at n = 3, 0.002 at
@@ -50,6 +63,7 @@ n = 10), so a 3-seed run can never reach a verdict other than "no detectable dif
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -61,7 +75,10 @@ ALPHA = 0.05
 VERDICTS = ("better", "worse", "no detectable difference")
 N_RESAMPLES = 10_000
 EXACT_MAX_N = 16
-MIN_BOOTSTRAP_N = 10   # fewer pairs: t interval for mean(d), no interval for other statistics
+MIN_BOOTSTRAP_N = 10   # fewer pairs: no interval for statistics other than mean(d)
+N_BOOT_T, BOOT_T_SEED = 9_999, 0   # bootstrap-t resamples of `paired_interval`
+MIN_BOOT_T_N = 5       # fewer pairs: the t interval alone (a resample of 4 or fewer is too often constant)
+MDE_STUDIES, MDE_SEED, MDE_SIM_MAX_N = 2_000, 0, EXACT_MAX_N   # simulated power of `mde80`
 
 
 def _clean(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -98,20 +115,64 @@ def t_ci(d: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     return float(d.mean()) - half, float(d.mean()) + half
 
 
+def _boot_t_quantiles(d: np.ndarray, level: float) -> tuple[float, float] | None:
+    """The (1 - level)/2 and (1 + level)/2 quantiles of T* = (mean* - mean) / se* over N_BOOT_T
+    paired resamples of d (seed BOOT_T_SEED); resamples whose values are all equal (se* = 0)
+    are left out; None when fewer than half the resamples are left."""
+    rng = np.random.default_rng(BOOT_T_SEED)
+    n, mean, ts = d.size, float(d.mean()), []
+    for size in [2_000] * (N_BOOT_T // 2_000) + [N_BOOT_T % 2_000]:
+        x = d[rng.integers(0, n, (size, n))]
+        se = x.std(axis=1, ddof=1) / math.sqrt(n)
+        ok = np.ptp(x, axis=1) > 0
+        ts.append((x.mean(axis=1)[ok] - mean) / se[ok])
+    t = np.concatenate(ts)
+    if t.size < N_BOOT_T / 2:
+        return None
+    lo, hi = np.quantile(t, [0.5 - level / 2, 0.5 + level / 2])
+    return float(lo), float(hi)
+
+
+def paired_interval(differences: Sequence[float], level: float = 0.95,
+                    resolution: float | None = None) -> tuple[float, float]:
+    """The report's interval for the mean of paired differences (module docstring): the t
+    interval widened to the bootstrap-t interval on the side where that one reaches further
+    (the t interval alone below MIN_BOOT_T_N pairs). Deterministic (seeded resamples). When
+    every difference is equal, the t interval with sd replaced by `resolution` (default
+    1e-6 x max(1, |d|)): data recorded at a finite precision cannot show a spread below it, so
+    the interval is never of zero width. NaN bounds with fewer than 2 finite values."""
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for an interval)
+
+    d = np.asarray([v for v in differences if math.isfinite(v)], dtype=float)
+    if d.size < 2:
+        return math.nan, math.nan
+    n, mean = d.size, float(d.mean())
+    q = float(sps.t.ppf(0.5 + level / 2, n - 1))
+    if np.ptp(d) == 0:
+        res = resolution if resolution is not None and resolution > 0 else 1e-6 * max(1.0, abs(mean))
+        return mean - q * res / math.sqrt(n), mean + q * res / math.sqrt(n)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    lo, hi = mean - q * se, mean + q * se
+    boot = _boot_t_quantiles(d, level) if n >= MIN_BOOT_T_N else None
+    if boot is not None:
+        lo, hi = min(lo, mean - boot[1] * se), max(hi, mean - boot[0] * se)
+    return lo, hi
+
+
 def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = mean_diff,
-                 level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+                 level: float = 0.95, seed: int = 0, resolution: float | None = None) -> tuple[float, float]:
     """CI of `statistic(x, y, axis)` over the (x_i, y_i) pairs. For the default, mean(x - y),
-    the Student t interval on the paired differences (`t_ci`; the module docstring says why not
-    the bootstrap; `seed` is then unused). Any other vectorised statistic gets a paired BCa
-    bootstrap (10 000 resamples, percentile when BCa is undefined), and NaN bounds below
-    MIN_BOOTSTRAP_N pairs. NaN bounds with fewer than 2 pairs."""
+    `paired_interval` of the differences (`resolution` passed on; `seed` is then unused). Any
+    other vectorised statistic gets a paired BCa bootstrap (10 000 resamples, percentile when
+    BCa is undefined), and NaN bounds below MIN_BOOTSTRAP_N pairs. NaN bounds with fewer than
+    2 pairs."""
     from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
     x, y = _clean(x, y)
     if x.size < 2:
         return math.nan, math.nan
     if statistic is mean_diff:
-        return t_ci(x - y, level)
+        return paired_interval(x - y, level, resolution)
     if x.size < MIN_BOOTSTRAP_N:
         return math.nan, math.nan
     for method in ("BCa", "percentile"):
@@ -202,12 +263,52 @@ def ratio_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95,
     return float(num_a.mean() / den_a.mean()), lo, hi
 
 
-def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.8) -> float:
-    """Minimal detectable effect (|mean paired difference|) at `power` for n pairs in a Holm
-    family of m questions (module docstring): (t(1 - alpha/(2m), n-1) + t(power, n-1)) sd /
-    sqrt(n). inf when the sign-flip test cannot reach alpha/m (2/2^n >= alpha/m); NaN when sd
-    or n is unusable (n < 2, sd not finite)."""
-    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
+def _sign_flip_rejects(d: np.ndarray, signs: np.ndarray, level: float) -> np.ndarray:
+    """For each row of d (one study), whether the exact `sign_flip_p` of it is < level: `signs`
+    holds the half of the 2^n patterns whose first sign is +."""
+    obs = np.abs(d.sum(axis=1))
+    tol = 1e-12 * np.maximum(1.0, np.abs(d).max(axis=1))
+    out = np.empty(d.shape[0], dtype=bool)
+    for i in range(0, d.shape[0], 250):
+        k = (np.abs(d[i:i + 250] @ signs.T) >= (obs - tol)[i:i + 250, None]).sum(axis=1)
+        out[i:i + 250] = k / signs.shape[0] < level
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _mde_factor(n: int, level: float, power: float) -> float:
+    """The delta (in units of the sd) at which the sign-flip test reaches p < `level` in a
+    `power` share of MDE_STUDIES simulated studies of n N(delta, 1) differences. The same
+    normal draws serve every delta (seed MDE_SEED), so the share grows with delta: it is
+    evaluated on a grid of deltas 4% of the t test's value apart around that value (widened
+    until it brackets `power`) and read off by linear interpolation between the two grid points
+    that bracket it."""
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for an interval)
+
+    z = np.random.default_rng(MDE_SEED).standard_normal((MDE_STUDIES, n))
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n - 1)))
+    signs = np.hstack([np.ones((signs.shape[0], 1)), signs])     # half the patterns: |s.d| = |-s.d|
+    t_guess = float(sps.t.ppf(1 - level / 2, n - 1) + sps.t.ppf(power, n - 1)) / math.sqrt(n)
+
+    def share(k: int) -> float:
+        return float(np.mean(_sign_flip_rejects(z + t_guess * (1 + 0.04 * k), signs, level)))
+
+    k, here = 0, share(0)
+    step = 1 if here < power else -1
+    while True:
+        nxt = share(k + step)
+        if (nxt >= power) != (here >= power) or k + step <= -24:
+            break
+        k, here = k + step, nxt
+    (k0, p0), (k1, p1) = sorted([(k, here), (k + step, nxt)])
+    frac = (power - p0) / (p1 - p0) if p1 != p0 else 0.0
+    return t_guess * (1 + 0.04 * (k0 + min(1.0, max(0.0, frac)) * (k1 - k0)))
+
+
+def mde80_t(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """The paired t test's detectable effect, (t(1 - alpha/(2m), n-1) + t(power, n-1)) sd /
+    sqrt(n) (Cohen 1988), with `mde80`'s inf / NaN cases; `mde80` above MDE_SIM_MAX_N pairs."""
+    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for an interval)
 
     if n < 2 or not math.isfinite(sd) or m < 1:
         return math.nan
@@ -217,35 +318,53 @@ def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.
     return float(q * sd / math.sqrt(n))
 
 
+def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """Estimated minimal detectable effect (|mean paired difference|) at `power` for n pairs in
+    a Holm family of m questions, by simulated power of the sign-flip test at alpha/m (module
+    docstring; `mde80_t` above MDE_SIM_MAX_N pairs). inf when the sign-flip test cannot reach
+    alpha/m (2/2^n >= alpha/m); NaN when sd or n is unusable (n < 2, sd not finite)."""
+    if n < 2 or not math.isfinite(sd) or m < 1:
+        return math.nan
+    if 2.0 ** (1 - n) >= alpha / m:
+        return math.inf
+    if n > MDE_SIM_MAX_N:
+        return mde80_t(sd, n, m, alpha, power)
+    return float(_mde_factor(int(n), alpha / m, power) * sd)
+
+
 def seeds_needed(sd: float, effect: float, m: int = 1, alpha: float = ALPHA,
                  power: float = 0.8, max_n: int = 10_000) -> float:
     """Smallest number of pairs n whose `mde80(sd, n, m)` is <= |effect| (the seeds a question
     needs to detect `effect` with `power` after its family's correction); inf when even
     `max_n` pairs are not enough or the effect is 0; NaN when sd is not finite. sd = 0 needs
-    only the pairs the sign-flip test needs to reach alpha/m."""
+    only the pairs the sign-flip test needs to reach alpha/m. The search starts at the t
+    formula's answer (`mde80_t`, cheap) and walks from there with `mde80` (simulated), which
+    differs from it by a few percent, so a few pairs at most."""
     effect = abs(effect)
     if not (math.isfinite(sd) and math.isfinite(effect)):
         return math.nan
     if effect == 0:
         return math.inf
-    lo = 2
-    while lo <= max_n and 2.0 ** (1 - lo) >= alpha / m:   # the permutation test's floor
-        lo += 1
+    floor = 2
+    while floor <= max_n and 2.0 ** (1 - floor) >= alpha / m:   # the permutation test's floor
+        floor += 1
     if sd == 0:
-        return float(lo)
-    hi = lo
-    while hi <= max_n and mde80(sd, hi, m, alpha, power) > effect:
+        return float(floor)
+    lo, hi = floor, floor
+    while hi <= max_n and mde80_t(sd, hi, m, alpha, power) > effect:
         hi *= 2
-    if hi > max_n and mde80(sd, max_n, m, alpha, power) > effect:
+    if hi > max_n and mde80_t(sd, max_n, m, alpha, power) > effect:
         return math.inf
     hi = min(hi, max_n)
-    while lo < hi:                                       # mde80 decreases with n
+    while lo < hi:                                       # mde80_t decreases with n
         mid = (lo + hi) // 2
-        if mde80(sd, mid, m, alpha, power) <= effect:
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(lo)
+        lo, hi = (lo, mid) if mde80_t(sd, mid, m, alpha, power) <= effect else (mid + 1, hi)
+    n = lo
+    while n <= max_n and mde80(sd, n, m, alpha, power) > effect:
+        n += 1
+    while n > floor and mde80(sd, n - 1, m, alpha, power) <= effect:
+        n -= 1
+    return float(n) if n <= max_n else math.inf
 
 
 def criterion(lo: float, hi: float, level: float) -> str:

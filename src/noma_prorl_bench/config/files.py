@@ -2,7 +2,7 @@
 
 Explicit flags override the file; the file overrides the preset it names. A run's own
 ``config.json`` is a valid file: the keys the run adds beside its fields (``derived``, ``run_id``,
-``versions``, ``argv``, ``resumes``) and ``resume`` are skipped, so
+``versions``, ``machine``, ``argv``, ``resumes``) and ``resume`` are skipped, so
 ``run --config runs/A1/config.json --outdir runs/A1_again`` repeats run A1. Values are checked
 against each field's type (an int for an int flag, one of the choices for a choice flag); a JSON
 object or YAML mapping is accepted for ``task_kwargs``. An unknown key fails with the closest
@@ -26,7 +26,7 @@ from noma_prorl_bench.config.fields import RunConfig
 from noma_prorl_bench.config.validate import ConfigError, suggest, suggest_name
 
 #: keys a run writes into config.json beside its fields; skipped when read back as --config
-RUN_RECORD_KEYS = ("derived", "versions", "argv", "resumes", "run_id")
+RUN_RECORD_KEYS = ("derived", "versions", "argv", "resumes", "run_id", "machine")
 EXTENSIONS = (".yaml", ".yml", ".toml", ".json")
 
 

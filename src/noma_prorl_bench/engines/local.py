@@ -106,7 +106,8 @@ def _complete_summary(cfg: RunConfig, trainer, ckpt, last_val, wall: float) -> d
     summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
                "warmstart_val_reward": trainer.warmstart_info["val_reward"],
                "val_reward_before_rl": trainer.warmstart_info["val_reward"],
-               "warmstart_seconds": trainer.warmstart_info["seconds"], "wall_seconds": wall}
+               "warmstart_seconds": trainer.warmstart_info["seconds"], "wall_seconds": wall,
+               "cpu_seconds": time.process_time()}     # this process's (a resumed run: since its resume)
     if ckpt is not None:
         summary["resumed_from_step"] = ckpt.step
     if getattr(trainer, "val_after", None) is not None:      # the last step's evaluation ran in this process

@@ -25,6 +25,7 @@ from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import resume
 from noma_prorl_bench.io.lock import LOCK_FILE
+from noma_prorl_bench.io.machine import machine_info
 from noma_prorl_bench.io.metrics import JsonlSink, MultiSink, report_sink
 from noma_prorl_bench.io.safe_files import (
     RUN_DIRS,
@@ -191,8 +192,8 @@ def resolved_device(name: str) -> str:
 
 
 def resolved_config(cfg: RunConfig) -> dict:
-    """config.json: every field plus derived values (the dtype used: --dtype auto resolved, and why)
-    and versions."""
+    """config.json: every field plus derived values (the dtype used: --dtype auto resolved, and why),
+    versions and the machine (io/machine.py; a resume records the machine it continued on)."""
     import numpy
     import torch
 
@@ -205,6 +206,7 @@ def resolved_config(cfg: RunConfig) -> dict:
                     "dtype": dtype, "dtype_reason": why}
     d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
                      "python": platform.python_version(), "git_commit": git_commit()}
+    d["machine"] = machine_info()       # the kernels a run's numbers depend on (io/machine.py)
     d["argv"] = sys.argv[1:]
     d["run_id"] = uuid.uuid4().hex
     return d

@@ -1,0 +1,60 @@
+"""`prorl-bench replicate`: re-running a committed suite's arms on this machine and putting each
+comparison's new answer beside the committed one. On the machine and commit that made the suite,
+runs are bit-deterministic, so the replication must reproduce every number exactly: from the
+suite directory (its suite.json's flags) and from a report folder holding only summary.json (the
+runs rebuilt from its provenance), on a chosen subset of seeds too."""
+import json
+import shutil
+
+import pytest
+
+from noma_prorl_bench.analysis import replicate
+from noma_prorl_bench.suite import main as suite_main
+
+pytestmark = pytest.mark.smoke
+
+
+def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
+    src = tmp_path / "aa"
+    assert suite_main(["--preset", "aa", "--seeds", "2", "--outdir", str(src), "--jobs", "2", "--quiet"]) == 0
+    committed = json.loads((src / "summary.json").read_text())
+    info = committed["provenance"]["machine_info"]             # the machine is recorded
+    assert info["torch_cpu_capability"] and info["cores"] >= 1 and isinstance(info["cpu_flags"], list)
+    run_cfg = json.loads(next(src.glob("*/config.json")).read_text())
+    assert run_cfg["machine"]["torch_cpu_capability"] == info["torch_cpu_capability"]
+
+    new = tmp_path / "again"
+    assert replicate.main([str(src), "--outdir", str(new), "--jobs", "2", "--quiet"]) == 0
+    rep = json.loads((new / "replication.json").read_text())
+    (row,) = rep["rows"]
+    (old,) = committed["comparisons"]
+    assert row["name"] == old["name"] == "AA-2 vs AA-1"
+    assert row["new"]["diff"] == old["diff"] and row["new"]["ci95"] == old["ci95"]   # bit-identical runs
+    assert row["replicates"] and row["overlap"] and row["within"]
+    assert rep["replicated"] == rep["compared"] == 1 and rep["machines"]["kernel_differences"] == []
+    md = (new / "replication.md").read_text()
+    assert md.startswith("# Replication\n\n**1 of 1 verdicts replicated**")
+    assert "AA-2 vs AA-1" in capsys.readouterr().out
+
+    # a report folder with only summary.json: runs rebuilt from its provenance; one seed of two
+    folder = tmp_path / "docs_aa"
+    folder.mkdir()
+    shutil.copy(src / "summary.json", folder / "summary.json")
+    one = tmp_path / "one"
+    assert replicate.main([str(folder), "--seeds", "1", "--outdir", str(one), "--jobs", "2", "--quiet"]) == 0
+    (row,) = json.loads((one / "replication.json").read_text())["rows"]
+    assert row["new"]["n_pairs"] == 1 and row["committed"]["n_pairs"] == 2
+    runs = sorted(p.name for p in one.iterdir() if (p / "config.json").is_file())
+    assert runs == ["AA-1_s1", "AA-2_s1001"] and all((src / name / "config.json").is_file() for name in runs)
+
+
+@pytest.mark.parametrize("argv, flag", [(["--seeds", "7"], "--seeds"), (["--seeds", "x"], "--seeds"),
+                                        (["--jobs", "0"], "--jobs")])
+def test_replicate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, flag):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "summary.json").write_text(json.dumps(
+        {"comparisons": [], "provenance": {"preset": "aa", "seeds": 2, "steps": 12}}))
+    with pytest.raises(SystemExit) as e:
+        replicate.main([str(tmp_path / "s"), *argv, "--outdir", str(tmp_path / "new")])
+    assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
