@@ -34,7 +34,9 @@ def resolve_config(argv: Optional[list[str]], prog: str):
             require_intact_log(cfg, ckpt)            # metrics.jsonl holds steps 1..k exactly once
             return cfg, ckpt
         cfg = make_config(explicit)
-        if cfg.task.startswith("jsonl:") and "n_val" not in explicit:
+        if cfg.task.startswith("jsonl:") and "n_val" not in explicit:   # what the file allows (tasks/jsonl.py)
+            from noma_prorl_bench.tasks import jsonl_n_val  # noqa: PLC0415  (imports torch)
+            cfg.n_val = jsonl_n_val(cfg, cfg.n_val)
             print(f"{prog}: --n_val {cfg.n_val}: not given, so {cfg.task}'s split holds out a fifth of its distinct "
                   f"prompts, at most 256 or the preset's n_val (config.json records it; pass --n_val to choose)",
                   file=sys.stderr)

@@ -98,7 +98,25 @@ def test_the_bound_flags_are_jsonl_only_and_positive(tmp_path):
     with pytest.raises(ConfigError, match="argument --max_line_bytes: must be a positive integer, got 0"):
         make_config({"outdir": "o", "task": f"jsonl:{path}", "max_line_bytes": 0})
     with pytest.raises(ConfigError, match="argument --max_answer_chars: .*more than --max_answer_chars 1 "):
-        make_config({"outdir": "o", "task": f"jsonl:{path}", "max_answer_chars": 1})   # read when n_val is fitted
+        _fitted({"outdir": "o", "task": f"jsonl:{path}", "max_answer_chars": 1})   # read when n_val is fitted
+
+
+def _fitted(explicit):
+    """The config the run entry makes: make_config, then n_val fitted to the file when not given."""
+    from noma_prorl_bench.tasks import jsonl_n_val
+    cfg = make_config(explicit)
+    if "n_val" not in explicit:
+        cfg.n_val = jsonl_n_val(cfg, cfg.n_val)
+    return cfg
+
+
+def test_the_run_entry_fits_n_val_and_says_so(tmp_path, capsys):
+    from noma_prorl_bench.run import resolve_config
+    path = _write(tmp_path / "t.jsonl", _qa(12))
+    cfg, _ = resolve_config(["--outdir", str(tmp_path / "o"), "--task", f"jsonl:{path}"], "prog")
+    assert cfg.n_val == 2 and "prog: --n_val 2: not given" in capsys.readouterr().err
+    cfg, _ = resolve_config(["--outdir", str(tmp_path / "o"), "--task", f"jsonl:{path}", "--n_val", "5"], "prog")
+    assert cfg.n_val == 5 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("n, cap, want", [(2, 256, 1), (9, 256, 1), (12, 256, 2), (1000, 256, 200),
@@ -108,19 +126,19 @@ def test_fitted_n_val_is_a_fifth_of_the_distinct_prompts(tmp_path, n, cap, want)
     assert jsonl.fitted_n_val(make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 1}), cap) == want
 
 
-def test_make_config_fits_n_val_only_when_not_given(tmp_path):
+def test_n_val_is_fitted_only_when_not_given(tmp_path):
     path = _write(tmp_path / "t.jsonl", _qa(12))
-    cfg = make_config({"outdir": "o", "task": f"jsonl:{path}"})
+    cfg = _fitted({"outdir": "o", "task": f"jsonl:{path}"})
     assert cfg.n_val == 2 and len(make_task(cfg.task, n_val=cfg.n_val, cfg=cfg).validation_set()) == 2
-    assert make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 5}).n_val == 5
-    given = make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 12})
+    assert _fitted({"outdir": "o", "task": f"jsonl:{path}", "n_val": 5}).n_val == 5
+    given = _fitted({"outdir": "o", "task": f"jsonl:{path}", "n_val": 12})
     with pytest.raises(ConfigError, match=r"argument --n_val: 12 leaves no training prompt: the file has 12 "):
         make_task(given.task, n_val=given.n_val, cfg=given)
     one = _write(tmp_path / "one.jsonl", [{"prompt": "q", "answer": "a"}] * 3)
     with pytest.raises(ConfigError, match=r"argument --task: the task file has 1 distinct prompt: it needs at least 2"):
-        make_config({"outdir": "o", "task": f"jsonl:{one}"})
+        _fitted({"outdir": "o", "task": f"jsonl:{one}"})
     with pytest.raises(ConfigError, match="argument --task: cannot read"):
-        make_config({"outdir": "o", "task": f"jsonl:{tmp_path / 'missing.jsonl'}"})
+        _fitted({"outdir": "o", "task": f"jsonl:{tmp_path / 'missing.jsonl'}"})
 
 
 def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
@@ -149,7 +167,7 @@ def test_the_transformer_holds_the_files_longest_prompt(tmp_path):
     short = _write(tmp_path / "s.jsonl", _qa(12))
     rows = {}
     for name, p in (("long", path), ("short", short)):
-        cfg = make_config({"outdir": str(tmp_path / name), "task": f"jsonl:{p}", "model": "transformer",
+        cfg = _fitted({"outdir": str(tmp_path / name), "task": f"jsonl:{p}", "model": "transformer",
                            "warmstart_steps": 0, "batch_size": 2, "group_size": 2})
         rows[name] = Trainer(cfg).policy.max_len
     assert rows == {"long": 2 + 600 + 3, "short": 512}                 # <bos> prompt <sep>, answer "11" + end

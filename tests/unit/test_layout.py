@@ -19,7 +19,7 @@ ENTRY_POINTS = {f"{PKG}.run", f"{PKG}.cli"}
 # docs/ARCHITECTURE.md's layer order, top to bottom: a room (sub-package or root module) may import
 # only rooms of lower layers; rooms of one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("cli", "__init__"), ("run",), ("engines", "suite"), ("training",), ("rollout", "grpo"), ("algorithms",),
+    ("cli", "__init__"), ("run",), ("engines", "suite", "integrations", "grpo2026"), ("training",), ("rollout", "grpo"), ("algorithms",),
     ("analysis", "matrix"), ("io",), ("models",), ("tasks",), ("config",), ("_version",)]
 pytestmark = pytest.mark.unit
 

@@ -92,9 +92,8 @@ def parse_config(argv: Optional[list[str]] = None, prog: str = "python -m noma_p
 
 
 def make_config(explicit: dict) -> RunConfig:
-    """Build and validate a RunConfig from explicitly given values (preset applied first). A
-    jsonl:PATH task without --n_val gets the n_val its file allows (the default or the preset's
-    value at most; tasks/jsonl.fitted_n_val), so config.json records the value used."""
+    """Build and validate a RunConfig from explicitly given values (preset applied first). (The run
+    entry then fits a jsonl:PATH task's n_val to its file when --n_val is not given: run.py.)"""
     values = {}
     preset = explicit.get("preset", "none")
     if preset != "none":
@@ -109,7 +108,4 @@ def make_config(explicit: dict) -> RunConfig:
         raise ConfigError(sorted(unknown)[0], "unknown field")
     cfg = RunConfig(**cast(dict[str, Any], values))
     validate(cfg, set(explicit))
-    if cfg.task.startswith("jsonl:") and "n_val" not in explicit:   # what the file allows (tasks/jsonl.py)
-        from noma_prorl_bench.tasks import jsonl_n_val  # noqa: PLC0415  (imports torch)
-        cfg.n_val = jsonl_n_val(cfg, cfg.n_val)
     return cfg

@@ -11,7 +11,7 @@ once (runs written before that row existed have none); a missing, duplicated or 
 up to k is refused (the checkpoint has no copy of the log to rebuild it from); when an older
 checkpoint's steps are intact (a torn last row), the message names the newer checkpoint
 directories to delete to resume from it. Before anything is read, the run directory is checked
-for symlinks and for files that are not regular with one link (run_dir.run_dir_links). A
+for symlinks and for files that are not regular with one link (safe_files.run_dir_links). A
 checkpoint resumes only the run that wrote it (`require_own_checkpoint`: its run_id and settings
 match config.json), and a ``module:function`` task or reward function in it is imported only when
 the command line names it again (config/code_specs.py). Every problem is a ConfigError naming
@@ -34,7 +34,7 @@ from noma_prorl_bench.io.checkpoint import (
     prune,
     read,
 )
-from noma_prorl_bench.io.safe_files import RunDirRefused, read_bytes, write_bytes
+from noma_prorl_bench.io.safe_files import RunDirRefused, read_bytes, run_dir_links, write_bytes
 
 JSONL_FILES = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "timeline.jsonl")
 
@@ -195,7 +195,6 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
         raise ConfigError("outdir", "is required")
     if explicit.get("overwrite"):
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
-    from noma_prorl_bench.io.run_dir import run_dir_links  # noqa: PLC0415  (run_dir imports this module)
     err = run_dir_links(explicit["outdir"])        # a symlink, FIFO, socket, hard link: before anything is read
     if err:
         raise ConfigError("outdir", err.removeprefix("argument --outdir: "))

@@ -254,3 +254,43 @@ def remove_tree(path: str) -> None:
         shutil.rmtree(path)                 # fd-based: never descends through links
     else:
         os.remove(path)
+
+
+# names in a run directory that must not be symlinks (also any name starting with one of them,
+# e.g. a leftover `metrics.jsonl.tmp`, and any hidden entry: this tool's temporaries start with ".")
+LINK_CHECKED = RUN_FILES + RUN_DIRS + (LOCK_FILE, "report.md", "report.json", "figures", "settings.json",
+                                       "suite.json")
+
+
+def run_dir_links(outdir: str) -> Optional[str]:
+    """The refusal message (naming the file) if a run file, the lock, a report file or a run
+    subdirectory's entry in `outdir` is a symlink, or one that this tool opens is not a regular
+    file with one link (a FIFO, socket, device, directory, hard link; checkpoints/ and its step
+    directories not directories: safe_files.kind_error), else None. Nothing is opened."""
+    if not os.path.isdir(outdir):
+        return None
+    kind = kind_error(outdir)
+    if kind:
+        return kind
+    names = [n for n in os.listdir(outdir) if n.startswith(".") or any(n.startswith(p) for p in LINK_CHECKED)]
+    err = link_error(outdir, names)
+    for sub in RUN_DIRS:
+        root = os.path.join(outdir, sub)
+        if err or is_link(root) or not os.path.isdir(root):
+            continue
+        err = link_error(root, [n for n in os.listdir(root) if not (sub == "wandb" and _wandb_own_link(root, n))])
+        for name in os.listdir(root) if sub == "checkpoints" and not err else []:
+            p = os.path.join(root, name)
+            if os.path.isdir(p) and not is_link(p):
+                err = err or link_error(p, os.listdir(p))
+    return err
+
+
+def _wandb_own_link(root: str, name: str) -> bool:
+    """One of W&B's own links (`latest-run`, `debug.log`, ...) that points inside wandb/ itself;
+    this tool never writes through them, and a link leading out of wandb/ is still refused."""
+    p = os.path.join(root, name)
+    if not is_link(p):
+        return False
+    base = os.path.realpath(root)
+    return os.path.commonpath([base, os.path.realpath(p)]) == base and os.path.exists(p)
