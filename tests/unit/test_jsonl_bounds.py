@@ -151,5 +151,5 @@ def test_the_transformer_holds_the_files_longest_prompt(tmp_path):
     for name, p in (("long", path), ("short", short)):
         cfg = make_config({"outdir": str(tmp_path / name), "task": f"jsonl:{p}", "model": "transformer",
                            "warmstart_steps": 0, "batch_size": 2, "group_size": 2})
-        rows[name] = Trainer(cfg).policy.max_len
+        rows[name] = Trainer.from_config(cfg).policy.max_len
     assert rows == {"long": 2 + 600 + 3, "short": 512}                 # <bos> prompt <sep>, answer "11" + end

@@ -23,8 +23,7 @@ from torch import Tensor
 
 from noma_prorl_bench.algorithms import dapo
 from noma_prorl_bench.algorithms import kl as kl_lib
-
-Metrics = dict[str, float]
+from noma_prorl_bench.io.metrics import Metrics
 
 
 def overlong_cache_len(T: int) -> int:

@@ -30,7 +30,7 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     buffers = [MemorySink(), MemorySink(), MemorySink()]
     buffers[1].write(estimate_event(cfg))           # the memory_estimate record, first
     with stop_during_setup():                        # a stop signal here: SetupStopped, nothing written
-        trainer = Trainer(cfg, *buffers)
+        trainer = Trainer.from_config(cfg, *buffers)
         if ckpt is not None:
             trainer.load_state_dict(ckpt.state)      # checkpoint.CheckpointError if it does not fit
             from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415

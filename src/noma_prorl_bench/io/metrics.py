@@ -24,6 +24,9 @@ from typing import Iterable, Optional
 
 from noma_prorl_bench.io import safe_files
 
+#: one step's metrics: namespaced keys (see the module docstring) -> values
+Metrics = dict[str, float]
+
 
 def _clean(v):
     """JSON-safe scalars: floats stay floats (NaN/Inf become null), tensors become floats."""

@@ -62,14 +62,6 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- memory
-def estimate_terms(cfg: RunConfig) -> dict[str, int]:
-    """The bytes of each term of the run's memory estimate (io/memory.py): the held terms, every
-    phase and the warm start, by name; `estimated_bytes` says how they combine."""
-    from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415  (imports torch)
-    est = estimate(cfg)
-    return {"baseline": est.baseline, **est.held, **est.phases, "warm_start": est.warm_start}
-
-
 def estimated_bytes(cfg: RunConfig) -> int:
     """The estimated peak resident memory: baseline + max(held + the largest phase, warm start)."""
     from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415

@@ -29,7 +29,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-COMPILE_MODES = ("off", "default", "reduce-overhead")
+from noma_prorl_bench.config.choices import COMPILE_DECODES
+
+COMPILE_MODES = COMPILE_DECODES   # --compile_decode (config/choices.py)
 
 
 def _attention(attn, x: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, pos: torch.Tensor,

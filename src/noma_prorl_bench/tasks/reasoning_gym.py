@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from noma_prorl_bench.config.choices import EXTRACTIONS
 from noma_prorl_bench.tasks.base import Example
 
 VAL_SEED = 20_251_123
@@ -48,7 +49,6 @@ INDEX_RANGE = 2**30  # training indices are drawn from [0, INDEX_RANGE)
 # No example answer in the instruction: with "e.g. <answer>42</answer>" the model answered "The answer
 # is 42." on 125 of 200 basic_arithmetic validation prompts (measured; docs/real_model.md).
 INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags."
-EXTRACTIONS = ("lenient", "tag")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ENDS_IN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[^\w]*\Z")   # a number, then only non-word characters
