@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS, OPT_RESETS
 
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
 #: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
 #: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
                   base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                         "--n_val", "32", "--eval_every", "2"]),

@@ -102,12 +102,12 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
     print(f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
           f"run ({n_resume} resumed from their checkpoints), {executor.describe()}", file=sys.stderr)
     own = stop is None
-    stop = (stop or SuiteSignals()).install() if own else stop
+    signals = SuiteSignals().install() if stop is None else stop
     try:
-        return _run_pending(pending, states, outdir, executor, quiet, stop)
+        return _run_pending(pending, states, outdir, executor, quiet, signals)
     finally:
         if own:
-            stop.restore()
+            signals.restore()
 
 
 def local_env() -> dict:
@@ -135,7 +135,8 @@ def _run_pending(pending, states, outdir, executor, quiet, stop: SuiteSignals) -
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple] = {}          # name -> (process or RayRun, RunSpec)
     adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
-    failures, queue, finished_steps = [], list(pending), 0
+    failures: list = []
+    queue, finished_steps = list(pending), 0
     while running or ((queue or adopted) and stop.signum is None):
         while queue and len(running) + len(adopted) < executor.capacity() and stop.signum is None:
             spec = queue.pop(0)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ from noma_prorl_bench.engines.weights import (
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
 from noma_prorl_bench.rollout.collector import Collector, HandedCollector
 from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits
-from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.reference import ReferenceHolder, ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
 from noma_prorl_bench.training.trainer import COUNTER_KEYS, Trainer
@@ -102,6 +102,10 @@ def rng_streams(payload: dict, index: int, seed: int):
 class _RefSide:
     """A ReferenceHolder (A1) that scores batches and applies reset updates by version."""
 
+    ref: Any                       # the ReferenceHolder (None until built)
+    rec: SpanRecorder              # set by the actor that mixes this in
+    cpu: CpuClock
+
     def _init_ref(self, spec: ReferenceSpec, module, T_max: int):
         self.ref = ReferenceHolder(module, "cached", spec.temperature, spec.rows, T_max, chunk=spec.logprob_chunk)
         self.ref_version = 0
@@ -144,7 +148,8 @@ class Generator(_RefSide):
         torch.set_num_threads(self.specs.threads)
         self.index, self.ref_here, self.fault, self.calls = index, ref_here, fault, 0
         self.rec = SpanRecorder(f"generator/{index}", t0)
-        self.core = self.ref = None
+        self.core: Any = None          # the Collector, built at start()
+        self.ref = None
 
     def start(self, payload: dict) -> dict:
         """Build from the learner's version-0 payload (separate from __init__ so that the
@@ -258,7 +263,8 @@ class Learner:
         remote = RemoteReference() if ref_remote else None       # logp_ref scored elsewhere, resets sent out
         self.handed = HandedCollector(counters, remote)           # the driver's batches
         self.trainer = Trainer.from_config(cfg, NullSink(), self.events, self.samples, counters=counters,
-                                           collector=self.handed, reference=remote)
+                                           collector=self.handed,
+                                           reference=cast(Optional[ReferenceSource], remote))
         if remote is not None:
             remote.bind(self.trainer.policy)
         self.version = 0
@@ -327,7 +333,7 @@ class Learner:
         try:
             m = tr.train_step()
         except NonFiniteError as e:                  # --on_nan stop: the step's records (its nan_guard event)
-            e.records = {"events": self.events.drain(), "samples": self.samples.drain()}     # go with it
+            cast(Any, e).records = {"events": self.events.drain(), "samples": self.samples.drain()}   # go with it
             raise
         self.version += 1
         self._train_spans(start, m, step)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.io import checkpoint
@@ -59,7 +60,7 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     sinks = open_outputs(cfg, trainer, buffers, ckpt)
     if ckpt is not None:                             # a growth due on a shorter run's last step (io/resume.py)
         trainer.growth.grow_pending(trainer.step_idx)
-    state = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
+    state: dict[str, Any] = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
 
     def save(reason: str) -> None:
         wall = extra.get("wall_seconds", 0.0) + time.perf_counter() - t0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 MiB = 2 ** 20
 BASELINE = {"toy": 330 * MiB, "hf": 400 * MiB}   # measured peaks: tiny GRU run; tiny HF run (transformers loaded)
@@ -123,6 +124,7 @@ def _meta_policy(cfg, max_len: int):
     import torch  # noqa: PLC0415
 
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+    policy: Any
     with torch.device("meta"):
         if cfg.model.startswith("hf:"):
             from transformers import AutoModelForCausalLM  # noqa: PLC0415
@@ -202,6 +204,7 @@ def prompt_response_tokens(cfg) -> tuple[int, int]:
     else up to 64 validation prompts and 64 training draws; for hf:PATH the 128 longest of those in
     characters are tokenised (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
     from noma_prorl_bench.tasks.toy import TOY_TASKS  # noqa: PLC0415
+    task: Any
     if cfg.task in TOY_TASKS:
         task = TOY_TASKS[cfg.task](n_val=1)
         return task.prompt_len, max(cfg.max_new_tokens or task.max_new_tokens, 1)

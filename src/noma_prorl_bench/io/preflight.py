@@ -45,7 +45,7 @@ def outdir_error(outdir: str) -> Optional[str]:
 
 def missing_dependency(cfg: RunConfig) -> Optional[str]:
     """The first optional package the flags need that is not installed."""
-    needs = []
+    needs: list[tuple[str, str, str]] = []
     if cfg.engine != "local":
         needs.append(("engine", cfg.engine, "ray"))
     if cfg.model.startswith("hf:"):

@@ -134,7 +134,9 @@ class ReasoningGymTask:
         return Example(entry["question"] + INSTRUCTION, answer)
 
     def _build_val(self) -> list[Example]:
-        out, seen, i = [], set(), 0
+        out: list[Example] = []
+        seen: set = set()
+        i = 0
         while len(out) < self.n_val:
             if i > 50 * (self.n_val + 10):
                 raise ValueError(f"rg:{self.rg_name} has fewer than {self.n_val} distinct questions with "
@@ -148,7 +150,8 @@ class ReasoningGymTask:
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
         """n training examples (never a validation question; repeats allowed)."""
-        out, draws = [], 0
+        out: list[Example] = []
+        draws = 0
         while len(out) < n:
             draws += 1
             if draws > 1000 * (n + 1):
