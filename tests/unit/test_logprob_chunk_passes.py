@@ -102,7 +102,7 @@ def test_policy_logprobs_refuses_chunk_on_a_policy_without_a_separate_head():
 
 
 def _tis_inputs(tr, batch, chunk):
-    tr.learner.objective = dataclasses.replace(tr.learner.objective, logprob_chunk=chunk)
+    tr.learner.spec = dataclasses.replace(tr.learner.spec, logprob_chunk=chunk)
     with HeadRows(V) as rec:
         inp, _ = tr.learner.update_inputs(batch)
     return inp, rec.rows
@@ -148,7 +148,7 @@ def test_hf_trainer_tis_and_reference_chunked_equal_unchunked(tmp_path):
     vocab = tr.policy.vocab_size
     out = {}
     for chunk in (0, CHUNK):
-        tr.learner.objective = dataclasses.replace(tr.learner.objective, logprob_chunk=chunk)
+        tr.learner.spec = dataclasses.replace(tr.learner.spec, logprob_chunk=chunk)
         tr.ref.chunk = chunk
         with HeadRows(vocab) as rec:
             inp, _ = tr.learner.update_inputs(batch)
