@@ -42,6 +42,7 @@ class RemoteReference:
 
     enabled = True
     mode = "cached"
+    model = None                  # pi_ref lives in the holders (adapter growth needs --ref_placement learner)
 
     def __init__(self, put: Callable = _ray_put):
         self._put = put

@@ -75,6 +75,12 @@ class ReferenceSource(Protocol):
     @property
     def enabled(self) -> bool: ...
 
+    @property
+    def model(self) -> Optional[nn.Module]:
+        """This process's copy of pi_ref (adapter growth grows it with the policy); None where there
+        is none here (Variant B; the Ray learner's RemoteReference)."""
+        ...
+
     def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
 
     def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,

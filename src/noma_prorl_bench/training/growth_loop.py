@@ -59,6 +59,7 @@ from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     attach_lora,
     parse_targets,
 )
+from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.training.growth import (
     MODES,
     check_no_stale_state,
@@ -126,8 +127,8 @@ class GrowthManager:
     """Growth triggers and the growth itself (see the module docstring); adapters are attached
     before it is built (`attach_adapters`)."""
 
-    def __init__(self, spec: GrowthSpec, opt_spec: OptimizerSpec, policy: nn.Module, ref, optim: OptimSide,
-                 emit: Callable[[dict], None], resets, snapshot_holders: Sequence = ()):
+    def __init__(self, spec: GrowthSpec, opt_spec: OptimizerSpec, policy: nn.Module, ref: ReferenceSource,
+                 optim: OptimSide, emit: Callable[[dict], None], resets, snapshot_holders: Sequence = ()):
         """`spec`: the growth flags; `opt_spec`: the LR schedule a rebuilt scheduler follows; `ref`: the
         reference holder; `resets`: anything with `n_resets` (`--grow_on reset`); `snapshot_holders`:
         objects whose `snapshots()` lists parameter dicts to migrate."""
@@ -192,7 +193,7 @@ class GrowthManager:
         scheduler_rebuilt = opt.optimizer is not old_opt
         if scheduler_rebuilt:
             opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, self.opt_spec)
-        if self.ref.enabled:
+        if self.ref.model is not None:                                  # pi_ref here (not Variant B)
             grow_adapters(self.ref.model, None, new_rank, "preserve")
         migrated = self.migrate_snapshots()
         self.n_growths += 1
@@ -221,10 +222,10 @@ class GrowthManager:
         if self.enabled and state["rank"] > self.rank:
             self.optim.optimizer = cast(Optimizer, grow_adapters(self.policy, self.optim.optimizer, state["rank"],
                                                                  "preserve"))
-            if self.ref.enabled:
+            if self.ref.model is not None:
                 grow_adapters(self.ref.model, None, state["rank"], "preserve")
             self.migrate_snapshots()
-        for model in [self.policy] + ([self.ref.model] if self.ref.enabled else []):
+        for model in [self.policy] + ([self.ref.model] if self.ref.model is not None else []):
             for (_, m), count in zip(adapters(model), state["grow_counts"]):
                 m.grow_count = int(count)
         self.n_growths, self.resets_seen = int(state["n_growths"]), int(state["resets_seen"])

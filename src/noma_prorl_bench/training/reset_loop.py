@@ -41,6 +41,7 @@ from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
 from noma_prorl_bench.io.metrics import Counters
 from noma_prorl_bench.models.base import frozen_parameters, policy_device, policy_logprobs
+from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
@@ -86,8 +87,8 @@ def _jsonable(d: dict) -> dict:
 class ResetManager:
     """Triggers, reset target, reference rule, optimizer semantics, recovery (see module doc)."""
 
-    def __init__(self, spec: ResetSpec, policy: nn.Module, ref, optim: OptimSide, emit: Callable[[dict], None],
-                 kl_key: str):
+    def __init__(self, spec: ResetSpec, policy: nn.Module, ref: ReferenceSource, optim: OptimSide,
+                 emit: Callable[[dict], None], kl_key: str):
         """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `kl_key`: the
         metric the KL-spike trigger reads (the loss estimator's, e.g. "kl/k3")."""
         self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
