@@ -78,7 +78,8 @@ def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
 
 @pytest.mark.parametrize("rel", ["training/learner.py", "training/reset_loop.py", "training/growth_loop.py",
                                  "training/resets.py", "training/warmstart.py", "rollout/collector.py",
-                                 "rollout/reference.py", "algorithms/kl_term.py"])
+                                 "rollout/reference.py", "algorithms/kl_term.py", "algorithms/objective.py",
+                                 "io/memory.py"])
 def test_stages_take_their_spec_not_the_config(rel):
     params, attrs = _params_and_attrs(SRC / rel)
     assert "cfg" not in params and "cfg" not in attrs and "RunConfig" not in (SRC / rel).read_text()

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
@@ -29,7 +30,7 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     from noma_prorl_bench.training.trainer import Trainer
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
-    buffers[1].write(estimate_event(cfg))           # the memory_estimate record, first
+    buffers[1].write(estimate_event(RunSpecs.from_config(cfg)))   # the memory_estimate record, first
     with stop_during_setup():                        # a stop signal here: SetupStopped, nothing written
         trainer = Trainer.from_config(cfg, *buffers)
         if ckpt is not None:

@@ -13,6 +13,7 @@ from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.shell import pip_install
+from noma_prorl_bench.config.specs import RunSpecs
 
 # flag value -> (module it imports, the pip extra that installs it)
 EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
@@ -65,7 +66,7 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
 def estimated_bytes(cfg: RunConfig) -> int:
     """The estimated peak resident memory: baseline + max(held + the largest phase, warm start)."""
     from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415
-    return estimate(cfg).total
+    return estimate(RunSpecs.from_config(cfg)).total
 
 
 def machine_bytes() -> int:
@@ -97,7 +98,7 @@ def memory_error(cfg: RunConfig) -> Optional[str]:
     what to do about it."""
     from noma_prorl_bench.io.memory import estimate, gib, parts_text  # noqa: PLC0415
     try:
-        est = estimate(cfg)
+        est = estimate(RunSpecs.from_config(cfg))
     except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError):
         return None                  # no meta-device description of this model: the run's own checks decide
     have = machine_bytes()
