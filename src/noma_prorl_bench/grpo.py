@@ -76,7 +76,7 @@ def masked_mean(tensor: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 
     As the handout defines it, and as torch's own 0/0 does, a slice whose mask is all zero gives
     NaN; NaN/inf under mask == 0 also propagate (x * 0). The trainer uses its own guarded helper
-    (`algorithms.losses.masked_mean`: empty slice -> 0, masked values ignored).
+    (`algorithms.losses.masked_mean_or_zero`: empty slice -> 0, masked values ignored).
     """
     if dim is None:
         return torch.sum(tensor * mask) / torch.sum(mask)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
+
+from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS, OPT_RESETS
 
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
 #: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
 #: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
                   base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
                         "--n_val", "32", "--eval_every", "2"]),
@@ -59,7 +61,7 @@ ARMS = {
     "A1-beta0": [*_A1, "--beta", "0"],
     "A1-aa": _A1,                     # A1 on seeds s + AA_OFFSET: the A/A control of every report
     **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m]
-       for m in ("keep", "hard", "soft", "asym")},
+       for m in OPT_RESETS},
     **{f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}",
                      "--growth_migration", m] for m in ("preserve", "reset", "naive")},
 }
@@ -91,7 +93,7 @@ COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 _ADAPT = [*_A1, "--enable_growth", "1", "--adapter_targets", "*proj,up,down", "--initial_rank", "2", "--lr", "3e-3"]
 GROWTH_ARMS = {"full-rank": _A1, "fixed-r2": [*_ADAPT, "--max_rank", "2", "--grow_every", "{reset_every}"],
                **{f"grow-{m}": [*_ADAPT, "--rank_step", "2", "--max_rank", "8", "--grow_every", "{reset_every}",
-                                "--growth_migration", m] for m in ("preserve", "reset", "naive", "noma_flat")}}
+                                "--growth_migration", m] for m in GROWTH_MIGRATIONS}}
 #: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
 COMPARISONS = [
     ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),

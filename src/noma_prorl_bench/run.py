@@ -92,9 +92,10 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
               "complete checkpoint (if any)", file=sys.stderr)
         return 130
     except Exception as e:                              # disk full, file-size limit, a path gone read-only
-        if os_error(e) is None:
+        os_err = os_error(e)
+        if os_err is None:
             raise
-        print(write_failed(os_error(e), cfg, prog), file=sys.stderr)
+        print(write_failed(os_err, cfg, prog), file=sys.stderr)
         return 1
     if not summary["complete"]:
         print(_stopped_message(summary, cfg, prog), file=sys.stderr)

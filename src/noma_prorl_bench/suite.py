@@ -106,12 +106,12 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
     if pending:
         print("suite: " + expected_duration(pending, specs, outdir, executor.capacity()), file=sys.stderr)
     own = stop is None
-    stop = (stop or SuiteSignals()).install() if own else stop
+    signals = SuiteSignals().install() if stop is None else stop
     try:
-        return _run_pending(pending, states, outdir, executor, quiet, stop)
+        return _run_pending(pending, states, outdir, executor, quiet, signals)
     finally:
         if own:
-            stop.restore()
+            signals.restore()
 
 
 #: CPU-seconds of one run per RL step where no run of the suite has finished yet: (CPU-seconds, steps) of
@@ -186,7 +186,8 @@ def _run_pending(pending, states, outdir, executor, quiet, stop: SuiteSignals) -
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
     running: dict[str, tuple] = {}          # name -> (process or RayRun, RunSpec)
     adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
-    failures, queue, finished_steps = [], list(pending), 0
+    failures: list = []
+    queue, finished_steps = list(pending), 0
     while running or ((queue or adopted) and stop.signum is None):
         while queue and len(running) + len(adopted) < executor.capacity() and stop.signum is None:
             spec = queue.pop(0)

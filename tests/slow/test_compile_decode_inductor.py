@@ -43,7 +43,7 @@ def test_trainer_rollout_with_compile_decode_equals_off():
     from noma_prorl_bench.training.trainer import Trainer
     cfg = {"outdir": "/tmp/unused", "model": "transformer", "d_model": 32, "n_layers": 2, "batch_size": 3,
            "group_size": 4, "warmstart_steps": 2, "n_val": 8, "quiet": True}
-    off = Trainer(make_config(cfg)).collector.collect()[0]
-    on = Trainer(make_config({**cfg, "compile_decode": "default"})).collector.collect()[0]
+    off = Trainer.from_config(make_config(cfg)).collector.collect()[0]
+    on = Trainer.from_config(make_config({**cfg, "compile_decode": "default"})).collector.collect()[0]
     assert torch.equal(off.tokens, on.tokens) and torch.equal(off.mask, on.mask)
     assert torch.allclose(off.logp_old, on.logp_old, atol=1e-5, rtol=0)

@@ -61,7 +61,7 @@ def test_no_stale_state_during_a_real_run(tmp_path):
     values = {"outdir": str(tmp_path / "t"), "batch_size": 4, "group_size": 4, "warmstart_steps": 5,
               "n_val": 16, "eval_every": 2, "quiet": True, "steps": 7, "enable_growth": 1, "grow_every": 2,
               "rank_step": 4, "growth_migration": "preserve"}
-    tr = Trainer(make_config(values))
+    tr = Trainer.from_config(make_config(values))
     steps_seen = []
     for _ in range(7):
         tr.train_step()

@@ -31,7 +31,7 @@ def _trainer(tmp_path, **overrides):
     values = {"outdir": str(tmp_path / "t"), "batch_size": 4, "group_size": 4, "warmstart_steps": 5,
               "n_val": 16, "eval_every": 2, "quiet": True, **overrides}
     events = MemorySink()
-    return Trainer(make_config(values), events_sink=events), events
+    return Trainer.from_config(make_config(values), events_sink=events), events
 
 
 def _same_params(a: dict, b: dict) -> bool:

@@ -198,7 +198,7 @@ def test_injected_nan_skips_the_update_and_leaves_parameters_untouched(tmp_path,
                        "warmstart_steps": 5, "n_val": 16, "eval_every": 2, "quiet": True})
     sink = MemorySink()
     events = sink.records
-    tr = trainer_mod.Trainer(cfg, events_sink=sink)
+    tr = trainer_mod.Trainer.from_config(cfg, events_sink=sink)
     tr.train_step()
     params = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     opt = {i: {k: v.clone() for k, v in s.items()} for i, s in tr.optimizer.state_dict()["state"].items()}

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import ConfigError, make_config
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.engines import actors
 from noma_prorl_bench.engines.async_ import batch_state
 from noma_prorl_bench.engines.timeline import (
@@ -59,12 +60,12 @@ def test_weight_pack_refuses_a_different_structure():
 def test_rollout_core_with_handed_over_streams_draws_the_trainers_batch():
     cfg = make_config({"outdir": "/tmp/unused", "batch_size": 4, "group_size": 4, "warmstart_steps": 2,
                        "n_val": 16})
-    tr = Trainer(cfg)
+    tr = Trainer.from_config(cfg)
     payload = {"data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state()}
     data_rng, sample_gen = actors.rng_streams(payload, 0, cfg.seed)
     policy = copy.deepcopy(tr.policy)
     load_state(policy, pack_state(tr.policy))
-    core = actors.rollout_collector(cfg, tr.task, tr.tok, policy, tr.T_max, tr.P, data_rng, sample_gen)
+    core = actors.rollout_collector(tr.specs.rollout, tr.task, tr.tok, policy, tr.T_max, tr.P, data_rng, sample_gen)
     for _ in range(2):
         want, got = tr.collector.collect()[0], core.collect()[0]
         for f in ("tokens", "mask", "logp_old", "rewards", "truncated"):
@@ -105,7 +106,8 @@ def test_reset_update_on_a_holder_matches_the_local_reference(monkeypatch):
 
     side = actors.ReferenceScorer.__new__(actors.ReferenceScorer)
     side.cpu, side.rec = actors.CpuClock(), SpanRecorder("reference", 0.0)
-    side._init_ref(make_config({"outdir": "/tmp/unused"}), ref0, 4, 4)
+    ref_spec = RunSpecs.from_config(make_config({"outdir": "/tmp/unused", "batch_size": 2, "group_size": 2})).reference
+    side._init_ref(ref_spec, ref0, 4)                                   # N = 2*2 rows, T = 4
     proxy = actors.RemoteReference(put=lambda obj: obj)
     proxy.bind(policy)
     proxy.reset_to(policy, "polyak", 0.6)
@@ -160,11 +162,11 @@ def test_async_checkpoint_extra_round_trips_a_batch_in_flight_and_sampling_strea
     set_rng puts a generator back where rng_state was taken, so it draws the same next batch."""
     cfg = make_config({"outdir": "/tmp/unused", "batch_size": 2, "group_size": 3, "warmstart_steps": 1,
                        "n_val": 4})
-    tr = Trainer(cfg)
+    tr = Trainer.from_config(cfg)
     streams = actors.rng_streams({}, 1, cfg.seed)                       # generator 1's own streams
     gen = actors.Generator.__new__(actors.Generator)
     gen.cpu, gen.rec = actors.CpuClock(), SpanRecorder("generator/1", 0.0)
-    gen.core = actors.rollout_collector(cfg, tr.task, tr.tok, tr.policy, tr.T_max, tr.P, *streams)
+    gen.core = actors.rollout_collector(tr.specs.rollout, tr.task, tr.tok, tr.policy, tr.T_max, tr.P, *streams)
     batch = gen.core.collect()[0]
     batch.version = 5
     state = gen.rng_state()

@@ -143,4 +143,4 @@ def test_masked_mean_follows_the_handout():
     # a bool mask works as the handout's response_mask does
     assert G.masked_mean(t, mask.bool(), dim=1)[0].item() == 1.5
     # the trainer's own helper stays guarded: an empty slice gives 0
-    assert L.masked_mean(t, mask, dim=1).tolist() == [1.5, 0.0]
+    assert L.masked_mean_or_zero(t, mask, dim=1).tolist() == [1.5, 0.0]

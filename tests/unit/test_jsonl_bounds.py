@@ -8,6 +8,7 @@ import json
 import pytest
 
 from noma_prorl_bench.config import ConfigError, make_config
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.io.memory import build_estimate, model_shape, prompt_response_tokens
 from noma_prorl_bench.tasks import jsonl, make_task
 from noma_prorl_bench.tasks.jsonl import LIMITS, MAX_DEPTH, read_lines
@@ -151,10 +152,10 @@ def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
         return cfg
     sizes = {}
     for n in (100, 1_000, 10_000):
-        cfg = cfg_for(n)
-        P, T = prompt_response_tokens(cfg)
+        sp = RunSpecs.from_config(cfg_for(n))
+        P, T = prompt_response_tokens(sp)
         assert (P, T) == (n + 2, 5)                                     # <bos> prompt <sep>; "2000" + end token
-        sizes[n] = build_estimate(cfg, model_shape(cfg, P + T), P, T).total
+        sizes[n] = build_estimate(sp, model_shape(sp, P + T), P, T).total
     assert sizes[100] < sizes[1_000] < sizes[10_000]
     assert sizes[10_000] - sizes[1_000] > 5 * (sizes[1_000] - sizes[100])     # activations grow with P
 
@@ -169,5 +170,5 @@ def test_the_transformer_holds_the_files_longest_prompt(tmp_path):
     for name, p in (("long", path), ("short", short)):
         cfg = _fitted({"outdir": str(tmp_path / name), "task": f"jsonl:{p}", "model": "transformer",
                            "warmstart_steps": 0, "batch_size": 2, "group_size": 2})
-        rows[name] = Trainer(cfg).policy.max_len
+        rows[name] = Trainer.from_config(cfg).policy.max_len
     assert rows == {"long": 2 + 600 + 3, "short": 512}                 # <bos> prompt <sep>, answer "11" + end

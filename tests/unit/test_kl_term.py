@@ -7,6 +7,7 @@ import torch
 
 from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import ConfigError, RunConfig, kl_metric_key, make_config
+from noma_prorl_bench.config.specs import RunSpecs
 
 torch.set_num_threads(1)
 
@@ -78,16 +79,21 @@ def test_loss_placement_leaves_rewards_alone_and_reward_placement_has_no_loss_te
 
 
 @pytest.mark.unit
-def test_from_config_and_needs():
-    t = KLTerm.from_config(RunConfig(kl_estimator="simple"))
+def _term(**flags) -> KLTerm:
+    return KLTerm.from_spec(RunSpecs.from_config(RunConfig(**flags)).objective.kl)
+
+
+@pytest.mark.unit
+def test_from_spec_and_needs():
+    t = _term(kl_estimator="simple")
     assert (t.estimator, t.metric_key, t.key, t.anchor, t.in_reward) == ("k1", "kl/k1", "k1", "ref", False)
-    full_b = KLTerm.from_config(RunConfig(kl_estimator="full", variant="B"))
+    full_b = _term(kl_estimator="full", variant="B")
     assert full_b.needs_old_logits and not full_b.needs_ref_logits
-    full_a = KLTerm.from_config(RunConfig(kl_estimator="full"))
+    full_a = _term(kl_estimator="full")
     assert full_a.needs_ref_logits and not full_a.needs_old_logits
-    r = KLTerm.from_config(RunConfig(kl_in="reward", kl_reward_form="sequence"))
+    r = _term(kl_in="reward", kl_reward_form="sequence")
     assert r.in_reward and r.reward_form == "sequence"
-    assert KLTerm.from_config(RunConfig()) == KLTerm()          # defaults: k3 in the loss, Variant A
+    assert _term() == KLTerm()          # defaults: k3 in the loss, Variant A
     assert kl_metric_key("k3_ratio") == "kl/k3_ratio" and kl_metric_key("nonsense") == "kl/k3"
 
 
@@ -138,5 +144,5 @@ def test_trainer_reads_no_kl_flag_string():
 
     from noma_prorl_bench.training import trainer
     src = inspect.getsource(trainer)
-    assert not re.search(r"cfg\.(kl_estimator|kl_in|k2_mode|kl_reward_form)\b", src)
-    assert "KLTerm.from_config(cfg)" in src
+    assert not re.search(r"\.(kl_estimator|kl_in|k2_mode|kl_reward_form)\b", src)
+    assert "KLTerm.from_spec(specs.objective.kl)" in src

@@ -102,14 +102,14 @@ def test_policy_logprobs_refuses_chunk_on_a_policy_without_a_separate_head():
 
 
 def _tis_inputs(tr, batch, chunk):
-    tr.cfg = tr.learner.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
+    tr.learner.spec = dataclasses.replace(tr.learner.spec, logprob_chunk=chunk)
     with HeadRows(V) as rec:
         inp, _ = tr.learner.update_inputs(batch)
     return inp, rec.rows
 
 
 def test_tis_recompute_chunked_equals_unchunked_and_no_full_logits():
-    tr = Trainer(make_config({**TINY, "logprob_chunk": CHUNK}))
+    tr = Trainer.from_config(make_config({**TINY, "logprob_chunk": CHUNK}))
     batch = tr.collector.collect()[0]
     full, rows_full = _tis_inputs(tr, batch, 0)
     ch, rows_ch = _tis_inputs(tr, batch, CHUNK)
@@ -127,7 +127,7 @@ def test_a_whole_train_step_never_materialises_more_than_chunk_rows_of_logits(re
     CHUNK rows; without the flag the same step returns whole-batch logits."""
     for chunk in (CHUNK, 0):
         with HeadRows(V) as rec:
-            tr = Trainer(make_config({**TINY, "ref_compute": ref_compute, "logprob_chunk": chunk}))
+            tr = Trainer.from_config(make_config({**TINY, "ref_compute": ref_compute, "logprob_chunk": chunk}))
             m = tr.train_step()
             # kl/to_init, kl/to_prev are exact full-vocabulary KLs (two policies' [N, T, V] logits on
             # the fixed monitor batch): not chunked (docs/performance.md), left out here
@@ -143,12 +143,12 @@ def test_hf_trainer_tis_and_reference_chunked_equal_unchunked(tmp_path):
     path = build_tiny_hf_model(tmp_path / "q", "qwen2", hidden=32, layers=2, heads=4, seed=0)
     cfg = {**TINY, "model": f"hf:{path}", "task": "keyword_inclusion", "warmstart_steps": 0,
            "max_new_tokens": 6, "logprob_chunk": CHUNK}
-    tr = Trainer(make_config(cfg))
+    tr = Trainer.from_config(make_config(cfg))
     batch = tr.collector.collect()[0]
     vocab = tr.policy.vocab_size
     out = {}
     for chunk in (0, CHUNK):
-        tr.cfg = tr.learner.cfg = dataclasses.replace(tr.cfg, logprob_chunk=chunk)
+        tr.learner.spec = dataclasses.replace(tr.learner.spec, logprob_chunk=chunk)
         tr.ref.chunk = chunk
         with HeadRows(vocab) as rec:
             inp, _ = tr.learner.update_inputs(batch)

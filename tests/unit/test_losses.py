@@ -182,7 +182,7 @@ def test_garbage_under_mask_does_not_leak():
     mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     for name, fn in L.LOSSES.items():
         loss, m = fn(logp, old, torch.tensor([1.0, -1.0]), mask, eps_low=0.2, eps_high=0.2)
-        for agg in L.AGGREGATIONS:
+        for agg in (*L.AGGREGATIONS, "token-sum-norm"):           # the flag's rules and the course's constant
             val = L.aggregate(loss, mask, agg)
             assert torch.isfinite(val), (name, agg)
         assert all(math.isfinite(v) for v in m.values()), name
@@ -238,12 +238,22 @@ def _loop_mean(x, m, rows):
 @pytest.mark.unit
 @settings(max_examples=40, deadline=None)
 @given(st.data(), _shape)
-def test_masked_mean_matches_loop_and_ignores_masked_values(data, shape):
+def test_masked_mean_or_zero_matches_loop_and_ignores_masked_values(data, shape):
     x, m = _draw(data, shape)
-    assert L.masked_mean(x, m).item() == pytest.approx(_loop_mean(x, m, False)[0], abs=1e-5)
-    assert L.masked_mean(x, m, dim=1).tolist() == pytest.approx(_loop_mean(x, m, True), abs=1e-5)
+    assert L.masked_mean_or_zero(x, m).item() == pytest.approx(_loop_mean(x, m, False)[0], abs=1e-5)
+    assert L.masked_mean_or_zero(x, m, dim=1).tolist() == pytest.approx(_loop_mean(x, m, True), abs=1e-5)
     junk = torch.where(m > 0, x, torch.full_like(x, float("nan")))
-    assert torch.equal(L.masked_mean(junk, m, dim=1), L.masked_mean(x, m, dim=1))
+    assert torch.equal(L.masked_mean_or_zero(junk, m, dim=1), L.masked_mean_or_zero(x, m, dim=1))
+
+
+@pytest.mark.unit
+def test_the_two_masked_means_differ_by_name_on_an_empty_slice():
+    from noma_prorl_bench import grpo
+    x, m = torch.tensor([[2.0, 4.0], [1.0, 3.0]]), torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+    assert L.masked_mean_or_zero(x, m, dim=1).tolist() == [3.0, 0.0]          # guarded: empty row -> 0
+    handout = grpo.masked_mean(x, m, dim=1)                                     # the handout's: 0/0
+    assert handout[0].item() == 3.0 and math.isnan(handout[1].item())
+    assert not hasattr(L, "masked_mean")
 
 
 @pytest.mark.unit

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from noma_prorl_bench.config import make_config
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.io import preflight
 from noma_prorl_bench.io.memory import MiB, build_estimate, estimate, model_shape
 
@@ -20,25 +21,29 @@ def cfg_of(**kw):
     return make_config({"outdir": "-", **kw})
 
 
+def specs_of(**kw) -> RunSpecs:
+    return RunSpecs.from_config(cfg_of(**kw))
+
+
 def test_gru_parameters_are_counted_exactly():
     # embed 54 x 128 + GRU 3*128*(128 + 128) + 2*3*128 biases + head 128 x 54 + 54 = 112,950
-    s = model_shape(cfg_of(), 15)
+    s = model_shape(specs_of(), 15)
     assert (s.full_params, s.trainable, s.copy_bytes) == (112_950, 112_950, 112_950 * 4)
 
 
 def test_held_copies_per_variant_and_reset_target():
-    a = estimate(cfg_of(model="transformer", d_model=128))
+    a = estimate(specs_of(model="transformer", d_model=128))
     w = a.held["weights"]
     assert a.held["reference"] == w and a.held["monitor_snapshots"] == 2 * w and a.held["best_snapshot"] == 0
     assert a.held["grads_adam"] == 3 * w                         # float32, everything trainable
-    b = estimate(cfg_of(model="transformer", d_model=128, variant="B"))
+    b = estimate(specs_of(model="transformer", d_model=128, variant="B"))
     assert b.held["reference"] == 0 and b.total < a.total
-    best = estimate(cfg_of(model="transformer", d_model=128, reset_to="best"))
+    best = estimate(specs_of(model="transformer", d_model=128, reset_to="best"))
     assert best.held["best_snapshot"] == w and best.total == a.total + w
 
 
 def test_terms_combine_as_baseline_plus_held_plus_largest_phase():
-    e = estimate(cfg_of(model="transformer", d_model=256, batch_size=64, minibatches=1, warmstart_steps=0))
+    e = estimate(specs_of(model="transformer", d_model=256, batch_size=64, minibatches=1, warmstart_steps=0))
     assert e.warm_start == 0 and e.peak_phase == "update"
     assert e.total == e.baseline + sum(e.held.values()) + e.phases["update"]
     assert preflight.estimated_bytes(cfg_of(model="transformer", d_model=256, batch_size=64, minibatches=1,
@@ -47,9 +52,9 @@ def test_terms_combine_as_baseline_plus_held_plus_largest_phase():
 
 def test_chunked_logprobs_and_micro_batches_shrink_the_update():
     base = dict(model="transformer", d_model=128, batch_size=64, minibatches=1)
-    full = estimate(cfg_of(**base)).phases["update"]
-    assert estimate(cfg_of(**base, micro_batch=8)).phases["update"] < full / 4
-    assert estimate(cfg_of(**base, logprob_chunk=64)).phases["update"] < full
+    full = estimate(specs_of(**base)).phases["update"]
+    assert estimate(specs_of(**base, micro_batch=8)).phases["update"] < full / 4
+    assert estimate(specs_of(**base, logprob_chunk=64)).phases["update"] < full
 
 
 @pytest.fixture
@@ -60,13 +65,13 @@ def smollm2_dir(tmp_path):
 
 
 def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once(smollm2_dir):
-    cfg = cfg_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
-    s = model_shape(cfg, 96)
+    sp = specs_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
+    s = model_shape(sp, 96)
     # rank 8 on q, k, v, o of 30 layers: 30 * 8 * ((576 + 576) * 2 + (576 + 192) * 2) = 921,600
     assert s.trainable == 921_600
     assert s.full_params == 134_515_008                          # tied embedding counted once
     assert s.copy_bytes == (134_515_008 + 921_600 + 64) * 4         # + the rotary buffers' 64 elements
-    e = build_estimate(cfg, s, 64, 32)
+    e = build_estimate(sp, s, 64, 32)
     assert e.held["grads_adam"] == 3 * 921_600 * 4
     assert e.held["weights"] == s.copy_bytes
     assert s.shared_bytes == 134_515_008 * 4                        # the frozen base, tied embedding once
@@ -76,9 +81,10 @@ def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once(smollm2_dir)
 
 def test_smollm2_demo_is_not_refused_on_a_24_gib_machine(smollm2_dir, monkeypatch):
     cfg = cfg_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
-    e = build_estimate(cfg, model_shape(cfg, 96), 64, 32)      # the demo's prompts are 64 tokens long
+    sp = RunSpecs.from_config(cfg)
+    e = build_estimate(sp, model_shape(sp, 96), 64, 32)        # the demo's prompts are 64 tokens long
     assert 3000 * MiB < e.total < 4500 * MiB                     # measured peak: 3689 MiB (docs/performance.md)
-    assert estimate(cfg).total < 8 * 2 ** 30                     # no tokenizer here: 128 prompt tokens assumed
+    assert estimate(sp).total < 8 * 2 ** 30                     # no tokenizer here: 128 prompt tokens assumed
     monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2 ** 30)
     assert preflight.memory_error(cfg) is None
     monkeypatch.setattr(preflight, "machine_bytes", lambda: 2 * 2 ** 30)

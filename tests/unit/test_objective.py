@@ -93,3 +93,58 @@ def test_reference_logits_same_in_every_mode_and_counted_once():
     assert got["cached"].shape == (2, 3, 5)
     with pytest.raises(RuntimeError):
         ReferenceHolder(pol, "cached").minibatch_logits(tokens[sl], P, sl)
+
+
+# ------------------------------------------------------------------------ the Objective seam
+def _objective(T_max: int = 4, **flags):
+    from noma_prorl_bench.algorithms.kl_term import KLTerm
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.config.specs import RunSpecs
+    spec = RunSpecs.from_config(make_config({"outdir": "x", "batch_size": 2, "group_size": 2, **flags})).objective
+    return O.Objective(spec, KLTerm.from_spec(spec.kl), T_max)
+
+
+@pytest.mark.unit
+def test_objective_advantages_hand_worked_grpo_and_overlong_shape():
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])                        # B=2 groups of G=2
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.float32)
+    adv, m, shape = _objective().advantages(rewards, mask, beta=0.05)
+    s = 1 / (2 ** 0.5 + 1e-6)                                            # (r - mean) / (unbiased std + eps)
+    assert adv.tolist() == pytest.approx([s, -s, 0.0, 0.0]) and shape == {}
+    # --overlong shape, T_max 4, cache 1: a 4-token (truncated) response gets -1 before the estimator
+    adv2, _, shape2 = _objective(overlong="shape").advantages(rewards, mask, beta=0.05)
+    shaped = torch.tensor([1.0, -1.0, 0.5, 0.5])
+    assert shape2["reward/shaped_mean"] == pytest.approx(float(shaped.mean()))
+    assert adv2.tolist() == pytest.approx([s, -s, 0.0, 0.0])                       # same spread, same sign
+
+
+@pytest.mark.unit
+def test_objective_token_loss_is_policy_loss_plus_beta_kl_term():
+    torch.manual_seed(0)
+    logp = (-torch.rand(3, 4)).requires_grad_(True)
+    logp_old, anchor = logp.detach() - 0.1, logp.detach() + 0.2
+    adv, mask = torch.tensor([1.0, -1.0, 0.5]), torch.ones(3, 4)
+    obj = _objective(loss="reinforce", beta=0.5)
+    tok, pg, kl_tok, kl, _ = obj.token_loss(logp, logp_old, adv, mask, anchor=anchor, logp_sampler=logp_old, beta=0.5)
+    assert torch.allclose(pg, -adv[:, None] * logp)                                   # REINFORCE: -A logp
+    d = anchor - logp                                                                  # k3 = e^d - 1 - d
+    assert torch.allclose(kl_tok, d.exp() - 1 - d) and torch.equal(kl["k3"], kl_tok)
+    assert torch.allclose(tok, pg + 0.5 * kl_tok)
+    tok.sum().backward()                                         # d/dlogp: -A + 0.5 * (1 - e^d) per token
+    assert torch.allclose(logp.grad, -adv[:, None] + 0.5 * (1 - d.detach().exp()))
+    in_reward = _objective(loss="reinforce", kl_in="reward")
+    tok2, pg2, kl2, _, _ = in_reward.token_loss(logp, logp_old, adv, mask, anchor=anchor, logp_sampler=logp_old,
+                                                beta=0.5)
+    assert torch.equal(kl2, torch.zeros_like(kl2)) and torch.allclose(tok2, pg2)       # the KL went to the reward
+
+
+@pytest.mark.unit
+def test_objective_reduce_is_the_runs_aggregation():
+    from noma_prorl_bench.algorithms import losses
+    x, mask = torch.arange(8.0).view(2, 4), torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+    assert _objective().agg == "token-mean" and _objective().reduce(x, mask).item() == pytest.approx(
+        (0 + 1 + 4 + 5 + 6 + 7) / 6)
+    gspo = _objective(loss="gspo")
+    assert gspo.agg == "seq-mean-token-mean"
+    assert gspo.reduce(x, mask).item() == pytest.approx(losses.aggregate(x, mask, "seq-mean-token-mean").item())
+    assert gspo.reduce(x, mask).item() == pytest.approx((0.5 + 5.5) / 2)

@@ -209,16 +209,16 @@ def test_recovery_pending_closed_by_next_reset_and_resume():
 
 
 @pytest.mark.unit
-def test_trigger_from_config_zero_means_off():
+def test_trigger_from_spec_zero_means_off():
     from types import SimpleNamespace
 
-    from noma_prorl_bench.training.resets import trigger_from_config
+    from noma_prorl_bench.training.resets import trigger_from_spec
 
     cfg = SimpleNamespace(reset_every=0, reset_kl_above=0.0, reset_kl_min_gap=20,
                           reset_on_stall=0, stall_min_delta=0.0)
-    trig = trigger_from_config(cfg)
+    trig = trigger_from_spec(cfg)
     assert trig.kl_above is None and trig.stall_patience is None and trig.every == 0
     assert _fires(trig, 50, kl={k: 9.0 for k in range(1, 51)}, val={k: 0.0 for k in range(1, 51)}) == []
     cfg.reset_kl_above, cfg.reset_on_stall, cfg.reset_every = 0.5, 2, 10
-    trig = trigger_from_config(cfg)
+    trig = trigger_from_spec(cfg)
     assert (trig.kl_above, trig.stall_patience, trig.kl_min_gap, trig.every) == (0.5, 2, 20, 10)

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-Metrics = dict[str, float]
+from noma_prorl_bench.io.metrics import Metrics
 
 
 def _check(rewards: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-Metrics = dict[str, float]
+from noma_prorl_bench.io.metrics import Metrics
 
 
 def dynamic_sampling_mask(rewards: Tensor, *, min_spread: float = 0.0) -> tuple[Tensor, Metrics]:

@@ -27,9 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-Metrics = dict[str, float]
+from noma_prorl_bench.io.metrics import Metrics
 
-KL_ESTIMATORS = ("k1", "k2", "k3")   # the sample estimators kl_terms returns
 REF_OVER_OLD_CLAMP = 10.0  # |log pi_ref/pi_old| clamp of the ProRL-v2 blog's k2 (--k2_mode ref_over_old)
 
 

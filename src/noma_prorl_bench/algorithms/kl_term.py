@@ -3,8 +3,8 @@
 Legend: B prompts, G samples per prompt, N = B*G sequences, n rows of a minibatch, T response
 tokens, V vocabulary.
 
-`KLTerm.from_config(cfg)` reads --kl_estimator, --k2_mode, --kl_in, --kl_reward_form and --variant
-once; the trainer asks the object and never reads those strings itself:
+`KLTerm.from_spec(spec)` takes the run's `KLSpec` (config/specs.py: --kl_estimator, --k2_mode, --kl_in,
+--kl_reward_form and --variant, read once); the trainer asks the object and never reads those strings itself:
 
   metric_key            kl/k1 | kl/k2 | kl/k3 | kl/k3_ratio | kl/full: the logged estimate that
                         enters the loss (what --target_kl and --reset_kl_above read)
@@ -26,8 +26,8 @@ from torch import Tensor
 from noma_prorl_bench.algorithms import advantages as adv_lib
 from noma_prorl_bench.algorithms import kl as kl_lib
 from noma_prorl_bench.config import kl_metric_key
-
-Metrics = dict[str, float]
+from noma_prorl_bench.config.specs import KLSpec
+from noma_prorl_bench.io.metrics import Metrics
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,10 @@ class KLTerm:
     anchor: str = "ref"
 
     @classmethod
-    def from_config(cls, cfg) -> KLTerm:
-        """The KL term of a RunConfig (`simple` is the seed's spelling of k1)."""
-        est = "k1" if cfg.kl_estimator == "simple" else cfg.kl_estimator
-        return cls(estimator=est, k2_mode=cfg.k2_mode, placement=cfg.kl_in, reward_form=cfg.kl_reward_form,
-                   anchor="old" if cfg.variant == "B" else "ref")
+    def from_spec(cls, spec: KLSpec) -> KLTerm:
+        """The KL term of a run's `KLSpec` (config/specs.py; `simple` is already spelled k1 there)."""
+        return cls(estimator=spec.estimator, k2_mode=spec.k2_mode, placement=spec.placement,
+                   reward_form=spec.reward_form, anchor=spec.anchor)
 
     # ---------------------------------------------------------------- what it needs
     @property

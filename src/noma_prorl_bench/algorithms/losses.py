@@ -33,10 +33,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from noma_prorl_bench.config.choices import AGGREGATIONS
+from noma_prorl_bench.io.metrics import Metrics
 from noma_prorl_bench.models.base import entropy_from_logits  # noqa: F401  (one definition, used here by name)
-
-Metrics = dict[str, float]
-
 
 # ---------------------------------------------------------------- masked reductions
 
@@ -47,7 +46,7 @@ def _sanitize(tensor: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(m != 0, tensor, torch.zeros_like(tensor)) * m, m
 
 
-def masked_mean(tensor: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_mean_or_zero(tensor: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Mean of `tensor` over positions where `mask` is 1, over `dim` (all elements if None).
 
     Values under mask == 0 are ignored entirely (even NaN/inf). A slice with no masked
@@ -103,10 +102,7 @@ def aggregate(loss: Tensor, mask: Tensor, agg: str, norm_const: float | None = N
         if c <= 0:
             raise ValueError(f"norm_const must be positive, got {c}")
         return lm.sum() / c
-    raise ValueError(f"unknown loss aggregation {agg!r}; choose from {AGGREGATIONS}")
-
-
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum-norm")
+    raise ValueError(f"unknown loss aggregation {agg!r}; choose from {(*AGGREGATIONS, 'token-sum-norm')}")
 
 
 # ---------------------------------------------------------------- helpers
@@ -138,13 +134,13 @@ def _log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
 
 def _frac(flags: Tensor, mask: Tensor) -> float:
     """Fraction of masked tokens where the boolean `flags[N,T]` holds."""
-    return float(masked_mean(flags.to(torch.float32), mask).item())
+    return float(masked_mean_or_zero(flags.to(torch.float32), mask).item())
 
 
 def _apply_tis(loss: Tensor, tis_weight: Tensor | None, mask: Tensor, metrics: Metrics) -> Tensor:
     if tis_weight is None:
         return loss
-    metrics["tis/weight_mean"] = float(masked_mean(tis_weight.float(), mask).item())
+    metrics["tis/weight_mean"] = float(masked_mean_or_zero(tis_weight.float(), mask).item())
     return loss * tis_weight.detach()
 
 
@@ -183,10 +179,10 @@ def _ratio_metrics(log_ratio: Tensor, mask: Tensor) -> Metrics:
     with torch.no_grad():
         ratio = log_ratio.exp()
         return {
-            "policy/ratio_mean": float(masked_mean(ratio, mask).item()),
+            "policy/ratio_mean": float(masked_mean_or_zero(ratio, mask).item()),
             "policy/ratio_max": float(torch.where(mask != 0, ratio, torch.zeros_like(ratio)).max().item())
             if ratio.numel() else 0.0,
-            "policy/approx_kl_old": float(masked_mean(0.5 * log_ratio.pow(2), mask).item()),
+            "policy/approx_kl_old": float(masked_mean_or_zero(0.5 * log_ratio.pow(2), mask).item()),
         }
 
 
@@ -293,7 +289,7 @@ def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_
     """
     a = _adv_matrix(adv, logp)  # [N,1] or [N,T]
     log_ratio = _log_ratio(logp, logp_old, mask)  # [N,T]
-    seq_log_ratio = masked_mean(log_ratio, mask, dim=-1).unsqueeze(-1)  # [N,1]
+    seq_log_ratio = masked_mean_or_zero(log_ratio, mask, dim=-1).unsqueeze(-1)  # [N,1]
     s = seq_log_ratio.exp().expand_as(logp)  # [N,T], same value along T
     loss, metrics = _clipped_surrogate(s, a, mask, eps_low, eps_high, dual_clip_c)
     metrics.update(_ratio_metrics(log_ratio.detach(), mask))

@@ -3,8 +3,17 @@
 Legend: B prompts, G samples per prompt, N = B*G, n rows of a minibatch, P prompt length,
 T response length, L = P + T, V vocabulary.
 
-The learner (training/learner.py) calls these, in this order, each a function of tensors and flags (no model,
-optimizer or I/O):
+`Objective` is the one place where advantages are estimated and the per-token loss is composed
+(the learner, training/learner.py, holds one and calls it; no model, optimizer or I/O inside):
+
+  advantages       rewards[N] -> shape_rewards -> the --adv estimator, with the KL in the reward
+                   placed by kl_term.KLTerm.advantages -> adv [N] or [N, T]
+  token_loss       policy loss (--loss, losses.LOSSES) + beta * the KL term of the loss -> [n, T]
+  reduce           the --loss_agg reduction of an [n, T] matrix over a minibatch
+
+A value model would plug in here: its values enter `advantages` (GAE returns) and its value
+loss joins `token_loss` (torchtune's `estimate_advantages` and `PPOLoss` split it the same way).
+The functions it uses, each of tensors and flags:
 
   shape_rewards    the task reward + DAPO soft overlong penalty (--overlong shape); the KL in
                    the reward (--kl_in reward, token or sequence form) is added with the
@@ -23,8 +32,10 @@ from torch import Tensor
 
 from noma_prorl_bench.algorithms import dapo
 from noma_prorl_bench.algorithms import kl as kl_lib
-
-Metrics = dict[str, float]
+from noma_prorl_bench.algorithms import losses as loss_lib
+from noma_prorl_bench.algorithms.kl_term import KLTerm
+from noma_prorl_bench.config.specs import ObjectiveSpec
+from noma_prorl_bench.io.metrics import Metrics
 
 
 def overlong_cache_len(T: int) -> int:
@@ -76,3 +87,49 @@ class UpdateInputs:
     logp_old: Tensor                     # [N, T] ratio denominator: sampler's, or learner's (--tis_cap)
     tis_weight: Optional[Tensor] = None  # [N, T] min(pi_learner_old / pi_sampler, C), --tis_cap
     old_logits: Optional[Tensor] = None  # [N, T, V] pre-update logits (Variant B, --kl_estimator full)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the learner optimises: advantage estimation and per-token loss composition of one run
+    (`spec`: --adv, --loss, clip bounds, --loss_agg, --overlong; `kl`: the KL term; `T_max`: the
+    response cap, the norm constant of seq-mean-token-sum-norm and of the overlong shaping)."""
+
+    spec: ObjectiveSpec
+    kl: KLTerm
+    T_max: int
+
+    def advantages(self, rewards: Tensor, mask: Tensor, *, beta: float, logp_old: Optional[Tensor] = None,
+                   logp_ref: Optional[Tensor] = None) -> tuple[Tensor, Metrics, Metrics]:
+        """rewards[N] (task rewards) -> (advantages [N], or [N, T] with the KL in the reward in token
+        form; advantage metrics; reward-shaping metrics). `logp_ref` [N, T]: only with the KL in the reward."""
+        spec = self.spec
+        shaped, shape_metrics = shape_rewards(rewards, mask, overlong=spec.overlong, T_max=self.T_max)   # [N]
+        adv, adv_metrics = self.kl.advantages(shaped, mask, spec.adv, spec.batch_size, spec.group_size, beta=beta,
+                                              logp_old=logp_old, logp_ref=logp_ref)
+        return adv, adv_metrics, shape_metrics
+
+    def token_loss(self, logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, anchor: Tensor,
+                   logp_sampler: Tensor, beta: float, tis_weight: Optional[Tensor] = None,
+                   logits: Optional[Tensor] = None,
+                   logits_anchor: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor], Metrics]:
+        """The per-token loss of rows [n, T] -> (policy loss + beta * KL term, policy loss, KL term, every
+        KL estimate {name: [n, T]} (logged), metrics). `logp_old`: the ratio's denominator (and the
+        estimates' pi_old); `anchor`: logp of the KL's anchor; `logp_sampler`: the sampler's logp (the
+        ref_over_old k2 reads it); `logits`, `logits_anchor`: [n, T, V] for --kl_estimator full."""
+        spec = self.spec
+        pg, metrics = loss_lib.LOSSES[spec.loss](logp, logp_old, adv, mask, eps_low=spec.eps_lo, eps_high=spec.eps_hi,
+                                                 dual_clip_c=spec.dual_clip_c or None, tis_weight=tis_weight)
+        kl = self.kl.estimates(logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor,
+                               temperature=spec.temperature)
+        kl_tok = self.kl.loss_term(kl, logp_sampler, anchor)                      # zeros when the KL is in the reward
+        return pg + beta * kl_tok, pg, kl_tok, kl, metrics
+
+    @property
+    def agg(self) -> str:
+        """--loss_agg, resolved."""
+        return self.spec.loss_agg_resolved
+
+    def reduce(self, tok: Tensor, mask: Tensor) -> Tensor:
+        """An [n, T] per-token matrix -> the minibatch's scalar by --loss_agg (norm constant T_max)."""
+        return loss_lib.aggregate(tok, mask, self.agg, norm_const=self.T_max)

@@ -15,6 +15,20 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
+from noma_prorl_bench.config.choices import (
+    Adv,
+    AnswerExtraction,
+    CompileDecode,
+    GrowthMigration,
+    KLEstimator,
+    Loss,
+    LossAgg,
+    LRSchedule,
+    OptReset,
+    RefCompute,
+    RefUpdate,
+)
+
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
 # other change). None of them changes what the next step computes, except `steps` (a longer run:
 # the cosine-schedule horizon follows it) and `threads` (float reductions may round differently).
@@ -94,7 +108,7 @@ class RunConfig:
     """jsonl:PATH only: the longest prompt, in characters (the memory estimate sizes sequences by the longest prompt)."""
     max_answer_chars: int = 4096
     """jsonl:PATH only: the longest answer, in characters (the response cap, --max_new_tokens when not given, is the longest answer plus one)."""
-    answer_extraction: Literal["lenient", "tag"] = "lenient"
+    answer_extraction: AnswerExtraction = "lenient"
     """rg:NAME only: how the answer is read from a response before score_answer. tag: the inside of the last <answer></answer> (none: reward 0). lenient: the tag if present, else the last number (numeric answers) or the last non-empty line."""
     format_reward: float = 0.0
     """rg:NAME only: weight w of the format reward; reward = correct + w * format, where format = 1 iff the response has exactly one non-empty <answer></answer>. Both parts are logged separately (reward/correct, reward/format) whatever w is."""
@@ -116,7 +130,7 @@ class RunConfig:
     """Activation (gradient) checkpointing in training forwards: transformer per block (torch.utils.checkpoint, non-reentrant), hf:PATH through the model's gradient_checkpointing_enable. Less memory, about one extra forward of compute; same gradients (not for gru)."""
     logprob_chunk: int = 0
     """Compute log-probs (and the learner's entropy) this many token positions at a time (output head + float32 log-softmax per chunk, recomputed in backward), so no [n, T, V] float32 logits tensor of a whole batch exists at once. Applies to every log-prob pass: the learner's forward, the reference forward (A0/A1/A2, and the Ray reference actor), the pre-update recompute of --tis_cap, the warm start and the policy/delta_logp monitor; not to sampling (one [N, V] row per token) nor to the kl/to_init, kl/to_prev monitors (exact full-vocabulary KL). 0: one piece. transformer and hf:PATH only; not with --kl_estimator full (which needs the logits)."""
-    compile_decode: Literal["off", "default", "reduce-overhead"] = "off"
+    compile_decode: CompileDecode = "off"
     """--model transformer: run the sampler's single-token decode step through torch.compile over the preallocated KV cache with static shapes (position as a tensor, attention over the whole cache under a mask), compiled once per rollout shape (batch rows, cache length), not per token. default: inductor's default mode; reduce-overhead: CUDA graphs on a CUDA device (on CPU it runs as default). The first rollout pays the compilation (tens of seconds on CPU). Same tokens and logp_old as off up to float rounding; off: the eager step (docs/performance.md)."""
     micro_batch: int = 0
     """Rows (sequences) per forward/backward inside a minibatch; the gradients of the micro-batches are accumulated into one optimizer step equal to the whole minibatch's (gradient accumulation). 0: the whole minibatch at once."""
@@ -144,7 +158,7 @@ class RunConfig:
     """Weight decay (AdamW)."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 disables)."""
-    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_schedule: LRSchedule = "constant"
     """Learning-rate schedule (after warmup)."""
     warmup_steps: int = 0
     """Linear LR warmup, in optimizer steps."""
@@ -154,9 +168,9 @@ class RunConfig:
     """Minibatches per epoch (M); each is one optimizer step. Minibatches are contiguous slices of the batch, visited in a shuffled order each epoch."""
 
     # ---------------------------------------------------------------- loss
-    adv: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"] = "grpo"
+    adv: Adv = "grpo"
     """Advantage estimator over rewards[B,G] (maxrl: (r - mean_g) / (mean_g + eps); rft: the raw rewards)."""
-    loss: Literal["grpo_clip", "dapo", "cispo", "gspo", "reinforce", "noclip"] = "grpo_clip"
+    loss: Loss = "grpo_clip"
     """Per-token policy loss (noclip: -ratio * A, unclipped)."""
     clip_eps: float = -1.0
     """PPO/GRPO clip range epsilon (eps_low = eps_high = clip_eps unless those are given). -1: 0.2, except with --loss gspo, where no clip flag at all means the GSPO paper's 3e-4 (low) / 4e-4 (high) on the sequence ratio. The values used are config.json's derived.eps_low / derived.eps_high."""
@@ -166,7 +180,7 @@ class RunConfig:
     """Upper clip range (ratio <= 1 + eps_high); -1 means --clip_eps, except with --loss dapo where it means DAPO's clip-higher 0.28 (and with --loss gspo and no clip flag, 4e-4). With --loss cispo it is the only bound: the IS weight is truncated at 1 + eps_high (MiniMax-M1)."""
     dual_clip_c: float = 0.0
     """Dual-clip constant c > 1 for negative advantages (Ye et al. 2020); 0 disables."""
-    loss_agg: Literal["auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "auto"
+    loss_agg: LossAgg = "auto"
     """How the per-token loss matrix is reduced to a scalar. auto: seq-mean-token-mean (a mean over sequences, as the GSPO paper) with --loss gspo, token-mean otherwise; the value used is config.json's derived.loss_agg."""
     tis_cap: float = 0.0
     """Truncated importance sampling cap C between sampler and learner logprobs; 0 disables."""
@@ -178,11 +192,11 @@ class RunConfig:
     # ---------------------------------------------------------------- KL and reference
     variant: Literal["A", "B"] = "A"
     """A: explicit KL to a reference policy (needs logp_ref). B: no reference model at all; the penalty anchors to logp_old (a different objective)."""
-    ref_compute: Literal["naive_epoch", "cached", "ring"] = "cached"
+    ref_compute: RefCompute = "cached"
     """How logp_ref is obtained (Variant A): naive_epoch (A0: recomputed for every minibatch in every epoch), cached (A1: once per rollout batch), ring (A2: once per batch into a preallocated buffer, minibatches are views)."""
     beta: float = 0.05
     """KL coefficient (initial value when --target_kl is set)."""
-    kl_estimator: Literal["simple", "k2", "k3", "k3_ratio", "full"] = "k3"
+    kl_estimator: KLEstimator = "k3"
     """Estimator in the loss (r = pi_anchor/pi_theta). k3 = r - 1 - log r (default; GRPO's, verl's default low_var_kl): its value estimates KL(pi||anchor) but its in-loss gradient is that of the reverse KL(anchor||pi). k3_ratio = (pi_theta/pi_old) * k3: same value on-policy, gradient of KL(pi||anchor) (TRL 1.16's default use_bias_correction_kl when beta > 0; slime). simple = k1 = logp_theta - logp_anchor: zero expected gradient, so with it Variant A, Variant B and every reset give identical updates (see README). k2 = 0.5*(log r)^2 (see --k2_mode): gradient of KL(pi||anchor). full = exact KL over the vocabulary. k1/k2/k3 are logged every step (docs/losses.md)."""
     k2_mode: Literal["theta_over_ref", "ref_over_old"] = "theta_over_ref"
     """k2 ratio. theta_over_ref: differentiable 0.5*(log pi_theta/pi_ref)^2. ref_over_old: the ProRL-v2 blog's x = exp(clamp(log pi_ref/pi_old)) as written; it is constant in theta inside a rollout, so as a loss term it adds no gradient (its value is logged as kl/ref_over_old_k2 every step either way)."""
@@ -210,11 +224,11 @@ class RunConfig:
     """Improvement over the best validation reward that counts as progress."""
     reset_to: Literal["current", "best"] = "current"
     """Reset target: the current policy (ProRL v2) or the best checkpoint by validation reward (ProRL v1; the policy is restored too)."""
-    ref_update: Literal["hard", "polyak"] = "hard"
+    ref_update: RefUpdate = "hard"
     """Reference update rule at a reset: hard copy or Polyak mix ref <- a*pi + (1-a)*ref."""
     ref_mix_alpha: float = 0.6
     """Polyak mixing weight a (TRL sync_ref_model uses 0.6)."""
-    opt_reset: Literal["keep", "hard", "soft", "asym"] = "keep"
+    opt_reset: OptReset = "keep"
     """Adam moments at a reset: keep; hard (moments, step, schedule cleared); soft (m,v *= soft_factor); asym (m *= soft_factor, v kept)."""
     soft_factor: float = 0.2
     """Factor for --opt_reset soft/asym, in [0, 1]."""
@@ -240,7 +254,7 @@ class RunConfig:
     """When to grow: schedule (every --grow_every steps); reset (right after each reference reset, which needs a reset trigger: --reset_every, --reset_kl_above, --reset_on_stall or a preset); stall (after --grow_patience validations without beating the best by --stall_min_delta)."""
     grow_patience: int = 3
     """--grow_on stall: validations (every --eval_every steps) without improvement before a growth; the count then restarts."""
-    growth_migration: Literal["preserve", "reset", "naive", "noma_flat"] = "preserve"
+    growth_migration: GrowthMigration = "preserve"
     """Optimizer state at growth: preserve (old block of every Adam moment copied, new block zero, step kept); reset (same optimizer, all state cleared); naive (new parameters and a new optimizer: state lost, the common PyTorch mistake; the LR scheduler is rebuilt at the same step); noma_flat (NOMA's flat-prefix copy of values and moments: scrambles B [out, r])."""
     adapter_targets: str = "head"
     """Comma-separated nn.Linear names that get adapters: exact dotted names (head), dotted suffixes (q_proj matches blocks.*.attn.q_proj) or globs (*proj)."""
@@ -332,6 +346,11 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def field_default(name: str):
+    """The default value of RunConfig field `name` (for modules that bound by a flag's default)."""
+    return next(f.default for f in dataclasses.fields(RunConfig) if f.name == name)
 
 
 # ------------------------------------------------------------------------ field docs

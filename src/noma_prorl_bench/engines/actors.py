@@ -9,7 +9,7 @@ scored remotely carries the `ref_version` that scored it and the learner refuses
 `struct_version` counts changes of the policy's state-dict structure (adapter growth): the
 learner ships the whole module once per structure version, weights as numpy otherwise.
 
-  Learner          a `Trainer` (the local engine's loop, unchanged) whose collector is a
+  Learner          a `Trainer` (the local engine's loop, unchanged) built with a collector that is a
                    `HandedCollector` serving the batch the driver hands it, so every metric,
                    reset, eval and counter is the local code path (the same `Learner` stage);
                    it publishes weight packs through the object store.
@@ -19,7 +19,7 @@ learner ships the whole module once per structure version, weights as numpy othe
                    it also scores logp_ref right after sampling.
   ReferenceScorer  `--ref_placement own_actor`: a `ReferenceHolder` (A1, cached) in its own actor.
 
-With the reference outside the learner, the learner's `trainer.ref` is a `RemoteReference`
+With the reference outside the learner, the learner's Trainer is built with a `RemoteReference`
 (remote_ref.py): it serves the received logp_ref to the unchanged loss code and turns
 `reset_to` into a pending update (the packed policy state + rule) that the driver sends to
 every holder.
@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import torch
 
+from noma_prorl_bench.config.specs import ReferenceSpec, RolloutSpec, RunSpecs
 from noma_prorl_bench.engines.remote_ref import RemoteReference
 from noma_prorl_bench.engines.timeline import SpanRecorder
 from noma_prorl_bench.engines.weights import (
@@ -47,10 +48,10 @@ from noma_prorl_bench.engines.weights import (
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
 from noma_prorl_bench.rollout.collector import Collector, HandedCollector
 from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits
-from noma_prorl_bench.rollout.reference import ReferenceHolder
+from noma_prorl_bench.rollout.reference import ReferenceHolder, ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
-from noma_prorl_bench.training.trainer import Trainer
+from noma_prorl_bench.training.trainer import COUNTER_KEYS, Trainer
 
 ROLLOUT_COUNTERS = ("policy_fwd_rollout", "tokens_policy")
 
@@ -78,10 +79,11 @@ class CpuClock:
 
 
 # ============================================================================ generator side
-def rollout_collector(cfg, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen) -> Collector:
+def rollout_collector(spec: RolloutSpec, task, tok, policy, T_max: int, P: Optional[int], data_rng,
+                      sample_gen) -> Collector:
     """The local engine's Collector on a generator's policy copy and streams (no warm start,
     optimizer or reference): the generator runs the local sampling code."""
-    return Collector.from_config(cfg, task, tok, policy, T_max, P, data_rng, sample_gen, Counters(ROLLOUT_COUNTERS))
+    return Collector.from_spec(spec, task, tok, policy, T_max, P, data_rng, sample_gen, Counters(ROLLOUT_COUNTERS))
 
 
 def rng_streams(payload: dict, index: int, seed: int):
@@ -100,8 +102,12 @@ def rng_streams(payload: dict, index: int, seed: int):
 class _RefSide:
     """A ReferenceHolder (A1) that scores batches and applies reset updates by version."""
 
-    def _init_ref(self, cfg, module, N_max: int, T_max: int):
-        self.ref = ReferenceHolder(module, "cached", cfg.temperature, N_max, T_max, chunk=cfg.logprob_chunk)
+    ref: Any                       # the ReferenceHolder (None until built)
+    rec: SpanRecorder              # set by the actor that mixes this in
+    cpu: CpuClock
+
+    def _init_ref(self, spec: ReferenceSpec, module, T_max: int):
+        self.ref = ReferenceHolder(module, "cached", spec.temperature, spec.rows, T_max, chunk=spec.logprob_chunk)
         self.ref_version = 0
         self.ref_struct_version = 0
 
@@ -138,23 +144,26 @@ class Generator(_RefSide):
 
     def __init__(self, cfg, index: int, t0: float, ref_here: bool, fault: Optional[str] = None):
         self.cpu = CpuClock()
-        torch.set_num_threads(cfg.threads)
-        self.cfg, self.index, self.ref_here, self.fault, self.calls = cfg, index, ref_here, fault, 0
+        self.specs = RunSpecs.from_config(cfg)
+        torch.set_num_threads(self.specs.threads)
+        self.index, self.ref_here, self.fault, self.calls = index, ref_here, fault, 0
         self.rec = SpanRecorder(f"generator/{index}", t0)
-        self.core = self.ref = None
+        self.core: Any = None          # the Collector, built at start()
+        self.ref = None
 
     def start(self, payload: dict) -> dict:
         """Build from the learner's version-0 payload (separate from __init__ so that the
         process start overlaps the learner's warm start)."""
-        cfg = self.cfg
+        specs = self.specs
         start = self.rec.now()
         policy = payload["module"]
-        data_rng, sample_gen = rng_streams(payload, self.index, cfg.seed)
-        self.core = rollout_collector(cfg, make_task(cfg.task, n_val=cfg.n_val, cfg=cfg), payload["tok"], policy,
-                                payload["T_max"], payload["P"], data_rng, sample_gen)
+        data_rng, sample_gen = rng_streams(payload, self.index, specs.seed)
+        task = make_task(specs.task.task, n_val=specs.task.n_val, cfg=specs.task)
+        self.core = rollout_collector(specs.rollout, task, payload["tok"], policy, payload["T_max"], payload["P"],
+                                      data_rng, sample_gen)
         self.version, self.struct_version = payload.get("version", 0), payload["struct_version"]
         if self.ref_here:
-            self._init_ref(cfg, policy, cfg.batch_size * cfg.group_size, payload["T_max"])
+            self._init_ref(specs.reference, policy, payload["T_max"])
         self.rec.add("setup", start, self.rec.now(), 0)
         return {"pid": os.getpid(), "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
@@ -228,13 +237,13 @@ class ReferenceScorer(_RefSide):
 
     def __init__(self, cfg, t0: float):
         self.cpu = CpuClock()
+        self.spec = RunSpecs.from_config(cfg).reference
         torch.set_num_threads(cfg.threads)
-        self.cfg = cfg
         self.rec = SpanRecorder("reference", t0)
 
     def start(self, payload: dict) -> dict:
         start = self.rec.now()
-        self._init_ref(self.cfg, payload["module"], self.cfg.batch_size * self.cfg.group_size, payload["T_max"])
+        self._init_ref(self.spec, payload["module"], payload["T_max"])
         self.ref_struct_version = payload["struct_version"]
         self.rec.add("setup", start, self.rec.now(), 0)
         return {"pid": os.getpid(), "ref_version": self.ref_version, "spans": self.rec.drain(),
@@ -250,13 +259,14 @@ class Learner:
         self.rec = SpanRecorder("learner", t0)
         start = self.rec.now()
         self.events, self.samples = MemorySink(), MemorySink()
-        self.trainer = Trainer(cfg, NullSink(), self.events, self.samples)
-        remote = RemoteReference() if ref_remote else None
+        counters = Counters(COUNTER_KEYS)
+        remote = RemoteReference() if ref_remote else None       # logp_ref scored elsewhere, resets sent out
+        self.handed = HandedCollector(counters, remote)           # the driver's batches
+        self.trainer = Trainer.from_config(cfg, NullSink(), self.events, self.samples, counters=counters,
+                                           collector=self.handed,
+                                           reference=cast(Optional[ReferenceSource], remote))
         if remote is not None:
-            self.trainer.use_reference(remote)              # the reset manager acts on it too
             remote.bind(self.trainer.policy)
-        self.handed = HandedCollector(self.trainer.counters, remote)   # the driver's batches
-        self.trainer.collector = self.handed
         self.version = 0
         self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None
         self.rec.add("setup", start, self.rec.now(), 0)
@@ -323,7 +333,7 @@ class Learner:
         try:
             m = tr.train_step()
         except NonFiniteError as e:                  # --on_nan stop: the step's records (its nan_guard event)
-            e.records = {"events": self.events.drain(), "samples": self.samples.drain()}     # go with it
+            cast(Any, e).records = {"events": self.events.drain(), "samples": self.samples.drain()}   # go with it
             raise
         self.version += 1
         self._train_spans(start, m, step)

@@ -19,10 +19,16 @@ docs/ray.md "Checkpoints and resume".
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:                  # the engine this is mixed into (a subclass of both)
+    from noma_prorl_bench.engines.driver import RayEngine
+    _Engine = RayEngine
+else:
+    _Engine = object
 
 
-class Checkpointing:
+class Checkpointing(_Engine):
     """Mixin for a RayEngine: `save_checkpoint(reason)` and `restore_driver(ckpt)`."""
 
     saved = -1                    # the step of the last checkpoint written or resumed from

@@ -119,7 +119,7 @@ class RayEngine:
         import ray  # noqa: PLC0415
         if ray.is_initialized():
             return
-        quiet = {"logging_level": "ERROR", "log_to_driver": False}
+        quiet: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         self.owns_ray = True
         with ray_starting(self.stops):
             if self.cfg.ray_address:
@@ -245,6 +245,10 @@ class RayEngine:
                 raise EngineError(f"{late[0].what} did not answer within "
                                   f"{self.timeout_text(late[0])} (the actor hangs or is too slow)",
                                   waited_s=late[0].waited())
+
+    def restore_driver(self, ckpt) -> None:
+        """The driver's side of a resume (engines/checkpoints.Checkpointing, mixed in before this class)."""
+        raise NotImplementedError
 
     def get(self, ref, what: str, setup: bool = False):
         return self.wait_any({ref: self.call(what, setup=setup)})[2]

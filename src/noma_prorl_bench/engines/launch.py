@@ -20,7 +20,7 @@ import os
 import signal
 import time
 from contextlib import ExitStack
-from typing import Optional
+from typing import Any, Optional
 
 from noma_prorl_bench.engines.driver import EngineError
 from noma_prorl_bench.engines.stops import EngineStopped, StopSignals, stop_on_signals
@@ -36,6 +36,11 @@ FILES = ("metrics", "events", "samples", "timeline")
 class RunFiles:
     """metrics.jsonl, events.jsonl, samples.jsonl, timeline.jsonl of one run (flushed per line);
     with no outdir, the same four held in memory (the set-up's records) until `replay`."""
+
+    metrics: Any
+    events: Any
+    samples: Any
+    timeline: Any
 
     def __init__(self, outdir: Optional[str] = None, mode: str = "w"):
         if outdir is None:
@@ -97,7 +102,7 @@ def _started(cfg, ckpt, stops: StopSignals):
         with stops.held():
             engine.stop()
         if stops.signum is not None or isinstance(e, (EngineStopped, KeyboardInterrupt)):
-            signum = stops.signum or getattr(e, "signum", signal.SIGINT)
+            signum: Any = stops.signum or getattr(e, "signum", signal.SIGINT)
             raise SetupStopped(int(signum)) from None     # whatever Ray made of the handler's exception
         raise
     return engine
@@ -151,7 +156,7 @@ def _train(cfg, engine, stops: StopSignals, t0: float) -> dict:
     return summary
 
 
-def _record_failure(cfg, files, step: int, error: Exception) -> str:
+def _record_failure(cfg, files, step: int, error: BaseException) -> str:
     """The events.jsonl record of a failed or stopped run; returns its one-line reason. Non-finite
     logits in a generator get the local engine's `nan_guard` event (rollout/nonfinite.py); the
     learner's NaN guard (--on_nan stop) brings its own records of the step (its `nan_guard` event)."""

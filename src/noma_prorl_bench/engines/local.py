@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.lock import run_lock
 from noma_prorl_bench.io.metrics import MemorySink
@@ -28,9 +30,9 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     from noma_prorl_bench.training.trainer import Trainer
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
-    buffers[1].write(estimate_event(cfg))           # the memory_estimate record, first
+    buffers[1].write(estimate_event(RunSpecs.from_config(cfg)))   # the memory_estimate record, first
     with stop_during_setup():                        # a stop signal here: SetupStopped, nothing written
-        trainer = Trainer(cfg, *buffers)
+        trainer = Trainer.from_config(cfg, *buffers)
         if ckpt is not None:
             trainer.load_state_dict(ckpt.state)      # checkpoint.CheckpointError if it does not fit
             from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415
@@ -59,7 +61,7 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     sinks = open_outputs(cfg, trainer, buffers, ckpt)
     if ckpt is not None:                             # a growth due on a shorter run's last step (io/resume.py)
         trainer.growth.grow_pending(trainer.step_idx)
-    state = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
+    state: dict[str, Any] = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
 
     def save(reason: str) -> None:
         wall = extra.get("wall_seconds", 0.0) + time.perf_counter() - t0

@@ -42,13 +42,14 @@ class RemoteReference:
 
     enabled = True
     mode = "cached"
+    model = None                  # pi_ref lives in the holders (adapter growth needs --ref_placement learner)
 
     def __init__(self, put: Callable = _ray_put):
         self._put = put
         self.ref_version = 0
         self.struct_version = 0
-        self._sig = None
-        self._module_ref = None
+        self._sig: Any = None
+        self._module_ref: Any = None
         self._logp: Optional[torch.Tensor] = None
         self._n: Optional[int] = None
         self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # the holders' counts (io.metrics)
@@ -72,7 +73,7 @@ class RemoteReference:
         self._n = tokens.shape[0]
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
-        if self._n is None:
+        if self._n is None or self._logp is None:
             raise RuntimeError("RemoteReference.minibatch before prepare() for this batch")
         start, stop, _ = sl.indices(self._n)
         if tokens_mb.shape[0] != stop - start:

@@ -50,7 +50,8 @@ def pack_state(module_or_state) -> WeightPack:
     for k, t in _state(module_or_state).items():
         t = t.detach().cpu()
         if t.dtype == torch.bfloat16:
-            t, _ = t.view(torch.int16), bf16.add(k)
+            t = t.view(torch.int16)
+            bf16.add(k)
         arrays[k] = t.numpy()
     return WeightPack(arrays, frozenset(bf16))
 

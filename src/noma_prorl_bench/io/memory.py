@@ -31,9 +31,13 @@ tests/slow/test_memory_estimate.py checks estimate / measured peak on three size
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
+
+from noma_prorl_bench.config.specs import RunSpecs
 
 MiB = 2 ** 20
 BASELINE = {"toy": 330 * MiB, "hf": 400 * MiB}   # measured peaks: tiny GRU run; tiny HF run (transformers loaded)
@@ -117,27 +121,28 @@ class Estimate:
 
 
 # ---------------------------------------------------------------------------- the policy's shape
-def _meta_policy(cfg, max_len: int):
+def _meta_policy(sp: RunSpecs, max_len: int):
     """The run's policy built on the meta device (no storage): toy models from their classes,
     hf:PATH from its config.json; adapters attached as the run attaches them."""
     import torch  # noqa: PLC0415
 
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+    policy: Any
     with torch.device("meta"):
-        if cfg.model.startswith("hf:"):
+        if sp.model.model.startswith("hf:"):
             from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
             from noma_prorl_bench.models.hf import HFPolicy, check_model_dir  # noqa: PLC0415
-            _, config = check_model_dir(cfg.model[3:])
+            _, config = check_model_dir(sp.model.model[3:])
             policy = HFPolicy(AutoModelForCausalLM.from_config(config), pad_id=0)
-        elif cfg.model == "gru":
+        elif sp.model.model == "gru":
             from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
-            policy = GRUPolicy(CharTokenizer().vocab_size, hidden=cfg.hidden)
+            policy = GRUPolicy(CharTokenizer().vocab_size, hidden=sp.model.hidden)
         else:
             from noma_prorl_bench.models.build import MIN_MAX_LEN  # noqa: PLC0415
             from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
-            policy = TransformerPolicy(CharTokenizer().vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                                       n_heads=cfg.n_heads, max_len=max(max_len, MIN_MAX_LEN))
+            policy = TransformerPolicy(CharTokenizer().vocab_size, d_model=sp.model.d_model, n_layers=sp.model.n_layers,
+                                       n_heads=sp.model.n_heads, max_len=max(max_len, MIN_MAX_LEN))
     return policy
 
 
@@ -156,28 +161,29 @@ def _copy_bytes_of(tensors) -> int:
     return total
 
 
-def model_shape(cfg, max_len: int) -> Shape:
+def model_shape(sp: RunSpecs, max_len: int) -> Shape:
     """The Shape of the run's policy: parameters, adapters at the largest reachable rank, dtype."""
     import torch  # noqa: PLC0415
 
     from noma_prorl_bench.models.lora import adapter_parameters, attach_lora, parse_targets  # noqa: PLC0415
     from noma_prorl_bench.models.precision import hold_frozen_in_bf16, resolve_dtype_choice  # noqa: PLC0415
-    policy = _meta_policy(cfg, max_len)
+    policy = _meta_policy(sp, max_len)
     full = sum(p.numel() for p in policy.parameters())
-    dtype, _ = resolve_dtype_choice(cfg.dtype, cfg.model, "cuda" if cfg.device == "cuda" else "cpu")
+    dtype, _ = resolve_dtype_choice(sp.model.dtype, sp.model.model, "cuda" if sp.model.device == "cuda" else "cpu")
     scale = 1.0
-    if cfg.enable_growth:
-        attach_lora(policy, parse_targets(cfg.adapter_targets), cfg.initial_rank, freeze_base=True)
-        grows = cfg.grow_every > 0 or cfg.grow_on != "schedule"
-        scale = (max(cfg.max_rank, cfg.initial_rank) if grows else cfg.initial_rank) / cfg.initial_rank
+    if sp.growth.enable_growth:
+        attach_lora(policy, parse_targets(sp.growth.adapter_targets), sp.growth.initial_rank, freeze_base=True)
+        g = sp.growth
+        grows = g.grow_every > 0 or g.grow_on != "schedule"
+        scale = (max(g.max_rank, g.initial_rank) if grows else g.initial_rank) / g.initial_rank
     if dtype == "bfloat16":
         policy = policy.to(torch.bfloat16)
-    elif dtype == "bf16_mixed" and cfg.model.startswith("hf:"):
+    elif dtype == "bf16_mixed" and sp.model.model.startswith("hf:"):
         policy.compute_dtype = torch.bfloat16
         hold_frozen_in_bf16(policy)
     adapters = sum(p.numel() * p.element_size() for p in adapter_parameters(policy))
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    trainable = int(trainable * scale) if cfg.enable_growth else trainable
+    trainable = int(trainable * scale) if sp.growth.enable_growth else trainable
     c = getattr(getattr(policy, "model", None), "config", None)
     if c is not None:
         heads = c.num_attention_heads
@@ -185,45 +191,46 @@ def model_shape(cfg, max_len: int) -> Shape:
         kv = getattr(c, "num_key_value_heads", None) or heads
         dims = (policy.vocab_size, c.hidden_size, c.num_hidden_layers,
                 getattr(c, "intermediate_size", 4 * c.hidden_size), kv * head_dim)
-    elif cfg.model == "gru":
-        dims = (policy.vocab_size, cfg.hidden, 1, 3 * cfg.hidden, cfg.hidden)
+    elif sp.model.model == "gru":
+        dims = (policy.vocab_size, sp.model.hidden, 1, 3 * sp.model.hidden, sp.model.hidden)
     else:
-        dims = (policy.vocab_size, cfg.d_model, cfg.n_layers, 4 * cfg.d_model, cfg.d_model)
+        dims = (policy.vocab_size, sp.model.d_model, sp.model.n_layers, 4 * sp.model.d_model, sp.model.d_model)
     low = dtype in ("bfloat16", "bf16_mixed")
     frozen = _copy_bytes_of([p for p in policy.parameters() if not p.requires_grad])
-    return Shape("hf" if c is not None else cfg.model, _copy_bytes(policy) + int(adapters * (scale - 1)), full,
+    return Shape("hf" if c is not None else sp.model.model, _copy_bytes(policy) + int(adapters * (scale - 1)), full,
                  trainable, *dims, param_bytes=2 if dtype == "bfloat16" else 4, act_bytes=2 if low else 4,
                  shared_bytes=frozen)
 
 
-def prompt_response_tokens(cfg) -> tuple[int, int]:
+def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
     """(P, T): toy tasks know theirs; other tasks are measured on their prompts: every prompt of a
     task that lists them all (jsonl:PATH: the longest prompt of the file sizes every sequence),
     else up to 64 validation prompts and 64 training draws; for hf:PATH the 128 longest of those in
     characters are tokenised (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
     from noma_prorl_bench.tasks.toy import TOY_TASKS  # noqa: PLC0415
-    if cfg.task in TOY_TASKS:
-        task = TOY_TASKS[cfg.task](n_val=1)
-        return task.prompt_len, max(cfg.max_new_tokens or task.max_new_tokens, 1)
+    task: Any
+    if sp.task.task in TOY_TASKS:
+        task = TOY_TASKS[sp.task.task](n_val=1)
+        return task.prompt_len, max(sp.task.max_new_tokens or task.max_new_tokens, 1)
     try:
         import numpy as np  # noqa: PLC0415
 
         from noma_prorl_bench.tasks import make_task  # noqa: PLC0415
-        task = make_task(cfg.task, n_val=min(cfg.n_val, 64), cfg=cfg)
-        T = max(cfg.max_new_tokens or task.max_new_tokens, 1)
+        task = make_task(sp.task.task, n_val=min(sp.task.n_val, 64), cfg=sp.task)
+        T = max(sp.task.max_new_tokens or task.max_new_tokens, 1)
         every = getattr(task, "all_examples", None)
         ex = every() if every else task.validation_set()[:64] + task.sample(np.random.default_rng(0), 64)
-        if not cfg.model.startswith("hf:"):
+        if not sp.model.model.startswith("hf:"):
             return 2 + max(len(e.prompt) for e in ex), T
         from transformers import AutoTokenizer  # noqa: PLC0415
 
         from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
-        hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(cfg.model[3:]), local_files_only=True)
-        tok = HFTokenizerAdapter(hf_tok, chat=cfg.task.startswith("rg:"))
+        hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(sp.model.model[3:]), local_files_only=True)
+        tok = HFTokenizerAdapter(hf_tok, chat=sp.task.task.startswith("rg:"))
         longest = sorted({e.prompt for e in ex}, key=len)[-128:]
         return max(len(tok.prompt_ids(p)) for p in longest), T
     except Exception:  # noqa: BLE001  (a task that cannot be built here fails with its own message later)
-        return DEFAULT_PROMPT_TOKENS, max(cfg.max_new_tokens or 64, 1)
+        return DEFAULT_PROMPT_TOKENS, max(sp.task.max_new_tokens or 64, 1)
 
 
 # ---------------------------------------------------------------------------- the terms
@@ -252,78 +259,81 @@ def _logits_positions(s: Shape, P: int, T: int) -> int:
     return T + 1 if s.kind == "hf" else P + T
 
 
-def _logprob_pass(cfg, s: Shape, rows: int, P: int, T: int, copies: int, train: bool) -> int:
+def _logprob_pass(sp: RunSpecs, s: Shape, rows: int, P: int, T: int, copies: int, train: bool) -> int:
     """One log-prob pass over `rows` sequences: activations (all layers with grad, one layer
     without; block inputs only under --grad_checkpoint) and `copies` logits-sized tensors
     (`--logprob_chunk` positions at a time when set)."""
     L, a = P + T, _per_token(s) * s.act_bytes
     if train:
-        saved = rows * L * (s.width * s.layers * s.act_bytes + a) if cfg.grad_checkpoint else rows * L * a * s.layers
+        saved = (rows * L * (s.width * s.layers * s.act_bytes + a) if sp.model.grad_checkpoint
+                 else rows * L * a * s.layers)
         act = saved + rows * L * a                                   # + one layer's gradients in backward
     else:
         act = rows * L * a
-    positions = min(cfg.logprob_chunk, rows * T) if cfg.logprob_chunk > 0 else rows * _logits_positions(s, P, T)
+    chunk = sp.objective.logprob_chunk
+    positions = min(chunk, rows * T) if chunk > 0 else rows * _logits_positions(s, P, T)
     return act + copies * positions * s.vocab * 4
 
 
-def _monitor(cfg, s: Shape, P: int, T: int) -> int:
+def _monitor(sp: RunSpecs, s: Shape, P: int, T: int) -> int:
     """The drift monitor: MONITOR_ROWS greedy sequences, rows chunked so that one logits tensor
     holds at most MONITOR_CHUNK elements; about 7 such tensors live at once (kl_full of two)."""
-    rows = min(MONITOR_ROWS, cfg.n_val)
+    rows = min(MONITOR_ROWS, sp.task.n_val)
     chunk = min(rows, max(1, MONITOR_CHUNK // max(T * s.vocab, 1)))
     return 7 * chunk * _logits_positions(s, P, T) * s.vocab * 4 + chunk * (P + T) * _per_token(s) * s.act_bytes
 
 
-def build_estimate(cfg, shape: Shape, P: int, T: int) -> Estimate:
-    """The estimate for `cfg` with the policy `shape`, prompt length P and response length T."""
-    N = cfg.batch_size * cfg.group_size
-    n_train = cfg.micro_batch if cfg.micro_batch > 0 else -(-N // cfg.minibatches)
-    size_flag = "hidden" if cfg.model == "gru" else "d_model" if cfg.model == "transformer" else "model"
-    batch_flag = "batch_size" if cfg.batch_size >= cfg.group_size else "group_size"
+def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
+    """The estimate for the run of specs `sp` with the policy `shape`, prompt length P and response length T."""
+    N = sp.rollout.batch_size * sp.rollout.group_size
+    n_train = sp.optimizer.micro_batch if sp.optimizer.micro_batch > 0 else -(-N // sp.optimizer.minibatches)
+    size_flag = "hidden" if sp.model.model == "gru" else "d_model" if sp.model.model == "transformer" else "model"
+    batch_flag = "batch_size" if sp.rollout.batch_size >= sp.rollout.group_size else "group_size"
     copy, s = shape.copy_bytes, shape
     own = copy - s.shared_bytes                                      # a copy beyond the shared frozen base
     held = {"weights": copy,
             "grads_adam": 3 * s.trainable * 4,                       # gradient, exp_avg, exp_avg_sq (float32)
-            "reference": own if cfg.variant == "A" else 0,           # ReferenceHolder's copy
+            "reference": own if sp.reference.variant == "A" else 0,           # ReferenceHolder's copy
             "monitor_snapshots": 2 * own,                            # kl/to_init and kl/to_prev clones
-            "best_snapshot": own if cfg.reset_to == "best" else 0,
-            "kl_full_logits": N * T * s.vocab * 4 if cfg.kl_estimator == "full" else 0,
-            "val_set": cfg.n_val * PER_VAL_EXAMPLE}
-    eval_rows = min(cfg.n_val, EVAL_BATCH)
-    if cfg.eval_samples:
-        eval_rows = max(eval_rows, min(cfg.n_val, max(1, EVAL_CHUNK // cfg.eval_samples)) * cfg.eval_samples)
-    phases = {"rollout": _decode(s, N, cfg.batch_size, P, T),
-              "logprob_pass": _logprob_pass(cfg, s, N, P, T, LOGITS_COPIES_NOGRAD, train=False),
-              "update": _logprob_pass(cfg, s, n_train, P, T, LOGITS_COPIES_TRAIN, train=True) + N * (P + T) * 8,
+            "best_snapshot": own if sp.resets.reset_to == "best" else 0,
+            "kl_full_logits": N * T * s.vocab * 4 if sp.objective.kl.estimator == "full" else 0,
+            "val_set": sp.task.n_val * PER_VAL_EXAMPLE}
+    eval_rows = min(sp.task.n_val, EVAL_BATCH)
+    if sp.evaluation.eval_samples:
+        k = sp.evaluation.eval_samples
+        eval_rows = max(eval_rows, min(sp.task.n_val, max(1, EVAL_CHUNK // k)) * k)
+    phases = {"rollout": _decode(s, N, sp.rollout.batch_size, P, T),
+              "logprob_pass": _logprob_pass(sp, s, N, P, T, LOGITS_COPIES_NOGRAD, train=False),
+              "update": _logprob_pass(sp, s, n_train, P, T, LOGITS_COPIES_TRAIN, train=True) + N * (P + T) * 8,
               "optimizer_step": s.trainable * 4,                     # foreach Adam's sqrt(exp_avg_sq) temporary
               "evaluation": _decode(s, eval_rows, eval_rows, P, T),
-              "drift_monitor": _monitor(cfg, s, P, T)}
+              "drift_monitor": _monitor(sp, s, P, T)}
     warm = 0
-    if s.kind != "hf" and cfg.warmstart_steps_resolved > 0:
+    if s.kind != "hf" and sp.warm_start.warmstart_steps_resolved > 0:
         warm = (5 * s.full_params * 4 + WARMSTART_ROWS * (P + T) * _per_token(s) * 4 * (s.layers + 1)
                 + 3 * WARMSTART_ROWS * (P + T) * s.vocab * 4)
-    rank_flag = "max_rank" if cfg.enable_growth else size_flag     # adapters at their largest rank drive these
+    rank_flag = "max_rank" if sp.growth.enable_growth else size_flag     # adapters at their largest rank drive these
     flags = {"weights": rank_flag if own > s.shared_bytes else size_flag, "grads_adam": rank_flag,
              "reference": rank_flag, "monitor_snapshots": rank_flag, "best_snapshot": "reset_to",
              "kl_full_logits": "kl_estimator", "val_set": "n_val", "rollout": batch_flag,
-             "logprob_pass": batch_flag, "update": "micro_batch" if cfg.micro_batch > 0 else batch_flag,
+             "logprob_pass": batch_flag, "update": "micro_batch" if sp.optimizer.micro_batch > 0 else batch_flag,
              "optimizer_step": rank_flag, "evaluation": "n_val", "drift_monitor": "n_val",
              "warm_start": "warmstart_steps"}
-    notes = {"params_per_copy_mib": round(copy / MiB, 1), "shared_frozen_mib": round(s.shared_bytes / MiB, 1),
-             "trainable_params": s.trainable,
-             "update_rows": n_train, "eval_rows": eval_rows}
+    notes: dict[str, object] = {"params_per_copy_mib": round(copy / MiB, 1),
+                                "shared_frozen_mib": round(s.shared_bytes / MiB, 1), "trainable_params": s.trainable,
+                                "update_rows": n_train, "eval_rows": eval_rows}
     return Estimate(BASELINE["hf" if s.kind == "hf" else "toy"], held, phases, warm, flags, P, T, notes)
 
 
 _CACHE: dict[str, Estimate] = {}
 
 
-def estimate(cfg) -> Estimate:
-    """The run's Estimate (computed once per configuration and process)."""
-    key = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+def estimate(sp: RunSpecs) -> Estimate:
+    """The run's Estimate from its specs (computed once per configuration and process)."""
+    key = json.dumps(dataclasses.asdict(sp), sort_keys=True, default=str)
     if key not in _CACHE:
-        P, T = prompt_response_tokens(cfg)
-        _CACHE[key] = build_estimate(cfg, model_shape(cfg, P + T), P, T)
+        P, T = prompt_response_tokens(sp)
+        _CACHE[key] = build_estimate(sp, model_shape(sp, P + T), P, T)
     return _CACHE[key]
 
 
@@ -338,13 +348,13 @@ def parts_text(est: Estimate) -> str:
     return ", ".join([*(f"{k} --{est.flags[k]}: {gib(v)}" for k, v in parts), f"baseline {gib(est.baseline)}"])
 
 
-def estimate_event(cfg) -> dict:
+def estimate_event(sp: RunSpecs) -> dict:
     """The `memory_estimate` record of events.jsonl (step 0); if the policy cannot be described
     up front (an architecture transformers cannot build from its config alone), a record that
     says so, and the run goes on."""
     record = {"step": 0, "event": "memory_estimate",
               "reason": "estimated peak resident memory by term (io/memory.py); measured: perf/peak_rss_mb"}
     try:
-        return {**record, **estimate(cfg).to_event()}
+        return {**record, **estimate(sp).to_event()}
     except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError) as e:
         return {**record, "reason": f"no estimate: {type(e).__name__}: {str(e)[:200]}"}

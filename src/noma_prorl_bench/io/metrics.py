@@ -20,9 +20,12 @@ import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from noma_prorl_bench.io import safe_files
+
+#: one step's metrics: namespaced keys (see the module docstring) -> values
+Metrics = dict[str, float]
 
 
 def _clean(v):
@@ -47,13 +50,16 @@ class JsonlSink:
 
     def write(self, record: dict) -> None:
         data = (json.dumps({k: _clean(v) for k, v in record.items()}) + "\n").encode("utf-8")
-        start = os.lseek(self._fd, 0, os.SEEK_END)
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path} is closed")
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            written = os.write(self._fd, data)
+            written = os.write(fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)", self.path)
         except BaseException:
-            os.ftruncate(self._fd, start)
+            os.ftruncate(fd, start)
             raise
 
     def close(self) -> None:
@@ -112,7 +118,9 @@ class CsvSink:
     (atomically); otherwise a row is appended. `history` (records already logged) seeds it."""
 
     def __init__(self, path: str, history: Iterable[dict] = ()):
-        self.path, self.rows, self.columns = path, [], []
+        self.path = path
+        self.rows: list[dict] = []
+        self.columns: list[str] = []
         for rec in history:
             self._add(rec)
         self._rewrite()
@@ -182,7 +190,8 @@ class WandbSink:
         if os.path.isdir(logdir):
             shutil.rmtree(logdir)
         os.makedirs(logdir)
-        self._run = wandb.init(dir=outdir, config=config or {}, mode=os.environ.get("WANDB_MODE", "offline"),
+        mode: Any = os.environ.get("WANDB_MODE", "offline")       # wandb checks the value
+        self._run: Any = wandb.init(dir=outdir, config=config or {}, mode=mode,
                                project=os.environ.get("WANDB_PROJECT", "prorl-bench"),
                                name=os.path.basename(os.path.abspath(outdir)),
                                settings=wandb.Settings(silent=True, console="off"))
@@ -220,7 +229,7 @@ def report_sink(report_to: str, outdir: str, history: Iterable[dict] = (), confi
     """The `--report_to` sink(s) for a run directory: one per name of the comma list, fanned out
     (NullSink for none)."""
     history = list(history)
-    sinks = []
+    sinks: list[Any] = []
     for target in report_targets(report_to):
         if target == "csv":
             sinks.append(CsvSink(os.path.join(outdir, "metrics.csv"), history))

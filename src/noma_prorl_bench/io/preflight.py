@@ -13,6 +13,7 @@ from typing import Optional
 
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.shell import pip_install
+from noma_prorl_bench.config.specs import RunSpecs
 
 # flag value -> (module it imports, the pip extra that installs it)
 EXTRAS = {"ray": ("ray", "ray"), "hf": ("transformers", "hf"), "tensorboard": ("tensorboard", "tensorboard"),
@@ -45,7 +46,7 @@ def outdir_error(outdir: str) -> Optional[str]:
 
 def missing_dependency(cfg: RunConfig) -> Optional[str]:
     """The first optional package the flags need that is not installed."""
-    needs = []
+    needs: list[tuple[str, str, str]] = []
     if cfg.engine != "local":
         needs.append(("engine", cfg.engine, "ray"))
     if cfg.model.startswith("hf:"):
@@ -62,18 +63,10 @@ def missing_dependency(cfg: RunConfig) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- memory
-def estimate_terms(cfg: RunConfig) -> dict[str, int]:
-    """The bytes of each term of the run's memory estimate (io/memory.py): the held terms, every
-    phase and the warm start, by name; `estimated_bytes` says how they combine."""
-    from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415  (imports torch)
-    est = estimate(cfg)
-    return {"baseline": est.baseline, **est.held, **est.phases, "warm_start": est.warm_start}
-
-
 def estimated_bytes(cfg: RunConfig) -> int:
     """The estimated peak resident memory: baseline + max(held + the largest phase, warm start)."""
     from noma_prorl_bench.io.memory import estimate  # noqa: PLC0415
-    return estimate(cfg).total
+    return estimate(RunSpecs.from_config(cfg)).total
 
 
 def machine_bytes() -> int:
@@ -105,7 +98,7 @@ def memory_error(cfg: RunConfig) -> Optional[str]:
     what to do about it."""
     from noma_prorl_bench.io.memory import estimate, gib, parts_text  # noqa: PLC0415
     try:
-        est = estimate(cfg)
+        est = estimate(RunSpecs.from_config(cfg))
     except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError):
         return None                  # no meta-device description of this model: the run's own checks decide
     have = machine_bytes()

@@ -38,7 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from typing import Optional
+from typing import Any, Optional
 
 POLL_S = 0.5
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # io/run_procs.py SuiteSignals
@@ -174,7 +174,7 @@ class RayExecutor:
         from ray import cloudpickle  # noqa: PLC0415
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
         self.ray, self.address, self.jobs, self.tmpdir = ray, address, jobs, None
-        quiet = {"logging_level": "ERROR", "log_to_driver": False}
+        quiet: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         if address:
             ray.init(address=address, **quiet)
         else:
@@ -182,8 +182,9 @@ class RayExecutor:
             ray.init(num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.board = ray.remote(num_cpus=0, scheduling_strategy=here, max_restarts=-1,
-                                max_task_retries=-1)(SignalBoard).remote()
+        options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": here, "max_restarts": -1,
+                                   "max_task_retries": -1}
+        self.board: Any = ray.remote(**options)(SignalBoard).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(run_command)
         self.env, self.nice = forwarded_env(src), os.getpriority(os.PRIO_PROCESS, 0)
         self.runs: dict = {}                       # ObjectRef -> RayRun, not yet collected

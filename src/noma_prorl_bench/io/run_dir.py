@@ -19,7 +19,7 @@ import platform
 import subprocess
 import sys
 import uuid
-from typing import Optional
+from typing import Any, Optional
 
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config import RunConfig
@@ -236,7 +236,7 @@ def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:
         write_json(os.path.join(cfg.outdir, "config.json"), resolved_config(cfg))
     else:
         resumed = record_resume(cfg, ckpt)
-    sinks = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
+    sinks: list[Any] = [JsonlSink(os.path.join(cfg.outdir, f), "a" if ckpt else "w") for f in SINK_FILES]
     history = [] if ckpt is None else _read_jsonl(os.path.join(cfg.outdir, "metrics.jsonl"))
     sinks[0] = MultiSink([sinks[0], report_sink(cfg.report_to, cfg.outdir, history, cfg.to_dict())])
     trainer.metrics_sink, trainer.events_sink, trainer.samples_sink = sinks

@@ -130,7 +130,7 @@ def _chunk_logp(model, h: torch.Tensor, targets: torch.Tensor, temperature: floa
     return logp, ent
 
 
-def chunked_response_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0,
+def chunked_response_logprobs(model: Any, tokens: torch.Tensor, P: int, temperature: float = 1.0,
                               with_entropy: bool = False, chunk: int = 1024):
     """`response_logprobs` without the [N, T, V] float32 logits: -> (logp[N, T], entropy | None, None).
 

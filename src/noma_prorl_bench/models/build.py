@@ -10,6 +10,8 @@ reports with exit code 2.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16_mixed": torch.float32}
@@ -35,6 +37,8 @@ def build_policy(cfg, max_len: int | None = None):
     position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
     from noma_prorl_bench.config import ConfigError  # noqa: PLC0415
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+    policy: Any
+    tok: Any
     try:
         device = resolve_device(cfg.device)
     except ValueError as e:

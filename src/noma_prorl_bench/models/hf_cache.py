@@ -8,7 +8,7 @@ Shapes: N sequences, P prompt length, cap = capacity columns, V logits width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -40,7 +40,7 @@ def prefill_static(self, tokens, mask, pos, capacity: int):
             # bf16_mixed: keys leave the rotary embedding in float32 (float32 cos/sin) but values
             # leave v_proj in bf16; the cache holds both in the compute dtype (what SDPA reads
             # under autocast anyway), else the lazily allocated buffers disagree with one of them.
-            layer.cast_dtype = getattr(self, "compute_dtype", None)
+            cast(Any, layer).cast_dtype = getattr(self, "compute_dtype", None)
     valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
     valid[:, :P] = mask.bool()
     attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-COMPILE_MODES = ("off", "default", "reduce-overhead")
+from noma_prorl_bench.config.choices import COMPILE_DECODES
+
+COMPILE_MODES = COMPILE_DECODES   # --compile_decode (config/choices.py)
 
 
 def _attention(attn, x: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, pos: torch.Tensor,
@@ -63,7 +66,7 @@ class CompiledStep:
         if mode not in COMPILE_MODES[1:]:
             raise ValueError(f"compile mode must be one of {COMPILE_MODES[1:]}, got {mode!r}")
         self.mode, self.backend = mode, backend
-        self.fn = None
+        self.fn: Any = None
         self.cuda_graphs = False
 
     def __deepcopy__(self, memo):
@@ -77,7 +80,7 @@ class CompiledStep:
         amp = (device.type, dt) if dt is not None else None
         self.cuda_graphs = self.mode == "reduce-overhead" and device.type == "cuda"
         mode = self.mode if self.cuda_graphs else "default"
-        kw = {"mode": mode} if self.backend == "inductor" else {}
+        kw: dict[str, Any] = {"mode": mode} if self.backend == "inductor" else {}
         self.fn = torch.compile(functools.partial(static_step, policy, amp), backend=self.backend,
                                 fullgraph=True, dynamic=False, **kw)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -96,7 +97,7 @@ def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int
         raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
     ids = char_vocab()
     kv_heads = heads // 2 if heads % 2 == 0 else heads
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         max_position_embeddings=max_positions, initializer_range=init_std,

@@ -129,7 +129,7 @@ class TransformerPolicy(nn.Module):
         self.grad_checkpoint = False   # --grad_checkpoint: recompute each block in backward
         self.compute_dtype = None      # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
         self.reuse_kv_on = {"cuda"}    # device types whose KV buffers are reused across rollouts
-        self.static_decode = None      # --compile_decode: a static_decode.CompiledStep (compile_decode())
+        self.static_decode: CompiledStep | None = None   # --compile_decode (compile_decode())
         self._kv_pool: dict = {}
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.tok_emb = nn.Embedding(vocab_size, d_model)

@@ -13,10 +13,9 @@ import torch
 from torch import Tensor
 
 from noma_prorl_bench.algorithms import dapo
-from noma_prorl_bench.io.metrics import Counters
+from noma_prorl_bench.config.specs import RolloutSpec
+from noma_prorl_bench.io.metrics import Counters, Metrics
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect
-
-Metrics = dict[str, float]
 
 DS_MAX_EXTRA_ROUNDS = 3   # --dynamic_sampling: at most 3 extra rollout rounds of B prompts per step
 
@@ -40,10 +39,10 @@ class Collector:
         self.data_rng, self.sample_gen, self.counters = data_rng, sample_gen, counters
 
     @classmethod
-    def from_config(cls, cfg, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen,
-                    counters: Counters) -> "Collector":
-        return cls(task, tok, policy, batch_size=cfg.batch_size, group_size=cfg.group_size, T_max=T_max, P=P,
-                   temperature=cfg.temperature, dynamic_sampling=cfg.dynamic_sampling, data_rng=data_rng,
+    def from_spec(cls, spec: RolloutSpec, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen,
+                  counters: Counters) -> "Collector":
+        return cls(task, tok, policy, batch_size=spec.batch_size, group_size=spec.group_size, T_max=T_max, P=P,
+                   temperature=spec.temperature, dynamic_sampling=bool(spec.dynamic_sampling), data_rng=data_rng,
                    sample_gen=sample_gen, counters=counters)
 
     def collect(self) -> tuple[RolloutBatch, Metrics]:

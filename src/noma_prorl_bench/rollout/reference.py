@@ -51,11 +51,11 @@ from typing import Any, Optional, Protocol, cast
 import torch
 from torch import nn
 
+from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import frozen_parameters, policy_logprobs, same_tensor
 
-REF_MODES = ("naive_epoch", "cached", "ring", "none")
-REF_UPDATES = ("hard", "polyak")
+REF_MODES = (*REF_COMPUTES, "none")   # --ref_compute, and "none" for Variant B (no reference model)
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -74,6 +74,12 @@ class ReferenceSource(Protocol):
 
     @property
     def enabled(self) -> bool: ...
+
+    @property
+    def model(self) -> Optional[nn.Module]:
+        """This process's copy of pi_ref (adapter growth grows it with the policy); None where there
+        is none here (Variant B; the Ray learner's RemoteReference)."""
+        ...
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
 

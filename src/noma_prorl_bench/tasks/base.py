@@ -43,7 +43,11 @@ class Task(Protocol):
     pass@k), ``prompt_len: int`` (a fixed prompt length in tokens for the char models)."""
 
     name: str
-    max_new_tokens: int  # default response cap T (answer length + EOS)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The default response cap T (answer length + EOS); a plain attribute does too."""
+        ...
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
         """n training examples drawn with the run's generator; never a validation prompt."""

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import json
 import os
+from collections.abc import Mapping
 
 from noma_prorl_bench.config.code_specs import names_code
 from noma_prorl_bench.config.validate import ConfigError
@@ -59,6 +60,7 @@ def load_factory_task(spec: str, n_val: int, kwargs_json: str = ""):
     if not callable(factory):
         raise ConfigError("task", f"{spec} is not callable (it must be a function or class returning a task)")
     kwargs = task_kwargs(kwargs_json)
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):

@@ -45,7 +45,7 @@ from typing import Callable
 
 import numpy as np
 
-from noma_prorl_bench.config.fields import RunConfig
+from noma_prorl_bench.config.fields import field_default
 from noma_prorl_bench.config.validate import JSONL_LIMITS, ConfigError
 from noma_prorl_bench.tasks.base import Example
 
@@ -115,7 +115,7 @@ def reward_by_name(name: str, tol: float = 1e-6) -> Callable[[str, str], float]:
 
 #: Bounds on a task file by flag, with their defaults (config/fields.py; docs/tasks.md), each
 #: checked before what it bounds is read or built.
-LIMITS: dict[str, int] = {k: getattr(RunConfig, k) for k in JSONL_LIMITS}
+LIMITS: dict[str, int] = {k: field_default(k) for k in JSONL_LIMITS}
 MAX_DEPTH = 64                # JSON nesting of one line
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from noma_prorl_bench.config.choices import EXTRACTIONS
 from noma_prorl_bench.tasks.base import Example
 
 VAL_SEED = 20_251_123
@@ -48,7 +49,6 @@ INDEX_RANGE = 2**30  # training indices are drawn from [0, INDEX_RANGE)
 # No example answer in the instruction: with "e.g. <answer>42</answer>" the model answered "The answer
 # is 42." on 125 of 200 basic_arithmetic validation prompts (measured; docs/real_model.md).
 INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags."
-EXTRACTIONS = ("lenient", "tag")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ENDS_IN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[^\w]*\Z")   # a number, then only non-word characters
@@ -134,7 +134,9 @@ class ReasoningGymTask:
         return Example(entry["question"] + INSTRUCTION, answer)
 
     def _build_val(self) -> list[Example]:
-        out, seen, i = [], set(), 0
+        out: list[Example] = []
+        seen: set = set()
+        i = 0
         while len(out) < self.n_val:
             if i > 50 * (self.n_val + 10):
                 raise ValueError(f"rg:{self.rg_name} has fewer than {self.n_val} distinct questions with "
@@ -148,7 +150,8 @@ class ReasoningGymTask:
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
         """n training examples (never a validation question; repeats allowed)."""
-        out, draws = [], 0
+        out: list[Example] = []
+        draws = 0
         while len(out) < n:
             draws += 1
             if draws > 1000 * (n + 1):

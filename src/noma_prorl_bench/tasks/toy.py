@@ -53,7 +53,8 @@ class _DigitTask:
         raise NotImplementedError
 
     def _draw(self, rng: np.random.Generator, n: int, exclude: frozenset) -> list[Example]:
-        out, alpha = [], self.alphabet()
+        out: list[Example] = []
+        alpha = self.alphabet()
         while len(out) < n:
             k = int(rng.integers(self.min_len, self.max_len + 1))
             prompt = "".join(alpha[i] for i in rng.integers(0, len(alpha), size=k))

@@ -38,10 +38,11 @@ from typing import Callable, Sequence, cast
 import torch
 from torch import nn
 
+from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS
 from noma_prorl_bench.models.lora import LoRALinear
 from noma_prorl_bench.training import adam_cohorts
 
-MODES = ("preserve", "reset", "naive", "noma_flat")
+MODES = GROWTH_MIGRATIONS   # --growth_migration (config/choices.py)
 
 # init_fn(shape, dtype, device) -> Tensor[shape]: values for the grown tensor (the old block is
 # then written over it), so only the entries outside the old block matter.

@@ -5,7 +5,7 @@ It never sees the Trainer: it gets the policy, the reference holder, the shared
 `optim_state.OptimSide`, the holders of parameter snapshots (reset and drift managers) and an
 `emit(record)` callback for events.jsonl.
 
-Set-up (`attach_adapters(cfg, policy, emit)`, called after the warm start and *before* the reference
+Set-up (`attach_adapters(spec, policy, emit)`, called after the warm start and *before* the reference
 copy and the optimizer are built): wrap the `nn.Linear`s named by `--adapter_targets` in
 `models.lora.LoRALinear` at `--initial_rank` with scale `--lora_alpha / --initial_rank` (fixed
 for the run). The base model is frozen; only the adapters train (PEFT's convention), so the
@@ -51,6 +51,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from noma_prorl_bench.config.specs import GrowthSpec, OptimizerSpec
 from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     adapter_parameters,
     adapter_rank,
@@ -58,6 +59,7 @@ from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     attach_lora,
     parse_targets,
 )
+from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.training.growth import (
     MODES,
     check_no_stale_state,
@@ -92,32 +94,32 @@ def migrate_snapshot(params: dict[str, torch.Tensor] | None, model: torch.nn.Mod
     return n
 
 
-def rebuild_scheduler(old, optimizer: torch.optim.Optimizer, cfg):
+def rebuild_scheduler(old, optimizer: torch.optim.Optimizer, spec: OptimizerSpec):
     """A scheduler like `old` (the run's `optim_state.run_scheduler`) driving `optimizer`, at the same
     step: `last_epoch`, base LRs and the current LRs carried over, so the LR trajectory is
     the one the old scheduler would have produced."""
     lrs = [g["lr"] for g in optimizer.param_groups]
-    new = run_scheduler(optimizer, cfg)
+    new = run_scheduler(optimizer, spec)
     new.load_state_dict(old.state_dict())
     for g, lr in zip(optimizer.param_groups, lrs):
         g["lr"] = lr
     return new
 
 
-def attach_adapters(cfg, policy: nn.Module, emit: Callable[[dict], None]) -> list[str]:
+def attach_adapters(spec: GrowthSpec, policy: nn.Module, emit: Callable[[dict], None]) -> list[str]:
     """--enable_growth 1: wrap the --adapter_targets in LoRA adapters at --initial_rank, freeze
     the base, write the `adapters` event; returns the wrapped module names ([] without growth)."""
-    if not cfg.enable_growth:
+    if not spec.enable_growth:
         return []
-    if cfg.growth_migration not in MODES:
+    if spec.growth_migration not in MODES:
         raise ValueError(f"growth_migration must be one of {MODES}")
-    targets = attach_lora(policy, parse_targets(cfg.adapter_targets), cfg.initial_rank,
-                          alpha=cfg.lora_alpha, freeze_base=True, seed=cfg.seed)
+    targets = attach_lora(policy, parse_targets(spec.adapter_targets), spec.initial_rank,
+                          alpha=spec.lora_alpha, freeze_base=True, seed=spec.seed)
     n_train = sum(p.numel() for p in adapter_parameters(policy))
     n_total = sum(p.numel() for p in policy.parameters())
     emit({"step": 0, "event": "adapters", "reason": "LoRA adapters attached after the warm start; base frozen",
-          "targets": targets, "rank": cfg.initial_rank, "lora_alpha": cfg.lora_alpha,
-          "scale": cfg.lora_alpha / cfg.initial_rank, "trainable_params": n_train, "total_params": n_total})
+          "targets": targets, "rank": spec.initial_rank, "lora_alpha": spec.lora_alpha,
+          "scale": spec.lora_alpha / spec.initial_rank, "trainable_params": n_train, "total_params": n_total})
     return targets
 
 
@@ -125,18 +127,20 @@ class GrowthManager:
     """Growth triggers and the growth itself (see the module docstring); adapters are attached
     before it is built (`attach_adapters`)."""
 
-    def __init__(self, cfg, policy: nn.Module, ref, optim: OptimSide, emit: Callable[[dict], None],
-                 resets, snapshot_holders: Sequence = ()):
-        """`ref`: the reference holder; `resets`: anything with `n_resets` (`--grow_on reset`);
-        `snapshot_holders`: objects whose `snapshots()` lists parameter dicts to migrate."""
-        self.cfg, self.policy, self.ref, self.optim, self.emit = cfg, policy, ref, optim, emit
+    def __init__(self, spec: GrowthSpec, opt_spec: OptimizerSpec, policy: nn.Module, ref: ReferenceSource,
+                 optim: OptimSide, emit: Callable[[dict], None], resets, snapshot_holders: Sequence = ()):
+        """`spec`: the growth flags; `opt_spec`: the LR schedule a rebuilt scheduler follows; `ref`: the
+        reference holder; `resets`: anything with `n_resets` (`--grow_on reset`); `snapshot_holders`:
+        objects whose `snapshots()` lists parameter dicts to migrate."""
+        self.spec = spec
+        self.opt_spec, self.policy, self.ref, self.optim, self.emit = opt_spec, policy, ref, optim, emit
         self.resets, self.snapshot_holders = resets, tuple(snapshot_holders)
-        self.enabled = bool(cfg.enable_growth)
+        self.enabled = bool(spec.enable_growth)
         self.n_growths = 0
         self.resets_seen = 0
         self.pending: str | None = None   # growth due on the last step (skipped), see grow_pending
-        self.stall = (ResetTrigger(stall_patience=cfg.grow_patience, stall_min_delta=cfg.stall_min_delta)
-                      if self.enabled and cfg.grow_on == "stall" else None)
+        self.stall = (ResetTrigger(stall_patience=spec.grow_patience, stall_min_delta=spec.stall_min_delta)
+                      if self.enabled and spec.grow_on == "stall" else None)
 
     @property
     def rank(self) -> int:
@@ -151,8 +155,8 @@ class GrowthManager:
             return {}
         out = {"adapter/rank": self.rank}
         reason = self.due(step, m)
-        if reason is not None and self.rank < self.cfg.max_rank:
-            if step < self.cfg.steps:
+        if reason is not None and self.rank < self.spec.max_rank:
+            if step < self.spec.steps:
                 self.grow(step, reason)
             else:                       # the last step: remembered for a resume that extends --steps
                 self.pending = reason
@@ -162,16 +166,16 @@ class GrowthManager:
         """On a resume from the last step of a shorter run (--steps extended): the growth that was
         due there, skipped because it was the last step, happens now, as in the longer run."""
         pending, self.pending = self.pending, None
-        if pending is not None and step < self.cfg.steps and self.rank < self.cfg.max_rank:
+        if pending is not None and step < self.spec.steps and self.rank < self.spec.max_rank:
             self.grow(step, pending)
 
     def due(self, step: int, m: dict) -> str | None:
         """The --grow_on reason if growth is due after step `step`, else None (updates the
         reset counter and the stall detector every step, so they stay in sync)."""
-        cfg = self.cfg
-        if cfg.grow_on == "schedule":
-            return "schedule" if step % cfg.grow_every == 0 else None
-        if cfg.grow_on == "reset":
+        spec = self.spec
+        if spec.grow_on == "schedule":
+            return "schedule" if step % spec.grow_every == 0 else None
+        if spec.grow_on == "reset":
             n = self.resets.n_resets
             fired, self.resets_seen = n > self.resets_seen, n
             return "reset" if fired else None
@@ -181,20 +185,20 @@ class GrowthManager:
     # ------------------------------------------------------------ the growth
     def grow(self, step: int, reason: str, new_rank: int | None = None) -> dict[str, Any]:
         """Grow policy, optimizer, scheduler, reference and snapshots; write the `growth` event."""
-        cfg, opt = self.cfg, self.optim
+        spec, opt = self.spec, self.optim
         old_rank = self.rank
-        new_rank = min(old_rank + cfg.rank_step, cfg.max_rank) if new_rank is None else new_rank
+        new_rank = min(old_rank + spec.rank_step, spec.max_rank) if new_rank is None else new_rank
         old_opt = opt.optimizer
-        opt.optimizer = cast(Optimizer, grow_adapters(self.policy, old_opt, new_rank, cfg.growth_migration))
+        opt.optimizer = cast(Optimizer, grow_adapters(self.policy, old_opt, new_rank, spec.growth_migration))
         scheduler_rebuilt = opt.optimizer is not old_opt
         if scheduler_rebuilt:
-            opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, cfg)
-        if self.ref.enabled:
+            opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, self.opt_spec)
+        if self.ref.model is not None:                                  # pi_ref here (not Variant B)
             grow_adapters(self.ref.model, None, new_rank, "preserve")
         migrated = self.migrate_snapshots()
         self.n_growths += 1
         record = {"step": step, "event": "growth", "reason": reason, "old_rank": old_rank,
-                  "new_rank": new_rank, "migration": cfg.growth_migration,
+                  "new_rank": new_rank, "migration": spec.growth_migration,
                   "stale_state_problems": check_no_stale_state(self.policy, opt.optimizer),
                   "scheduler_rebuilt": scheduler_rebuilt, "snapshots_migrated": migrated,
                   "n_growths": self.n_growths}
@@ -218,10 +222,10 @@ class GrowthManager:
         if self.enabled and state["rank"] > self.rank:
             self.optim.optimizer = cast(Optimizer, grow_adapters(self.policy, self.optim.optimizer, state["rank"],
                                                                  "preserve"))
-            if self.ref.enabled:
+            if self.ref.model is not None:
                 grow_adapters(self.ref.model, None, state["rank"], "preserve")
             self.migrate_snapshots()
-        for model in [self.policy] + ([self.ref.model] if self.ref.enabled else []):
+        for model in [self.policy] + ([self.ref.model] if self.ref.model is not None else []):
             for (_, m), count in zip(adapters(model), state["grow_counts"]):
                 m.grow_count = int(count)
         self.n_growths, self.resets_seen = int(state["n_growths"]), int(state["resets_seen"])

@@ -2,7 +2,8 @@
 
 Legend: N = B*G sequences, n rows of a minibatch, T response length, V vocabulary, E ppo_epochs,
 M minibatches. `Learner.update(batch, reference)` -> metrics; the Learner owns the optimizer
-side (`OptimSide`: optimizer, scheduler, adaptive-KL controller) that the managers share.
+side (`OptimSide`: optimizer, scheduler, adaptive-KL controller) that the managers share, and
+calls its `Objective` (algorithms/objective.py) for the advantages and the per-token loss.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import torch
 
 from noma_prorl_bench.algorithms import kl as kl_lib
 from noma_prorl_bench.algorithms import losses as loss_lib
-from noma_prorl_bench.algorithms import objective
+from noma_prorl_bench.algorithms import objective as objective_lib
 from noma_prorl_bench.algorithms.kl_term import KLTerm
+from noma_prorl_bench.config.specs import ObjectiveSpec, OptimizerSpec
 from noma_prorl_bench.io.metrics import Counters, StageTimer
 from noma_prorl_bench.models.base import policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceSource
@@ -25,49 +27,47 @@ from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
 
 
-def make_optimizer(cfg, policy: torch.nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(spec: OptimizerSpec, policy: torch.nn.Module) -> torch.optim.Optimizer:
     """--optimizer over the trainable parameters (LoRA: the adapters only)."""
-    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
     params = [p for p in policy.parameters() if p.requires_grad]
-    return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return cls(params, lr=spec.lr, weight_decay=spec.weight_decay)
 
 
 class Learner:
     """The policy's optimizer side and the loss of one step; reads no reference state of its own:
     the step hands the `ReferenceSource` in (pi_ref for Variant A, pi_old for Variant B)."""
 
-    def __init__(self, cfg, policy: torch.nn.Module, kl: KLTerm, T_max: int, counters: Counters,
-                 timer: StageTimer, order_gen: torch.Generator, event: Callable[..., None]):
-        self.cfg, self.policy, self.kl, self.T_max = cfg, policy, kl, T_max
+    def __init__(self, spec: ObjectiveSpec, optim: OptimizerSpec, policy: torch.nn.Module, kl: KLTerm,
+                 T_max: int, counters: Counters, timer: StageTimer, order_gen: torch.Generator,
+                 event: Callable[..., None]):
+        """`spec`: advantages, loss, KL coefficient; `optim`: optimizer, schedule, update loop."""
+        self.spec, self.opt_spec, self.policy, self.kl, self.T_max = spec, optim, policy, kl, T_max
+        self.objective = objective_lib.Objective(spec, kl, T_max)   # advantages and the per-token loss
         self.counters, self.timer, self.order_gen, self.event = counters, timer, order_gen, event
-        optimizer = make_optimizer(cfg, policy)
-        kl_ctrl = (kl_lib.AdaptiveKLController(cfg.beta, cfg.target_kl, cfg.kl_horizon)
-                   if cfg.target_kl > 0 else None)
-        self.optim = OptimSide(optimizer, run_scheduler(optimizer, cfg), kl_ctrl)   # shared with the managers
+        optimizer = make_optimizer(optim, policy)
+        kl_ctrl = (kl_lib.AdaptiveKLController(spec.beta, spec.target_kl, spec.kl_horizon)
+                   if spec.target_kl > 0 else None)
+        self.optim = OptimSide(optimizer, run_scheduler(optimizer, optim), kl_ctrl)   # shared with the managers
         self.updates_applied = 0        # optimizer steps taken (a run with none ends non-zero)
 
     @property
     def beta(self) -> float:
         """The KL coefficient now: the adaptive controller's value, else --beta."""
-        return self.optim.kl_ctrl.value if self.optim.kl_ctrl is not None else self.cfg.beta
+        return self.optim.kl_ctrl.value if self.optim.kl_ctrl is not None else self.spec.beta
 
     def advantages(self, batch: RolloutBatch, reference: ReferenceSource) -> tuple[dict, dict]:
         """batch.advantages ([N], or [N, T] with the KL in the reward in token form) from the task
         rewards with --overlong shape applied -> (advantage metrics, shaping metrics)."""
-        cfg = self.cfg
-        rewards, shape_metrics = objective.shape_rewards(batch.rewards, batch.mask, overlong=cfg.overlong,
-                                                         T_max=self.T_max)                    # [N]
         ref = (reference.anchor(batch.tokens, batch.prompt_len, slice(None), batch.logp_old)[0]   # [N, T] view
                if self.kl.in_reward else None)                                                 # --kl_in reward
-        batch.advantages, adv_metrics = self.kl.advantages(
-            rewards, batch.mask, cfg.adv, cfg.batch_size, cfg.group_size, beta=self.beta,
-            logp_old=batch.logp_old, logp_ref=ref)
+        batch.advantages, adv_metrics, shape_metrics = self.objective.advantages(
+            batch.rewards, batch.mask, beta=self.beta, logp_old=batch.logp_old, logp_ref=ref)
         return adv_metrics, shape_metrics
 
     def update(self, batch: RolloutBatch, reference: ReferenceSource, step: int = 0) -> dict:
         """E epochs x M minibatches (in a seeded random order per epoch) -> the passes' mean metrics."""
-        cfg = self.cfg
-        N, M = batch.n, cfg.minibatches
+        N, M = batch.n, self.opt_spec.minibatches
         bounds = np.linspace(0, N, M + 1).astype(int)
         slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         sums: dict[str, float] = {}
@@ -75,7 +75,7 @@ class Learner:
         anchors = torch.zeros_like(batch.logp_old)                      # the anchor the loss saw, [N, T]
         self.policy.train()
         inp, out_once = self.update_inputs(batch)
-        for epoch in range(cfg.ppo_epochs):
+        for epoch in range(self.opt_spec.ppo_epochs):
             for j in torch.randperm(M, generator=self.order_gen).tolist():
                 mb = self.minibatch_step(batch, slices[j], inp, reference, step,
                                          anchors=anchors if epoch == 0 else None)
@@ -86,42 +86,42 @@ class Learner:
         out.update(out_once)
         if reference.enabled:                                           # the blog's k2 of pi_ref vs pi_old
             k2 = kl_lib.kl_terms(batch.logp_old, anchors, clamp=REF_OVER_OLD_CLAMP)["k2"]
-            out["kl/ref_over_old_k2"] = float(loss_lib.masked_mean(k2, batch.mask))
+            out["kl/ref_over_old_k2"] = float(loss_lib.masked_mean_or_zero(k2, batch.mask))
         return out
 
-    def update_inputs(self, batch: RolloutBatch) -> tuple[objective.UpdateInputs, dict]:
+    def update_inputs(self, batch: RolloutBatch) -> tuple[objective_lib.UpdateInputs, dict]:
         """The loss mask (--overlong filter) and, for --tis_cap or Variant B's exact KL, one no_grad forward of
         the pre-update policy over the batch (count/policy_fwd_train; chunked with --logprob_chunk): the learner's
         own logp_old (the ratio's denominator; TIS weights it against the sampler's) and the old logits [N, T, V]."""
-        cfg = self.cfg
-        mask, metrics = objective.loss_mask(batch.mask, batch.truncated, cfg.overlong)
-        inp = objective.UpdateInputs(mask=mask, logp_old=batch.logp_old)
+        spec = self.spec
+        mask, metrics = objective_lib.loss_mask(batch.mask, batch.truncated, spec.overlong)
+        inp = objective_lib.UpdateInputs(mask=mask, logp_old=batch.logp_old)
         b_full = self.kl.needs_old_logits
-        if cfg.tis_cap > 0 or b_full:
+        if spec.tis_cap > 0 or b_full:
             with torch.no_grad():
-                logp, _, logits = policy_logprobs(self.policy, batch.tokens, batch.prompt_len, cfg.temperature,
-                                                  chunk=cfg.logprob_chunk)   # logits None when chunked
+                logp, _, logits = policy_logprobs(self.policy, batch.tokens, batch.prompt_len, spec.temperature,
+                                                  chunk=spec.logprob_chunk)   # logits None when chunked
             self.counters.add("policy_fwd_train", 1)
             self.counters.add("tokens_policy", batch.tokens.numel())
-            if cfg.tis_cap > 0:
-                inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, cfg.tis_cap)   # [N, T]
+            if spec.tis_cap > 0:
+                inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, spec.tis_cap)   # [N, T]
                 inp.logp_old = logp
             inp.old_logits = logits if b_full else None                                  # [N, T, V]
         return inp, metrics
 
-    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective.UpdateInputs,
+    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective_lib.UpdateInputs,
                        reference: ReferenceSource, step: int = 0, anchors: Optional[torch.Tensor] = None) -> dict:
         """One optimizer step on rows `sl`: --micro_batch pieces accumulate, clip, NaN guard, step."""
-        cfg = self.cfg
+        os_ = self.opt_spec
         opt = self.optim
         mask = inp.mask[sl]
         opt.optimizer.zero_grad(set_to_none=True)                      # --micro_batch: grads accumulate
         parts = [self._micro_backward(batch, m, sl, inp, reference, step, anchors)
-                 for m in micro.slices(sl, cfg.micro_batch)]
+                 for m in micro.slices(sl, os_.micro_batch)]
         loss, logp, ent, pg, kl, kl_tok, metrics = micro.join(parts)   # the minibatch's, detached
-        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-              if cfg.max_grad_norm > 0 else _grad_norm(self.policy))
-        skipped = guards.nan_guard(self.policy, opt.optimizer, cfg.on_nan, self.event, step, sl, loss=loss,
+        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), os_.max_grad_norm)
+              if os_.max_grad_norm > 0 else _grad_norm(self.policy))
+        skipped = guards.nan_guard(self.policy, opt.optimizer, os_.on_nan, self.event, step, sl, loss=loss,
                                    grad_norm=gn, logp=logp, kl=kl_tok, mask=batch.mask[sl])   # --on_nan: skip/stop
         if not skipped:
             opt.optimizer.step()
@@ -129,22 +129,21 @@ class Learner:
             self.updates_applied += 1
         with torch.no_grad():
             resp = batch.mask[sl]                                       # KL/entropy over all responses
-            out = {f"kl/{k}": float(loss_lib.masked_mean(v, resp)) for k, v in kl.items()}
-            agg, T = cfg.loss_agg_resolved, self.T_max
+            out = {f"kl/{k}": float(loss_lib.masked_mean_or_zero(v, resp)) for k, v in kl.items()}
             out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
-                        "loss/pg": float(loss_lib.aggregate(pg, mask, agg, norm_const=T)),
-                        "loss/kl": float(loss_lib.aggregate(kl_tok, mask, agg, norm_const=T)),
-                        "policy/entropy": float(loss_lib.masked_mean(ent, resp)),
+                        "loss/pg": float(self.objective.reduce(pg, mask)),
+                        "loss/kl": float(self.objective.reduce(kl_tok, mask)),
+                        "policy/entropy": float(loss_lib.masked_mean_or_zero(ent, resp)),
                         "guard/nan_skip_frac": float(skipped)})
         out.update(metrics)
         return out
 
-    def _micro_backward(self, batch: RolloutBatch, sl: slice, ctx: slice, inp: objective.UpdateInputs,
+    def _micro_backward(self, batch: RolloutBatch, sl: slice, ctx: slice, inp: objective_lib.UpdateInputs,
                         reference: ReferenceSource, step: int, anchors: Optional[torch.Tensor]) -> micro.Part:
         """Forward, loss and backward of rows `sl` of minibatch `ctx` (its share of ctx's loss)."""
-        cfg = self.cfg
+        spec = self.spec
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
-        logp, ent, logits = micro.logprobs(self.policy, tokens, P, cfg.temperature, cfg.logprob_chunk)
+        logp, ent, logits = micro.logprobs(self.policy, tokens, P, spec.temperature, spec.logprob_chunk)
         self.counters.add("policy_fwd_train", 1)
         self.counters.add("tokens_policy", tokens.numel())
         old_logits = None if inp.old_logits is None else inp.old_logits[sl]
@@ -154,13 +153,11 @@ class Learner:
         if anchors is not None:                                         # once per row: the k2 diagnostic
             anchors[sl] = anchor.detach()
         adv = cast(torch.Tensor, batch.advantages)[sl]                   # set by `advantages` before the update
-        pg, metrics = loss_lib.LOSSES[cfg.loss](
-            logp, inp.logp_old[sl], adv, mask, eps_low=cfg.eps_lo, eps_high=cfg.eps_hi,
-            dual_clip_c=cfg.dual_clip_c or None, tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl])
-        kl = self.kl.estimates(logp, anchor, inp.logp_old[sl], logits=logits, logits_anchor=logits_anchor,
-                               temperature=cfg.temperature)           # {name: [n, T]}
-        kl_tok = self.kl.loss_term(kl, batch.logp_old[sl], anchor)     # zeros when the KL is in the reward
-        loss = micro.aggregate_in(pg + self.beta * kl_tok, inp.mask[ctx], sl, ctx, cfg.loss_agg_resolved, self.T_max)
+        tok, pg, kl_tok, kl, metrics = self.objective.token_loss(       # pg + beta * KL term, [n, T]
+            logp, inp.logp_old[sl], adv, mask, anchor=anchor, logp_sampler=batch.logp_old[sl], beta=self.beta,
+            tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl], logits=logits,
+            logits_anchor=logits_anchor)
+        loss = micro.aggregate_in(tok, inp.mask[ctx], sl, ctx, self.objective.agg, self.T_max)
         loss = guards.inject_nan(loss, step)                           # test hook, see guards.py
         loss.backward()
         return micro.Part(loss.detach(), logp.detach(), ent, pg.detach(), {k: v.detach() for k, v in kl.items()},

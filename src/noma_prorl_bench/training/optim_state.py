@@ -33,10 +33,9 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
+from noma_prorl_bench.config.choices import LR_SCHEDULES, OPT_RESETS
 from noma_prorl_bench.training import adam_cohorts
 
-OPT_RESETS = ("keep", "hard", "soft", "asym")
-LR_SCHEDULES = ("constant", "cosine")
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
 SECOND_MOMENT_KEYS = ("exp_avg_sq", "max_exp_avg_sq")
 

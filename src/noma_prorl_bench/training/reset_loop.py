@@ -38,8 +38,10 @@ import torch
 from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
+from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
 from noma_prorl_bench.io.metrics import Counters
 from noma_prorl_bench.models.base import frozen_parameters, policy_device, policy_logprobs
+from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
@@ -47,7 +49,7 @@ from noma_prorl_bench.training.resets import (
     BestTracker,
     Decision,
     RecoveryTracker,
-    trigger_from_config,
+    trigger_from_spec,
 )
 
 RECOVERY_WINDOW = 10   # pre-reset level = mean train reward over the last 10 steps
@@ -85,13 +87,13 @@ def _jsonable(d: dict) -> dict:
 class ResetManager:
     """Triggers, reset target, reference rule, optimizer semantics, recovery (see module doc)."""
 
-    def __init__(self, cfg, policy: nn.Module, ref, optim: OptimSide, emit: Callable[[dict], None],
-                 kl_key: str):
+    def __init__(self, spec: ResetSpec, policy: nn.Module, ref: ReferenceSource, optim: OptimSide,
+                 emit: Callable[[dict], None], kl_key: str):
         """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `kl_key`: the
         metric the KL-spike trigger reads (the loss estimator's, e.g. "kl/k3")."""
-        self.cfg, self.policy, self.ref, self.optim, self.emit = cfg, policy, ref, optim, emit
+        self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
         self.enabled = ref.enabled                    # Variant B: no reference, no resets
-        self.trigger = trigger_from_config(cfg)
+        self.trigger = trigger_from_spec(spec)
         self.best = BestTracker(frozen=frozen_parameters(policy))   # a frozen base is aliased, not cloned
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
         self.kl_key = kl_key
@@ -111,7 +113,7 @@ class ResetManager:
         Returns {"reset/steps_since": ...} to merge into the step's metrics.
         """
         val = m.get("reward/val")
-        if val is not None and self.cfg.reset_to == "best":
+        if val is not None and self.spec.reset_to == "best":
             self.best.update(step, val, self.policy)
         rec = self.recovery.observe(step, m["reward/mean"])
         if rec is not None:
@@ -124,24 +126,24 @@ class ResetManager:
 
     def reset(self, decision: Decision) -> dict:
         """Do one reset: target -> pi_ref -> optimizer side; write `ref_reset` and `opt_reset`."""
-        cfg, opt = self.cfg, self.optim
-        target: dict[str, Any] = {"reset_to": cfg.reset_to}
-        if cfg.reset_to == "best":
+        spec, opt = self.spec, self.optim
+        target: dict[str, Any] = {"reset_to": spec.reset_to}
+        if spec.reset_to == "best":
             if self.best.params is None:          # no validation yet: the current policy is the best we have
                 target.update(restored_step=None, best_val=None)
             else:
                 target.update(restored_step=self.best.restore(self.policy), best_val=self.best.best)
-        ref_rec = self.ref.reset_to(self.policy, cfg.ref_update, cfg.ref_mix_alpha)
+        ref_rec = self.ref.reset_to(self.policy, spec.ref_update, spec.ref_mix_alpha)
         ev = decision.to_event()
         record = {"step": ev.pop("step"), "event": "ref_reset", "reason": ev.pop("reason"), **ev,
                   **ref_rec, **target, "n_resets": self.trigger.n_resets}
         self.emit(record)
         changed = apply_reset_semantics(
-            opt.optimizer, opt.scheduler, opt.kl_ctrl, opt_reset=cfg.opt_reset, soft_factor=cfg.soft_factor,
-            reset_opt_step=bool(cfg.reset_opt_step), reset_lr_schedule=bool(cfg.reset_lr_schedule),
-            reset_kl_coef=bool(cfg.reset_kl_coef))
+            opt.optimizer, opt.scheduler, opt.kl_ctrl, opt_reset=spec.opt_reset, soft_factor=spec.soft_factor,
+            reset_opt_step=bool(spec.reset_opt_step), reset_lr_schedule=bool(spec.reset_lr_schedule),
+            reset_kl_coef=bool(spec.reset_kl_coef))
         self.emit({"step": decision.step, "event": "opt_reset", "reason": decision.reason,
-                   "mode": cfg.opt_reset, **_jsonable(changed)})
+                   "mode": spec.opt_reset, **_jsonable(changed)})
         pending = self.recovery.on_reset(decision.step)
         if pending is not None:
             self.emit({"step": decision.step, "event": "recovery", "reason": "a new reset came before recovery",
@@ -161,14 +163,14 @@ class ResetManager:
 class EvalMonitors:
     """kl/to_init, kl/to_prev and policy/delta_logp on eval steps, in count/monitor_fwd."""
 
-    def __init__(self, cfg, policy: nn.Module, counters: Counters, emit: Callable[[dict], None],
+    def __init__(self, spec: EvalSpec, policy: nn.Module, counters: Counters, emit: Callable[[dict], None],
                  prompts: torch.Tensor, T_max: int, tok):
         """`prompts[n, P]`: the encoded validation prompts of the fixed batch (`monitor_prompts`);
         `counters`: the step's counters (count/monitor_fwd, count/tokens_monitor go there)."""
-        self.cfg, self.policy, self.counters = cfg, policy, counters
+        self.spec, self.policy, self.counters = spec, policy, counters
         tokens, mask, fwd, n_tok = fixed_batch(policy, prompts, T_max, tok)
         P = tokens.shape[1] - mask.shape[1]                                             # L - T
-        self.drift = DriftMonitor(policy, tokens, P, mask, cfg.temperature)
+        self.drift = DriftMonitor(policy, tokens, P, mask, spec.temperature)
         emit({"step": 0, "event": "monitor_setup",
               "reason": "fixed drift-monitor batch: greedy responses of the warm-started policy",
               "sequences": int(tokens.shape[0]), "response_len": int(mask.shape[1]), "fwd_calls": fwd,
@@ -189,10 +191,10 @@ class EvalMonitors:
         out = self.drift.measure(policy)
         was_training = policy.training
         policy.eval()
-        logp, _, _ = policy_logprobs(policy, batch.tokens, batch.prompt_len, self.cfg.temperature,
-                                     chunk=self.cfg.logprob_chunk)                                  # [N, T]
+        logp, _, _ = policy_logprobs(policy, batch.tokens, batch.prompt_len, self.spec.temperature,
+                                     chunk=self.spec.logprob_chunk)                                  # [N, T]
         policy.train(was_training)
-        out["policy/delta_logp"] = float(loss_lib.masked_mean((logp - batch.logp_old).abs(), batch.mask))
+        out["policy/delta_logp"] = float(loss_lib.masked_mean_or_zero((logp - batch.logp_old).abs(), batch.mask))
         counts = self.drift.pop_counts()
         self.counters.add("monitor_fwd", counts["count/monitor_fwd"] + 1)
         self.counters.add("tokens_monitor", counts["count/tokens_monitor"] + batch.tokens.numel())

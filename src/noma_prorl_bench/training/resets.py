@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.models.base import frozen_parameters
 
 REASONS = ("stall", "kl_spike", "periodic")  # priority order when several fire together
@@ -128,11 +129,11 @@ class ResetTrigger:
         self.bad_vals = int(state["bad_vals"])
 
 
-def trigger_from_config(cfg: Any) -> ResetTrigger:
-    """Build the trigger from RunConfig fields (0 means off for reset_kl_above / reset_on_stall)."""
-    return ResetTrigger(every=cfg.reset_every, kl_above=cfg.reset_kl_above or None,
-                        kl_min_gap=cfg.reset_kl_min_gap, stall_patience=cfg.reset_on_stall or None,
-                        stall_min_delta=cfg.stall_min_delta)
+def trigger_from_spec(spec: ResetSpec) -> ResetTrigger:
+    """Build the trigger from a ResetSpec (0 means off for reset_kl_above / reset_on_stall)."""
+    return ResetTrigger(every=spec.reset_every, kl_above=spec.reset_kl_above or None,
+                        kl_min_gap=spec.reset_kl_min_gap, stall_patience=spec.reset_on_stall or None,
+                        stall_min_delta=spec.stall_min_delta)
 
 
 # ---------------------------------------------------------------- parameter snapshots

@@ -65,9 +65,10 @@ def result_line(validation: dict, greedy_key: str = "reward") -> str:
     return line
 
 
-def eval_bar(cfg, total: int, desc: str):
-    """A tqdm bar on stderr for an evaluation of `total` prompts, or None (--quiet)."""
-    if cfg.quiet:
+def eval_bar(spec, total: int, desc: str):
+    """A tqdm bar on stderr for an evaluation of `total` prompts, or None (--quiet; `spec`: anything
+    with `quiet`, the WarmStartSpec here)."""
+    if spec.quiet:
         return None
     from tqdm import tqdm  # noqa: PLC0415
     return tqdm(total=total, desc=desc, unit="prompt", file=sys.stderr, dynamic_ncols=True, leave=False)

@@ -15,6 +15,7 @@ import torch
 
 from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
+from noma_prorl_bench.config.specs import ModelSpec, RunSpecs, WarmStartSpec
 from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
@@ -36,20 +37,20 @@ COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "moni
                 "policy_fwd_eval")
 
 
-def set_determinism(cfg: RunConfig) -> None:
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
+def set_determinism(threads: int, seed: int) -> None:
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
 
 
-def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device,
+def warm_start(spec: WarmStartSpec, policy, task, tok, val_set, T_max: int, P, device,
                event) -> tuple[dict, dict, dict]:
     """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
     is reported separately (the `warmstart` event). Returns the event's values, the per-prompt
     record of that evaluation (training/result.py) and metrics.jsonl's step-0 row: `reward/val`
     (= the event's val_reward), the `reward/val_*` parts and `perf/peak_rss_mb`."""
     t0 = time.perf_counter()
-    n_steps = supervised_warm_start(policy, task, tok, cfg, P, device)
-    bar = eval_bar(cfg, len(val_set), "evaluating before RL")
+    n_steps = supervised_warm_start(policy, task, tok, spec, P, device)
+    bar = eval_bar(spec, len(val_set), "evaluating before RL")
     val, texts, _ = evaluate(policy, task, tok, val_set, T_max, P, bar=bar)
     info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
     event("warmstart", "supervised warm start", **info)
@@ -58,13 +59,13 @@ def warm_start(cfg: RunConfig, policy, task, tok, val_set, T_max: int, P, device
     return info, per_prompt(task, val_set, texts), row
 
 
-def hold_precision(cfg: RunConfig, policy, event) -> dict:
+def hold_precision(spec: ModelSpec, policy, event) -> dict:
     """The `precision` event: the dtype used (--dtype auto resolved) and why; under bf16_mixed an
     HF policy's frozen Linear weights are stored in bf16 from here on (models/precision.py),
     before the reference copy and the optimizer are made."""
     n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
-    dtype, why = getattr(policy, "dtype_choice", (cfg.dtype, f"--dtype {cfg.dtype}"))
-    info = {"requested": cfg.dtype, "dtype": dtype, "frozen_bf16_tensors": n,
+    dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
+    info = {"requested": spec.dtype, "dtype": dtype, "frozen_bf16_tensors": n,
             "params_by_dtype": params_by_dtype(policy)}
     event("precision", why, **info)
     return {**info, "reason": why}
@@ -72,59 +73,75 @@ def hold_precision(cfg: RunConfig, policy, event) -> dict:
 
 class Trainer:
     """Owns the stages of one run (collector, reference, learner, managers), its RNG streams
-    and step counter; `train_step()` runs them in order."""
+    and step counter; `train_step()` runs them in order. Built by `from_config`, the one reader of
+    the `RunConfig`: each stage gets its own spec (config/specs.py)."""
 
-    def __init__(self, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None):
-        self.cfg = cfg
+    @classmethod
+    def from_config(cls, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None, *,
+                    counters: Counters | None = None, collector: BatchSource | None = None,
+                    reference: ReferenceSource | None = None) -> Trainer:
+        """The Trainer of `cfg` (its specs: `RunSpecs.from_config`). `collector`, `reference` and the
+        `counters` they count in replace the local ones (the Ray learner: batches and logp_ref
+        arrive from elsewhere); `cfg` itself is kept only as the run's record (checkpoints)."""
+        return cls(RunSpecs.from_config(cfg), cfg, metrics_sink, events_sink, samples_sink, counters=counters,
+                   collector=collector, reference=reference)
+
+    def __init__(self, specs: RunSpecs, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None, *,
+                 counters: Counters | None = None, collector: BatchSource | None = None,
+                 reference: ReferenceSource | None = None):
+        self.specs, self.cfg = specs, cfg             # cfg: written with each checkpoint, read by no stage
         self.metrics_sink = metrics_sink or NullSink()
         self.events_sink = events_sink or NullSink()
         self.samples_sink = samples_sink or NullSink()
-        set_determinism(cfg)
+        set_determinism(specs.threads, specs.seed)
         # ------------------------------------------------------------ task, model, RNG streams
-        self.task = make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
-        self.T_max = cfg.max_new_tokens or self.task.max_new_tokens
+        ts, ms = specs.task, specs.model
+        self.task = make_task(ts.task, n_val=ts.n_val, cfg=ts)
+        self.T_max = ts.max_new_tokens or self.task.max_new_tokens
         self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
         L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
         every = getattr(self.task, "all_examples", None)       # jsonl:PATH: its longest prompt (<bos> ... <sep>)
         if L_max is None and every is not None:
             L_max = max(512, 2 + max(len(e.prompt) for e in every()) + max(self.T_max, self.task.max_new_tokens))
-        self.policy, self.tok = build_policy(cfg, max_len=L_max)
-        if is_user_task(cfg.task):
-            check_vocabulary(self.task, self.tok, cfg)        # char models spell only their vocabulary
+        self.policy, self.tok = build_policy(ms, max_len=L_max)
+        if is_user_task(ts.task):
+            check_vocabulary(self.task, self.tok, ms)         # char models spell only their vocabulary
         self.device = policy_device(self.policy)               # --device (auto resolved)
-        self.data_rng = np.random.default_rng([cfg.seed, 1])
+        self.data_rng = np.random.default_rng([specs.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
         # stream; CUDA runs get a CUDA generator with the same seed (a different stream).
-        self.sample_gen = torch.Generator(device=self.device).manual_seed(cfg.seed * 1000 + 2)
-        self.order_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(specs.seed * 1000 + 2)
+        self.order_gen = torch.Generator().manual_seed(specs.seed * 1000 + 4)
         self.val_set = self.task.validation_set()
-        self.counters = Counters(COUNTER_KEYS)
+        self.counters = counters if counters is not None else Counters(COUNTER_KEYS)
         self.timer = StageTimer()
         self.step_idx = 0
         self.val_after: dict | None = None   # per-prompt record of the last step's evaluation
         self.warmstart_info, self.val_before, self.initial_metrics = warm_start(
-            cfg, self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, self.device, self.event)
+            specs.warm_start, self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, self.device,
+            self.event)
         self.metrics_sink.write(self.initial_metrics)   # step 0: the curve starts before RL
-        attach_adapters(cfg, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen (growth_loop.py)
-        self.precision_info = hold_precision(cfg, self.policy, self.event)   # --dtype used and why; bf16 frozen base
+        attach_adapters(specs.growth, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen
+        self.precision_info = hold_precision(ms, self.policy, self.event)   # --dtype used and why; bf16 frozen base
         # ------------------------------------------------------------ the stages
-        self.collector: BatchSource = Collector.from_config(cfg, self.task, self.tok, self.policy, self.T_max,
-                                                            self.P, self.data_rng, self.sample_gen, self.counters)
-        self.kl = KLTerm.from_config(cfg)          # the KL choice: estimator, placement, needs (kl_term.py)
-        mode = "none" if cfg.variant == "B" else cfg.ref_compute    # NoReference: the anchor is pi_old
-        self.ref: ReferenceSource = make_reference(self.policy, mode, cfg.temperature, cfg.batch_size * cfg.group_size,
-                                                   self.T_max, keep_logits=self.kl.needs_ref_logits,
-                                                   chunk=cfg.logprob_chunk)
-        self.learner = Learner(cfg, self.policy, self.kl, self.T_max, self.counters, self.timer, self.order_gen,
-                               self.event)         # optimizer, scheduler, adaptive KL: learner.optim
+        self.collector: BatchSource = collector if collector is not None else Collector.from_spec(
+            specs.rollout, self.task, self.tok, self.policy, self.T_max, self.P, self.data_rng, self.sample_gen,
+            self.counters)
+        self.kl = KLTerm.from_spec(specs.objective.kl)   # the KL choice: estimator, placement, needs (kl_term.py)
+        rs = specs.reference
+        self.ref: ReferenceSource = reference if reference is not None else make_reference(
+            self.policy, rs.mode, rs.temperature, rs.rows, self.T_max, keep_logits=self.kl.needs_ref_logits,
+            chunk=rs.logprob_chunk)
+        self.learner = Learner(specs.objective, specs.optimizer, self.policy, self.kl, self.T_max, self.counters,
+                               self.timer, self.order_gen, self.event)   # optimizer, scheduler, adaptive KL
         # ------------------------------------------------------------ resets, drift monitors, growth
-        # Each manager gets the narrow state it acts on, never the Trainer (reset_loop.py, growth_loop.py).
+        # Each manager gets its spec and the narrow state it acts on, never the Trainer.
         optim = self.learner.optim
-        self.resets = ResetManager(cfg, self.policy, self.ref, optim, self.write_event,
+        self.resets = ResetManager(specs.resets, self.policy, self.ref, optim, self.write_event,
                                    kl_key=self.kl.metric_key)   # triggers, best checkpoint, recovery
-        self.monitors = EvalMonitors(cfg, self.policy, self.counters, self.write_event,   # kl/to_init, ...
+        self.monitors = EvalMonitors(specs.evaluation, self.policy, self.counters, self.write_event,   # kl/to_init
                                      monitor_prompts(self.val_set, self.tok, self.P), self.T_max, self.tok)
-        self.growth = GrowthManager(cfg, self.policy, self.ref, optim, self.write_event,
+        self.growth = GrowthManager(specs.growth, specs.optimizer, self.policy, self.ref, optim, self.write_event,
                                     resets=self.resets, snapshot_holders=(self.resets, self.monitors))
 
     # The optimizer side lives in `learner.optim` (shared with the managers: growth may replace
@@ -136,10 +153,6 @@ class Trainer:
     kl_ctrl = property(lambda self: self.learner.optim.kl_ctrl,
                        lambda self, v: setattr(self.learner.optim, "kl_ctrl", v))
     updates_applied = property(lambda self: self.learner.updates_applied)   # optimizer steps taken
-
-    def use_reference(self, ref) -> None:
-        """Swap the reference (the Ray learner's RemoteReference); the managers follow."""
-        self.ref = self.resets.ref = self.growth.ref = ref
 
     def event(self, event: str, reason: str, **values) -> None:
         self.write_event({"step": self.step_idx, "event": event, "reason": reason, **values})
@@ -224,7 +237,8 @@ class Trainer:
 
     # ================================================================ evaluation and stats
     def is_eval_step(self) -> bool:
-        return self.step_idx % self.cfg.eval_every == 0 or self.step_idx == self.cfg.steps
+        ev = self.specs.evaluation
+        return self.step_idx % ev.eval_every == 0 or self.step_idx == ev.steps
 
     def run_eval(self, batch: RolloutBatch) -> dict:
         """Greedy validation reward, then the drift monitors (kl/to_init, kl/to_prev,
@@ -235,12 +249,13 @@ class Trainer:
             self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
                                      "answer": e.answer, "reward": self.task.reward(s, e.answer)})
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
-        if self.step_idx == self.cfg.steps:
+        ev = self.specs.evaluation
+        if self.step_idx == ev.steps:
             self.val_after = per_prompt(self.task, self.val_set, texts)
-        if self.cfg.eval_samples:                  # its own seeded generator: training's streams are untouched
-            gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed * 1000 + 7 + self.step_idx)
-            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, self.cfg.eval_samples,
-                                          self.T_max, self.cfg.temperature, gen, self.P)
+        if ev.eval_samples:                        # its own seeded generator: training's streams are untouched
+            gen = torch.Generator(device=self.device).manual_seed(ev.seed * 1000 + 7 + self.step_idx)
+            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, ev.eval_samples,
+                                          self.T_max, ev.temperature, gen, self.P)
             self.counters.add("policy_fwd_eval", gs.fwd_calls)
             val_parts.update(passk)
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}

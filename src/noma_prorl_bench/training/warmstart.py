@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from noma_prorl_bench.config.specs import WarmStartSpec
 from noma_prorl_bench.models.base import policy_logprobs
 
 
@@ -30,17 +31,17 @@ def demonstration_batch(task, tok, rng: np.random.Generator, n: int,
     return torch.cat([prompts, ans], 1), mask                                    # [n, P + T], [n, T]
 
 
-def supervised_warm_start(policy, task, tok, cfg, P: int | None, device) -> int:
-    """`cfg.warmstart_steps_resolved` Adam steps of mean response NLL on batches of 64; returns
-    the number of steps. Seeded by (cfg.seed, 3), so the warm start is the same for every arm."""
-    rng = np.random.default_rng([cfg.seed, 3])
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.warmstart_lr)
-    n_steps = cfg.warmstart_steps_resolved
+def supervised_warm_start(policy, task, tok, spec: WarmStartSpec, P: int | None, device) -> int:
+    """`spec.warmstart_steps_resolved` Adam steps of mean response NLL on batches of 64; returns
+    the number of steps. Seeded by (spec.seed, 3), so the warm start is the same for every arm."""
+    rng = np.random.default_rng([spec.seed, 3])
+    opt = torch.optim.Adam(policy.parameters(), lr=spec.warmstart_lr)
+    n_steps = spec.warmstart_steps_resolved
     for _ in range(n_steps):
         tokens, mask = demonstration_batch(task, tok, rng, 64, P)
         tokens, mask = tokens.to(device), mask.to(device)
         prompt_len = tokens.shape[1] - mask.shape[1]                           # P, or this batch's
-        logp, _, _ = policy_logprobs(policy, tokens, prompt_len, chunk=cfg.logprob_chunk)
+        logp, _, _ = policy_logprobs(policy, tokens, prompt_len, chunk=spec.logprob_chunk)
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()

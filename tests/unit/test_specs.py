@@ -1,0 +1,165 @@
+"""The per-stage specs (config/specs.py) and the choice lists (config/choices.py).
+
+Each spec field is the RunConfig attribute of its name, copied unchanged; the stages take their
+spec and never the config; only the run's entries import RunConfig. Each choice list is written
+once and is what the parser offers, what docs/flags.md lists and what the implementing module uses.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from noma_prorl_bench.config import RunConfig, build_parser, make_config
+from noma_prorl_bench.config import choices as ch
+from noma_prorl_bench.config.specs import SPECS, KLSpec, RunSpecs, take
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "noma_prorl_bench"
+
+#: fields no stage spec carries: the run's files, engines, checkpoints and the config's own
+#: inputs that specs carry resolved (clip_eps/eps_low/eps_high as eps_lo/eps_hi, loss_agg as
+#: loss_agg_resolved, warmstart_steps as warmstart_steps_resolved), read by the run entries
+RUN_LEVEL = {"outdir", "overwrite", "report_to", "plots", "preset", "clip_eps", "eps_low", "eps_high", "loss_agg",
+             "warmstart_steps", "engine", "ref_placement", "steps_per_rollout", "max_staleness", "num_generators",
+             "ray_address", "actor_timeout", "weight_sync", "save_every", "keep_checkpoints", "resume"}
+#: read by RunSpecs itself (seed, threads, steps) and by KLSpec.from_config (the KL flags)
+RUN_SPECS = {"seed", "threads", "steps", "kl_estimator", "k2_mode", "kl_in", "kl_reward_form", "variant"}
+
+
+def test_every_spec_field_is_a_runconfig_attribute_copied_unchanged():
+    cfg = make_config({"outdir": "x", "loss": "gspo", "kl_estimator": "simple", "reset_every": 3,
+                       "enable_growth": 1, "grow_every": 2, "lr": 3e-4, "eval_samples": 2})
+    specs = RunSpecs.from_config(cfg)
+    for cls in SPECS:
+        spec = next(v for v in vars(specs).values() if isinstance(v, cls))
+        for f in dataclasses.fields(cls):
+            if f.name == "kl":
+                continue
+            assert hasattr(RunConfig, f.name) or f.name in {x.name for x in dataclasses.fields(RunConfig)}, f.name
+            assert getattr(spec, f.name) == getattr(cfg, f.name), (cls.__name__, f.name)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, dataclasses.fields(cls)[0].name, None)
+    assert (specs.objective.eps_lo, specs.objective.eps_hi) == (3e-4, 4e-4)            # GSPO's, resolved
+    assert specs.objective.loss_agg_resolved == "seq-mean-token-mean"
+    assert specs.objective.kl == KLSpec("k1", "theta_over_ref", "loss", "token", "ref")   # simple = k1
+    assert (specs.reference.mode, specs.reference.rows) == ("cached", cfg.batch_size * cfg.group_size)
+    b = RunSpecs.from_config(make_config({"outdir": "x", "variant": "B", "kl_estimator": "k2"}))
+    assert b.reference.mode == "none" and b.objective.kl == KLSpec("k2", "theta_over_ref", "loss", "token", "old")
+    assert specs.optimizer.lr == 3e-4 and specs.resets.reset_every == 3 and specs.growth.grow_every == 2
+
+
+def test_every_runconfig_field_reaches_a_spec_or_is_run_level():
+    read = {f.name for cls in SPECS for f in dataclasses.fields(cls)}
+    missing = [f.name for f in dataclasses.fields(RunConfig) if f.name not in read | RUN_LEVEL | RUN_SPECS]
+    assert missing == []
+
+
+def test_take_reads_named_attributes_and_keeps_given_ones():
+    @dataclasses.dataclass(frozen=True)
+    class Two:
+        lr: float
+        kl: str
+
+    assert take(Two, RunConfig(lr=0.5), kl="given") == Two(0.5, "given")
+
+
+def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
+    tree = ast.parse(path.read_text())
+    params = {a.arg for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for a in [*n.args.args, *n.args.kwonlyargs]}
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return params, attrs
+
+
+@pytest.mark.parametrize("rel", ["training/learner.py", "training/reset_loop.py", "training/growth_loop.py",
+                                 "training/resets.py", "training/warmstart.py", "rollout/collector.py",
+                                 "rollout/reference.py", "algorithms/kl_term.py", "algorithms/objective.py",
+                                 "io/memory.py"])
+def test_stages_take_their_spec_not_the_config(rel):
+    params, attrs = _params_and_attrs(SRC / rel)
+    assert "cfg" not in params and "cfg" not in attrs and "RunConfig" not in (SRC / rel).read_text()
+
+
+def test_trainer_reads_the_config_only_in_from_config():
+    tree = ast.parse((SRC / "training" / "trainer.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    for fn in cls.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name != "from_config":
+            reads = [n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                     and n.value.id == "cfg"]
+            self_cfg = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Attribute) and n.attr == "cfg"
+                        and isinstance(n.ctx, ast.Load)]
+            assert reads == [] and self_cfg == [], (fn.name, reads, self_cfg)
+
+
+#: the run's entries: the CLI and run entry (run.py, cli.py, engines/, io's run-directory, resume
+#: and pre-flight checks), the suite, the Trainer's from_config, and config/ itself
+ENTRIES = {"__init__.py", "run.py", "cli.py", "suite.py", "engines/local.py", "io/run_dir.py", "io/resume.py",
+           "io/preflight.py", "training/trainer.py"}
+
+
+def test_only_the_entries_import_runconfig():
+    importers = set()
+    for p in SRC.rglob("*.py"):
+        rel = p.relative_to(SRC).as_posix()
+        if rel.startswith(("config/", "analysis/")):
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and any(a.name == "RunConfig" for a in n.names):
+                importers.add(rel)
+    assert importers <= ENTRIES, importers - ENTRIES
+
+
+# ------------------------------------------------------------------------ choice lists
+def _flags_md_values(flag: str) -> list[str]:
+    text = (ROOT / "docs" / "flags.md").read_text()
+    m = re.search(rf"^\| `--{flag}` \| [^|]* \| ([^|]*) \|", text, re.M)
+    assert m, flag
+    return [v.strip() for v in m.group(1).split(",")]
+
+
+@pytest.mark.parametrize("flag", sorted(ch.CHOICES))
+def test_each_choice_list_is_the_parsers_and_the_docs(flag):
+    values = list(ch.CHOICES[flag])
+    action = next(a for a in build_parser()._actions if f"--{flag}" in a.option_strings)
+    assert list(action.choices or []) == values
+    assert _flags_md_values(flag) == values
+
+
+def test_implementing_modules_use_the_one_choice_list():
+    from noma_prorl_bench.algorithms import advantages, losses
+    from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES
+    from noma_prorl_bench.models import static_decode
+    from noma_prorl_bench.rollout import reference
+    from noma_prorl_bench.training import growth, optim_state
+
+    assert set(advantages.ADVANTAGES) == set(ch.ADVS) and set(losses.LOSSES) == set(ch.LOSS_NAMES)
+    assert losses.AGGREGATIONS is ch.AGGREGATIONS and ch.CHOICES["loss_agg"] == ("auto", *ch.AGGREGATIONS)
+    assert reference.REF_MODES == (*ch.REF_COMPUTES, "none") and tuple(REF_CODES) == ch.REF_COMPUTES
+    assert reference.REF_UPDATES is ch.REF_UPDATES
+    assert set(KL_METRIC_KEYS) == {*ch.KL_ESTIMATOR_CHOICES, "k1"}
+    assert optim_state.OPT_RESETS is ch.OPT_RESETS and optim_state.LR_SCHEDULES is ch.LR_SCHEDULES
+    assert growth.MODES is ch.GROWTH_MIGRATIONS and static_decode.COMPILE_MODES is ch.COMPILE_DECODES
+
+
+def test_no_module_spells_a_choice_list_again():
+    """No tuple or list literal of two or more strings outside config/ equals a choice list (or its
+    tail): the values are imported, not written again."""
+    lists = {tuple(v) for v in ch.CHOICES.values()} | {ch.AGGREGATIONS}
+    bad = []
+    for p in SRC.rglob("*.py"):
+        rel = p.relative_to(SRC).as_posix()
+        if rel.startswith(("config/", "analysis/")):
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.Tuple, ast.List)) and len(n.elts) >= 2 and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts):
+                values = tuple(e.value for e in n.elts)
+                if values in lists:
+                    bad.append(f"{rel}:{n.lineno}")
+    assert bad == []
