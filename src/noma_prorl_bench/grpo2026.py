@@ -170,7 +170,7 @@ def grpo_train_step(
         loss.backward()
         total += loss.detach()
         n_tok = float(m.sum())
-        ent_sum += float(loss_lib.masked_mean(out["token_entropy"].detach(), m)) * n_tok
+        ent_sum += float(loss_lib.masked_mean_or_zero(out["token_entropy"].detach(), m)) * n_tok
         clip_sum += float(meta["clip_fraction"]) * n_tok
         ratio_sum += float(meta["ratio_mean"]) * n_tok
         tok_sum += n_tok

@@ -58,6 +58,7 @@ except ImportError as e:  # pragma: no cover - the extra is absent
     raise ImportError(f"noma_prorl_bench.integrations.trl needs the trl extra: pip install -e .[trl] ({e})") from e
 
 from noma_prorl_bench.config.presets import PRESETS
+from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.models.base import frozen_parameters
 from noma_prorl_bench.training.optim_state import (
     OPT_RESETS,
@@ -67,7 +68,7 @@ from noma_prorl_bench.training.optim_state import (
     state_census,
     verify_reset,
 )
-from noma_prorl_bench.training.resets import BestTracker, Decision, trigger_from_config
+from noma_prorl_bench.training.resets import BestTracker, Decision, trigger_from_spec
 
 STATE_FILE = "reset_state.json"
 REF_FILE = "reset_ref.safetensors"
@@ -110,6 +111,10 @@ class ResetConfig:
             raise ValueError(f"ResetConfig.ref_mix_alpha must be in (0, 1]; got {self.ref_mix_alpha}")
         if not 0.0 <= self.soft_factor <= 1.0:
             raise ValueError(f"ResetConfig.soft_factor must be in [0, 1]; got {self.soft_factor}")
+
+    def spec(self) -> ResetSpec:
+        """The same switches as the harness's ResetSpec (config/specs.py), for its trigger."""
+        return ResetSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ResetSpec)})
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ResetConfig:
@@ -221,7 +226,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         if missing:
             raise ValueError(f"ResetGRPOTrainer: this TRL lacks GRPOTrainer.{missing[0]} (tested with trl 1.16)")
         self.reset_config = cfg
-        self._trigger = trigger_from_config(cfg)
+        self._trigger = trigger_from_spec(cfg.spec())            # the harness's own trigger, from the same switches
         policy = self.accelerator.unwrap_model(self.model)
         self._peft = self.ref_model is None
         if self._peft:
