@@ -66,7 +66,7 @@ def _dispatch(argv: Optional[list[str]] = None) -> int:
         from noma_prorl_bench.analysis.commands import plan_main
         return plan_main(rest)
     if cmd == "replicate":
-        from noma_prorl_bench.analysis.replicate import main as replicate_main
+        from noma_prorl_bench.suite import replicate_main
         return replicate_main(rest)
     if cmd == "get-model":
         from noma_prorl_bench.models.get_model import main as get_model_main

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from noma_prorl_bench.analysis import replicate
 from noma_prorl_bench.suite import main as suite_main
+from noma_prorl_bench.suite import replicate_main
 
 pytestmark = pytest.mark.smoke
 
@@ -24,7 +24,7 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     assert run_cfg["machine"]["torch_cpu_capability"] == info["torch_cpu_capability"]
 
     new = tmp_path / "again"
-    assert replicate.main([str(src), "--outdir", str(new), "--jobs", "2", "--quiet"]) == 0
+    assert replicate_main([str(src), "--outdir", str(new), "--jobs", "2", "--quiet"]) == 0
     rep = json.loads((new / "replication.json").read_text())
     (row,) = rep["rows"]
     (old,) = committed["comparisons"]
@@ -41,7 +41,7 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     folder.mkdir()
     shutil.copy(src / "summary.json", folder / "summary.json")
     one = tmp_path / "one"
-    assert replicate.main([str(folder), "--seeds", "1", "--outdir", str(one), "--jobs", "2", "--quiet"]) == 0
+    assert replicate_main([str(folder), "--seeds", "1", "--outdir", str(one), "--jobs", "2", "--quiet"]) == 0
     (row,) = json.loads((one / "replication.json").read_text())["rows"]
     assert row["new"]["n_pairs"] == 1 and row["committed"]["n_pairs"] == 2
     runs = sorted(p.name for p in one.iterdir() if (p / "config.json").is_file())
@@ -55,6 +55,6 @@ def test_replicate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, flag
     (tmp_path / "s" / "summary.json").write_text(json.dumps(
         {"comparisons": [], "provenance": {"preset": "aa", "seeds": 2, "steps": 12}}))
     with pytest.raises(SystemExit) as e:
-        replicate.main([str(tmp_path / "s"), *argv, "--outdir", str(tmp_path / "new")])
+        replicate_main([str(tmp_path / "s"), *argv, "--outdir", str(tmp_path / "new")])
     assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()

@@ -222,3 +222,28 @@ def test_a_model_directory_with_its_own_code_is_not_run(tmp_path):
     r = _cli(tmp_path, "--outdir", "out", "--model", f"hf:{model}", "--task", "arithmetic")
     _one_error(r, "argument --model:")
     assert not _pwned(tmp_path) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("run, message", [
+    ({"name": "A1_s0", "flags": ["--task", "os:system", "--task_kwargs", json.dumps(PAYLOAD)]},
+     "names code to import (--task 'os:system')"),
+    ({"name": "A1_s0", "flags": ["--reward_fn", "os:system", "--task", "jsonl:x.jsonl"]},
+     "names code to import (--reward_fn 'os:system')"),
+    ({"name": "A1_s0", "flags": ["--outdir", "/tmp/elsewhere"]}, "sets --outdir, which only the runner sets"),
+    ({"name": "A1_s0", "flags": ["--config", "c.yaml"]}, "sets --config, which only the runner sets"),
+    ({"name": "../A1_s0", "flags": []}, "is not a run directory name inside the suite"),
+    ({"name": "A1_s0", "flags": ["--no_such_flag"]}, "lists flags that are not run flags"),
+])
+def test_replicate_does_not_run_what_a_foreign_suite_json_says(tmp_path, capsys, run, message):
+    """`replicate` re-runs a committed suite's runs from its suite.json: a file from someone else."""
+    from noma_prorl_bench.suite import replicate_main
+    src = tmp_path / "theirs"
+    src.mkdir()
+    (src / "summary.json").write_text(json.dumps({"comparisons": [], "provenance": {"preset": "smoke"}}))
+    (src / "suite.json").write_text(json.dumps({"preset": "smoke", "runs": [{"arm": "A1", "pair": 0, **run}]}))
+    before = _snapshot(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        replicate_main([str(src), "--outdir", str(tmp_path / "new")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "suite.json" in err
+    assert _snapshot(tmp_path) == before and not (tmp_path / "new").exists() and not _pwned(tmp_path)

@@ -1,5 +1,6 @@
 """`prorl-bench replicate DIR [--seeds 0,1,...] [--outdir NEW] [--jobs N] [--quiet]`: re-run a
-committed suite's arms on this machine and put each comparison's new answer beside the committed one.
+committed suite's arms on this machine and put each comparison's new answer beside the committed one
+(the command is suite.replicate_main; this module compares the two reports and writes them).
 
 DIR is a suite directory (its suite.json lists every run's flags) or a committed report folder
 (docs/atlas, docs/suite_quick: summary.json only; its provenance names the preset, seeds and
@@ -21,107 +22,11 @@ Exit code: the suite's (0 when every run finished and every check held), 2 on ba
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from noma_prorl_bench.analysis.untrusted import md_text, term_text
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="prorl-bench replicate", description=__doc__.splitlines()[0])
-    ap.add_argument("dir", metavar="DIR", help="a suite directory or a committed report folder (summary.json)")
-    ap.add_argument("--seeds", help="comma-separated pair indices to re-run (default: all of DIR's)")
-    ap.add_argument("--outdir", help="where the new runs and replication.md go (default: DIR-replicate)")
-    ap.add_argument("--jobs", type=int, help="parallel runs (default: the number of cores)")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    return ap
-
-
-def _read(path: Path) -> Any:
-    from noma_prorl_bench.io.safe_files import read_bytes  # noqa: PLC0415
-    return json.loads(read_bytes(str(path)))
-
-
-def committed_specs(ap: argparse.ArgumentParser, src: Path, summary: dict) -> tuple[str, list, dict]:
-    """(preset, run specs, provenance) of the committed suite: from suite.json's flags when DIR is
-    a suite directory, else rebuilt from summary.json's provenance (preset, seeds, steps)."""
-    from noma_prorl_bench.matrix import PRESETS, RunSpec, expand  # noqa: PLC0415
-    prov = summary.get("provenance") if isinstance(summary.get("provenance"), dict) else {}
-    if (src / "suite.json").is_file():
-        listed = _read(src / "suite.json")
-        runs = listed.get("runs") if isinstance(listed, dict) else None
-        if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("flags"), list)
-                                                 for r in runs):
-            ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)} does not list its runs' flags")
-        specs = [RunSpec(name=r["name"], flags=[str(f) for f in r["flags"]], arm=str(r["arm"]), pair=int(r["pair"]))
-                 for r in runs]
-        return str(listed.get("preset")), specs, prov
-    preset = prov.get("preset")
-    if preset not in PRESETS:
-        ap.error(f"argument DIR: {term_text(str(src), 200)} has no suite.json and its summary.json names no known "
-                 f"preset (got {term_text(str(preset), 40)}; choose from {', '.join(sorted(PRESETS))})")
-    seeds, steps = prov.get("seeds"), prov.get("steps")
-    if not (isinstance(seeds, int) and isinstance(steps, int)):
-        ap.error(f"argument DIR: {term_text(str(src), 200)}'s summary.json does not record seeds and steps")
-    return str(preset), expand(preset, seeds, steps), prov
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = parser()
-    args = ap.parse_args(argv)
-    src = Path(args.dir)
-    if not (src / "summary.json").is_file():
-        ap.error(f"argument DIR: {term_text(args.dir, 200)} has no summary.json (not a suite's report folder)")
-    try:
-        summary = _read(src / "summary.json")
-    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
-        ap.error(f"argument DIR: {term_text(args.dir, 200)}/summary.json is unreadable ({str(e)[:100]})")
-    if not isinstance(summary, dict) or not isinstance(summary.get("comparisons"), list):
-        ap.error(f"argument DIR: {term_text(args.dir, 200)}/summary.json lists no comparisons")
-    preset, specs, prov = committed_specs(ap, src, summary)
-    pairs = sorted({s.pair for s in specs})
-    if args.seeds is not None:
-        try:
-            chosen = sorted({int(v) for v in args.seeds.split(",") if v.strip()})
-        except ValueError:
-            chosen = []
-        if not chosen or any(p not in pairs for p in chosen):
-            ap.error(f"argument --seeds: comma-separated pair indices of DIR, from {pairs}; got {args.seeds!r}")
-        specs = [s for s in specs if s.pair in chosen]
-    if args.jobs is not None and args.jobs < 1:
-        ap.error(f"argument --jobs: must be >= 1, got {args.jobs}")
-    outdir = args.outdir or str(src).rstrip("/\\") + "-replicate"
-    if os.path.abspath(outdir) == os.path.abspath(src):
-        ap.error("argument --outdir: must differ from DIR (the committed runs stay as they are)")
-    from noma_prorl_bench import suite  # noqa: PLC0415
-    from noma_prorl_bench.io.run_procs import LocalExecutor  # noqa: PLC0415
-    ns = argparse.Namespace(outdir=outdir, quiet=args.quiet, preset=preset, seeds=len({s.pair for s in specs}),
-                            steps=prov.get("steps"), jobs=args.jobs, executor="local",
-                            command_name="prorl-bench replicate")
-    executor = LocalExecutor(args.jobs or os.cpu_count() or 1, suite.local_env())
-    argv_used = list(argv if argv is not None else sys.argv[1:])
-    try:
-        code = suite._run_suite(ap, ns, specs, executor, argv_used)
-    finally:
-        executor.close()
-    new_path = Path(outdir) / "summary.json"
-    if not new_path.is_file():
-        print("replicate: no new report (no run finished); nothing compared", file=sys.stderr)
-        return code or 1
-    new = _read(new_path)
-    rows = compare_summaries(summary, new)
-    write_replication(Path(outdir), rows, summary, new, str(src), argv_used)
-    for line in _table(rows, term=True):
-        print(line)
-    n_same = sum(r["replicates"] for r in rows)
-    print(f"replicate: {n_same} of {len(rows)} verdicts replicated; {Path(outdir) / 'replication.md'}",
-          file=sys.stderr)
-    return code
 
 
 def _overlap(a: Sequence[float], b: Sequence[float]) -> bool | None:
