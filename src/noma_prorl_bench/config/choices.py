@@ -11,6 +11,7 @@ LossAgg = Literal["auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-s
 RefCompute = Literal["naive_epoch", "cached", "ring"]
 KLEstimator = Literal["simple", "k2", "k3", "k3_ratio", "full"]
 RefUpdate = Literal["hard", "polyak"]
+ResetTo = Literal["current", "best"]
 OptReset = Literal["keep", "hard", "soft", "asym"]
 LRSchedule = Literal["constant", "cosine"]
 GrowthMigration = Literal["preserve", "reset", "naive", "noma_flat"]
@@ -23,6 +24,7 @@ AGGREGATIONS: tuple[str, ...] = get_args(LossAgg)[1:]      # algorithms/losses.a
 REF_COMPUTES: tuple[str, ...] = get_args(RefCompute)       # rollout/reference.REF_MODES, plus "none" (Variant B)
 KL_ESTIMATOR_CHOICES: tuple[str, ...] = get_args(KLEstimator)   # config.KL_METRIC_KEYS (simple = k1)
 REF_UPDATES: tuple[str, ...] = get_args(RefUpdate)         # rollout/reference.ReferenceHolder.reset_to
+RESET_TOS: tuple[str, ...] = get_args(ResetTo)             # training/reset_loop (the reset target)
 OPT_RESETS: tuple[str, ...] = get_args(OptReset)           # training/optim_state.apply_reset_semantics
 LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)       # training/optim_state.make_lr_scheduler
 GROWTH_MIGRATIONS: tuple[str, ...] = get_args(GrowthMigration)   # training/growth.grow_adapters
@@ -32,7 +34,7 @@ EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)        # tasks/reasoni
 #: flag -> its values, for the test that ties each list to the parser and docs/flags.md
 CHOICES: dict[str, tuple[str, ...]] = {
     "adv": ADVS, "loss": LOSS_NAMES, "loss_agg": get_args(LossAgg), "ref_compute": REF_COMPUTES,
-    "kl_estimator": KL_ESTIMATOR_CHOICES, "ref_update": REF_UPDATES, "opt_reset": OPT_RESETS,
+    "kl_estimator": KL_ESTIMATOR_CHOICES, "ref_update": REF_UPDATES, "reset_to": RESET_TOS, "opt_reset": OPT_RESETS,
     "lr_schedule": LR_SCHEDULES, "growth_migration": GROWTH_MIGRATIONS, "compile_decode": COMPILE_DECODES,
     "answer_extraction": EXTRACTIONS,
 }

@@ -27,6 +27,7 @@ from noma_prorl_bench.config.choices import (
     OptReset,
     RefCompute,
     RefUpdate,
+    ResetTo,
 )
 
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
@@ -222,7 +223,7 @@ class RunConfig:
     """Reset after PATIENCE validations without improvement (0: off)."""
     stall_min_delta: float = 0.0
     """Improvement over the best validation reward that counts as progress."""
-    reset_to: Literal["current", "best"] = "current"
+    reset_to: ResetTo = "current"
     """Reset target: the current policy (ProRL v2) or the best checkpoint by validation reward (ProRL v1; the policy is restored too)."""
     ref_update: RefUpdate = "hard"
     """Reference update rule at a reset: hard copy or Polyak mix ref <- a*pi + (1-a)*ref."""

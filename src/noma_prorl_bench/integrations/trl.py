@@ -57,6 +57,7 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is absent
     raise ImportError(f"noma_prorl_bench.integrations.trl needs the trl extra: pip install -e .[trl] ({e})") from e
 
+from noma_prorl_bench.config.choices import REF_UPDATES, RESET_TOS
 from noma_prorl_bench.config.presets import PRESETS
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.models.base import frozen_parameters
@@ -96,7 +97,7 @@ class ResetConfig:
     reset_kl_coef: int = 0          # 1: the KL coefficient back to its initial value (constant in TRL)
 
     def __post_init__(self) -> None:
-        choices = {"reset_to": ("current", "best"), "ref_update": ("hard", "polyak"), "opt_reset": OPT_RESETS,
+        choices = {"reset_to": RESET_TOS, "ref_update": REF_UPDATES, "opt_reset": OPT_RESETS,
                    "reset_opt_step": (0, 1), "reset_lr_schedule": (0, 1), "reset_kl_coef": (0, 1)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
