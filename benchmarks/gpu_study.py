@@ -51,6 +51,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable, Optional
@@ -323,10 +324,23 @@ def load(state: str, name: str) -> Optional[dict]:
         return None
 
 
+def package_versions() -> dict:
+    """Installed versions of the packages the phases use (None: not installed)."""
+    import importlib.metadata as md
+    out: dict = {}
+    for name in ("transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "gguf"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def device_facts() -> dict:
     """The machine: GPU name and memory, torch and CUDA versions (or the CPU)."""
     import torch
-    facts = {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+    facts = {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+             "packages": package_versions()}
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         facts.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2 ** 30, 1), cuda=torch.version.cuda,
@@ -469,6 +483,7 @@ def phase_vs_trl(a, budget: Budget, model_dir: str, task_path: str) -> dict:
     prev = load(a.state, "vs_trl_gpu.json") or {}
     done = dict(prev.get("runs", {}))
     longest = max((r["wall_s"] for r in done.values()), default=a.first_worker_s)
+    error = None
     for it in trl_items(a):
         key = item_key(it)
         if key in done:
@@ -477,7 +492,13 @@ def phase_vs_trl(a, budget: Budget, model_dir: str, task_path: str) -> dict:
             print(f"vs_trl: {budget.left():.0f} s left, a run takes ~{longest:.0f} s: stopping here", flush=True)
             break
         t0 = time.monotonic()
-        done[key] = {**spawn_worker(a, it, model_dir, task_path), "wall_s": time.monotonic() - t0}
+        try:
+            got = spawn_worker(a, it, model_dir, task_path, timeout=budget.left())
+        except RuntimeError as e:                       # reported, saved, and the later phases still run
+            print(f"vs_trl: {e}", flush=True)
+            error = str(e)[-4000:]
+            break
+        done[key] = {**got, "wall_s": time.monotonic() - t0}
         longest = max(longest, done[key]["wall_s"])
         print(f"vs_trl: {key}: median {statistics.median(done[key]['step_s']):.3f} s/step, "
               f"{statistics.mean(done[key]['gen_tokens']):.0f} tokens/step ({done[key]['wall_s']:.0f} s)", flush=True)
@@ -488,10 +509,11 @@ def phase_vs_trl(a, budget: Budget, model_dir: str, task_path: str) -> dict:
     complete = all(item_key(it) in done for it in trl_items(a))
     summary = {"median_ratio_by_mode_shape": {f"{r['mode']}/{r['B']}x{r['G']}x{r['T']}": r["median_ratio"]
                                               for r in rows}}
-    return result("vs_trl", complete, settings=trl_settings(a), runs=done, pairs=rows, summary=summary)
+    return result("vs_trl", complete, settings=trl_settings(a), runs=done, pairs=rows, summary=summary, error=error)
 
 
-def spawn_worker(a, it: dict, model_dir: str, task_path: str) -> dict:
+def spawn_worker(a, it: dict, model_dir: str, task_path: str, timeout: Optional[float] = None) -> dict:
+    """One measured process (`--worker`) -> its RESULT object; RuntimeError when it fails or outlasts `timeout`."""
     argv = ["--worker", it["side"], "--mode", it["mode"], "--B", str(it["B"]), "--G", str(it["G"]),
             "--T", str(it["T"]), "--steps", str(a.trl_steps), "--device", a.device, "--model_dir", model_dir,
             "--task_path", task_path, "--seed", str(it["rep"])]
@@ -500,7 +522,10 @@ def spawn_worker(a, it: dict, model_dir: str, task_path: str) -> dict:
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     if a.device == "cpu":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"vs_trl worker {item_key(it)} stopped after {timeout:.0f} s (budget)") from e
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"vs_trl worker {item_key(it)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -806,7 +831,11 @@ def device_main(a, argv: list[str]) -> int:
     installed = install_wheels(os.path.join(ROOT, CARRY, "whl"), cache() / "gpu_site") if not a.tiny else []
     if installed:
         print(f"wheels: installed {installed}", flush=True)
-    model_dir = tiny_model(a.state) if a.tiny else real_model(a)
+    try:
+        model_dir = tiny_model(a.state) if a.tiny else real_model(a)
+    except (ValueError, RuntimeError, OSError) as e:       # a corrupt part, a failed conversion check
+        print(f"parts: ERROR {type(e).__name__}: {e}", flush=True)
+        model_dir = None
     task_path = os.path.join(a.state, "task.jsonl")
     if model_dir and not os.path.isfile(task_path):
         write_task(task_path, model_dir, n=400 if a.tiny else 4000)
@@ -824,12 +853,17 @@ def device_main(a, argv: list[str]) -> int:
             remaining.append(phase)
             continue
         print(f"== {phase} ({budget.line()})", flush=True)
-        res = (phase_tests(a, budget) if phase == "tests" else
-               phase_vs_trl(a, budget, model_dir, task_path) if phase == "vs_trl" else
-               phase_resets(a, budget, model_dir, task_path))
+        try:
+            res = (phase_tests(a, budget) if phase == "tests" else
+                   phase_vs_trl(a, budget, model_dir, task_path) if phase == "vs_trl" else
+                   phase_resets(a, budget, model_dir, task_path))
+        except Exception:  # noqa: BLE001  (one phase's crash must not lose the other phases' results)
+            traceback.print_exc(file=sys.stdout)
+            remaining.append(f"{phase} (crashed: the traceback above)")
+            continue
         save(a.state, name, res)
         if not res["complete"]:
-            remaining.append(phase)
+            remaining.append(f"{phase} (failed: {name} has the error)" if res.get("error") else phase)
     copied = publish(a.state, a.out)
     print(f"results: {copied} -> {a.out}" if copied else f"results: in {a.state}", flush=True)
     print(budget.line(), flush=True)
@@ -839,6 +873,10 @@ def device_main(a, argv: list[str]) -> int:
 
 def prepare_main(a) -> int:
     """Here: .gpu_carry/whl (wheels for Python 3.12), .gpu_carry/partNN (the GGUF in parts), the calls."""
+    if a.part_mib < 0 or (a.gguf and not os.path.isfile(a.gguf)):
+        print(f"gpu_study: --part_mib must be >= 0 (0: the most call 1 can carry), got {a.part_mib}" if a.part_mib < 0
+              else f"gpu_study: --gguf must be an existing file, got {a.gguf!r}", file=sys.stderr)
+        return 2
     carry = Path(ROOT) / CARRY
     whl = carry / "whl"
     whl.mkdir(parents=True, exist_ok=True)

