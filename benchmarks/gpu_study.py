@@ -22,8 +22,8 @@ its time budget first and stops cleanly before it: what is finished is saved und
           memory (torch.cuda.max_memory_allocated) for both (vs_trl_gpu.json). Skipped, printed,
           when trl cannot be imported.
   resets  the suite's real_resets matrix (none / keep / hard) at GPU scale: a harder task
-          (three-term sums and differences of two-digit numbers, a generated jsonl task with
-          numeric reward, vs two-term one-to-two-digit in the CPU study), >= 200 steps (reset
+          (sums and differences of two two-digit numbers, TERMS / LOW / HIGH: a generated jsonl
+          task with numeric reward, vs operands of one or two digits in the CPU study), >= 200 steps (reset
           every 50), 8 paired seeds, --jobs runs sharing the GPU; a timer sends the suite SIGTERM
           before the budget ends (its runs checkpoint, a second call resumes them); then the
           suite's report.md (resets_gpu.json, report.md, the logs as resets_logs.tar.gz).
@@ -219,18 +219,28 @@ def part_size_for(tree: int, wheel_bytes: int, limit: int = CALL_LIMIT, slack: i
 
 
 # ============================================================================ the task and the runs
-def arithmetic_lines(n: int, seed: int = 0) -> list[dict]:
-    """n distinct problems "a op b op c" (two-digit operands, op + or -) -> [{"question", "answer"}]."""
+#: the reset study's task: TERMS operands in [LOW, HIGH] joined by + or - (the CPU study's rg:basic_arithmetic:
+#: two operands of one or two digits, 13% greedy correct untouched). Measured on CPU with the untouched
+#: SmolLM2 (greedy, 64 new tokens, these chat prompts, 48 problems): two operands in [10, 99] 3 of 48
+#: correct (harder, yet a signal for GRPO); three in [0, 9] 9 of 48 (easier); three in [10, 99]: reward 0 on
+#: all 64 samples and 8 held-out prompts of a 4-step run (no signal to learn from).
+TERMS, LOW, HIGH = 2, 10, 99
+TASK = f"{TERMS}-term sums and differences of numbers in [{LOW}, {HIGH}] (jsonl, numeric reward tol 0.5)"
+
+
+def arithmetic_lines(n: int, seed: int = 0, terms: int = TERMS, low: int = LOW, high: int = HIGH) -> list[dict]:
+    """n distinct problems "a op b [op c ...]" (`terms` operands in [low, high], op + or -) ->
+    [{"question", "answer"}]."""
     import numpy as np
     rng, seen, out = np.random.default_rng([seed, 38]), set(), []
     while len(out) < n:
-        a, b, c = (int(x) for x in rng.integers(10, 100, size=3))
-        o1, o2 = ("+" if rng.random() < 0.5 else "-" for _ in range(2))
-        q = f"{a} {o1} {b} {o2} {c}"
+        nums = [int(x) for x in rng.integers(low, high + 1, size=terms)]
+        ops = ["+" if rng.random() < 0.5 else "-" for _ in range(terms - 1)]
+        q = " ".join([str(nums[0])] + [f"{o} {x}" for o, x in zip(ops, nums[1:])])
         if q in seen:
             continue
         seen.add(q)
-        value = a + (b if o1 == "+" else -b) + (c if o2 == "+" else -c)
+        value = nums[0] + sum(x if o == "+" else -x for o, x in zip(ops, nums[1:]))
         out.append({"question": q, "answer": str(value)})
     return out
 
@@ -450,7 +460,7 @@ def print_pairs(rows: list[dict]) -> None:
 
 def trl_settings(a) -> dict:
     return {"model": "tiny random llama" if a.tiny else "SmolLM2-135M-Instruct (dequantised Q4_1)",
-            "task": "three-term two-digit arithmetic (jsonl, numeric reward), chat-formatted prompts",
+            "task": TASK + ", chat-formatted prompts",
             "shapes": trl_shapes(a), "modes": a.modes, "steps_per_run": a.trl_steps, "dropped_first_steps": 1,
             "repeats": a.repeats, "beta": 0.04, "lr": {"lora": 2e-4, "full": 1e-5}, "temperature": 1.0,
             "dtype": "bf16 autocast, float32 master weights (ours bf16_mixed, TRL bf16=True)"
@@ -681,7 +691,7 @@ def phase_resets(a, budget: Budget, model_dir: str, task_path: str) -> dict:
     settings = {"preset": "real_resets", "arms": ["real-none", "real-keep", "real-hard"], "seeds": a.seeds,
                 "steps": a.steps, "reset_every": reset_every(specs), "jobs": a.jobs, "device": a.device,
                 "dtype": a.dtype, "max_new_tokens": a.reset_T, "n_val": a.n_val, "eval_every": a.eval_every,
-                "task": "three-term two-digit arithmetic, numeric reward (tol 0.5)", "runs": len(specs),
+                "task": TASK, "runs": len(specs),
                 "flags_example": specs[0].command(outdir)[3:]}
     if stop_in < 10:
         print(f"resets: {budget.left():.0f} s left, too little to start: not started", flush=True)

@@ -167,14 +167,16 @@ def test_call_plan_and_part_size_by_hand():
 
 
 # ---------------------------------------------------------------------------- the task and the runs
-def test_arithmetic_lines_are_distinct_correct_and_deterministic():
-    rows = gs.arithmetic_lines(300, seed=1)
-    assert rows == gs.arithmetic_lines(300, seed=1) and rows != gs.arithmetic_lines(300, seed=2)
-    assert len({r["question"] for r in rows}) == 300
+@pytest.mark.parametrize("terms, low, high", [(gs.TERMS, gs.LOW, gs.HIGH), (3, 10, 99), (2, 0, 9)])
+def test_arithmetic_lines_are_distinct_correct_and_deterministic(terms, low, high):
+    rows = gs.arithmetic_lines(60, 1, terms, low, high)
+    assert rows == gs.arithmetic_lines(60, 1, terms, low, high) and rows != gs.arithmetic_lines(60, 2, terms, low, high)
+    assert len({r["question"] for r in rows}) == 60
     for r in rows:
-        a, o1, b, o2, c = r["question"].split()
-        assert all(10 <= int(x) <= 99 for x in (a, b, c)) and {o1, o2} <= {"+", "-"}
-        assert int(r["answer"]) == eval(r["question"])          # the three-term expression, by Python
+        parts = r["question"].split()
+        assert len(parts) == 2 * terms - 1 and set(parts[1::2]) <= {"+", "-"}
+        assert all(low <= int(x) <= high for x in parts[::2])
+        assert int(r["answer"]) == eval(r["question"])          # the expression, by Python
 
 
 def _plan_args(tmp_path, **over):
