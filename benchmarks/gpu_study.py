@@ -954,7 +954,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=os.environ.get("OUT"), help="where result files are copied (default: $OUT)")
     d.add_argument("--restore", help="a folder of an earlier call's result files (what came back from $OUT) "
                    "to continue from on a fresh machine")
-    d.add_argument("--modes", nargs="+", choices=["lora", "full"], default=["lora", "full"])
+    d.add_argument("--modes", nargs="+", choices=["lora", "full"], default=None,
+                   help="vs_trl: LoRA and / or full fine-tune (default both; tiny: lora)")
     d.add_argument("--repeats", type=int, default=None, help="vs_trl: alternating pairs (default 2; tiny 1)")
     d.add_argument("--trl_steps", type=int, default=None, help="vs_trl: steps per run, the first untimed (default 4; tiny 2)")
     d.add_argument("--seeds", type=int, default=None, help="resets: paired seeds (default 8; tiny 1)")
@@ -977,6 +978,7 @@ def resolve(a) -> argparse.Namespace:
         if getattr(a, k) < 1 or (k == "trl_steps" and a.trl_steps < 2):
             print(f"gpu_study: --{k} must be >= {2 if k == 'trl_steps' else 1}, got {getattr(a, k)}", file=sys.stderr)
             raise SystemExit(2)
+    a.modes = a.modes or (["lora"] if tiny else ["lora", "full"])
     if a.restore and not os.path.isdir(a.restore):
         print(f"gpu_study: --restore must be a folder of result files, got {a.restore!r}", file=sys.stderr)
         raise SystemExit(2)

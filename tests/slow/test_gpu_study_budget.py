@@ -1,6 +1,7 @@
-"""benchmarks/gpu_study.py's reset study stops for its budget and a second call continues it (CPU,
-tiny model): the first call's timer sends the suite SIGTERM, the runs checkpoint, the command exits 0
-with "continue with: ..."; the second call resumes the runs from their checkpoints and reports."""
+"""benchmarks/gpu_study.py, the slower CPU checks (tiny model): the reset study stops for its budget
+(the timer sends the suite SIGTERM, the runs checkpoint, the command exits 0 with "continue with:
+..."), a second call resumes the runs from their checkpoints and reports; the full fine-tune pair of
+the vs_trl phase."""
 import json
 import os
 import subprocess
@@ -40,3 +41,19 @@ def test_reset_study_stops_before_its_budget_and_a_second_call_resumes_it(tmp_pa
     assert second.stdout.strip().splitlines()[-1] == "done: every phase finished"
     res2 = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
     assert res2["complete"] and res2["complete_runs"] == 3 and all(r["steps_done"] == 300 for r in res2["runs"].values())
+
+
+def test_full_fine_tune_pair_of_the_dry_run(tmp_path):
+    """The vs_trl phase's other mode (every weight trained, both sides keeping a reference copy) on
+    the tiny model: one ours / TRL pair, each with one timed step and generated tokens."""
+    pytest.importorskip("trl")
+    env = {**os.environ, "NOMA_PRORL_BENCH_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_study.py"), "device", "--device", "cpu",
+                        "--tiny", "--phases", "vs_trl", "--modes", "full", "--state", str(tmp_path / "state"),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads((tmp_path / "out" / "vs_trl_gpu.json").read_text())
+    (row,) = res["pairs"]
+    assert res["complete"] and row["mode"] == "full" and row["pairs"] == 1
+    assert row["ours"]["tokens_per_step"] > 0 and row["trl"]["tokens_per_step"] > 0

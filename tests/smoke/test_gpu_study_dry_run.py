@@ -27,7 +27,7 @@ def _device(tmp_path, *flags):
 
 def test_dry_run_of_every_phase_then_a_second_call_and_a_restored_state(tmp_path):
     pytest.importorskip("trl")
-    p = _device(tmp_path, "--modes", "lora")
+    p = _device(tmp_path)                                        # tiny: LoRA only
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.splitlines()
     assert lines[0].startswith("budget: 540 s for this command, 30 s kept to save results")
@@ -51,7 +51,7 @@ def test_dry_run_of_every_phase_then_a_second_call_and_a_restored_state(tmp_path
     assert resets["complete_runs"] == 3 and resets["settings"]["reset_every"] == 1 and resets["report"]
     assert "real: reset-keep vs no reset" in (out / "report.md").read_text()
 
-    again = _device(tmp_path, "--modes", "lora")                 # the state holds every phase: nothing reruns
+    again = _device(tmp_path)                 # the state holds every phase: nothing reruns
     assert again.returncode == 0
     for phase in ("tests", "vs_trl", "resets"):
         assert f"{phase}: already complete" in again.stdout
@@ -59,7 +59,7 @@ def test_dry_run_of_every_phase_then_a_second_call_and_a_restored_state(tmp_path
     back = tmp_path / "back"
     shutil.copytree(out, back)
     (back / "resets_gpu.json").unlink()                          # the runs themselves come from the logs
-    third = _device(tmp_path, "--modes", "lora", "--phases", "resets", "--restore", str(back))
+    third = _device(tmp_path, "--phases", "resets", "--restore", str(back))
     assert third.returncode == 0, third.stderr[-2000:]
     assert "suite: 3 runs, 3 already complete (skipped), 0 to run" in third.stderr
     assert "resets: 3 of 3 runs complete" in third.stdout
