@@ -595,7 +595,7 @@ def worker_ours(w) -> None:
             "warmstart_steps": 0, "steps": w.steps + 1, "eval_every": 10 ** 6, "n_val": 8, "threads": 1,
             "quiet": True, "device": w.device, "dtype": "bf16_mixed" if w.device == "cuda" else "float32", **lora})
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-        trainer = Trainer(cfg, *sinks)
+        trainer = Trainer.from_config(cfg, *sinks)
         gen_tok.clear()
         if w.device == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -54,7 +54,7 @@ def worker(args) -> None:
                        "batch_size": args.batch_size, "group_size": args.group_size,
                        "max_new_tokens": args.max_new_tokens})
     events = MemorySink()
-    trainer = Trainer(cfg, events_sink=events)
+    trainer = Trainer.from_config(cfg, events_sink=events)
     if args.profile:                      # torch.profiler around the last step; the table goes to stderr
         from torch.profiler import ProfilerActivity, profile
         steps = [trainer.train_step() for _ in range(args.steps - 1)]

@@ -54,7 +54,7 @@ def settings(args) -> dict:
 def run_once(overrides: dict, args) -> tuple[list[dict], list[dict]]:
     cfg = make_config({**settings(args), **overrides})
     events = MemorySink()
-    trainer = Trainer(cfg, events_sink=events)
+    trainer = Trainer.from_config(cfg, events_sink=events)
     return [trainer.train_step() for _ in range(args.steps)], events.records
 
 

@@ -40,7 +40,7 @@ def run_once(overrides: dict, args) -> list[dict]:
     cfg = make_config({"outdir": "/dev/null", "steps": args.steps, "seed": args.seed, "quiet": True,
                        "ppo_epochs": args.ppo_epochs, "minibatches": args.minibatches,
                        "eval_every": 10 ** 6, "threads": 1, **overrides})
-    trainer = Trainer(cfg)
+    trainer = Trainer.from_config(cfg)
     return [trainer.train_step() for _ in range(args.steps)][3:]
 
 

@@ -149,7 +149,7 @@ def train_step_flops(model_dir: str, a, params: int, ceil: dict) -> dict:
                            "batch_size": a.B, "group_size": a.G, "max_new_tokens": a.T, "ppo_epochs": 1,
                            "minibatches": 1, "beta": 0.0, "variant": "B", "warmstart_steps": 0, "steps": a.steps,
                            "eval_every": 10 ** 6, "n_val": 8, "quiet": True, "lr": 1e-5, "threads": a.threads})
-        tr = Trainer(cfg)
+        tr = Trainer.from_config(cfg)
         seen, spent = [], []
         orig = tr.learner.minibatch_step
 

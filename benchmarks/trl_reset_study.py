@@ -71,7 +71,7 @@ def harness(a, model_dir: str, tmp: str) -> dict:
         "soft_factor": a.soft_factor, "reset_opt_step": a.reset_opt_step, "ref_update": "hard"})
     os.makedirs(tmp, exist_ok=True)
     sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-    trainer = Trainer(cfg, *sinks)
+    trainer = Trainer.from_config(cfg, *sinks)
     kl = [float(trainer.train_step()["kl/k3"]) for _ in range(a.steps)]
     for s in sinks:
         s.close()

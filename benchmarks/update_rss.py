@@ -41,7 +41,8 @@ def build(grad_checkpoint: bool):
     cfg = parse_config(["--preset", "smollm2_demo", "--outdir", os.devnull]
                        + (["--grad_checkpoint"] if grad_checkpoint else []))
     policy, _ = build_policy(cfg)
-    attach_adapters(cfg, policy, lambda *a, **k: None)
+    from noma_prorl_bench.config.specs import RunSpecs  # noqa: PLC0415
+    attach_adapters(RunSpecs.from_config(cfg).growth, policy, lambda *a, **k: None)
     policy.train()
     return policy
 

@@ -81,7 +81,7 @@ def worker_ours(a) -> None:
             "quiet": True, "grad_checkpoint": a.grad_ckpt == "on", "logprob_chunk": a.logprob_chunk,
             "dtype": a.dtype_ours, **variant})
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-        trainer = Trainer(cfg, *sinks)
+        trainer = Trainer.from_config(cfg, *sinks)
         gen_s.clear(), gen_tok.clear()                                     # drop the monitors' set-up rollout
         ends, cpu, lens = [time.perf_counter()], [time.process_time()], []
         for _ in range(a.steps):

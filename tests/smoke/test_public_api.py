@@ -39,6 +39,9 @@ def test_python_train_matches_the_cli(tmp_path):
     events = [(e["step"], e["event"]) for e in _rows(api_dir, "events.jsonl")]
     assert events == [(e["step"], e["event"]) for e in _rows(cli_dir, "events.jsonl")]
     cfg_api, cfg_cli = (json.load(open(os.path.join(d, "config.json"))) for d in (api_dir, cli_dir))
+    for c in (cfg_api, cfg_cli):                 # the subprocess was given OMP_NUM_THREADS=1, which machine.env records
+        c["machine"] = {k: v for k, v in c["machine"].items() if k != "env"}
+    assert cfg_cli.get("machine") and cfg_api["machine"] == cfg_cli["machine"]
     assert {k: v for k, v in cfg_api.items() if k not in ("outdir", "argv", "run_id")} == \
         {k: v for k, v in cfg_cli.items() if k not in ("outdir", "argv", "run_id")}
 

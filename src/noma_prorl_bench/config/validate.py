@@ -104,6 +104,10 @@ FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
     "lora_rank": ("initial_rank", "verl's", "with --enable_growth 1"),
     "target_modules": ("adapter_targets", "verl's", "with --enable_growth 1"),
 }
+#: TRL / verl names with no flag of ours that means the same, though one of ours looks alike (TRL's
+#: max_prompt_length truncates prompts in tokens; --max_prompt_chars only bounds a jsonl file's prompts):
+#: refused with no suggestion rather than a misleading one
+NO_EQUIVALENT = ("max_prompt_length", "max_length", "logging_steps", "vf_coef", "whiten_rewards")
 #: verl's top-level config sections: a nested verl config is not one of ours
 VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
 
@@ -119,6 +123,8 @@ def suggest_name(word: str, options, prefix: str = "--") -> str:
         return f" ({word} is {whose} name; ours is {prefix}{flag}{': ' + note if note else ''})"
     if last != bare and f"{prefix}{last}" in options:
         return f" (ours is {prefix}{last}: our names are flat, without a section path)"
+    if last in NO_EQUIVALENT:
+        return ""
     if bare in VERL_SECTIONS:
         return f" ({word} is a verl config section; ours are flat names, listed in docs/flags.md)"
     return suggest(prefix + bare, options, cutoff=0.6)
