@@ -66,6 +66,15 @@ def test_ctrl_c_to_pytest_itself_stops_what_a_test_started_in_its_own_session(tm
                    2, "KeyboardInterrupt")
 
 
+def _terminal_signals():
+    """SIGINT and SIGQUIT at their defaults, as under a terminal: a test run started in the background by
+    a non-interactive shell inherits them ignored, and a shell or Python started with SIGINT ignored can
+    never act on a Ctrl-C (bash cannot trap a signal ignored at its entry; Python installs no
+    KeyboardInterrupt handler then)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def probe_and_stop(tmp_path, cmd, env, sig, code, said):
     """Run test_probe under `cmd` in its own session; once the probe's subprocess runs, send `sig` (SIGINT
     to the whole process group, as a terminal does; SIGTERM to the command alone); the command must exit
@@ -74,7 +83,8 @@ def probe_and_stop(tmp_path, cmd, env, sig, code, said):
     out = str(tmp_path / "probe.json")
     env = {k: v for k, v in {**os.environ, **env, PROBE: out}.items() if v is not None}
     script = subprocess.Popen([*cmd, f"{os.path.abspath(__file__)}::test_probe"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=_terminal_signals)
     info = {}
     try:
         for _ in range(1200):                                   # pytest's start (torch import) and the probe's
