@@ -27,6 +27,11 @@ def test_reset_study_stops_before_its_budget_and_a_second_call_resumes_it(tmp_pa
     first = _call(tmp_path, "--budget_s", "70", "--reserve_s", "5", "--stop_margin_s", "40")
     assert first.returncode == 0, first.stderr[-3000:]
     last = first.stdout.strip().splitlines()[-1]
+    if last == "done: every phase finished":                 # the budget's stop comes from a real clock
+        res = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
+        assert res["complete"] and res["complete_runs"] == 3
+        pytest.skip("this machine finished the 3 x 300 steps inside the 25 s budget: the stop and resume path "
+                    "was not exercised (tests/unit/test_gpu_study.py checks the budget with a fake clock)")
     assert last.startswith("continue with: bash scripts/gpu_study.sh device") and "(left: resets)" in last
     assert "--budget_s 70" in last
     res = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
