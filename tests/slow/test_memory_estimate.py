@@ -1,7 +1,8 @@
 """The run's memory estimate (io/memory.py) against the measured peak resident memory of real runs.
 
-Three shapes, each a CLI run in its own subprocess whose peak RSS comes from `os.wait4` (that
-child's ru_maxrss, not the maximum over every child so far): a toy transformer whose peak is
+Three shapes, each a CLI run in its own subprocess whose peak RSS comes from `os.wait4` in a small
+launcher that forked it (that run's own ru_maxrss: not the maximum over every child so far, nor
+pytest's size, which a process exec'd straight from pytest starts from): a toy transformer whose peak is
 weights, gradients, Adam moments, the reference and the monitor snapshots (7 copies of 12.6M
 parameters); a toy transformer whose peak is one minibatch's saved activations (128 rows, one
 minibatch); and a tiny random Llama with a 32,000-wide vocabulary whose peak is logits-sized
@@ -38,19 +39,29 @@ def hf32k(tmp_path_factory):
                                vocab_size=32000)
 
 
+#: forks the run from this small process and writes the run's own ru_maxrss (KiB) to $PEAK_FILE. A process
+#: exec'd straight from pytest would start from pytest's high-water mark (Linux keeps the larger of the old
+#: and new image's peak across execve, and a vfork child shares the parent's memory), so late in a full
+#: test session every run would seem to peak at the size of the pytest process
+LAUNCH = ("import os, sys\npid = os.fork()\nif pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n"
+          "_, status, usage = os.wait4(pid, 0)\nopen(os.environ['PEAK_FILE'], 'w').write(str(usage.ru_maxrss))\n"
+          "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 def _measure(out, flags) -> tuple[dict, float]:
-    """(the memory_estimate event, the child's peak RSS in MiB) of one run in a subprocess."""
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(SRC), OMP_NUM_THREADS="1")
-    child = subprocess.Popen([sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *COMMON, *flags],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    err = child.stderr.read().decode()
-    child.stderr.close()
-    assert status == 0, err[-2000:]
+    """(the memory_estimate event, the run's own peak RSS in MiB) of one run in a subprocess."""
+    peak_file = f"{out}.peak"
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(SRC), OMP_NUM_THREADS="1", PEAK_FILE=peak_file)
+    child = subprocess.run([sys.executable, "-c", LAUNCH, sys.executable, "-m", "noma_prorl_bench.run",
+                            "--outdir", str(out), *COMMON, *flags], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=900)
+    err = child.stderr.decode()
+    assert child.returncode == 0, err[-2000:]
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     (est,) = [e for e in events if e["event"] == "memory_estimate"]
     assert events[0] is est and est["step"] == 0                       # the run's first record
-    return est, usage.ru_maxrss / 1024.0
+    with open(peak_file) as f:
+        return est, int(f.read()) / 1024.0
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -73,3 +84,16 @@ def test_estimate_is_within_1_5x_of_the_measured_peak(tmp_path, shape, request):
         assert held["grads_adam"] == pytest.approx(3 * held["weights"], rel=0.01)   # no adapters: all trainable
     if DOMINANT[shape] == "update":
         assert est["peak_phase"] == "update"
+
+
+def test_the_launcher_measures_the_run_not_pytest(tmp_path):
+    """A direct child of a large process reports that process's size as its own peak; the launcher's does not."""
+    ballast = bytearray(400 * 2**20)
+    ballast[::4096] = b"\1" * len(ballast[::4096])                        # resident, not just reserved
+    env = dict(os.environ, PEAK_FILE=str(tmp_path / "peak"))
+    code = "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    direct = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout)
+    assert subprocess.run([sys.executable, "-c", LAUNCH, sys.executable, "-c", "pass"], env=env).returncode == 0
+    launched = int((tmp_path / "peak").read_text())
+    assert direct > 400 * 1024 > 4 * launched, (direct, launched)          # KiB
+    del ballast
