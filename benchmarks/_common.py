@@ -4,6 +4,7 @@ A script that measures in subprocesses re-runs itself with its worker flags (`ru
 worker prints one `RESULT {json}` line (`print_result`), which the parent parses. Only the standard
 library is imported here, so a worker's peak RSS counts nothing this module adds.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 RESULT = "RESULT "
 # one thread per worker, no hub access, quiet transformers
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
 
 
 def run_worker(script: str, argv: list[str], what: str) -> dict:
@@ -29,7 +35,7 @@ def run_worker(script: str, argv: list[str], what: str) -> dict:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len(RESULT):])
+    return json.loads(lines[-1][len(RESULT) :])
 
 
 def print_result(obj: dict) -> None:
@@ -46,8 +52,9 @@ def peak_rss_mb() -> float:
 def git_commit() -> str:
     """The short commit of the checkout the benchmarks run from ("?" without git)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         return "?"
 

@@ -10,6 +10,7 @@ piece: after the whole set-up, warm-start evaluation included) and after the pie
 for the evaluation the mean reward and a sha256 of its texts. Needs the converted SmolLM2 model
 (`prorl-bench get-model smollm2-135m-instruct`) and reasoning-gym.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,8 @@ def rss_mb() -> float:
 
 def _cfg(model: str, n_val: int):
     from noma_prorl_bench.config import make_config
-    return make_config({"outdir": "-", "preset": "smollm2_demo", "model": f"hf:{model}", "n_val": n_val,
-                        "quiet": True})
+
+    return make_config({"outdir": "-", "preset": "smollm2_demo", "model": f"hf:{model}", "n_val": n_val, "quiet": True})
 
 
 def eval_piece(model: str, n_val: int, batch: int) -> dict:
@@ -41,6 +42,7 @@ def eval_piece(model: str, n_val: int, batch: int) -> dict:
     from noma_prorl_bench.models.build import build_policy
     from noma_prorl_bench.rollout.sampling import evaluate
     from noma_prorl_bench.tasks import make_task
+
     torch.set_num_threads(1)
     cfg = _cfg(model, n_val)
     task = make_task(cfg.task, n_val=n_val, cfg=cfg)
@@ -57,10 +59,11 @@ def monitor_piece(model: str, chunked: bool) -> dict:
 
     from noma_prorl_bench.training import monitors
     from noma_prorl_bench.training.trainer import Trainer
+
     torch.set_num_threads(1)
     if not chunked:
-        monitors.MONITOR_CHUNK_ELEMENTS = 2 ** 62
-    t = Trainer.from_config(_cfg(model, 64))                      # loads the model and evaluates 64 prompts before RL
+        monitors.MONITOR_CHUNK_ELEMENTS = 2**62
+    t = Trainer.from_config(_cfg(model, 64))  # loads the model and evaluates 64 prompts before RL
     out = {"piece": f"monitor {'chunked' if chunked else 'unchunked'}", "after_setup_mb": rss_mb()}
     t.monitors.before_step(1)
     t.monitors.drift.measure(t.policy)
@@ -70,7 +73,9 @@ def monitor_piece(model: str, chunked: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=os.path.expanduser("~/.cache/noma_prorl_bench/models/smollm2-135m-instruct-q4_1-dequant"))
+    ap.add_argument(
+        "--model", default=os.path.expanduser("~/.cache/noma_prorl_bench/models/smollm2-135m-instruct-q4_1-dequant")
+    )
     ap.add_argument("--n_val", type=int, default=200)
     ap.add_argument("--batches", default="", help="prompts per generate call, comma list (default: n_val,32)")
     ap.add_argument("--pieces", default="eval,monitor", help="comma list of eval, monitor")
@@ -89,15 +94,21 @@ def main() -> None:
         runs += [["--piece", "monitor"], ["--piece", "monitor", "--unchunked"]]
     res = []
     for extra in runs:
-        r = subprocess.run([sys.executable, __file__, "--model", a.model, "--n_val", str(a.n_val), *extra],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, __file__, "--model", a.model, "--n_val", str(a.n_val), *extra],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             sys.exit(f"{' '.join(extra)} failed:\n{r.stderr[-2000:]}")
         res.append(json.loads(r.stdout.strip().splitlines()[-1]))
         x = res[-1]
         tail = f", val {x['val']:.4f}, texts sha256 {x['texts_sha256'][:12]}" if "val" in x else ""
-        print(f"{x['piece']:18s} peak RSS after set-up {x['after_setup_mb']:7.0f} MiB, after the piece "
-              f"{x['peak_mb']:7.0f} MiB{tail}", flush=True)
+        print(
+            f"{x['piece']:18s} peak RSS after set-up {x['after_setup_mb']:7.0f} MiB, after the piece "
+            f"{x['peak_mb']:7.0f} MiB{tail}",
+            flush=True,
+        )
     digests = {x["texts_sha256"] for x in res if "texts_sha256" in x}
     if digests:
         print(f"n_val {a.n_val}: greedy texts identical at every batch: {'yes' if len(digests) == 1 else 'NO'}")

@@ -27,17 +27,23 @@ import growth_stats
 from growth_xor_report import machine
 
 FINAL, PRE, POST = 20, 10, 20
-METRICS = {"final_train": "final train reward (last 20 steps)", "final_val": "final greedy val reward",
-           "delta20": "delta20 (post - pre growth, mean over growths)"}
+METRICS = {
+    "final_train": "final train reward (last 20 steps)",
+    "final_val": "final greedy val reward",
+    "delta20": "delta20 (post - pre growth, mean over growths)",
+}
 FIGURE = "![growth_rl](growth_rl.png)"
 KEEP = ("name", "metric", "n_pairs", "diff", "ci95", "p_holm", "verdict", "arm_mean", "base_mean", "p", "mde80")
 
 
 def per_seed(run: dict, grows: list[int]) -> dict:
     r = run["reward"]
-    deltas = [statistics.fmean(r[g:g + POST]) - statistics.fmean(r[g - PRE:g]) for g in grows]
-    return {"final_train": statistics.fmean(r[-FINAL:]), "final_val": run["val"][-1][1],
-            "delta20": statistics.fmean(deltas)}
+    deltas = [statistics.fmean(r[g : g + POST]) - statistics.fmean(r[g - PRE : g]) for g in grows]
+    return {
+        "final_train": statistics.fmean(r[-FINAL:]),
+        "final_val": run["val"][-1][1],
+        "delta20": statistics.fmean(deltas),
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,10 +79,21 @@ def load(args) -> tuple[dict, dict, str]:
     a = saved["args"]
     grows = list(range(a["grow_every"], a["steps"], a["grow_every"]))
     seeds = sorted({r["seed"] for r in saved["results"]})
-    data = {arm: {str(s): per_seed(next(r for r in saved["results"] if r["arm"] == arm and r["seed"] == s), grows)
-                  for s in seeds} for arm in a["arms"].split(",")}
-    meta = {"command": args.command or "", "commit": args.commit or "", "machine": machine(), "seeds": seeds,
-            "settings": a, "wall_s": args.wall_s}
+    data = {
+        arm: {
+            str(s): per_seed(next(r for r in saved["results"] if r["arm"] == arm and r["seed"] == s), grows)
+            for s in seeds
+        }
+        for arm in a["arms"].split(",")
+    }
+    meta = {
+        "command": args.command or "",
+        "commit": args.commit or "",
+        "machine": machine(),
+        "seeds": seeds,
+        "settings": a,
+        "wall_s": args.wall_s,
+    }
     return data, meta, args.out_dir
 
 
@@ -86,8 +103,15 @@ def comparisons(data: dict, baseline: str, seeds: list[str]) -> list[dict]:
         if arm == baseline:
             continue
         for metric in METRICS:
-            comps.append(growth_stats.compare(f"{arm} - {baseline}", metric, [data[arm][s][metric] for s in seeds],
-                                              [data[baseline][s][metric] for s in seeds], lower_is_better=False))
+            comps.append(
+                growth_stats.compare(
+                    f"{arm} - {baseline}",
+                    metric,
+                    [data[arm][s][metric] for s in seeds],
+                    [data[baseline][s][metric] for s in seeds],
+                    lower_is_better=False,
+                )
+            )
     return growth_stats.finish(comps)
 
 
@@ -97,32 +121,45 @@ def kept_tail(path: str) -> list[str]:
         return []
     with open(path) as fh:
         lines = fh.read().split("\n")
-    return lines[lines.index(FIGURE) + 1:] if FIGURE in lines else []
+    return lines[lines.index(FIGURE) + 1 :] if FIGURE in lines else []
 
 
 def report_lines(comps: list[dict], data: dict, meta: dict, from_summary: bool) -> list[str]:
     a, seeds = meta["settings"], [str(s) for s in meta["seeds"]]
     grows = list(range(a["grow_every"], a["steps"], a["grow_every"]))
-    lines = [f"# Growth experiment (b): RL with LoRA rank growth, {len(seeds)} seeds, lr {a['lr']}", "",
-             f"- command: `{meta['command']}`", f"- commit: `{meta['commit']}`", f"- machine: {meta['machine']}",
-             f"- 1 torch thread per run, nice 5, {a.get('jobs', 1)} run(s) at a time"
-             + (f"; wall time {meta['wall_s']:.0f} s (shared machine)" if meta.get("wall_s") else "")]
+    lines = [
+        f"# Growth experiment (b): RL with LoRA rank growth, {len(seeds)} seeds, lr {a['lr']}",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- commit: `{meta['commit']}`",
+        f"- machine: {meta['machine']}",
+        f"- 1 torch thread per run, nice 5, {a.get('jobs', 1)} run(s) at a time"
+        + (f"; wall time {meta['wall_s']:.0f} s (shared machine)" if meta.get("wall_s") else ""),
+    ]
     if from_summary:
-        lines.append("- statistics recomputed by `benchmarks/growth_rl_report.py --from_summary` from the per-seed "
-                     "values in summary.json (the run's JSON is not in the repository)")
-    lines += ["", f"Default task and model (GRU, reverse_digits), LoRA on `head`, base frozen, {a['steps']} steps, "
-              f"growth after steps {grows} (rank {a['initial_rank']} + {a['rank_step']} each), Adam lr {a['lr']}. "
-              "Evidence run at one learning rate only (not the 3-lr design of experiment (a): see docs/growth.md). "
-              "Statistics: paired differences over seeds, 95% Student t CI of the mean difference "
-              "(t(0.975, n-1) sd/sqrt(n); the BCa bootstrap covered only 87-90% at 10 pairs), sign-flip p, Holm "
-              "across the comparisons below; verdict at Holm p < 0.05 (higher reward is better); mde80 = the "
-              "smallest |mean diff| detectable with 80% power after Holm.", "",
-              "| comparison | metric | pairs | mean diff | 95% CI | p (Holm) | verdict | mde80 |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            "- statistics recomputed by `benchmarks/growth_rl_report.py --from_summary` from the per-seed "
+            "values in summary.json (the run's JSON is not in the repository)"
+        )
+    lines += [
+        "",
+        f"Default task and model (GRU, reverse_digits), LoRA on `head`, base frozen, {a['steps']} steps, "
+        f"growth after steps {grows} (rank {a['initial_rank']} + {a['rank_step']} each), Adam lr {a['lr']}. "
+        "Evidence run at one learning rate only (not the 3-lr design of experiment (a): see docs/growth.md). "
+        "Statistics: paired differences over seeds, 95% Student t CI of the mean difference "
+        "(t(0.975, n-1) sd/sqrt(n); the BCa bootstrap covered only 87-90% at 10 pairs), sign-flip p, Holm "
+        "across the comparisons below; verdict at Holm p < 0.05 (higher reward is better); mde80 = the "
+        "smallest |mean diff| detectable with 80% power after Holm.",
+        "",
+        "| comparison | metric | pairs | mean diff | 95% CI | p (Holm) | verdict | mde80 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in comps:
-        lines.append(f"| {c['name']} | {METRICS[c['metric']]} | {c['n_pairs']} | {c['diff']:+.4f} | "
-                     f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}] | {c['p_holm']:.4f} | {c['verdict']} | "
-                     f"{c['mde80']:.4f} |")
+        lines.append(
+            f"| {c['name']} | {METRICS[c['metric']]} | {c['n_pairs']} | {c['diff']:+.4f} | "
+            f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}] | {c['p_holm']:.4f} | {c['verdict']} | "
+            f"{c['mde80']:.4f} |"
+        )
     lines += ["", "| arm | final train reward | final val reward | delta20 |", "|---|---|---|---|"]
     for arm in data:
         cells = []

@@ -32,10 +32,18 @@ def compare(name: str, metric: str, arm: list[float], base: list[float], lower_i
     """One paired comparison (arm - base), before the Holm adjustment."""
     d = np.asarray(arm, dtype=float) - np.asarray(base, dtype=float)
     lo, hi = stats.t_ci(d)
-    return {"name": name, "metric": metric, "n_pairs": len(d), "diff": float(d.mean()),
-            "ci95": [lo, hi], "p": stats.sign_flip_p(d), "lower_is_better": lower_is_better,
-            "sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
-            "arm_mean": float(np.mean(arm)), "base_mean": float(np.mean(base))}
+    return {
+        "name": name,
+        "metric": metric,
+        "n_pairs": len(d),
+        "diff": float(d.mean()),
+        "ci95": [lo, hi],
+        "p": stats.sign_flip_p(d),
+        "lower_is_better": lower_is_better,
+        "sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
+        "arm_mean": float(np.mean(arm)),
+        "base_mean": float(np.mean(base)),
+    }
 
 
 def finish(comparisons: list[dict]) -> list[dict]:

@@ -64,13 +64,13 @@ class MLP(nn.Module):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(2, hidden), nn.Linear(hidden, classes)
 
-    def forward(self, x):                       # x[N, 2] -> logits[N, C]
+    def forward(self, x):  # x[N, 2] -> logits[N, C]
         return self.fc2(torch.tanh(self.fc1(x)))
 
 
 def grow_hidden(model: MLP, opt, mode: str, seed: int):
     """Grow the hidden layer 2 -> 16 under ``mode``; returns the optimizer to use from now on."""
-    g = torch.Generator().manual_seed(20_000 + seed)    # same new values in every mode
+    g = torch.Generator().manual_seed(20_000 + seed)  # same new values in every mode
     init = make_init("kaiming", fan_in=2, generator=g)
     classes = model.fc2.out_features
     plan = {"fc1.weight": ((H1, 2), init), "fc1.bias": ((H1,), init), "fc2.weight": ((classes, H1), None)}
@@ -111,13 +111,13 @@ def run_seed(args, seed: int, lr: float | None = None) -> dict:
     variants = [(m, m, 1.0) for m in (*MODES, "nogrow")]
     if args.shared_step_arm:  # the old preserve: new entries inherit the shared step
         variants.insert(1, ("preserve_shared_step", "preserve", 1.0))
-    if args.reset_lr_scale:   # ablation: reset, then a larger post-growth lr
+    if args.reset_lr_scale:  # ablation: reset, then a larger post-growth lr
         variants.append((f"reset_lr_x{args.reset_lr_scale:g}", "reset", args.reset_lr_scale))
     for label, mode, lr_scale in variants:
         m = MLP(H0, classes)
         m.load_state_dict(snap_m)
         o = torch.optim.Adam(m.parameters(), lr=lr)
-        o.load_state_dict(copy.deepcopy(snap_o))          # load_state_dict aliases: copy first
+        o.load_state_dict(copy.deepcopy(snap_o))  # load_state_dict aliases: copy first
         if mode != "nogrow":
             o = grow_hidden(m, o, mode, seed)
         if label == "preserve_shared_step":
@@ -128,7 +128,7 @@ def run_seed(args, seed: int, lr: float | None = None) -> dict:
             at_growth = F.cross_entropy(m(x), y).item()
             new0 = new_block(m)
         curve = train(m, o, x, y, args.probe_steps)
-        with torch.no_grad():   # mean |update| per step on the new entries, in units of the base lr
+        with torch.no_grad():  # mean |update| per step on the new entries, in units of the base lr
             rel = ((new_block(m) - new0).abs().mean() / (args.probe_steps * lr)).item() if new0.numel() else None
         curve += train(m, o, x, y, args.post_steps - args.probe_steps)
         out["modes"][label] = {"curve": curve, "at_growth": at_growth, "new_step_rel": rel}
@@ -159,19 +159,29 @@ def summarize(results: list[dict], args) -> dict:
             jumps.append(None if rec["at_growth"] is None else rec["at_growth"] - before)
         reached = [h for h in hits if h is not None]
         rels = [r["modes"][mode]["new_step_rel"] for r in results]
-        table[mode] = {"steps_to_target": hits, "reached": len(reached), "finals": finals,
-                       "spikes": spikes, "jumps": jumps, "new_step_rel": rels,
-                       "mean": statistics.mean(reached) if reached else math.nan,
-                       "std": statistics.stdev(reached) if len(reached) > 1 else math.nan,
-                       "median": statistics.median(reached) if reached else math.nan}
+        table[mode] = {
+            "steps_to_target": hits,
+            "reached": len(reached),
+            "finals": finals,
+            "spikes": spikes,
+            "jumps": jumps,
+            "new_step_rel": rels,
+            "mean": statistics.mean(reached) if reached else math.nan,
+            "std": statistics.stdev(reached) if len(reached) > 1 else math.nan,
+            "median": statistics.median(reached) if reached else math.nan,
+        }
     return table
 
 
 def print_table(table: dict, n: int, args) -> None:
-    print(f"\nsteps after growth to train loss <= {args.target}  ({n} seeds; mean +- std over seeds that "
-          f"reached it; 'scratch16' counts from its own step 0)")
-    print("| mode | reached | mean +- std | median | min..max | jump at growth | max rise in "
-          f"{args.spike_window} steps | new-entry step / lr, first {args.probe_steps} | final loss mean +- std |")
+    print(
+        f"\nsteps after growth to train loss <= {args.target}  ({n} seeds; mean +- std over seeds that "
+        f"reached it; 'scratch16' counts from its own step 0)"
+    )
+    print(
+        "| mode | reached | mean +- std | median | min..max | jump at growth | max rise in "
+        f"{args.spike_window} steps | new-entry step / lr, first {args.probe_steps} | final loss mean +- std |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for mode, r in table.items():
         hits = [h for h in r["steps_to_target"] if h is not None]
@@ -184,21 +194,23 @@ def print_table(table: dict, n: int, args) -> None:
         spikes = [v for v in r["spikes"] if v is not None]
         spike = f"{statistics.mean(spikes):+.4f}" if spikes else "-"
         stat = f"{r['mean']:.0f} +- {r['std']:.0f} | {r['median']:.0f}" if hits else "- | -"
-        print(f"| {mode} | {r['reached']}/{n} | {stat} | {rng} | {jump} | {spike} | {rel} "
-              f"| {statistics.mean(r['finals']):.4f} +- {fin_sd:.4f} |")
+        print(
+            f"| {mode} | {r['reached']}/{n} | {stat} | {rng} | {jump} | {spike} | {rel} "
+            f"| {statistics.mean(r['finals']):.4f} +- {fin_sd:.4f} |"
+        )
 
 
 def plot(results: list[dict], args) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"preserve": "C0", "reset": "C1", "naive": "C3", "noma_flat": "C2", "nogrow": "0.5",
-              "scratch16": "C4"}
+    colors = {"preserve": "C0", "reset": "C1", "naive": "C3", "noma_flat": "C2", "nogrow": "0.5", "scratch16": "C4"}
     colors.update({k: "C5" for k in results[0]["modes"] if k.startswith("reset_lr")})
     g, fig = args.grow_at, plt.figure(figsize=(14, 4.2))
     axes = fig.subplots(1, 2)
-    pre = torch.tensor([r["pre"] for r in results])                              # [S, grow_at]
+    pre = torch.tensor([r["pre"] for r in results])  # [S, grow_at]
     for ax, zoom in zip(axes, (False, True)):
         lo = g - 50 if zoom else 0
         hi = g + (args.zoom if zoom else args.post_steps)
@@ -216,8 +228,11 @@ def plot(results: list[dict], args) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("step (growth 2 -> 16 hidden units at the dotted line)")
         ax.set_ylabel("train cross-entropy")
-        ax.set_title(("zoom: first %d steps after growth" % args.zoom) if zoom else
-                     f"{args.task}: median and min-max over {len(results)} seeds")
+        ax.set_title(
+            ("zoom: first %d steps after growth" % args.zoom)
+            if zoom
+            else f"{args.task}: median and min-max over {len(results)} seeds"
+        )
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.tight_layout(rect=(0, 0, 0.81, 1))
@@ -234,8 +249,12 @@ def main(argv=None) -> None:
     p.add_argument("--grow_at", type=int, default=1000)
     p.add_argument("--post_steps", type=int, default=1500)
     p.add_argument("--probe_steps", type=int, default=20)
-    p.add_argument("--reset_lr_scale", type=float, default=3.0,
-                   help="add a 'reset' run whose post-growth lr is scaled by this (0: off)")
+    p.add_argument(
+        "--reset_lr_scale",
+        type=float,
+        default=3.0,
+        help="add a 'reset' run whose post-growth lr is scaled by this (0: off)",
+    )
     p.add_argument("--target", type=float, default=0.1)
     p.add_argument("--spike_window", type=int, default=100)
     p.add_argument("--zoom", type=int, default=400)
@@ -243,11 +262,16 @@ def main(argv=None) -> None:
     p.add_argument("--fig", default="docs/figures/growth_xor.png")
     p.add_argument("--json", default="runs/growth_xor.json")
     p.add_argument("--from_json", default=None, help="re-print and re-plot a saved run; no training")
-    p.add_argument("--lrs", default=None,
-                   help="comma-separated learning rates: run every lr x seed, write --out_dir report")
+    p.add_argument(
+        "--lrs", default=None, help="comma-separated learning rates: run every lr x seed, write --out_dir report"
+    )
     p.add_argument("--out_dir", default="docs/growth/xor", help="with --lrs: report.md, summary.json, PNG")
-    p.add_argument("--shared_step_arm", type=int, default=1,
-                   help="1: add 'preserve_shared_step', the earlier preserve, before per-entry step counts (new entries share the step)")
+    p.add_argument(
+        "--shared_step_arm",
+        type=int,
+        default=1,
+        help="1: add 'preserve_shared_step', the earlier preserve, before per-entry step counts (new entries share the step)",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.lrs:
@@ -269,8 +293,15 @@ def main(argv=None) -> None:
     plot(results, args)
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as fh:
-        json.dump({"config": vars(args), "torch": torch.__version__, "results": results,
-                   "table": {m: {k: v for k, v in r.items()} for m, r in table.items()}}, fh)
+        json.dump(
+            {
+                "config": vars(args),
+                "torch": torch.__version__,
+                "results": results,
+                "table": {m: {k: v for k, v in r.items()} for m, r in table.items()},
+            },
+            fh,
+        )
     print(f"wrote {args.fig} and {args.json}")
 
 
@@ -287,6 +318,7 @@ def main_lrs(args) -> None:
     print("command:", cmd, flush=True)
     lrs = [float(v) for v in args.lrs.split(",")]
     from growth_xor_report import _commit  # the commit the run started from
+
     commit = _commit()
     t0, runs = time.perf_counter(), {}
     for lr in lrs:
@@ -296,13 +328,21 @@ def main_lrs(args) -> None:
             print(f"lr {lr:g} seed {s} done ({time.perf_counter() - t0:.0f} s)", flush=True)
         print_table(summarize(runs[f"{lr:g}"], args), args.seeds, args)
     from growth_xor_report import _commit, machine
-    saved = {"config": {k: v for k, v in vars(args).items()}, "command": cmd, "torch": torch.__version__,
-             "commit": commit, "machine": machine(),
-             "wall_s": time.perf_counter() - t0, "runs": runs}
+
+    saved = {
+        "config": {k: v for k, v in vars(args).items()},
+        "command": cmd,
+        "torch": torch.__version__,
+        "commit": commit,
+        "machine": machine(),
+        "wall_s": time.perf_counter() - t0,
+        "runs": runs,
+    }
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as fh:
         json.dump(saved, fh)
     from growth_xor_report import write_report
+
     write_report(saved, args.out_dir)
 
 

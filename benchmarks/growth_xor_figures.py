@@ -12,8 +12,14 @@ import os
 
 import numpy as np
 
-COLORS = {"preserve": "C0", "preserve_shared_step": "C9", "reset": "C1", "naive": "C3", "noma_flat": "C2",
-          "nogrow": "0.5"}
+COLORS = {
+    "preserve": "C0",
+    "preserve_shared_step": "C9",
+    "reset": "C1",
+    "naive": "C3",
+    "noma_flat": "C2",
+    "nogrow": "0.5",
+}
 ZOOM = 500
 
 
@@ -38,11 +44,16 @@ def _ci_panels(ax_steps, ax_final, comps: list[dict]) -> None:
         rows = [c for c in comps if c["metric"] == metric]
         for i, c in enumerate(rows):
             col = "C3" if c["verdict"] == "worse" else "C2" if c["verdict"] == "better" else "0.4"
-            ax.errorbar(c["diff"], i, xerr=[[c["diff"] - c["ci95"][0]], [c["ci95"][1] - c["diff"]]], fmt="o",
-                        color=col, capsize=2)
+            ax.errorbar(
+                c["diff"],
+                i,
+                xerr=[[c["diff"] - c["ci95"][0]], [c["ci95"][1] - c["diff"]]],
+                fmt="o",
+                color=col,
+                capsize=2,
+            )
         ax.axvline(0, color="k", lw=0.6)
-        ax.set_yticks(range(len(rows)), [c["name"] for c in rows] if ax is ax_steps else [""] * len(rows),
-                      fontsize=7)
+        ax.set_yticks(range(len(rows)), [c["name"] for c in rows] if ax is ax_steps else [""] * len(rows), fontsize=7)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_xlabel(f"paired diff in {label} (arm - baseline; lower is better)")
         ax.set_title(f"{label}: mean and 95% Student t CI", fontsize=10)
@@ -50,12 +61,15 @@ def _ci_panels(ax_steps, ax_final, comps: list[dict]) -> None:
 
 def plot(comps: list[dict], path: str, saved: dict | None = None) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n_pairs = comps[0]["n_pairs"] if comps else 0
-    title = (f"paired difference arm - baseline over {n_pairs} seeds (red: worse, green: better, grey: no "
-             "detectable difference; Holm across the report)")
+    title = (
+        f"paired difference arm - baseline over {n_pairs} seeds (red: worse, green: better, grey: no "
+        "detectable difference; Holm across the report)"
+    )
     if saved is None:
         fig, (ax_s, ax_f) = plt.subplots(1, 2, figsize=(13.0, 4.4))
     else:
@@ -66,8 +80,7 @@ def plot(comps: list[dict], path: str, saved: dict | None = None) -> None:
         bottom = grid[1, :].subgridspec(1, 2)
         ax_s, ax_f = fig.add_subplot(bottom[0, 0]), fig.add_subplot(bottom[0, 1])
     _ci_panels(ax_s, ax_f, comps)
-    fig.suptitle(title, fontsize=10, y=0.02 if saved is not None else 0.99,
-                 va="bottom" if saved is not None else "top")
+    fig.suptitle(title, fontsize=10, y=0.02 if saved is not None else 0.99, va="bottom" if saved is not None else "top")
     fig.tight_layout(rect=(0, 0.04, 1, 1) if saved is not None else (0, 0, 1, 0.97))
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -99,11 +112,11 @@ def crop_to_curve_row(path: str, margin: int = 8) -> bool:
         return False
     blank = ~(grey < 0.98).any(1)
     y = spine
-    for want_blank in (False, True, False):   # the spine's own rows, the gap above it, the title
+    for want_blank in (False, True, False):  # the spine's own rows, the gap above it, the title
         while y > 0 and blank[y] == want_blank:
             y -= 1
-    gap_end = y                               # last blank row above the title
-    while y > 0 and blank[y]:                 # the gap between the curve row and the title
+    gap_end = y  # last blank row above the title
+    while y > 0 and blank[y]:  # the gap between the curve row and the title
         y -= 1
     cut = min(gap_end + 1, y + 1 + margin)
     mpimg.imsave(path, img[:cut])

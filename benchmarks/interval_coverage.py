@@ -18,6 +18,7 @@ at c = 0.95 and 0.0045 at c = 0.91 for the default 4 000 studies.
 
     python benchmarks/interval_coverage.py [--studies 4000] [--n 8,10] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,14 @@ def coverage(shape: str, n: int, studies: int, seed: int) -> dict:
         hit_t += tlo <= mu <= thi
         wp.append(hi - lo)
         wt.append(thi - tlo)
-    return dict(shape=shape, n=n, cover=hit_p / studies, cover_t=hit_t / studies,
-                width=float(np.median(wp)), width_t=float(np.median(wt)))
+    return dict(
+        shape=shape,
+        n=n,
+        cover=hit_p / studies,
+        cover_t=hit_t / studies,
+        width=float(np.median(wp)),
+        width_t=float(np.median(wt)),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     ns = [int(v) for v in args.n.split(",")]
     t0 = time.time()
     rows = [coverage(shape, n, args.studies, args.seed) for n in ns for shape in SHAPES]
-    print(f"{args.studies} studies per cell, seed {args.seed}, level 0.95; "
-          f"{time.time() - t0:.0f} s at load {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"{args.studies} studies per cell, seed {args.seed}, level 0.95; "
+        f"{time.time() - t0:.0f} s at load {os.getloadavg()[0]:.1f}\n"
+    )
     print("| n | differences | paired_interval covers | t interval covers | median width (paired / t) |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n']} | {r['shape']} | {r['cover']:.3f} | {r['cover_t']:.3f} | "
-              f"{r['width']:.2f} / {r['width_t']:.2f} |")
+        print(
+            f"| {r['n']} | {r['shape']} | {r['cover']:.3f} | {r['cover_t']:.3f} | "
+            f"{r['width']:.2f} / {r['width_t']:.2f} |"
+        )
     return 0
 
 

@@ -22,6 +22,7 @@ Async vs sync: speedup = samples/s(async) / samples/s(colocated K=1), for the sa
 samples; ideal = (t_gen + t_train) / max(t_gen, t_train) from colocated K=1's measured stage
 times (perfect overlap, no sync or driver cost, enough cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,10 +40,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from noma_prorl_bench.config import make_config  # noqa: E402
 from noma_prorl_bench.engines.local import run  # noqa: E402
 
-RUNS = [("local", {}),
-        *[(f"colocated_K{k}", {"engine": "ray_colocated", "steps_per_rollout": k}) for k in (1, 2, 4, 8)],
-        ("async_S1", {"engine": "ray_async", "max_staleness": 1}),
-        ("async_S2_N2", {"engine": "ray_async", "max_staleness": 2, "num_generators": 2})]
+RUNS = [
+    ("local", {}),
+    *[(f"colocated_K{k}", {"engine": "ray_colocated", "steps_per_rollout": k}) for k in (1, 2, 4, 8)],
+    ("async_S1", {"engine": "ray_async", "max_staleness": 1}),
+    ("async_S2_N2", {"engine": "ray_async", "max_staleness": 2, "num_generators": 2}),
+]
 
 
 def parse(argv=None):
@@ -60,16 +63,30 @@ def parse(argv=None):
 
 
 def make_cfg(name: str, flags: dict, args, rep: int):
-    return make_config({"outdir": os.path.join(args.outdir, f"{name}_rep{rep}"), "overwrite": True, "quiet": True,
-                        "threads": 1, "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size,
-                        "group_size": args.group_size, "ppo_epochs": args.ppo_epochs,
-                        "minibatches": args.minibatches, "eval_every": args.steps, "n_val": 64, **flags})
+    return make_config(
+        {
+            "outdir": os.path.join(args.outdir, f"{name}_rep{rep}"),
+            "overwrite": True,
+            "quiet": True,
+            "threads": 1,
+            "seed": args.seed,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "group_size": args.group_size,
+            "ppo_epochs": args.ppo_epochs,
+            "minibatches": args.minibatches,
+            "eval_every": args.steps,
+            "n_val": 64,
+            **flags,
+        }
+    )
 
 
 def run_local(cfg) -> tuple[list[dict], float, float]:
     """The local engine's loop in this process, CPU measured around the steps only."""
     from noma_prorl_bench.io.metrics import JsonlSink  # noqa: PLC0415
     from noma_prorl_bench.training.trainer import Trainer  # noqa: PLC0415
+
     os.makedirs(cfg.outdir, exist_ok=True)
     sink = JsonlSink(os.path.join(cfg.outdir, "metrics.jsonl"), "w")
     trainer = Trainer.from_config(cfg, sink)
@@ -97,9 +114,19 @@ def one_run(name: str, flags: dict, args, rep: int) -> dict:
     n = cfg.batch_size * cfg.group_size * len(recs)
     mean = lambda k: statistics.fmean(r.get(k, 0.0) for r in recs)  # noqa: E731
     learn = mean("time/learner_step") if cfg.engine != "local" else mean("time/step") - mean("time/rollout")
-    return {"name": name, "samples": n, "train_s": train_s, "samples_per_s": n / train_s, "cpu_s": cpu,
-            "cpu_s_per_1k": 1000 * cpu / n, "setup_s": wall - train_s, "t_gen": mean("time/rollout"),
-            "t_train": learn, "t_sync": mean("time/sync"), "staleness": stale}
+    return {
+        "name": name,
+        "samples": n,
+        "train_s": train_s,
+        "samples_per_s": n / train_s,
+        "cpu_s": cpu,
+        "cpu_s_per_1k": 1000 * cpu / n,
+        "setup_s": wall - train_s,
+        "t_gen": mean("time/rollout"),
+        "t_train": learn,
+        "t_sync": mean("time/sync"),
+        "staleness": stale,
+    }
 
 
 def median_row(rows: list[dict]) -> dict:
@@ -112,13 +139,17 @@ def median_row(rows: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| run | samples/s | train s | setup s | cpu-s | cpu-s/1k | gen s/step | train s/step | "
-            "sync s/step | staleness |")
+    head = (
+        "| run | samples/s | train s | setup s | cpu-s | cpu-s/1k | gen s/step | train s/step | "
+        "sync s/step | staleness |"
+    )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['samples_per_s']:.0f} | {r['train_s']:.2f} | {r['setup_s']:.1f} | "
-                     f"{r['cpu_s']:.1f} | {r['cpu_s_per_1k']:.2f} | {r['t_gen'] * 1e3:.1f} ms | "
-                     f"{r['t_train'] * 1e3:.1f} ms | {r['t_sync'] * 1e3:.2f} ms | {r['staleness']} |")
+        lines.append(
+            f"| {r['name']} | {r['samples_per_s']:.0f} | {r['train_s']:.2f} | {r['setup_s']:.1f} | "
+            f"{r['cpu_s']:.1f} | {r['cpu_s_per_1k']:.2f} | {r['t_gen'] * 1e3:.1f} ms | "
+            f"{r['t_train'] * 1e3:.1f} ms | {r['t_sync'] * 1e3:.2f} ms | {r['staleness']} |"
+        )
     return "\n".join(lines)
 
 
@@ -127,9 +158,11 @@ def speedups(rows: dict) -> str:
     if sync is None:
         return ""
     ideal = (sync["t_gen"] + sync["t_train"]) / max(sync["t_gen"], sync["t_train"])
-    out = [f"ideal async speedup from colocated_K1 stage times: (t_gen + t_train) / max(t_gen, t_train) = "
-           f"({sync['t_gen'] * 1e3:.1f} + {sync['t_train'] * 1e3:.1f}) / "
-           f"{max(sync['t_gen'], sync['t_train']) * 1e3:.1f} ms = {ideal:.2f}"]
+    out = [
+        f"ideal async speedup from colocated_K1 stage times: (t_gen + t_train) / max(t_gen, t_train) = "
+        f"({sync['t_gen'] * 1e3:.1f} + {sync['t_train'] * 1e3:.1f}) / "
+        f"{max(sync['t_gen'], sync['t_train']) * 1e3:.1f} ms = {ideal:.2f}"
+    ]
     for name, r in rows.items():
         if name != "colocated_K1":
             out.append(f"{name}: measured speedup vs colocated_K1 = {r['samples_per_s'] / sync['samples_per_s']:.2f}")
@@ -140,13 +173,15 @@ def main(argv=None) -> int:
     args = parse(argv)
     load0 = os.getloadavg()[0]
     import ray  # noqa: PLC0415
+
     tmp = tempfile.mkdtemp(prefix="nrb_bench_", dir="/tmp")
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             _temp_dir=tmp)
+    ray.init(
+        num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=False, _temp_dir=tmp
+    )
     wanted = set(filter(None, args.only.split(",")))
     reps: dict[str, list] = {}
     try:
-        for rep in range(args.reps):                 # alternate runs so machine noise hits all alike
+        for rep in range(args.reps):  # alternate runs so machine noise hits all alike
             for name, flags in RUNS:
                 if wanted and name not in wanted:
                     continue
@@ -157,10 +192,16 @@ def main(argv=None) -> int:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
     rows = {name: median_row(rs) for name, rs in reps.items()}
-    text = "\n".join([f"command: PYTHONPATH=src python benchmarks/ray_engines.py {' '.join(argv or sys.argv[1:])}",
-                      f"machine: {os.cpu_count()} CPUs, 1-min load average {load0:.1f} before, "
-                      f"{os.getloadavg()[0]:.1f} after (other users share them)",
-                      table(list(rows.values())), "", speedups(rows)])
+    text = "\n".join(
+        [
+            f"command: PYTHONPATH=src python benchmarks/ray_engines.py {' '.join(argv or sys.argv[1:])}",
+            f"machine: {os.cpu_count()} CPUs, 1-min load average {load0:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after (other users share them)",
+            table(list(rows.values())),
+            "",
+            speedups(rows),
+        ]
+    )
     print(text)
     with open(os.path.join(args.outdir, "results.json"), "w") as f:
         json.dump({"args": vars(args), "rows": list(rows.values()), "reps": reps}, f, indent=2)

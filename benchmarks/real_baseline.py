@@ -12,6 +12,7 @@ pass@1 = mean over prompts (greedy: one sample per prompt). 95% CI: bootstrap ov
 
 Needs the real extra and `prorl-bench get-model smollm2-135m-instruct`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,22 @@ from noma_prorl_bench.tasks.reasoning_gym import ReasoningGymTask, extract_answe
 
 # (label, rg dataset, task_kwargs): defaults of reasoning-gym unless stated
 TASKS = (
-    ("basic_arithmetic 2 terms, 1-2 digits", "basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}),
+    (
+        "basic_arithmetic 2 terms, 1-2 digits",
+        "basic_arithmetic",
+        {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+    ),
     ("chain_sum (default)", "chain_sum", {}),
     ("leg_counting (default)", "leg_counting", {}),
     ("letter_counting (default)", "letter_counting", {}),
     ("spell_backward (default)", "spell_backward", {}),
     ("simple_equations (default)", "simple_equations", {}),
     ("basic_arithmetic (default)", "basic_arithmetic", {}),
-    ("basic_arithmetic 2 terms, 1 digit", "basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    (
+        "basic_arithmetic 2 terms, 1 digit",
+        "basic_arithmetic",
+        {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    ),
 )
 
 
@@ -52,7 +61,7 @@ def bootstrap_ci(x: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[floa
 def greedy_texts(policy, tok, prompts: list[str], max_new_tokens: int, chunk: int) -> list[str]:
     out = []
     for i in range(0, len(prompts), chunk):
-        ids = tok.encode_prompts(prompts[i:i + chunk])
+        ids = tok.encode_prompts(prompts[i : i + chunk])
         resp, *_ = generate(policy, ids, max_new_tokens, 1.0, tok.eos_id, tok.pad_id, greedy=True)
         out += [tok.decode(r) for r in resp.tolist()]
     return out
@@ -77,8 +86,12 @@ def main(argv=None) -> int:
     p.add_argument("--max_new_tokens", type=int, default=32)
     p.add_argument("--chunk", type=int, default=50, help="prompts per generation batch")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--tasks", default="", help="comma-separated indices into TASKS (default: all); to split the "
-                   "work over processes, then --merge their JSON files")
+    p.add_argument(
+        "--tasks",
+        default="",
+        help="comma-separated indices into TASKS (default: all); to split the "
+        "work over processes, then --merge their JSON files",
+    )
     p.add_argument("--merge", nargs="*", default=None, help="merge these result files into --out and exit")
     p.add_argument("--out", default="docs/real_model/baseline.json")
     args = p.parse_args(argv)
@@ -97,19 +110,33 @@ def main(argv=None) -> int:
         val = task.validation_set()
         texts = greedy_texts(policy, tok, [e.prompt for e in val], args.max_new_tokens, args.chunk)
         sc = score(task, texts, [e.answer for e in val])
-        row = {"label": label, "task": f"rg:{name}", "task_kwargs": kw, "n": len(val),
-               "seconds": round(time.perf_counter() - t0, 1),
-               "examples": [{"prompt": e.prompt, "response": s} for e, s in list(zip(val, texts))[:3]]}
+        row = {
+            "label": label,
+            "task": f"rg:{name}",
+            "task_kwargs": kw,
+            "n": len(val),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "examples": [{"prompt": e.prompt, "response": s} for e, s in list(zip(val, texts))[:3]],
+        }
         for k, v in sc.items():
             row[k] = float(v.mean())
             row[f"{k}_ci"] = bootstrap_ci(v)
         results.append(row)
-        print(f"{label:40s} lenient {row['lenient']:.3f} strict {row['strict']:.3f} "
-              f"format {row['format']:.3f} ({row['seconds']} s)", flush=True)
+        print(
+            f"{label:40s} lenient {row['lenient']:.3f} strict {row['strict']:.3f} "
+            f"format {row['format']:.3f} ({row['seconds']} s)",
+            flush=True,
+        )
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as fh:
-            json.dump({"settings": {**vars(args), "decoding": "greedy", "chat_template": True,
-                                    "torch": torch.__version__}, "results": results}, fh, indent=1)
+            json.dump(
+                {
+                    "settings": {**vars(args), "decoding": "greedy", "chat_template": True, "torch": torch.__version__},
+                    "results": results,
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

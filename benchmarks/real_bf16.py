@@ -19,6 +19,7 @@ mde80 (analysis/stats.py: the suite's statistics). Final correctness is reported
 differs from the lift difference by the constant before-RL gap of the two dtypes. Writes
 OUT/bf16.json, OUT/bf16.md and OUT/bf16.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,21 @@ def load_root(root: str) -> dict[int, dict]:
         if d.startswith("seed") and os.path.exists(path):
             r = json.load(open(path))
             rows = [json.loads(ln) for ln in open(os.path.join(root, d, "metrics.jsonl"))]
-            first, last = rows[0], rows[-1]                 # the step-0 row (before RL) and the final step
-            form = {f"{k}_{w}": row.get(f"reward/val_{k}") for k in ("answer_form", "correct_in_form")
-                    for w, row in (("before", first), ("after", last))}
-            out[int(r["seed"])] = {**form, "before": float(np.mean(r["before"]["correct"])),
-                                   "after": float(np.mean(r["after"]["correct"])), "flags": r["flags"],
-                                   "n_prompts": len(r["after"]["correct"]), "dtype": r["config"]["dtype"],
-                                   "complete": r["summary_complete"]}
+            first, last = rows[0], rows[-1]  # the step-0 row (before RL) and the final step
+            form = {
+                f"{k}_{w}": row.get(f"reward/val_{k}")
+                for k in ("answer_form", "correct_in_form")
+                for w, row in (("before", first), ("after", last))
+            }
+            out[int(r["seed"])] = {
+                **form,
+                "before": float(np.mean(r["before"]["correct"])),
+                "after": float(np.mean(r["after"]["correct"])),
+                "flags": r["flags"],
+                "n_prompts": len(r["after"]["correct"]),
+                "dtype": r["config"]["dtype"],
+                "complete": r["summary_complete"],
+            }
     return out
 
 
@@ -59,73 +68,112 @@ def load_float32(path: str) -> dict[int, dict]:
             raise SystemExit(f"seeds {bad} in {path} are not complete float32 runs")
         return runs
     rows = json.load(open(path))["rows"]
-    return {int(r["seed"]): {"before": r["correct_before"][0], "after": r["correct_after"][0], "flags": r["flags"],
-                             "n_prompts": r["n"]} for r in rows}
+    return {
+        int(r["seed"]): {
+            "before": r["correct_before"][0],
+            "after": r["correct_after"][0],
+            "flags": r["flags"],
+            "n_prompts": r["n"],
+        }
+        for r in rows
+    }
 
 
 def compare(f32: dict[int, dict], b16: dict[int, dict]) -> dict:
     from noma_prorl_bench.analysis.stats import mde80, sign_flip_p, t_ci
+
     seeds = sorted(set(f32) & set(b16))
     if len(seeds) < 2:
         raise SystemExit(f"need >= 2 seeds in both arms, have {seeds}")
-    def recipe(flags: list[str]) -> list[str]:            # the flags bar --dtype X
+
+    def recipe(flags: list[str]) -> list[str]:  # the flags bar --dtype X
         return [f for i, f in enumerate(flags) if f != "--dtype" and (i == 0 or flags[i - 1] != "--dtype")]
 
-    for s in seeds:                                       # the same recipe on both sides, bar the dtype
+    for s in seeds:  # the same recipe on both sides, bar the dtype
         if recipe(f32[s]["flags"]) != recipe(b16[s]["flags"]):
             raise SystemExit(f"seed {s}: flags differ: {f32[s]['flags']} vs {b16[s]['flags']}")
-    lift = {k: np.array([a[s]["after"] - a[s]["before"] for s in seeds]) for k, a in (("float32", f32),
-                                                                                       ("bf16_mixed", b16))}
+    lift = {
+        k: np.array([a[s]["after"] - a[s]["before"] for s in seeds]) for k, a in (("float32", f32), ("bf16_mixed", b16))
+    }
     after = {k: np.array([a[s]["after"] for s in seeds]) for k, a in (("float32", f32), ("bf16_mixed", b16))}
 
     def row(d: np.ndarray) -> dict:
         lo, hi = t_ci(d)
-        return {"mean": float(d.mean()), "ci95": [lo, hi], "sign_flip_p": sign_flip_p(d),
-                "sd": float(d.std(ddof=1)), "mde80": mde80(float(d.std(ddof=1)), len(d)),
-                "positive": int((d > 0).sum()), "negative": int((d < 0).sum())}
+        return {
+            "mean": float(d.mean()),
+            "ci95": [lo, hi],
+            "sign_flip_p": sign_flip_p(d),
+            "sd": float(d.std(ddof=1)),
+            "mde80": mde80(float(d.std(ddof=1)), len(d)),
+            "positive": int((d > 0).sum()),
+            "negative": int((d < 0).sum()),
+        }
 
-    def form(a: dict) -> dict | None:                     # answer form and correctness within it, mean over seeds
+    def form(a: dict) -> dict | None:  # answer form and correctness within it, mean over seeds
         keys = ("answer_form_before", "answer_form_after", "correct_in_form_before", "correct_in_form_after")
         if any(a[s].get(k) is None for s in seeds for k in keys):
             return None
         return {k: float(np.mean([a[s][k] for s in seeds])) for k in keys}
 
-    return {"seeds": seeds, "n": len(seeds),
-            "form": {"float32": form(f32), "bf16_mixed": form(b16)},
-            "before": {k: sorted({round(a[s]["before"], 6) for s in seeds}) for k, a in (("float32", f32),
-                                                                                       ("bf16_mixed", b16))},
-            "lift": {k: row(v) for k, v in lift.items()},
-            "question": "lift in bf16_mixed - lift in float32 (per seed)",
-            "lift_diff": row(lift["bf16_mixed"] - lift["float32"]),
-            "after_diff": row(after["bf16_mixed"] - after["float32"]),
-            "per_seed": [{"seed": s, "float32_before": f32[s]["before"], "float32_after": f32[s]["after"],
-                          "bf16_before": b16[s]["before"], "bf16_after": b16[s]["after"]} for s in seeds]}
+    return {
+        "seeds": seeds,
+        "n": len(seeds),
+        "form": {"float32": form(f32), "bf16_mixed": form(b16)},
+        "before": {
+            k: sorted({round(a[s]["before"], 6) for s in seeds}) for k, a in (("float32", f32), ("bf16_mixed", b16))
+        },
+        "lift": {k: row(v) for k, v in lift.items()},
+        "question": "lift in bf16_mixed - lift in float32 (per seed)",
+        "lift_diff": row(lift["bf16_mixed"] - lift["float32"]),
+        "after_diff": row(after["bf16_mixed"] - after["float32"]),
+        "per_seed": [
+            {
+                "seed": s,
+                "float32_before": f32[s]["before"],
+                "float32_after": f32[s]["after"],
+                "bf16_before": b16[s]["before"],
+                "bf16_after": b16[s]["after"],
+            }
+            for s in seeds
+        ],
+    }
 
 
 def markdown(res: dict) -> str:
     ci = lambda r: f"{r['mean']:+.3f} [{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}]"  # noqa: E731
     d = res["lift_diff"]
-    verdict = ("no detectable difference" if d["sign_flip_p"] >= 0.05 else
-               ("bf16 learns more" if d["mean"] > 0 else "bf16 learns less"))
-    lines = ["# Equal learning in bf16 on the real model", "",
-             "Regime: the demo recipe (`--preset smollm2_demo`: SmolLM2-135M-Instruct, dequantised Q4_1, LoRA r8 on "
-             "q/k/v/o, `rg:basic_arithmetic`, k3 beta 0.01, lr 2e-4, B 4 x G 4, 32 new tokens, 16 RL steps), greedy "
-             "correctness on 200 held-out prompts, float32 vs `--dtype bf16_mixed`, paired by seed "
-             "(`benchmarks/real_bf16.py`; machine and timings: docs/performance.md, bf16 section).", "",
-             f"Paired by training seed, n = {res['n']}: lift (greedy correctness after 16 RL steps minus the "
-             f"untouched model's, 200 prompts) float32 {ci(res['lift']['float32'])}, bf16_mixed "
-             f"{ci(res['lift']['bf16_mixed'])} (95% t over seeds).", "",
-             f"**bf16 - float32 lift: {ci(d)}**, sign-flip p = {d['sign_flip_p']:.3f}: {verdict} "
-             f"(mde80 {d['mde80']:.3f}; bf16 ahead on {d['positive']}, behind on {d['negative']} seeds). "
-             f"Final correctness bf16 - float32: {ci(res['after_diff'])} (before RL: float32 "
-             f"{res['before']['float32']}, bf16 {res['before']['bf16_mixed']}).", "",
-             *form_lines(res),
-             "| seed | float32 before -> after | bf16_mixed before -> after | lift bf16 - float32 |",
-             "|---|---|---|---|"]
+    verdict = (
+        "no detectable difference"
+        if d["sign_flip_p"] >= 0.05
+        else ("bf16 learns more" if d["mean"] > 0 else "bf16 learns less")
+    )
+    lines = [
+        "# Equal learning in bf16 on the real model",
+        "",
+        "Regime: the demo recipe (`--preset smollm2_demo`: SmolLM2-135M-Instruct, dequantised Q4_1, LoRA r8 on "
+        "q/k/v/o, `rg:basic_arithmetic`, k3 beta 0.01, lr 2e-4, B 4 x G 4, 32 new tokens, 16 RL steps), greedy "
+        "correctness on 200 held-out prompts, float32 vs `--dtype bf16_mixed`, paired by seed "
+        "(`benchmarks/real_bf16.py`; machine and timings: docs/performance.md, bf16 section).",
+        "",
+        f"Paired by training seed, n = {res['n']}: lift (greedy correctness after 16 RL steps minus the "
+        f"untouched model's, 200 prompts) float32 {ci(res['lift']['float32'])}, bf16_mixed "
+        f"{ci(res['lift']['bf16_mixed'])} (95% t over seeds).",
+        "",
+        f"**bf16 - float32 lift: {ci(d)}**, sign-flip p = {d['sign_flip_p']:.3f}: {verdict} "
+        f"(mde80 {d['mde80']:.3f}; bf16 ahead on {d['positive']}, behind on {d['negative']} seeds). "
+        f"Final correctness bf16 - float32: {ci(res['after_diff'])} (before RL: float32 "
+        f"{res['before']['float32']}, bf16 {res['before']['bf16_mixed']}).",
+        "",
+        *form_lines(res),
+        "| seed | float32 before -> after | bf16_mixed before -> after | lift bf16 - float32 |",
+        "|---|---|---|---|",
+    ]
     for r in res["per_seed"]:
-        lines.append(f"| {r['seed']} | {r['float32_before']:.3f} -> {r['float32_after']:.3f} | "
-                     f"{r['bf16_before']:.3f} -> {r['bf16_after']:.3f} | "
-                     f"{(r['bf16_after'] - r['bf16_before']) - (r['float32_after'] - r['float32_before']):+.3f} |")
+        lines.append(
+            f"| {r['seed']} | {r['float32_before']:.3f} -> {r['float32_after']:.3f} | "
+            f"{r['bf16_before']:.3f} -> {r['bf16_after']:.3f} | "
+            f"{(r['bf16_after'] - r['bf16_before']) - (r['float32_after'] - r['float32_before']):+.3f} |"
+        )
     lines += ["", "![Lift per seed, float32 and bf16_mixed, with 95% t intervals](bf16.png)"]
     return "\n".join(lines) + "\n"
 
@@ -136,17 +184,21 @@ def form_lines(res: dict) -> list[str]:
     parts = []
     for k, f in res["form"].items():
         if f:
-            parts.append(f"{k}: answer form {f['answer_form_before']:.3f} -> {f['answer_form_after']:.3f}, "
-                         f"correct within the form {f['correct_in_form_before']:.3f} -> {f['correct_in_form_after']:.3f}")
+            parts.append(
+                f"{k}: answer form {f['answer_form_before']:.3f} -> {f['answer_form_after']:.3f}, "
+                f"correct within the form {f['correct_in_form_before']:.3f} -> {f['correct_in_form_after']:.3f}"
+            )
     return ["Form vs correctness (mean over seeds): " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def figure(res: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    labels: dict[float, list[str]] = {}                   # seeds ending at the same lift share one label
+    labels: dict[float, list[str]] = {}  # seeds ending at the same lift share one label
     for r in res["per_seed"]:
         ys = [r["float32_after"] - r["float32_before"], r["bf16_after"] - r["bf16_before"]]
         ax.plot([0, 1], ys, "-o", color="0.6", lw=1, ms=4)
@@ -155,13 +207,21 @@ def figure(res: dict, path: str) -> None:
         ax.annotate("seed " + ", ".join(seeds), (1.03, y), fontsize=7, va="center")
     for x, k, m in ((0, "float32", "s"), (1, "bf16_mixed", "D")):
         row = res["lift"][k]
-        ax.errorbar([x - 0.08], [row["mean"]], yerr=[[row["mean"] - row["ci95"][0]], [row["ci95"][1] - row["mean"]]],
-                    fmt=m, color="k", capsize=4, label=f"{k}: mean, 95% t CI")
+        ax.errorbar(
+            [x - 0.08],
+            [row["mean"]],
+            yerr=[[row["mean"] - row["ci95"][0]], [row["ci95"][1] - row["mean"]]],
+            fmt=m,
+            color="k",
+            capsize=4,
+            label=f"{k}: mean, 95% t CI",
+        )
     ax.axhline(0, color="0.8", lw=0.8)
     ax.set_xticks([0, 1], ["float32", "bf16_mixed"])
     ax.set_xlim(-0.3, 1.4)
-    ax.set(ylabel="lift in greedy correctness (200 prompts)",
-           title=f"Demo lift per seed, float32 vs bf16 (n = {res['n']})")
+    ax.set(
+        ylabel="lift in greedy correctness (200 prompts)", title=f"Demo lift per seed, float32 vs bf16 (n = {res['n']})"
+    )
     ax.legend(fontsize=7, loc="lower center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -170,8 +230,11 @@ def figure(res: dict, path: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bf16", default="runs/real_demo_bf16", help="real_demo.py root of the bf16_mixed seeds")
-    p.add_argument("--float32", default="docs/real_model/demo.json",
-                   help="the float32 seeds: a real_demo.py root, or the float32 demo's demo.json")
+    p.add_argument(
+        "--float32",
+        default="docs/real_model/demo.json",
+        help="the float32 seeds: a real_demo.py root, or the float32 demo's demo.json",
+    )
     p.add_argument("--out", default="docs/real_model/bf16")
     a = p.parse_args(argv)
     b16 = load_root(a.bf16)

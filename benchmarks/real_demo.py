@@ -19,6 +19,7 @@ Statistics: difference after - before, paired by prompt; 95% percentile bootstra
 resamples of prompts). Writes ROOT/seedS/demo_eval.json; `--report` writes DOC/demo.json,
 DOC/demo.md and DOC/demo.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,24 +35,33 @@ def run_seed(seed: int, root: str, extra: list[str]) -> None:
     import noma_prorl_bench.training.trainer as trainer_mod
     from noma_prorl_bench.config import parse_config
     from noma_prorl_bench.engines.local import build_trainer, run
+
     calls = []
     original = trainer_mod.evaluate
 
-    before_path = os.path.join(root, "before.json")   # the untouched model's greedy texts: same for every seed
+    before_path = os.path.join(root, "before.json")  # the untouched model's greedy texts: same for every seed
 
     def recording_evaluate(policy, task, tok, examples, *a, **kw):
         while not calls and seed != 0 and not os.path.exists(before_path):
-            time.sleep(10)                              # seed 0 computes it; no duplicate work
+            time.sleep(10)  # seed 0 computes it; no duplicate work
         if not calls and os.path.exists(before_path):
             cached = json.load(open(before_path))
             if cached["prompts"] == [e.prompt for e in examples]:
                 texts = cached["texts"]
                 val = sum(task.reward(s, e.answer) for s, e in zip(texts, examples)) / len(examples)
                 from noma_prorl_bench.rollout.sampling import GenStats
+
                 stats = GenStats()
                 rows = [task.reward_parts(s, e.answer) for s, e in zip(texts, examples)]
-                calls.append({"val": val, "correct": [r["correct"] for r in rows],
-                              "format": [r["format"] for r in rows], "texts": texts[:8], "cached": True})
+                calls.append(
+                    {
+                        "val": val,
+                        "correct": [r["correct"] for r in rows],
+                        "format": [r["format"] for r in rows],
+                        "texts": texts[:8],
+                        "cached": True,
+                    }
+                )
                 return val, texts, stats
         val, texts, stats = original(policy, task, tok, examples, *a, **kw)
         if not calls:
@@ -60,18 +70,32 @@ def run_seed(seed: int, root: str, extra: list[str]) -> None:
                 json.dump({"prompts": [e.prompt for e in examples], "texts": texts}, fh)
             os.replace(before_path + ".tmp", before_path)
         rows = [task.reward_parts(s, e.answer) for s, e in zip(texts, examples)]
-        calls.append({"val": val, "correct": [r["correct"] for r in rows], "format": [r["format"] for r in rows],
-                      "texts": texts[:8]})
+        calls.append(
+            {
+                "val": val,
+                "correct": [r["correct"] for r in rows],
+                "format": [r["format"] for r in rows],
+                "texts": texts[:8],
+            }
+        )
         return val, texts, stats
 
     trainer_mod.evaluate = recording_evaluate
     outdir = os.path.join(root, f"seed{seed}")
-    cfg = parse_config(["--preset", "smollm2_demo", "--seed", str(seed), "--outdir", outdir, "--overwrite",
-                        "--quiet", *extra])
+    cfg = parse_config(
+        ["--preset", "smollm2_demo", "--seed", str(seed), "--outdir", outdir, "--overwrite", "--quiet", *extra]
+    )
     trainer, buffers = build_trainer(cfg)
     summary = run(cfg, None, trainer, buffers)
-    out = {"seed": seed, "flags": extra, "config": cfg.to_dict(), "before": calls[0], "after": calls[-1],
-           "n_evals": len(calls), "summary_complete": summary.get("complete", True)}
+    out = {
+        "seed": seed,
+        "flags": extra,
+        "config": cfg.to_dict(),
+        "before": calls[0],
+        "after": calls[-1],
+        "n_evals": len(calls),
+        "summary_complete": summary.get("complete", True),
+    }
     with open(os.path.join(outdir, "demo_eval.json"), "w") as fh:
         json.dump(out, fh, indent=1)
     b, a = np.mean(calls[0]["correct"]), np.mean(calls[-1]["correct"])
@@ -99,20 +123,27 @@ def over_seeds(befores, afters, n_boot: int = 5000, seed: int = 0) -> dict:
     by prompt is kept: the CI covers both the training-seed and the prompt-sampling variability),
     and the exact two-sided sign-flip p over the per-seed lifts (analysis/stats.sign_flip_p)."""
     from noma_prorl_bench.analysis.stats import sign_flip_p
-    D = np.asarray(afters, float) - np.asarray(befores, float)                 # [S, P]
+
+    D = np.asarray(afters, float) - np.asarray(befores, float)  # [S, P]
     S, P = D.shape
     rng = np.random.default_rng(seed)
     boots = np.array([D[np.ix_(rng.integers(0, S, S), rng.integers(0, P, P))].mean() for _ in range(n_boot)])
     per_seed = D.mean(1)
-    return {"n_seeds": S, "n_prompts": P, "mean_lift": float(D.mean()),
-            "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
-            "sign_flip_p": float(sign_flip_p(per_seed)), "seeds_up": int((per_seed > 0).sum()),
-            "per_seed": [float(x) for x in per_seed]}
+    return {
+        "n_seeds": S,
+        "n_prompts": P,
+        "mean_lift": float(D.mean()),
+        "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
+        "sign_flip_p": float(sign_flip_p(per_seed)),
+        "seeds_up": int((per_seed > 0).sum()),
+        "per_seed": [float(x) for x in per_seed],
+    }
 
 
 def report(root: str, doc: str) -> None:
-    seeds = sorted(d for d in os.listdir(root) if d.startswith("seed")
-                   and os.path.exists(os.path.join(root, d, "demo_eval.json")))
+    seeds = sorted(
+        d for d in os.listdir(root) if d.startswith("seed") and os.path.exists(os.path.join(root, d, "demo_eval.json"))
+    )
     rows, curves = [], {}
     for d in seeds:
         r = json.load(open(os.path.join(root, d, "demo_eval.json")))
@@ -123,30 +154,46 @@ def report(root: str, doc: str) -> None:
             row[f"{part}_diff"] = paired_ci(r["before"][part], r["after"][part])
         rows.append(row)
         ms = [json.loads(ln) for ln in open(os.path.join(root, d, "metrics.jsonl"))]
-        curves[r["seed"]] = {"step": [m["step"] for m in ms], "correct": [m.get("reward/correct") for m in ms],
-                             "step_s": [m.get("time/step") for m in ms]}
+        curves[r["seed"]] = {
+            "step": [m["step"] for m in ms],
+            "correct": [m.get("reward/correct") for m in ms],
+            "step_s": [m.get("time/step") for m in ms],
+        }
     evals = [json.load(open(os.path.join(root, d, "demo_eval.json"))) for d in seeds]
-    summary = {part: over_seeds([e["before"][part] for e in evals], [e["after"][part] for e in evals])
-               for part in ("correct", "format")}
+    summary = {
+        part: over_seeds([e["before"][part] for e in evals], [e["after"][part] for e in evals])
+        for part in ("correct", "format")
+    }
     os.makedirs(doc, exist_ok=True)
-    json.dump({"rows": rows, "curves": curves, "over_seeds": summary}, open(os.path.join(doc, "demo.json"), "w"),
-              indent=1)
-    lines = ["| seed | n | correct before [95% CI] | correct after [95% CI] | after - before [95% CI] | "
-             "format before | format after |", "|---|---|---|---|---|---|---|"]
+    json.dump(
+        {"rows": rows, "curves": curves, "over_seeds": summary}, open(os.path.join(doc, "demo.json"), "w"), indent=1
+    )
+    lines = [
+        "| seed | n | correct before [95% CI] | correct after [95% CI] | after - before [95% CI] | "
+        "format before | format after |",
+        "|---|---|---|---|---|---|---|",
+    ]
     f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
     for r in rows:
-        lines.append(f"| {r['seed']} | {r['n']} | {f(r['correct_before'])} | {f(r['correct_after'])} | "
-                     f"{f(r['correct_diff'])} | {r['format_before'][0]:.3f} | {r['format_after'][0]:.3f} |")
+        lines.append(
+            f"| {r['seed']} | {r['n']} | {f(r['correct_before'])} | {f(r['correct_after'])} | "
+            f"{f(r['correct_diff'])} | {r['format_before'][0]:.3f} | {r['format_after'][0]:.3f} |"
+        )
     c = summary["correct"]
-    lines += ["", f"Over the {c['n_seeds']} seeds: mean lift in `correct` {c['mean_lift']:+.3f} "
-              f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] (95% two-level bootstrap over seeds and prompts), "
-              f"{c['seeds_up']} of {c['n_seeds']} seeds up, sign-flip p = {c['sign_flip_p']:.4f} over the per-seed lifts; "
-              f"format lift {summary['format']['mean_lift']:+.3f}."]
+    lines += [
+        "",
+        f"Over the {c['n_seeds']} seeds: mean lift in `correct` {c['mean_lift']:+.3f} "
+        f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] (95% two-level bootstrap over seeds and prompts), "
+        f"{c['seeds_up']} of {c['n_seeds']} seeds up, sign-flip p = {c['sign_flip_p']:.4f} over the per-seed lifts; "
+        f"format lift {summary['format']['mean_lift']:+.3f}.",
+    ]
     open(os.path.join(doc, "demo.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
     for s, c in curves.items():
         ax[0].plot(c["step"], c["correct"], label=f"seed {s}", alpha=0.8)
@@ -158,8 +205,9 @@ def report(root: str, doc: str) -> None:
         err = np.array([[r[key][0] - r[key][1], r[key][2] - r[key][0]] for r in rows]).T
         ax[1].bar(x + 0.38 * k, m, 0.38, yerr=err, capsize=3, label=lab)
     ax[1].set_xticks(x + 0.19, [str(r["seed"]) for r in rows])
-    ax[1].set(xlabel="training seed", ylabel="greedy val correct (n prompts)",
-              title="validation before / after, 95% CI")
+    ax[1].set(
+        xlabel="training seed", ylabel="greedy val correct (n prompts)", title="validation before / after, 95% CI"
+    )
     ax[1].legend()
     fig.tight_layout()
     fig.savefig(os.path.join(doc, "demo.png"), dpi=110)

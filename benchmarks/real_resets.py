@@ -17,6 +17,7 @@ correct_in_form (correct although the response does not end in its answer). For 
 before -> after: d correct = d form * cgf_before  [form]  + form_after * d cgf  [within form]
 + d out  [outside the form], an identity.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,19 +28,23 @@ import sys
 
 import numpy as np
 
-ARMS = ("real-none", "real-keep", "real-hard")           # the preset's order (analysis/matrix.py)
+ARMS = ("real-none", "real-keep", "real-hard")  # the preset's order (analysis/matrix.py)
 PAIRS = (("real-keep", "real-none"), ("real-hard", "real-none"), ("real-hard", "real-keep"))
 STYLES = ("-", "--", "-.", ":")
 VAL = ("reward/val_correct", "reward/val_answer_form", "reward/val_correct_in_form")
-PARTS = ("correct", "answer_form", "correct_in_form")   # summary.json "validation" keys (before / after)
+PARTS = ("correct", "answer_form", "correct_in_form")  # summary.json "validation" keys (before / after)
 TRAIN = ("reward/mean", "kl/k3", "loss/pg", "loss/kl", "kl/beta", "policy/entropy", "response/len_mean")
 
 
 def read_run(run_dir: str) -> dict:
     """{'steps', per-step TRAIN keys, 'val': {step: {key: value}}, 'resets': [steps], 'config'}."""
     rows = [json.loads(x) for x in open(os.path.join(run_dir, "metrics.jsonl")) if x.strip()]
-    rows = list({r["step"]: r for r in rows}.values())               # a resumed run may repeat a step
-    out = {"steps": [r["step"] for r in rows], "val": {}, "config": json.load(open(os.path.join(run_dir, "config.json")))}
+    rows = list({r["step"]: r for r in rows}.values())  # a resumed run may repeat a step
+    out = {
+        "steps": [r["step"] for r in rows],
+        "val": {},
+        "config": json.load(open(os.path.join(run_dir, "config.json"))),
+    }
     for k in TRAIN:
         out[k] = [r.get(k) for r in rows]
     for r in rows:
@@ -47,7 +52,7 @@ def read_run(run_dir: str) -> dict:
             out["val"][r["step"]] = {k: r[k] for k in ("reward/val", *VAL) if k in r}
     events = [json.loads(x) for x in open(os.path.join(run_dir, "events.jsonl")) if x.strip()]
     out["resets"] = [e["step"] for e in events if e.get("event") == "ref_reset"]
-    for e in events:                                                   # the warm-start evaluation (step 0)
+    for e in events:  # the warm-start evaluation (step 0)
         if e.get("event") == "warmstart" and "val_reward" in e:
             out["val"].setdefault(0, {"reward/val": e["val_reward"]})
     return out
@@ -58,13 +63,20 @@ def split(validation: dict) -> dict:
     c0, f0, i0 = (validation[k]["before"]["mean"] for k in PARTS)
     c1, f1, i1 = (validation[k]["after"]["mean"] for k in PARTS)
     g0, g1 = (i0 / f0 if f0 else 0.0), (i1 / f1 if f1 else 0.0)
-    return {"correct": [c0, c1], "form": [f0, f1], "correct_given_form": [g0, g1],
-            "d_correct": c1 - c0, "part_form": (f1 - f0) * g0, "part_within_form": f1 * (g1 - g0),
-            "part_outside_form": (c1 - i1) - (c0 - i0)}
+    return {
+        "correct": [c0, c1],
+        "form": [f0, f1],
+        "correct_given_form": [g0, g1],
+        "d_correct": c1 - c0,
+        "part_form": (f1 - f0) * g0,
+        "part_within_form": f1 * (g1 - g0),
+        "part_outside_form": (c1 - i1) - (c0 - i0),
+    }
 
 
 def t_interval(d: list[float]) -> list[float]:
     from scipy import stats
+
     d = np.asarray(d, float)
     if len(d) < 2:
         return [float("nan"), float("nan")]
@@ -88,21 +100,36 @@ def suite_split(suite: str) -> dict:
             validation = json.load(open(summary)).get("validation", {})
             if all(k in validation for k in PARTS):
                 last = [json.loads(x) for x in open(os.path.join(p, "metrics.jsonl")) if x.strip()][-1]
-                runs.setdefault(m.group(1), {})[int(m.group(2))] = {**split(validation),
-                                                                    "kl_to_init_after": last.get("kl/to_init")}
+                runs.setdefault(m.group(1), {})[int(m.group(2))] = {
+                    **split(validation),
+                    "kl_to_init_after": last.get("kl/to_init"),
+                }
     keys = ("d_correct", "part_form", "part_within_form", "part_outside_form")
-    arms = {a: {"seeds": sorted(by), **{k: float(np.mean([by[s][k] for s in by])) for k in keys},
-                "form_after": float(np.mean([by[s]["form"][1] for s in by])),
-                "cgf_after": float(np.mean([by[s]["correct_given_form"][1] for s in by])),
-                "kl_to_init_after": [by[s]["kl_to_init_after"] for s in sorted(by)],
-                "before": next(iter(by.values()))} for a, by in ((a, runs[a]) for a in _arm_order(runs))}
+    arms = {
+        a: {
+            "seeds": sorted(by),
+            **{k: float(np.mean([by[s][k] for s in by])) for k in keys},
+            "form_after": float(np.mean([by[s]["form"][1] for s in by])),
+            "cgf_after": float(np.mean([by[s]["correct_given_form"][1] for s in by])),
+            "kl_to_init_after": [by[s]["kl_to_init_after"] for s in sorted(by)],
+            "before": next(iter(by.values())),
+        }
+        for a, by in ((a, runs[a]) for a in _arm_order(runs))
+    }
     diffs = {}
     for a, b in PAIRS:
         common = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
         if len(common) >= 2:
-            diffs[f"{a} - {b}"] = {"seeds": common, **{k: {
-                "mean": float(np.mean([runs[a][s][k] - runs[b][s][k] for s in common])),
-                "ci95_t": t_interval([runs[a][s][k] - runs[b][s][k] for s in common])} for k in keys}}
+            diffs[f"{a} - {b}"] = {
+                "seeds": common,
+                **{
+                    k: {
+                        "mean": float(np.mean([runs[a][s][k] - runs[b][s][k] for s in common])),
+                        "ci95_t": t_interval([runs[a][s][k] - runs[b][s][k] for s in common]),
+                    }
+                    for k in keys
+                },
+            }
     return {"arms": arms, "paired": diffs, "per_seed": runs}
 
 
@@ -120,6 +147,7 @@ def plot(groups: dict[str, list[dict]], path: str, title: str) -> None:
     """Three panels: validation reward (greedy correct), KL to the reference (k3), train reward; one
     line per group (mean over its runs), dotted verticals at the first group's resets."""
     from matplotlib.figure import Figure
+
     fig = Figure(figsize=(12, 3.4))
     axes = fig.subplots(1, 3)
     for i, (label, runs) in enumerate(groups.items()):
@@ -145,49 +173,88 @@ def pilot(dirs: list[str], out: str) -> None:
     rows = {}
     for name, r in runs.items():
         beta = r["config"]["beta"]
-        rows[name] = {"lr": r["config"]["lr"], "beta": beta, "seed": r["config"]["seed"], "steps": r["steps"],
-                      "kl_k3": r["kl/k3"], "beta_kl": [beta * (v or 0.0) for v in r["kl/k3"]],
-                      "loss_pg": r["loss/pg"], "train_reward": r["reward/mean"], "entropy": r["policy/entropy"],
-                      "val": {str(k): v for k, v in sorted(r["val"].items())}}
+        rows[name] = {
+            "lr": r["config"]["lr"],
+            "beta": beta,
+            "seed": r["config"]["seed"],
+            "steps": r["steps"],
+            "kl_k3": r["kl/k3"],
+            "beta_kl": [beta * (v or 0.0) for v in r["kl/k3"]],
+            "loss_pg": r["loss/pg"],
+            "train_reward": r["reward/mean"],
+            "entropy": r["policy/entropy"],
+            "val": {str(k): v for k, v in sorted(r["val"].items())},
+        }
     json.dump(rows, open(os.path.join(out, "pilot.json"), "w"), indent=1)
-    plot({n: [r] for n, r in runs.items()}, os.path.join(out, "pilot.png"),
-         "pilot: SmolLM2-135M-Instruct + LoRA r8, rg:basic_arithmetic, fixed reference (no reset)")
+    plot(
+        {n: [r] for n, r in runs.items()},
+        os.path.join(out, "pilot.png"),
+        "pilot: SmolLM2-135M-Instruct + LoRA r8, rg:basic_arithmetic, fixed reference (no reset)",
+    )
 
 
 def suite(root: str, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     res = suite_split(root)
     json.dump(res, open(os.path.join(out, "form.json"), "w"), indent=1)
-    lines = ["| arm | seeds | correct before -> after | d correct | form part | within-form part | outside-form part "
-             "| form before -> after | correct given form before -> after | kl/to_init at the end, per seed |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arm | seeds | correct before -> after | d correct | form part | within-form part | outside-form part "
+        "| form before -> after | correct given form before -> after | kl/to_init at the end, per seed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for a, v in res["arms"].items():
         b = v["before"]
-        lines.append(f"| {a} | {len(v['seeds'])} | {b['correct'][0]:.3f} -> {b['correct'][0] + v['d_correct']:.3f} "
-                     f"| {v['d_correct']:+.3f} | {v['part_form']:+.3f} | {v['part_within_form']:+.3f} "
-                     f"| {v['part_outside_form']:+.3f} | {b['form'][0]:.3f} -> {v['form_after']:.3f} "
-                     f"| {b['correct_given_form'][0]:.3f} -> {v['cgf_after']:.3f} "
-                     f"| {', '.join(f'{x:.4f}' for x in v['kl_to_init_after'])} |")
-    lines += ["", "| paired by seed | seeds | d correct [95% t] | form part | within-form part | outside-form part |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {a} | {len(v['seeds'])} | {b['correct'][0]:.3f} -> {b['correct'][0] + v['d_correct']:.3f} "
+            f"| {v['d_correct']:+.3f} | {v['part_form']:+.3f} | {v['part_within_form']:+.3f} "
+            f"| {v['part_outside_form']:+.3f} | {b['form'][0]:.3f} -> {v['form_after']:.3f} "
+            f"| {b['correct_given_form'][0]:.3f} -> {v['cgf_after']:.3f} "
+            f"| {', '.join(f'{x:.4f}' for x in v['kl_to_init_after'])} |"
+        )
+    lines += [
+        "",
+        "| paired by seed | seeds | d correct [95% t] | form part | within-form part | outside-form part |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, v in res["paired"].items():
-        cells = [f"{v[k]['mean']:+.3f} [{v[k]['ci95_t'][0]:+.3f}, {v[k]['ci95_t'][1]:+.3f}]"
-                 for k in ("d_correct", "part_form", "part_within_form", "part_outside_form")]
+        cells = [
+            f"{v[k]['mean']:+.3f} [{v[k]['ci95_t'][0]:+.3f}, {v[k]['ci95_t'][1]:+.3f}]"
+            for k in ("d_correct", "part_form", "part_within_form", "part_outside_form")
+        ]
         lines.append(f"| {name} | {len(v['seeds'])} | " + " | ".join(cells) + " |")
     per_seed, arms = res["per_seed"], list(res["arms"])
     seeds = sorted(set().union(*[set(per_seed[a]) for a in arms])) if arms else []
-    lines += ["", "| seed | " + " | ".join(f"{a}: correct after" for a in arms) + " | "
-              + " | ".join(f"{a} - {b}" for a, b in PAIRS if a in arms and b in arms)
-              + " | kl/to_init at the end, " + " / ".join(arms) + " |",
-              "|---" * (2 + len(arms) + sum(a in arms and b in arms for a, b in PAIRS)) + "|"]
-    cell = lambda a, s, k: per_seed[a][s][k] if s in per_seed[a] else None   # noqa: E731
+    lines += [
+        "",
+        "| seed | "
+        + " | ".join(f"{a}: correct after" for a in arms)
+        + " | "
+        + " | ".join(f"{a} - {b}" for a, b in PAIRS if a in arms and b in arms)
+        + " | kl/to_init at the end, "
+        + " / ".join(arms)
+        + " |",
+        "|---" * (2 + len(arms) + sum(a in arms and b in arms for a, b in PAIRS)) + "|",
+    ]
+    cell = lambda a, s, k: per_seed[a][s][k] if s in per_seed[a] else None  # noqa: E731
     for s in seeds:
         after = [cell(a, s, "correct") for a in arms]
-        d = [(after[arms.index(a)][1] - after[arms.index(b)][1]) if after[arms.index(a)] and after[arms.index(b)]
-             else None for a, b in PAIRS if a in arms and b in arms]
+        d = [
+            (after[arms.index(a)][1] - after[arms.index(b)][1])
+            if after[arms.index(a)] and after[arms.index(b)]
+            else None
+            for a, b in PAIRS
+            if a in arms and b in arms
+        ]
         kl = [cell(a, s, "kl_to_init_after") for a in arms]
-        lines.append(f"| {s} | " + " | ".join("—" if x is None else f"{x[1]:.3f}" for x in after) + " | "
-                     + " | ".join("—" if x is None else f"{x:+.3f}" for x in d) + " | "
-                     + " / ".join("—" if x is None else f"{x:.4f}" for x in kl) + " |")
+        lines.append(
+            f"| {s} | "
+            + " | ".join("—" if x is None else f"{x[1]:.3f}" for x in after)
+            + " | "
+            + " | ".join("—" if x is None else f"{x:+.3f}" for x in d)
+            + " | "
+            + " / ".join("—" if x is None else f"{x:.4f}" for x in kl)
+            + " |"
+        )
     open(os.path.join(out, "form.md"), "w").write("\n".join(lines) + "\n")
     groups: dict[str, list[dict]] = {}
     for name in sorted(os.listdir(root), key=lambda n: (_arm_order([n.split("_s")[0]]), n)):
@@ -195,8 +262,12 @@ def suite(root: str, out: str) -> None:
         if m and os.path.isfile(os.path.join(root, name, "summary.json")):
             groups.setdefault(m.group(1), []).append(read_run(os.path.join(root, name)))
     groups = {a: groups[a] for a in _arm_order(groups)}
-    plot(groups, os.path.join(out, "curves.png"), "SmolLM2-135M-Instruct + LoRA r8, rg:basic_arithmetic: "
-         "no reset vs reset + keep vs reset + hard (resets dotted)")
+    plot(
+        groups,
+        os.path.join(out, "curves.png"),
+        "SmolLM2-135M-Instruct + LoRA r8, rg:basic_arithmetic: "
+        "no reset vs reset + keep vs reset + hard (resets dotted)",
+    )
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ time), which says whether this CPU has bf16 units at all.
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_speed.py --reps 2 --steps 3 \
         --out benchmarks/results/real_speed.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_w
 
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
 DTYPES = ("float32", "bf16_mixed")
-MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))   # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
+MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))  # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
 
 
 def worker(args) -> None:
@@ -46,35 +47,58 @@ def worker(args) -> None:
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.io.metrics import MemorySink
     from noma_prorl_bench.training.trainer import Trainer
+
     torch.set_num_threads(1)
     use_cpu_clock()
     load0 = os.getloadavg()
-    cfg = make_config({"preset": "smollm2_demo", "outdir": "/dev/null", "quiet": True, "threads": 1, "seed": 0,
-                       "steps": args.steps, "n_val": 4, "eval_every": 10 ** 6, "dtype": args.dtype,
-                       "batch_size": args.batch_size, "group_size": args.group_size,
-                       "max_new_tokens": args.max_new_tokens})
+    cfg = make_config(
+        {
+            "preset": "smollm2_demo",
+            "outdir": "/dev/null",
+            "quiet": True,
+            "threads": 1,
+            "seed": 0,
+            "steps": args.steps,
+            "n_val": 4,
+            "eval_every": 10**6,
+            "dtype": args.dtype,
+            "batch_size": args.batch_size,
+            "group_size": args.group_size,
+            "max_new_tokens": args.max_new_tokens,
+        }
+    )
     events = MemorySink()
     trainer = Trainer.from_config(cfg, events_sink=events)
-    if args.profile:                      # torch.profiler around the last step; the table goes to stderr
+    if args.profile:  # torch.profiler around the last step; the table goes to stderr
         from torch.profiler import ProfilerActivity, profile
+
         steps = [trainer.train_step() for _ in range(args.steps - 1)]
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             steps.append(trainer.train_step())
-        print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=30,
-                                                                 max_name_column_width=40,
-                                                                 max_shapes_column_width=60), file=sys.stderr)
+        print(
+            prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=40, max_shapes_column_width=60
+            ),
+            file=sys.stderr,
+        )
     else:
         steps = [trainer.train_step() for _ in range(args.steps)]
     (prec,) = [e for e in events.records if e["event"] == "precision"]
-    print_result({
-        "dtype": args.dtype, "precision_event": prec,
-        "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
-        "peak_rss_mb": peak_rss_mb(), "loadavg_start": load0})
+    print_result(
+        {
+            "dtype": args.dtype,
+            "precision_event": prec,
+            "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
+            "peak_rss_mb": peak_rss_mb(),
+            "loadavg_start": load0,
+        }
+    )
 
 
 def matmul_rates(repeats: int = 5) -> list[dict]:
     """One-thread GFLOP/s (process CPU time) of a float32 and a bf16 matmul at SmolLM2's shapes."""
     import torch
+
     torch.set_num_threads(1)
     out = []
     for m, k, n in MATMUL_SHAPES:
@@ -82,7 +106,7 @@ def matmul_rates(repeats: int = 5) -> list[dict]:
         row = {"shape": [m, k, n]}
         for dt in (torch.float32, torch.bfloat16):
             x, y = a.to(dt), b.to(dt)
-            x @ y                                                   # warm-up
+            x @ y  # warm-up
             t0 = time.process_time()
             for _ in range(repeats):
                 x @ y
@@ -95,21 +119,43 @@ def machine() -> dict:
     import torch
 
     from noma_prorl_bench.models.precision import bf16_support, cpu_flags
+
     ok, why = bf16_support("cpu")
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine(),
-            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "bf16_flags": sorted(f for f in cpu_flags() if "bf16" in f), "bf16_supported": ok, "bf16_reason": why}
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16_flags": sorted(f for f in cpu_flags() if "bf16" in f),
+        "bf16_supported": ok,
+        "bf16_reason": why,
+    }
 
 
 def spawn(args, dtype: str) -> dict:
-    return run_worker(__file__, ["--worker", "--dtype", dtype, "--steps", str(args.steps),
-                                 "--batch_size", str(args.batch_size), "--group_size", str(args.group_size),
-                                 "--max_new_tokens", str(args.max_new_tokens)], f"{dtype} run")
+    return run_worker(
+        __file__,
+        [
+            "--worker",
+            "--dtype",
+            dtype,
+            "--steps",
+            str(args.steps),
+            "--batch_size",
+            str(args.batch_size),
+            "--group_size",
+            str(args.group_size),
+            "--max_new_tokens",
+            str(args.max_new_tokens),
+        ],
+        f"{dtype} run",
+    )
 
 
 def summarise(runs: list[dict]) -> dict:
     # the first step of a run is dropped (warm-up) unless the run was made with --drop_first 0
-    timed = [s for r in runs for s in r["per_step"][r.get("drop_first", 1):]]
+    timed = [s for r in runs for s in r["per_step"][r.get("drop_first", 1) :]]
     med = {k: statistics.median(s[k] for s in timed) for k in STAGES}
     # time/step also holds the validation at a run's last step (time/eval): the step compared is the
     # sum of the three stages (the rest of a step, advantages and metrics, measured < 0.1 s)
@@ -127,13 +173,29 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
     ratios = {}
     if "float32" in table and "bf16_mixed" in table:
         ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in (*STAGES, "stages_sum")}
-    out = {"settings": {"preset": "smollm2_demo", "variant": "A1 (A, ref_compute cached)", "B": args.batch_size,
-                        "G": args.group_size, "max_new_tokens": args.max_new_tokens, "ppo_epochs": 1,
-                        "minibatches": 1, "steps_per_run": args.steps, "reps": args.reps,
-                        "dropped_first_steps": "per run: drop_first",
-                        "clock": "process CPU time", "threads": 1},
-           **info, "loadavg_start": load0, "loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
-           "medians": table, "speedup_float32_over_bf16": ratios, "runs": runs}
+    out = {
+        "settings": {
+            "preset": "smollm2_demo",
+            "variant": "A1 (A, ref_compute cached)",
+            "B": args.batch_size,
+            "G": args.group_size,
+            "max_new_tokens": args.max_new_tokens,
+            "ppo_epochs": 1,
+            "minibatches": 1,
+            "steps_per_run": args.steps,
+            "reps": args.reps,
+            "dropped_first_steps": "per run: drop_first",
+            "clock": "process CPU time",
+            "threads": 1,
+        },
+        **info,
+        "loadavg_start": load0,
+        "loadavg_end": os.getloadavg(),
+        "wall_s": time.time() - t0,
+        "medians": table,
+        "speedup_float32_over_bf16": ratios,
+        "runs": runs,
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -149,12 +211,23 @@ def main(argv=None) -> int:
     ap.add_argument("--max_new_tokens", type=int, default=32)
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--out", default="benchmarks/results/real_speed.json")
-    ap.add_argument("--drop_first", type=int, default=1, choices=(0, 1),
-                    help="drop each run's first step (warm-up) from the medians; 0 for one-step runs")
-    ap.add_argument("--append", action="store_true",
-                    help="add these runs to those already in --out (e.g. fewer steps for the slower dtype)")
-    ap.add_argument("--profile", action="store_true",
-                    help="with --worker: print torch.profiler's op table (by input shape) of the last step to stderr")
+    ap.add_argument(
+        "--drop_first",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="drop each run's first step (warm-up) from the medians; 0 for one-step runs",
+    )
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add these runs to those already in --out (e.g. fewer steps for the slower dtype)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --worker: print torch.profiler's op table (by input shape) of the last step to stderr",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -166,31 +239,41 @@ def main(argv=None) -> int:
     t0, load0 = time.time(), os.getloadavg()
     runs: dict[str, list[dict]] = {d: [] for d in DTYPES}
     prev = json.load(open(args.out)) if args.append and os.path.exists(args.out) else None
-    if prev:                                              # keep the runs (and the matmul rates) in the file
+    if prev:  # keep the runs (and the matmul rates) in the file
         info = {"machine": prev["machine"], "commit": git_commit(), "matmul_gflops": prev["matmul_gflops"]}
         for d, rs in prev["runs"].items():
             runs.setdefault(d, []).extend(rs)
         info["earlier_parts"] = prev.get("earlier_parts", []) + [
-            {k: prev[k] for k in ("commit", "loadavg_start", "loadavg_end", "wall_s", "settings") if k in prev}]
+            {k: prev[k] for k in ("commit", "loadavg_start", "loadavg_end", "wall_s", "settings") if k in prev}
+        ]
     else:
         info = {"machine": machine(), "commit": git_commit(), "matmul_gflops": matmul_rates()}
     print(json.dumps(info, indent=1), flush=True)
     for rep in range(args.reps):
         for d in dtypes:
             runs[d].append(spawn(args, d) | {"steps_per_run": args.steps, "drop_first": args.drop_first})
-            print(f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
-                  f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)", file=sys.stderr,
-                  flush=True)
-            write(args, info, runs, load0, t0)              # after every run: a stopped benchmark keeps its runs
-    table = write(args, info, runs, load0, t0)              # (--append --reps 0: only re-summarise the file)
-    print("| dtype | step = rollout + reference + train (CPU s) | rollout | reference | train | peak RSS MB | steps timed |")
+            print(
+                f"rep {rep + 1}/{args.reps} {d}: steps {[round(s['time/step'], 2) for s in runs[d][-1]['per_step']]} "
+                f"CPU-s, load {runs[d][-1]['loadavg_end'][0]:.1f} ({time.time() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            write(args, info, runs, load0, t0)  # after every run: a stopped benchmark keeps its runs
+    table = write(args, info, runs, load0, t0)  # (--append --reps 0: only re-summarise the file)
+    print(
+        "| dtype | step = rollout + reference + train (CPU s) | rollout | reference | train | peak RSS MB | steps timed |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for d, m in table.items():
-        print(f"| {d} | {m['stages_sum']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
-              f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |")
+        print(
+            f"| {d} | {m['stages_sum']:.2f} | {m['time/rollout']:.2f} | {m['time/ref']:.2f} | {m['time/train']:.2f} "
+            f"| {m['peak_rss_mb']:.0f} | {m['steps_timed']} |"
+        )
     if len(table) == 2:
-        print("float32 / bf16_mixed: " + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x"
-                                                   for k in (*STAGES, "stages_sum")))
+        print(
+            "float32 / bf16_mixed: "
+            + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x" for k in (*STAGES, "stages_sum"))
+        )
     return 0
 
 

@@ -17,6 +17,7 @@ With `--clock cpu` the variants may run as parallel processes (`--variants A0` .
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/real_wedge.py --reps 3 --steps 4 \
         --out docs/real_model/wedge.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,22 +34,43 @@ from noma_prorl_bench.config import make_config
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.training.trainer import Trainer
 
-VARIANTS = {"A0": {"variant": "A", "ref_compute": "naive_epoch"}, "A1": {"variant": "A", "ref_compute": "cached"},
-            "A2": {"variant": "A", "ref_compute": "ring"}, "B": {"variant": "B", "beta": 0.0}}
+VARIANTS = {
+    "A0": {"variant": "A", "ref_compute": "naive_epoch"},
+    "A1": {"variant": "A", "ref_compute": "cached"},
+    "A2": {"variant": "A", "ref_compute": "ring"},
+    "B": {"variant": "B", "beta": 0.0},
+}
 EXTRA_RUNS = {
     # reference reset after every step, Adam moments kept (ProRL-v2-like semantics, compressed in time)
     "reset": {"reset_every": 1, "reset_to": "current", "opt_reset": "keep"},
     # adapter rank 4 -> 8 -> 12 on a schedule, Adam state preserved across the growth
-    "growth": {"initial_rank": 4, "max_rank": 12, "rank_step": 4, "grow_on": "schedule", "grow_every": 1,
-               "growth_migration": "preserve"},
+    "growth": {
+        "initial_rank": 4,
+        "max_rank": 12,
+        "rank_step": 4,
+        "grow_on": "schedule",
+        "grow_every": 1,
+        "growth_migration": "preserve",
+    },
 }
 
 
 def settings(args) -> dict:
-    return {"preset": "smollm2_demo", "outdir": "/dev/null", "quiet": True, "threads": 1, "seed": 0,
-            "steps": args.steps, "batch_size": args.batch_size, "group_size": args.group_size,
-            "max_new_tokens": args.max_new_tokens, "ppo_epochs": args.ppo_epochs, "minibatches": args.minibatches,
-            "n_val": args.n_val, "eval_every": 10 ** 6}
+    return {
+        "preset": "smollm2_demo",
+        "outdir": "/dev/null",
+        "quiet": True,
+        "threads": 1,
+        "seed": 0,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "group_size": args.group_size,
+        "max_new_tokens": args.max_new_tokens,
+        "ppo_epochs": args.ppo_epochs,
+        "minibatches": args.minibatches,
+        "n_val": args.n_val,
+        "eval_every": 10**6,
+    }
 
 
 def run_once(overrides: dict, args) -> tuple[list[dict], list[dict]]:
@@ -63,6 +85,7 @@ def use_cpu_clock() -> None:
     import noma_prorl_bench.io.metrics as metrics_mod
     import noma_prorl_bench.rollout.reference as reference_mod
     import noma_prorl_bench.training.trainer as trainer_mod
+
     shim = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
     shim.perf_counter = time.process_time
     for mod in (metrics_mod, reference_mod, trainer_mod):
@@ -119,22 +142,39 @@ def main(argv=None) -> int:
     extra = {}
     for name, ov in extras.items():
         ms, ev = run_once(ov, args)
-        extra[name] = {"overrides": ov, "events": [e for e in ev if e.get("event") in ("ref_reset", "opt_reset", "growth")],
-                       "reset_steps_since": [m.get("reset/steps_since") for m in ms],
-                       "adapter_rank": [m.get("adapter/rank") for m in ms],
-                       "kl_k3": [m.get("kl/k3") for m in ms], "finite": all(
-                           all(v == v for v in m.values() if isinstance(v, float)) for m in ms)}
+        extra[name] = {
+            "overrides": ov,
+            "events": [e for e in ev if e.get("event") in ("ref_reset", "opt_reset", "growth")],
+            "reset_steps_since": [m.get("reset/steps_since") for m in ms],
+            "adapter_rank": [m.get("adapter/rank") for m in ms],
+            "kl_k3": [m.get("kl/k3") for m in ms],
+            "finite": all(all(v == v for v in m.values() if isinstance(v, float)) for m in ms),
+        }
         print(f"{name} run done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-    out = {"settings": {**settings(args), "reps": args.reps, "dropped_first_steps": 1, "torch": torch.__version__,
-                        "clock": args.clock, "loadavg_start": load0, "loadavg_end": os.getloadavg()[0]},
-           "variants": table, "extra_runs": extra,
-           "per_step": {name: [{k: r[k] for k in ("time/step", "time/rollout", "time/ref", "time/train", "time/eval")}
-                               for r in rs] for name, rs in samples.items()}}
+    out = {
+        "settings": {
+            **settings(args),
+            "reps": args.reps,
+            "dropped_first_steps": 1,
+            "torch": torch.__version__,
+            "clock": args.clock,
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg()[0],
+        },
+        "variants": table,
+        "extra_runs": extra,
+        "per_step": {
+            name: [{k: r[k] for k in ("time/step", "time/rollout", "time/ref", "time/train", "time/eval")} for r in rs]
+            for name, rs in samples.items()
+        },
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     json.dump(out, open(args.out, "w"), indent=1, default=str)
     for name, m in table.items():
-        print(f"{name}: step {m['time/step']:.2f} s, ref {m['time/ref']:.2f} s, share {m['ref_share']:.3f}, "
-              f"ref fwd/step {m['ref_fwd_per_step']:.0f}")
+        print(
+            f"{name}: step {m['time/step']:.2f} s, ref {m['time/ref']:.2f} s, share {m['ref_share']:.3f}, "
+            f"ref fwd/step {m['ref_fwd_per_step']:.0f}"
+        )
     return 0
 
 

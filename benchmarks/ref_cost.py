@@ -13,6 +13,7 @@ f_ref the time of one full-batch reference forward. From A1's measured stages:
 A0 runs E*M minibatch forwards, each over N/M sequences, so its total reference work is E
 full-batch forwards: predicted A0 step = A1 step + (E - 1) * f_ref (per-call overhead aside).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,19 @@ STAGES = ("time/rollout", "time/ref", "time/train", "time/step")
 
 
 def run_once(overrides: dict, args) -> list[dict]:
-    cfg = make_config({"outdir": "/dev/null", "steps": args.steps, "seed": args.seed, "quiet": True,
-                       "ppo_epochs": args.ppo_epochs, "minibatches": args.minibatches,
-                       "eval_every": 10 ** 6, "threads": 1, **overrides})
+    cfg = make_config(
+        {
+            "outdir": "/dev/null",
+            "steps": args.steps,
+            "seed": args.seed,
+            "quiet": True,
+            "ppo_epochs": args.ppo_epochs,
+            "minibatches": args.minibatches,
+            "eval_every": 10**6,
+            "threads": 1,
+            **overrides,
+        }
+    )
     trainer = Trainer.from_config(cfg)
     return [trainer.train_step() for _ in range(args.steps)][3:]
 
@@ -71,17 +82,23 @@ def main(argv=None) -> int:
     med = {name: {k: statistics.median(r[k] for r in rs) for k in STAGES} for name, rs in samples.items()}
     refs = {name: statistics.median(r["count/ref_fwd"] for r in rs) for name, rs in samples.items()}
     E, M = args.ppo_epochs, args.minibatches
-    print(f"\nsettings: default task/model, E={E} ppo_epochs, M={M} minibatches, {args.steps} steps x "
-          f"{args.reps} alternating reps (first 3 steps of each run dropped), 1 torch thread, "
-          f"torch {torch.__version__}")
+    print(
+        f"\nsettings: default task/model, E={E} ppo_epochs, M={M} minibatches, {args.steps} steps x "
+        f"{args.reps} alternating reps (first 3 steps of each run dropped), 1 torch thread, "
+        f"torch {torch.__version__}"
+    )
     print(f"{'variant':<16}{'ref fwd/step':>13}{'step ms':>10}{'rollout':>10}{'ref':>10}{'train':>10}{'vs A1':>8}")
     a1 = med["A1 cached"]["time/step"]
     for name, m in med.items():
-        print(f"{name:<16}{refs[name]:>13.0f}{1e3 * m['time/step']:>10.2f}{1e3 * m['time/rollout']:>10.2f}"
-              f"{1e3 * m['time/ref']:>10.2f}{1e3 * m['time/train']:>10.2f}{m['time/step'] / a1:>8.3f}")
+        print(
+            f"{name:<16}{refs[name]:>13.0f}{1e3 * m['time/step']:>10.2f}{1e3 * m['time/rollout']:>10.2f}"
+            f"{1e3 * m['time/ref']:>10.2f}{1e3 * m['time/train']:>10.2f}{m['time/step'] / a1:>8.3f}"
+        )
     measured = med["A0 naive_epoch"]["time/step"] / a1
-    print(f"\nA0/A1 step-time ratio: measured {measured:.3f}, cost-model prediction {predict_ratio(med['A1 cached'], E):.3f}"
-          f" (A1 + (E-1) * f_ref, f_ref = A1's median time/ref)")
+    print(
+        f"\nA0/A1 step-time ratio: measured {measured:.3f}, cost-model prediction {predict_ratio(med['A1 cached'], E):.3f}"
+        f" (A1 + (E-1) * f_ref, f_ref = A1's median time/ref)"
+    )
     print(f"B/A1 step-time ratio: {med['B no-ref']['time/step'] / a1:.3f}")
     return 0
 

@@ -31,6 +31,7 @@ Reported per condition, over seeds (mean, std, min..max):
                 its mean over the 10 steps before the reset)
 Figures: docs/figures/resets_phenomenon.png, docs/figures/resets_ablation.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,28 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FINAL_WINDOW = 100      # final val reward = mean val over the last 100 steps' evaluations
-SPIKE_WINDOW = 5        # steps after a reset scanned for the KL spike
+FINAL_WINDOW = 100  # final val reward = mean val over the last 100 steps' evaluations
+SPIKE_WINDOW = 5  # steps after a reset scanned for the KL spike
 
-COMMON = ["--task", "reverse_digits", "--batch_size", "8", "--group_size", "8", "--lr", "2e-3",
-          "--kl_estimator", "k3", "--eval_every", "20", "--n_val", "256", "--threads", "1", "--quiet"]
+COMMON = [
+    "--task",
+    "reverse_digits",
+    "--batch_size",
+    "8",
+    "--group_size",
+    "8",
+    "--lr",
+    "2e-3",
+    "--kl_estimator",
+    "k3",
+    "--eval_every",
+    "20",
+    "--n_val",
+    "256",
+    "--threads",
+    "1",
+    "--quiet",
+]
 
 
 def conditions(beta: float, every: int, with_no_kl: bool) -> dict[str, list[str]]:
@@ -71,15 +89,29 @@ ABLATION = ("keep", "hard", "soft", "asym")
 
 
 def command(outdir: str, flags: list[str], steps: int, seed: int) -> list[str]:
-    return [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", outdir, "--overwrite",
-            "--steps", str(steps), "--seed", str(seed), *COMMON, *flags]
+    return [
+        sys.executable,
+        "-m",
+        "noma_prorl_bench.run",
+        "--outdir",
+        outdir,
+        "--overwrite",
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+        *COMMON,
+        *flags,
+    ]
 
 
 def run_all(jobs: list[tuple[str, list[str]]], n_workers: int, fresh: bool) -> None:
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     todo = [(d, c) for d, c in jobs if fresh or not os.path.isfile(os.path.join(d, "summary.json"))]
-    print(f"# {len(jobs)} runs, {len(jobs) - len(todo)} already complete, {len(todo)} to run "
-          f"({n_workers} at a time)", flush=True)
+    print(
+        f"# {len(jobs)} runs, {len(jobs) - len(todo)} already complete, {len(todo)} to run ({n_workers} at a time)",
+        flush=True,
+    )
 
     def one(job):
         d, cmd = job
@@ -124,11 +156,18 @@ def run_stats(metrics: list[dict], events: list[dict], threshold: float) -> dict
         if k + 1 in by_step and before and statistics.mean(before) > 0:
             jumps.append(by_step[k + 1]["policy/approx_kl_old"] / statistics.mean(before))
     recov = [e["steps_to_recover"] for e in events if e["event"] == "recovery" and e["recovered"]]
-    return {"final": final, "reach": reach, "recover": statistics.mean(recov) if recov else None,
-            "train": statistics.mean(m["reward/mean"] for m in metrics if m["step"] > last - FINAL_WINDOW), "spike": statistics.mean(spikes) if spikes else None,
-            "jump": statistics.mean(jumps) if jumps else None, "n_resets": len(spikes),
-            "kl_to_init": statistics.mean(m["kl/to_init"] for m in metrics
-                                          if "kl/to_init" in m and m["step"] > last - FINAL_WINDOW)}
+    return {
+        "final": final,
+        "reach": reach,
+        "recover": statistics.mean(recov) if recov else None,
+        "train": statistics.mean(m["reward/mean"] for m in metrics if m["step"] > last - FINAL_WINDOW),
+        "spike": statistics.mean(spikes) if spikes else None,
+        "jump": statistics.mean(jumps) if jumps else None,
+        "n_resets": len(spikes),
+        "kl_to_init": statistics.mean(
+            m["kl/to_init"] for m in metrics if "kl/to_init" in m and m["step"] > last - FINAL_WINDOW
+        ),
+    }
 
 
 def _fmt(xs: list, digits: int = 3) -> str:
@@ -140,17 +179,21 @@ def _fmt(xs: list, digits: int = 3) -> str:
 
 
 def table(stats: dict[str, list[dict]], names: tuple[str, ...], threshold: float) -> str:
-    rows = ["| condition | final val reward | final train reward | steps to val >= %.2f (reached) "
-            "| kl/to_init (final) | post-reset KL spike (max kl/k3, 5 steps) "
-            "| update-size jump (approx_kl_old k+1 / before) | steps to recover |"
-            % threshold, "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| condition | final val reward | final train reward | steps to val >= %.2f (reached) "
+        "| kl/to_init (final) | post-reset KL spike (max kl/k3, 5 steps) "
+        "| update-size jump (approx_kl_old k+1 / before) | steps to recover |" % threshold,
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in names:
         st = stats[name]
         reached = [s["reach"] for s in st if s["reach"] is not None]
         reach = f"{statistics.mean(reached):.0f} ({len(reached)}/{len(st)})" if reached else f"never (0/{len(st)})"
-        rows.append(f"| {name} | {_fmt([s['final'] for s in st])} | {_fmt([s['train'] for s in st])} | {reach} "
-                    f"| {_fmt([s['kl_to_init'] for s in st])} | {_fmt([s['spike'] for s in st])} "
-                    f"| {_fmt([s['jump'] for s in st], 2)} | {_fmt([s['recover'] for s in st], 1)} |")
+        rows.append(
+            f"| {name} | {_fmt([s['final'] for s in st])} | {_fmt([s['train'] for s in st])} | {reach} "
+            f"| {_fmt([s['kl_to_init'] for s in st])} | {_fmt([s['spike'] for s in st])} "
+            f"| {_fmt([s['jump'] for s in st], 2)} | {_fmt([s['recover'] for s in st], 1)} |"
+        )
     return "\n".join(rows)
 
 
@@ -168,7 +211,7 @@ def _curves(runs: list[list[dict]], key: str) -> tuple[list[int], list[float], l
 def _smooth(xs: list[float], w: int) -> list[float]:
     out = []
     for i in range(len(xs)):
-        win = xs[max(0, i - w + 1): i + 1]
+        win = xs[max(0, i - w + 1) : i + 1]
         out.append(sum(win) / len(win))
     return out
 
@@ -186,14 +229,25 @@ def _by_phase(runs: list[list[dict]], key: str, every: int) -> tuple[list[int], 
     return js, [statistics.mean(cols[j]) for j in js]
 
 
-def plot(all_metrics: dict[str, list[list[dict]]], names: tuple[str, ...], path: str, every: int, title: str,
-         phase_panel: bool = False) -> None:
+def plot(
+    all_metrics: dict[str, list[list[dict]]],
+    names: tuple[str, ...],
+    path: str,
+    every: int,
+    title: str,
+    phase_panel: bool = False,
+) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    panels = [("reward/val", "validation reward (greedy)", 1), ("kl/k3", "KL to pi_ref (kl/k3, 10-step mean)", 10),
-              ("kl/to_init", "KL to the initial policy (kl/to_init)", 1)]
+    panels = [
+        ("reward/val", "validation reward (greedy)", 1),
+        ("kl/k3", "KL to pi_ref (kl/k3, 10-step mean)", 10),
+        ("kl/to_init", "KL to the initial policy (kl/to_init)", 1),
+    ]
     if phase_panel:
         ax = axes[1]
         for name in names:
@@ -208,7 +262,7 @@ def plot(all_metrics: dict[str, list[list[dict]]], names: tuple[str, ...], path:
         key, label, w = panel
         for name in names:
             steps, mean, lo, hi = _curves(all_metrics[name], key)
-            line, = ax.plot(steps, _smooth(mean, w), label=name, lw=1.5)
+            (line,) = ax.plot(steps, _smooth(mean, w), label=name, lw=1.5)
             ax.fill_between(steps, _smooth(lo, w), _smooth(hi, w), color=line.get_color(), alpha=0.15, lw=0)
         if key == "kl/k3":
             ax.set_yscale("log")
@@ -264,19 +318,32 @@ def main(argv=None) -> int:
         loaded = [load(d) for d in ds]
         all_metrics[name] = [m for m, _ in loaded]
         stats[name] = [run_stats(m, e, args.threshold) for m, e in loaded]
-    warm = statistics.mean(json.load(open(os.path.join(d, "summary.json")))["warmstart_val_reward"]
-                           for d in dirs["keep"])
-    print(f"\n# warm-start val reward (mean over seeds): {warm:.3f}; final = mean val over the last "
-          f"{FINAL_WINDOW} steps; {args.seeds} seeds; mean ± std (min..max)\n")
+    warm = statistics.mean(
+        json.load(open(os.path.join(d, "summary.json")))["warmstart_val_reward"] for d in dirs["keep"]
+    )
+    print(
+        f"\n# warm-start val reward (mean over seeds): {warm:.3f}; final = mean val over the last "
+        f"{FINAL_WINDOW} steps; {args.seeds} seeds; mean ± std (min..max)\n"
+    )
     print(f"## (a) phenomenon: fixed reference vs periodic resets (beta {args.beta}, k3, every {args.reset_every})\n")
     print(table(stats, phenomenon, args.threshold))
     print(f"\n## (b) optimizer state at the reset (every {args.reset_every}, beta {args.beta})\n")
     print(table(stats, ABLATION, args.threshold))
-    plot(all_metrics, phenomenon, os.path.join(args.figdir, "resets_phenomenon.png"), args.reset_every,
-         f"(a) beta={args.beta} k3: fixed reference vs reset every {args.reset_every} (keep); no_kl: beta=0")
-    plot(all_metrics, ABLATION, os.path.join(args.figdir, "resets_ablation.png"), args.reset_every,
-         f"(b) reset every {args.reset_every}, beta={args.beta} k3: optimizer state keep / hard / soft / asym",
-         phase_panel=True)
+    plot(
+        all_metrics,
+        phenomenon,
+        os.path.join(args.figdir, "resets_phenomenon.png"),
+        args.reset_every,
+        f"(a) beta={args.beta} k3: fixed reference vs reset every {args.reset_every} (keep); no_kl: beta=0",
+    )
+    plot(
+        all_metrics,
+        ABLATION,
+        os.path.join(args.figdir, "resets_ablation.png"),
+        args.reset_every,
+        f"(b) reset every {args.reset_every}, beta={args.beta} k3: optimizer state keep / hard / soft / asym",
+        phase_panel=True,
+    )
     print(f"\n# figures: {args.figdir}/resets_phenomenon.png, resets_ablation.png")
     return 0
 

@@ -70,19 +70,29 @@ def bench(models: dict, N: int, P: int, lengths: list[int], repeats: int) -> lis
                 for k in order:
                     times[k].append(time_rollout(paths[k], prompts, T, pad_id, seed=r))
             med = {k: statistics.median(v) for k, v in times.items()}
-            rows.append({
-                "model": name, "T": T, "N": N, "P": P,
-                "cache_tok_s": N * T / med["cache"], "no_cache_tok_s": N * T / med["no_cache"],
-                "cache_s": med["cache"], "no_cache_s": med["no_cache"],
-                "speedup": med["no_cache"] / med["cache"],
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "T": T,
+                    "N": N,
+                    "P": P,
+                    "cache_tok_s": N * T / med["cache"],
+                    "no_cache_tok_s": N * T / med["no_cache"],
+                    "cache_s": med["cache"],
+                    "no_cache_s": med["no_cache"],
+                    "speedup": med["no_cache"] / med["cache"],
+                }
+            )
             print_row(rows[-1])
     return rows
 
 
 def print_row(r: dict) -> None:
-    print(f"| {r['model']:<20} | {r['T']:>4} | {r['cache_tok_s']:>12,.0f} | {r['no_cache_tok_s']:>15,.0f} "
-          f"| {r['speedup']:>8.2f}x |", flush=True)
+    print(
+        f"| {r['model']:<20} | {r['T']:>4} | {r['cache_tok_s']:>12,.0f} | {r['no_cache_tok_s']:>15,.0f} "
+        f"| {r['speedup']:>8.2f}x |",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="optional JSON file for the rows")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={a.threads}, "
-          f"N={a.batch}, P={a.prompt_len}, repeats={a.repeats} (alternating, medians)")
+    print(
+        f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={a.threads}, "
+        f"N={a.batch}, P={a.prompt_len}, repeats={a.repeats} (alternating, medians)"
+    )
     print("| model                |    T | cache tok/s  | no-cache tok/s  | speedup   |")
     print("|----------------------|-----:|-------------:|----------------:|----------:|")
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():

@@ -16,6 +16,7 @@ after the first large tensors are freed, later tensors of a few MiB come from th
 freed pieces stay resident; `MALLOC_MMAP_THRESHOLD_=131072` fixes the threshold at glibc's
 default (every block of 128 KiB or more is mapped and unmapped), which shows what is alive.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE / 2 ** 20
+        return int(f.read().split()[1]) * PAGE / 2**20
 
 
 class Sampler:
@@ -77,6 +78,7 @@ class Sampler:
 def patch_stage_timer(sampler: Sampler) -> None:
     """Mark entry (+stage) and exit (-stage) of every `with timer(stage)` block of the trainer."""
     from noma_prorl_bench.io import metrics  # noqa: PLC0415
+
     original = metrics.StageTimer.__call__
 
     @contextmanager
@@ -103,6 +105,7 @@ def main(argv: list[str]) -> int:
     import torch  # noqa: PLC0415
 
     from noma_prorl_bench.run import main as run_main  # noqa: PLC0415
+
     torch.set_num_threads(1)
     outdir, flags = argv[0], argv[1:]
     sampler = Sampler()
@@ -110,12 +113,16 @@ def main(argv: list[str]) -> int:
     with sampler:
         rc = run_main(["--outdir", outdir, "--quiet", "--threads", "1", *flags])
     peaks = sampler.peak_by_stage()
-    result = {"rc": rc, "peak_by_stage_mib": {k: round(v) for k, v in peaks.items()},
-              "peak_mib": round(max(r for _, r in sampler.samples)),
-              "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-              "estimate_mib": estimate_mib(outdir) if rc == 0 else None,
-              "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default (dynamic)"),
-              "loadavg": os.getloadavg(), "flags": flags}
+    result = {
+        "rc": rc,
+        "peak_by_stage_mib": {k: round(v) for k, v in peaks.items()},
+        "peak_mib": round(max(r for _, r in sampler.samples)),
+        "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "estimate_mib": estimate_mib(outdir) if rc == 0 else None,
+        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default (dynamic)"),
+        "loadavg": os.getloadavg(),
+        "flags": flags,
+    }
     with open(outdir.rstrip("/") + ".rss.json", "w") as f:
         json.dump({**result, "samples": sampler.samples, "marks": sampler.marks}, f)
     print(json.dumps(result, indent=1))

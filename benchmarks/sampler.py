@@ -33,6 +33,7 @@ Run (CPU, one thread, as recorded in docs/performance.md):
     OMP_NUM_THREADS=1 nice -n 5 env PYTHONPATH=src .venv/bin/python benchmarks/sampler.py \
         --hidden 256 --layers 4 --B 8 --G 8 --lengths 64 128 --repeats 5 --out sampler.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,6 +69,7 @@ def prompts_for(tok, B: int, G: int) -> torch.Tensor:
     import numpy as np
 
     from noma_prorl_bench.tasks import make_task
+
     task = make_task("keyword_inclusion", n_val=8)
     ex = task.sample(np.random.default_rng([0, 1]), B)
     return tok.encode_prompts([e.prompt for e in ex for _ in range(G)])
@@ -96,9 +98,19 @@ def run_hf(model, ids, T, pad_id, seed, static: bool) -> tuple[float, float]:
     _sync(ids)
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                             top_p=1.0, max_new_tokens=T, min_new_tokens=T, eos_token_id=None,
-                             pad_token_id=pad_id, **kw)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=T,
+            min_new_tokens=T,
+            eos_token_id=None,
+            pad_token_id=pad_id,
+            **kw,
+        )
     _sync(ids)
     dt, ct = time.perf_counter() - t0, time.process_time() - c0
     assert out.shape[1] - ids.shape[1] == T, out.shape
@@ -116,13 +128,23 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--paths", nargs="+", default=["ours", "ours_noshare", "ours_dynamic_noshare", "hf_dynamic",
-                                                   "hf_static", "transformer"])
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        default=["ours", "ours_noshare", "ours_dynamic_noshare", "hf_dynamic", "hf_static", "transformer"],
+    )
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--compile", action="store_true",
-                   help="CUDA only: also time ours_compiled (HFPolicy.compile_decode, CUDA graphs)")
-    p.add_argument("--compile_transformer", default="off", choices=["off", "default", "reduce-overhead"],
-                   help="also time transformer_compiled: our TransformerPolicy with --compile_decode MODE")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="CUDA only: also time ours_compiled (HFPolicy.compile_decode, CUDA graphs)",
+    )
+    p.add_argument(
+        "--compile_transformer",
+        default="off",
+        choices=["off", "default", "reduce-overhead"],
+        help="also time transformer_compiled: our TransformerPolicy with --compile_decode MODE",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import transformers
@@ -130,16 +152,25 @@ def main(argv=None) -> int:
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
     from noma_prorl_bench.models.transformer import TransformerPolicy
+
     torch.set_num_threads(a.threads)
     device = a.device
     name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine())
-    info = {"device": f"{device} ({name})", "threads": a.threads, "loadavg_start": os.getloadavg(),
-            "inductor_caches_disabled": os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES", ""),
-            "torch": torch.__version__, "transformers": transformers.__version__, "args": vars(a)}
-    print(f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
-          f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
-          flush=True)
+    info = {
+        "device": f"{device} ({name})",
+        "threads": a.threads,
+        "loadavg_start": os.getloadavg(),
+        "inductor_caches_disabled": os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES", ""),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "args": vars(a),
+    }
+    print(
+        f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
+        f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
@@ -149,12 +180,14 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         ours_tf = TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval().to(device)
         G = a.G
-        fns = {"ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
-               "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
-               "ours_dynamic_noshare": lambda T, s: run_ours(DynamicOnly(policy), ids, T, tok.pad_id, s),
-               "hf_dynamic": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=False),
-               "hf_static": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=True),
-               "transformer": lambda T, s: run_ours(ours_tf, ids, T, tok.pad_id, s, G)}
+        fns = {
+            "ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
+            "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
+            "ours_dynamic_noshare": lambda T, s: run_ours(DynamicOnly(policy), ids, T, tok.pad_id, s),
+            "hf_dynamic": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=False),
+            "hf_static": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=True),
+            "transformer": lambda T, s: run_ours(ours_tf, ids, T, tok.pad_id, s, G),
+        }
         fns = {k: fns[k] for k in a.paths}
         if a.compile_transformer != "off":
             tf_compiled = copy.deepcopy(ours_tf)
@@ -166,7 +199,7 @@ def main(argv=None) -> int:
             fns["ours_compiled"] = lambda T, s: run_ours(compiled, ids, T, tok.pad_id, s, G)
         print(f"# prompts: P={P} (left-padded, {int((ids == tok.pad_id).sum())} PAD tokens in all)")
         for T in a.lengths:
-            first = {k: f(T, 0) for k, f in fns.items()}           # warm-up (compiles), not in the medians
+            first = {k: f(T, 0) for k, f in fns.items()}  # warm-up (compiles), not in the medians
             wall, cpu = {k: [] for k in fns}, {k: [] for k in fns}
             for r in range(a.repeats):
                 order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
@@ -174,15 +207,26 @@ def main(argv=None) -> int:
                     w, c = fns[k](T, r)
                     wall[k].append(w)
                     cpu[k].append(c)
-            row = {"N": N, "P": P, "T": T, "wall_s": wall, "cpu_s": cpu, "loadavg": os.getloadavg(),
-                   "first_wall_s": {k: v[0] for k, v in first.items()},
-                   "first_cpu_s": {k: v[1] for k, v in first.items()},
-                   "tok_s": {k: N * T / statistics.median(v) for k, v in wall.items()},
-                   "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()}}
+            row = {
+                "N": N,
+                "P": P,
+                "T": T,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "loadavg": os.getloadavg(),
+                "first_wall_s": {k: v[0] for k, v in first.items()},
+                "first_cpu_s": {k: v[1] for k, v in first.items()},
+                "tok_s": {k: N * T / statistics.median(v) for k, v in wall.items()},
+                "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()},
+            }
             for key in ("tok_s", "tok_cpu_s"):
                 ts = row[key]
-                row[f"ratios_{key}"] = {f"{o}/{h}": ts[o] / ts[h] for o in ("ours", "ours_noshare", "ours_dynamic_noshare")
-                                        for h in ("hf_dynamic", "hf_static") if o in ts and h in ts}
+                row[f"ratios_{key}"] = {
+                    f"{o}/{h}": ts[o] / ts[h]
+                    for o in ("ours", "ours_noshare", "ours_dynamic_noshare")
+                    for h in ("hf_dynamic", "hf_static")
+                    if o in ts and h in ts
+                }
                 print(f"T={T} {key}: " + ", ".join(f"{k} {v:,.0f}" for k, v in ts.items()), flush=True)
                 if "transformer" in ts and "transformer_compiled" in ts:
                     tc = ts["transformer_compiled"] / ts["transformer"]
@@ -193,8 +237,11 @@ def main(argv=None) -> int:
                     med = statistics.median((wall if kind == "wall" else cpu)["transformer_compiled"])
                     row[f"compile_{kind}_s"] = row[f"first_{kind}_s"]["transformer_compiled"] - med
                 fw, fc = row["first_wall_s"]["transformer_compiled"], row["first_cpu_s"]["transformer_compiled"]
-                print(f"T={T} transformer_compiled: first call {fw:.1f} s wall / {fc:.1f} s CPU; compile "
-                      f"~{row['compile_wall_s']:.1f} s wall / {row['compile_cpu_s']:.1f} s CPU", flush=True)
+                print(
+                    f"T={T} transformer_compiled: first call {fw:.1f} s wall / {fc:.1f} s CPU; compile "
+                    f"~{row['compile_wall_s']:.1f} s wall / {row['compile_cpu_s']:.1f} s CPU",
+                    flush=True,
+                )
             rows.append(row)
     if a.out:
         with open(a.out, "w") as f:

@@ -33,22 +33,55 @@ def reward(completions, **_):
 
 
 def run(model_dir: str, lora: bool, resets: bool, steps: int, tokens: int, tmp: str) -> dict:
-    args = GRPOConfig(output_dir=tmp, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
-                      disable_tqdm=True, per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=tokens, max_steps=steps, learning_rate=1e-3, beta=0.04, seed=0,
-                      lr_scheduler_type="constant")
-    peft = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]) if lora else None
+    args = GRPOConfig(
+        output_dir=tmp,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=tokens,
+        max_steps=steps,
+        learning_rate=1e-3,
+        beta=0.04,
+        seed=0,
+        lr_scheduler_type="constant",
+    )
+    peft = (
+        LoraConfig(
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        )
+        if lora
+        else None
+    )
     cfg = ResetConfig(reset_every=1 if resets else 0, opt_reset="soft", soft_factor=0.2)
-    tr = ResetGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, peft_config=peft, reset_config=cfg,
-                          train_dataset=Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"] * (2 * steps)}))
+    tr = ResetGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward,
+        args=args,
+        peft_config=peft,
+        reset_config=cfg,
+        train_dataset=Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"] * (2 * steps)}),
+    )
     tr.train()
     policy = tr.accelerator.unwrap_model(tr.model)
     nbytes = sum(t.numel() * t.element_size() for t in tr._ref_tensors().values())
     trained = sum(p.numel() * p.element_size() for p in policy.parameters() if p.requires_grad)
     runtime = [h["train_runtime"] for h in tr.state.log_history if "train_runtime" in h][0]
-    return {"reset_s": [e["seconds"] for e in tr.reset_events][1:], "runtime_s": runtime, "ref_bytes": nbytes,
-            "policy_bytes": sum(p.numel() * p.element_size() for p in policy.parameters()), "trained_bytes": trained}
+    return {
+        "reset_s": [e["seconds"] for e in tr.reset_events][1:],
+        "runtime_s": runtime,
+        "ref_bytes": nbytes,
+        "policy_bytes": sum(p.numel() * p.element_size() for p in policy.parameters()),
+        "trained_bytes": trained,
+    }
 
 
 def main() -> None:
@@ -67,18 +100,27 @@ def main() -> None:
             for lora in (False, True):
                 with_r = run(model_dir, lora, True, a.steps, a.tokens, os.path.join(tmp, "o1"))
                 without = run(model_dir, lora, False, a.steps, a.tokens, os.path.join(tmp, "o2"))
-                rows.append({"model": f"llama h{hidden} L{layers}", "reference": "LoRA 'ref' adapter" if lora else
-                             "full model", "reset_s_median": statistics.median(with_r["reset_s"]),
-                             "run_s_resets": with_r["runtime_s"], "run_s_none": without["runtime_s"],
-                             "ref_bytes": with_r["ref_bytes"], "policy_bytes": with_r["policy_bytes"]})
+                rows.append(
+                    {
+                        "model": f"llama h{hidden} L{layers}",
+                        "reference": "LoRA 'ref' adapter" if lora else "full model",
+                        "reset_s_median": statistics.median(with_r["reset_s"]),
+                        "run_s_resets": with_r["runtime_s"],
+                        "run_s_none": without["runtime_s"],
+                        "ref_bytes": with_r["ref_bytes"],
+                        "policy_bytes": with_r["policy_bytes"],
+                    }
+                )
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {a.steps} steps, 8 sequences x {a.tokens} tokens")
     print("| model | reference | s per reset | train() s (resets / none) | ratio | reference MiB | policy MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['reference']} | {r['reset_s_median']:.4f} | {r['run_s_resets']:.2f} / "
-              f"{r['run_s_none']:.2f} | {r['run_s_resets'] / r['run_s_none']:.2f} | {r['ref_bytes'] / 2**20:.3f} | "
-              f"{r['policy_bytes'] / 2**20:.3f} |")
+        print(
+            f"| {r['model']} | {r['reference']} | {r['reset_s_median']:.4f} | {r['run_s_resets']:.2f} / "
+            f"{r['run_s_none']:.2f} | {r['run_s_resets'] / r['run_s_none']:.2f} | {r['ref_bytes'] / 2**20:.3f} | "
+            f"{r['policy_bytes'] / 2**20:.3f} |"
+        )
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"load": load, "steps": a.steps, "tokens": a.tokens, "rows": rows}, f, indent=1)

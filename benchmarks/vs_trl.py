@@ -45,6 +45,7 @@ Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src nice -n 5 python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off --repeats 3 --steps 3 \
         --lr 2e-4 --out benchmarks/results/vs_trl_smollm2.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,26 +64,58 @@ from vs_trl_workers import REAL_TASK, WORKERS, real_config
 def count_params(model_dir: str) -> dict:
     """Parameter count of the benchmark model (all tensors; the input embedding separately)."""
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    return {"total": sum(p.numel() for p in model.parameters()),
-            "input_embedding": model.get_input_embeddings().weight.numel(), "vocab": model.config.vocab_size}
+    return {
+        "total": sum(p.numel() for p in model.parameters()),
+        "input_embedding": model.get_input_embeddings().weight.numel(),
+        "vocab": model.config.vocab_size,
+    }
 
 
 def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
-    argv = ["--worker", worker, "--model_dir", a.model_dir,
-            "--beta", str(beta), "--B", str(a.B), "--G", str(a.G), "--T", str(a.T), "--lr", str(a.lr),
-            "--steps", str(a.steps), "--seed", str(a.seed), "--repeats", str(a.repeats), "--grad_ckpt", ckpt,
-            "--logprob_chunk", str(a.logprob_chunk), "--dtype_ours", a.dtype_ours,
-            "--temperature", str(a.temperature)] + (["--real"] if a.real else [])
+    argv = [
+        "--worker",
+        worker,
+        "--model_dir",
+        a.model_dir,
+        "--beta",
+        str(beta),
+        "--B",
+        str(a.B),
+        "--G",
+        str(a.G),
+        "--T",
+        str(a.T),
+        "--lr",
+        str(a.lr),
+        "--steps",
+        str(a.steps),
+        "--seed",
+        str(a.seed),
+        "--repeats",
+        str(a.repeats),
+        "--grad_ckpt",
+        ckpt,
+        "--logprob_chunk",
+        str(a.logprob_chunk),
+        "--dtype_ours",
+        a.dtype_ours,
+        "--temperature",
+        str(a.temperature),
+    ] + (["--real"] if a.real else [])
     return run_worker(__file__, argv, worker)
 
 
 def rollout_kv(a) -> dict:
     """Our sampler with vs without the KV cache on the benchmark model (a worker process)."""
     ro = spawn("rollout", a, 0.0)
-    print(f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "
-          f"KV cache {ro['cache_tok_s']:,.0f} tok/s, no cache {ro['no_cache_tok_s']:,.0f} tok/s "
-          f"({ro['cache_tok_s'] / ro['no_cache_tok_s']:.2f}x)", flush=True)
+    print(
+        f"\n# our sampler, same model, N={ro['N']} P={ro['P']} T={ro['T']} (EOS disabled): "
+        f"KV cache {ro['cache_tok_s']:,.0f} tok/s, no cache {ro['no_cache_tok_s']:,.0f} tok/s "
+        f"({ro['cache_tok_s'] / ro['no_cache_tok_s']:.2f}x)",
+        flush=True,
+    )
     return ro
 
 
@@ -91,14 +124,17 @@ def summarise(runs: list[dict]) -> dict:
     CPU second of the generate calls."""
     gen_s = sum(s for r in runs for s in r["gen_s"])
     gen_tok = sum(t for r in runs for t in r["gen_tokens"])
-    return {"median_step_s": statistics.median(s for r in runs for s in r["step_s"]),
-            "median_step_cpu_s": statistics.median(s for r in runs for s in r["step_cpu_s"]),
-            "run_medians": [statistics.median(r["step_s"]) for r in runs],
-            "gen_tok_s": gen_tok / gen_s if gen_s else None,
-            "completion_len_mean": statistics.mean(r["completion_len_mean"] for r in runs
-                                                   if r["completion_len_mean"] is not None),
-            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs),
-            "gen_tokens_per_step": statistics.mean(t for r in runs for t in r["gen_tokens"])}
+    return {
+        "median_step_s": statistics.median(s for r in runs for s in r["step_s"]),
+        "median_step_cpu_s": statistics.median(s for r in runs for s in r["step_cpu_s"]),
+        "run_medians": [statistics.median(r["step_s"]) for r in runs],
+        "gen_tok_s": gen_tok / gen_s if gen_s else None,
+        "completion_len_mean": statistics.mean(
+            r["completion_len_mean"] for r in runs if r["completion_len_mean"] is not None
+        ),
+        "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs),
+        "gen_tokens_per_step": statistics.mean(t for r in runs for t in r["gen_tokens"]),
+    }
 
 
 def compare(a, beta: float, ckpt: str) -> dict:
@@ -109,41 +145,73 @@ def compare(a, beta: float, ckpt: str) -> dict:
             runs[side].append(spawn(side, a, beta, ckpt))
     s = {k: summarise(v) for k, v in runs.items()}
     pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
-    row = {"grad_ckpt": ckpt, "beta": beta, "ours": s["ours"], "trl": s["trl"], "pairwise_ratios": pairs,
-           "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
-           "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
-           "runs": runs}
+    row = {
+        "grad_ckpt": ckpt,
+        "beta": beta,
+        "ours": s["ours"],
+        "trl": s["trl"],
+        "pairwise_ratios": pairs,
+        "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
+        "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
+        "runs": runs,
+    }
     o, t = s["ours"], s["trl"]
-    print(f"| {ckpt} | {beta:g} | {o['median_step_s']:.3f} | {t['median_step_s']:.3f} "
-          f"| {row['ratio_trl_over_ours']:.2f}x | {o['median_step_cpu_s']:.3f} "
-          f"| {t['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
-          f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
-          f"| {o['gen_tok_s']:,.0f} / {t['gen_tok_s']:,.0f} "
-          f"| {o['completion_len_mean']:.1f} / {t['completion_len_mean']:.1f} "
-          f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
-          f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |", flush=True)
+    print(
+        f"| {ckpt} | {beta:g} | {o['median_step_s']:.3f} | {t['median_step_s']:.3f} "
+        f"| {row['ratio_trl_over_ours']:.2f}x | {o['median_step_cpu_s']:.3f} "
+        f"| {t['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
+        f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
+        f"| {o['gen_tok_s']:,.0f} / {t['gen_tok_s']:,.0f} "
+        f"| {o['completion_len_mean']:.1f} / {t['completion_len_mean']:.1f} "
+        f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
+        f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |",
+        flush=True,
+    )
     return row
 
 
 def real_summary(a, results: dict) -> dict:
     """--real: {"ratio_trl_over_ours", "settings", "runs"} first (the first row's numbers), then the rest."""
     row = results["rows"][0]
-    settings = {"model": "SmolLM2-135M-Instruct (dequantised Q4_1)", "task": REAL_TASK,
-                "task_kwargs": real_config(a).task_kwargs, "chat_template": True, "B": a.B, "G": a.G,
-                "max_new_tokens": a.T, "temperature": a.temperature, "lr": a.lr, "beta": row["beta"],
-                "kl": "k3 in the loss", "loss": "clipped ratio 0.2, token-mean (TRL loss_type dapo)",
-                "lora": "r 8, alpha 16, q/k/v/o, no dropout, base frozen", "ppo_epochs": 1, "minibatches": 1,
-                "dtype": "float32 both", "grad_checkpoint": row["grad_ckpt"], "threads": 1,
-                "steps_per_run": a.steps, "dropped_first_steps": 1, "repeats": a.repeats,
-                "reference": "ours: a frozen copy of the adapted policy (A1 cached, one forward per step); "
-                             "TRL: the base with the adapters disabled", **results["versions"]}
+    settings = {
+        "model": "SmolLM2-135M-Instruct (dequantised Q4_1)",
+        "task": REAL_TASK,
+        "task_kwargs": real_config(a).task_kwargs,
+        "chat_template": True,
+        "B": a.B,
+        "G": a.G,
+        "max_new_tokens": a.T,
+        "temperature": a.temperature,
+        "lr": a.lr,
+        "beta": row["beta"],
+        "kl": "k3 in the loss",
+        "loss": "clipped ratio 0.2, token-mean (TRL loss_type dapo)",
+        "lora": "r 8, alpha 16, q/k/v/o, no dropout, base frozen",
+        "ppo_epochs": 1,
+        "minibatches": 1,
+        "dtype": "float32 both",
+        "grad_checkpoint": row["grad_ckpt"],
+        "threads": 1,
+        "steps_per_run": a.steps,
+        "dropped_first_steps": 1,
+        "repeats": a.repeats,
+        "reference": "ours: a frozen copy of the adapted policy (A1 cached, one forward per step); "
+        "TRL: the base with the adapters disabled",
+        **results["versions"],
+    }
     # the ratio of process CPU seconds per step (one torch thread each): on a shared machine wall time
     # mostly measures how long each process waited for a core; the wall ratio is kept beside it
-    return {"ratio_trl_over_ours": row["ratio_cpu_trl_over_ours"], "ratio_clock": "process CPU s/step",
-            "ratio_wall_trl_over_ours": row["ratio_trl_over_ours"], "settings": settings,
-            "runs": row["runs"], "summary": {"ours": row["ours"], "trl": row["trl"],
-                                             "pairwise_ratios": row["pairwise_ratios"]},
-            "machine": results["machine"], "params": results["params"], "rows": results["rows"]}
+    return {
+        "ratio_trl_over_ours": row["ratio_cpu_trl_over_ours"],
+        "ratio_clock": "process CPU s/step",
+        "ratio_wall_trl_over_ours": row["ratio_trl_over_ours"],
+        "settings": settings,
+        "runs": row["runs"],
+        "summary": {"ours": row["ours"], "trl": row["trl"], "pairwise_ratios": row["pairwise_ratios"]},
+        "machine": results["machine"],
+        "params": results["params"],
+        "rows": results["rows"],
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,18 +227,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--ckpt", nargs="+", default=["off", "on"], choices=["off", "on"],
-                   help="gradient checkpointing, set the same on both sides (TRL's GRPOConfig default is on)")
+    p.add_argument(
+        "--ckpt",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="gradient checkpointing, set the same on both sides (TRL's GRPOConfig default is on)",
+    )
     p.add_argument("--logprob_chunk", type=int, default=0, help="ours: --logprob_chunk")
-    p.add_argument("--rollout_kv", default="on", choices=["on", "off"],
-                   help="also time our sampler with vs without the KV cache (off for large models: the "
-                        "no-cache path recomputes the whole sequence per token)")
+    p.add_argument(
+        "--rollout_kv",
+        default="on",
+        choices=["on", "off"],
+        help="also time our sampler with vs without the KV cache (off for large models: the "
+        "no-cache path recomputes the whole sequence per token)",
+    )
     p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
-    p.add_argument("--temperature", type=float, default=None,
-                   help="sampling temperature on both sides (default 1.0; 0.7, the demo's, with --real)")
-    p.add_argument("--real", action="store_true",
-                   help="SmolLM2-135M-Instruct (prorl-bench get-model) with the smollm2_demo recipe: LoRA r8 "
-                        "on q/k/v/o (PEFT on TRL's side), rg:basic_arithmetic chat prompts, instead of a tiny model")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature on both sides (default 1.0; 0.7, the demo's, with --real)",
+    )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="SmolLM2-135M-Instruct (prorl-bench get-model) with the smollm2_demo recipe: LoRA r8 "
+        "on q/k/v/o (PEFT on TRL's side), rg:basic_arithmetic chat prompts, instead of a tiny model",
+    )
     p.add_argument("--real_model_dir", default=None, help="--real: the converted model (default: the preset's)")
     p.add_argument("--out", default=None, help="optional JSON file for every run")
     p.add_argument("--grad_ckpt", default="off", help=argparse.SUPPRESS)
@@ -190,30 +274,58 @@ def main(argv=None) -> int:
     import torch
     import transformers
     import trl
+
     sys.path.insert(0, SRC)
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
-    print(f"# torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
-          f"{platform.machine()}, 1 thread per process; B={a.B} G={a.G} T={a.T} lr={a.lr}, "
-          + ("SmolLM2-135M-Instruct + LoRA r8 q/k/v/o, rg:basic_arithmetic; " if a.real else
-             f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; ") + f"steps/run={a.steps} "
-          f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}", flush=True)
-    results = {"args": vars(a), "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                            "trl": trl.__version__}, "rows": []}
+
+    print(
+        f"# torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
+        f"{platform.machine()}, 1 thread per process; B={a.B} G={a.G} T={a.T} lr={a.lr}, "
+        + (
+            "SmolLM2-135M-Instruct + LoRA r8 q/k/v/o, rg:basic_arithmetic; "
+            if a.real
+            else f"tiny llama hidden={a.hidden} layers={a.layers} heads={a.heads}; "
+        )
+        + f"steps/run={a.steps} "
+        f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}",
+        flush=True,
+    )
+    results = {
+        "args": vars(a),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+        "rows": [],
+    }
     if a.real:
         from noma_prorl_bench.config.presets import SMOLLM2_DIR
+
         a.rollout_kv = "off"
-        results["machine"] = {"loadavg_start": os.getloadavg(), "commit": git_commit(), "cpu": cpu_model(),
-                              "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+        results["machine"] = {
+            "loadavg_start": os.getloadavg(),
+            "commit": git_commit(),
+            "cpu": cpu_model(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        }
     with tempfile.TemporaryDirectory() as tmp:
-        a.model_dir = (os.path.expanduser(a.real_model_dir or SMOLLM2_DIR) if a.real else
-                       str(build_tiny_hf_model(os.path.join(tmp, "llama"), "llama", hidden=a.hidden,
-                                               layers=a.layers, heads=a.heads, seed=0)))
+        a.model_dir = (
+            os.path.expanduser(a.real_model_dir or SMOLLM2_DIR)
+            if a.real
+            else str(
+                build_tiny_hf_model(
+                    os.path.join(tmp, "llama"), "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0
+                )
+            )
+        )
         results["params"] = count_params(a.model_dir)
-        print(f"# parameters: {results['params']['total']:,} ({results['params']['input_embedding']:,} in the "
-              f"input embedding, vocab {results['params']['vocab']})", flush=True)
-        print("| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
-              "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
-              "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |")
+        print(
+            f"# parameters: {results['params']['total']:,} ({results['params']['input_embedding']:,} in the "
+            f"input embedding, vocab {results['params']['vocab']})",
+            flush=True,
+        )
+        print(
+            "| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
+            "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
+            "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |"
+        )
         print("|---|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|-----|-----|")
         for ckpt in a.ckpt:
             for beta in a.betas:

@@ -4,6 +4,7 @@
 `python scripts/behaviour_check.py compare DIR_A DIR_B` prints identical/different per file,
 ignoring timing keys (time/*, perf/*, wall-clock fields). Exit 1 when anything differs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,19 +23,42 @@ FLAG_SETS: dict[str, list[str]] = {
     "reset_soft5": ["--reset_every", "5", "--opt_reset", "soft"],
     "growth_preserve": ["--enable_growth", "1", "--grow_every", "5", "--growth_migration", "preserve"],
     "pass_at_k": ["--eval_samples", "2"],
-    "ray_colocated": ["--engine", "ray_colocated", "--actor_timeout", "900"],   # a busy machine starts actors slowly
+    "ray_colocated": ["--engine", "ray_colocated", "--actor_timeout", "900"],  # a busy machine starts actors slowly
 }
 FILES = ("metrics.jsonl", "events.jsonl")
 TIMING_PREFIXES = ("time/", "perf/")
-WALL_CLOCK = {"time", "wall", "wall_s", "elapsed", "elapsed_s", "seconds", "timestamp", "ts", "t",
-              "started", "finished", "start_time", "end_time", "pid", "host", "hostname",
-              "run_id"}   # run_id: a run's random identity (its ownership marker), not behaviour
+WALL_CLOCK = {
+    "time",
+    "wall",
+    "wall_s",
+    "elapsed",
+    "elapsed_s",
+    "seconds",
+    "timestamp",
+    "ts",
+    "t",
+    "started",
+    "finished",
+    "start_time",
+    "end_time",
+    "pid",
+    "host",
+    "hostname",
+    "run_id",
+}  # run_id: a run's random identity (its ownership marker), not behaviour
 
 
 def is_timing(key: str) -> bool:
     k = key.lower()
-    return (k.startswith(TIMING_PREFIXES) or k in WALL_CLOCK or k.endswith(("_s", "_sec", "_seconds"))
-            or "time" in k.split("/")[-1] or "rss" in k or "tok_per_s" in k or "per_sec" in k)
+    return (
+        k.startswith(TIMING_PREFIXES)
+        or k in WALL_CLOCK
+        or k.endswith(("_s", "_sec", "_seconds"))
+        or "time" in k.split("/")[-1]
+        or "rss" in k
+        or "tok_per_s" in k
+        or "per_sec" in k
+    )
 
 
 def strip(obj):

@@ -9,6 +9,7 @@ list tracked files with the first line of each file's docstring or heading. Each
 between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; tests/smoke/test_docs.py checks
 that they are current.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,9 @@ from noma_prorl_bench.config.fields import field_sections  # noqa: E402
 from noma_prorl_bench.config.parser import HELP_GROUPS, _choices  # noqa: E402
 from noma_prorl_bench.config.presets import describe_all  # noqa: E402
 
-KNOWN = {"pyproject.toml": "Package metadata, console script, optional extras (ray, hf, tensorboard, test), pytest markers."}
+KNOWN = {
+    "pyproject.toml": "Package metadata, console script, optional extras (ray, hf, tensorboard, test), pytest markers."
+}
 SKIP_TREE = ("docs/figures/", "docs/suite_quick/figures/")
 
 
@@ -104,7 +107,11 @@ def short_tree() -> str:
         elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(".ci/"):
             lines.append((f, describe(f)))
         else:
-            top = f.split("/")[0] + "/" if f.startswith(("benchmarks/", "docs/", "scripts/")) else f.rsplit("/", 1)[0] + "/"
+            top = (
+                f.split("/")[0] + "/"
+                if f.startswith(("benchmarks/", "docs/", "scripts/"))
+                else f.rsplit("/", 1)[0] + "/"
+            )
             folders.setdefault(top, []).append(f)
     for folder, members in folders.items():
         init = folder + "__init__.py"
@@ -144,7 +151,7 @@ def atlas_table() -> str:
             return {c["name"]: c for c in json.load(f)["comparisons"] if c["metric"] == "score"}
 
     atlas, quick = load("docs/atlas"), load("docs/suite_quick")
-    betas = list(dict.fromkeys(n.split(":")[0][len("beta "):] for n in atlas))
+    betas = list(dict.fromkeys(n.split(":")[0][len("beta ") :] for n in atlas))
     rows = ["| beta | reset + keep vs no reset | soft vs keep | hard / asym / step vs keep |", "|---|---|---|---|"]
     for b in betas:
         keep, soft = atlas[f"beta {b}: reset-keep vs no reset"], atlas[f"beta {b}: reset-soft vs reset-keep"]
@@ -170,10 +177,12 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 # page -> its generated blocks
-PAGES = {"README.md": {"tree": short_tree, "atlas_table": atlas_table},
-         "docs/files.md": {"files": file_tree},
-         "docs/flags.md": {"flags": flags_table},
-         "docs/presets.md": {"presets": presets_block}}
+PAGES = {
+    "README.md": {"tree": short_tree, "atlas_table": atlas_table},
+    "docs/files.md": {"files": file_tree},
+    "docs/flags.md": {"flags": flags_table},
+    "docs/presets.md": {"presets": presets_block},
+}
 
 
 def render(text: str, blocks: dict) -> str:

@@ -1,5 +1,6 @@
 """Shared test set-up: one torch thread, src/ importable, small-run helpers; on Ctrl-C, no process
 that a test started outlives the session."""
+
 import os
 import signal
 import sys
@@ -59,9 +60,23 @@ def pytest_keyboard_interrupt(excinfo):
                 return
             time.sleep(0.1)
 
+
 # Flags that make a run take a second or two: tiny batch, short warm start.
-FAST = ["--steps", "3", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-        "--eval_every", "2", "--quiet"]
+FAST = [
+    "--steps",
+    "3",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Shared set-up of the --compile_decode tests (tests/unit/test_compile_decode.py with dynamo's
 eager backend, tests/slow/test_compile_decode_inductor.py with inductor): a tiny transformer,
 grouped prompts, a seeded rollout, a compiled copy, and dynamo caches emptied around each test."""
+
 import copy
 
 import pytest

@@ -19,16 +19,32 @@ from typing import Any
 
 import numpy as np
 
-N_SEQ, T_TOK = 8, 6                 # sequences per step, response tokens per sequence
+N_SEQ, T_TOK = 8, 6  # sequences per step, response tokens per sequence
 F_REF_TOKEN = 0.02 / (N_SEQ * T_TOK)  # seconds per reference token
 T_ROLLOUT, T_TRAIN, T_OTHER, T_EVAL = 0.10, 0.20, 0.01, 0.05
 
 
 def _config(**kw: Any) -> dict[str, Any]:
-    cfg = dict(variant="A", ref_compute="cached", opt_reset="keep", reset_every=10, seed=0,
-               steps=40, ppo_epochs=2, minibatches=2, task="reverse_digits",
-               enable_growth=False, growth_migration="adam_map", beta=0.05, kl_estimator="k3",
-               eval_every=5, grow_every=15, lr=1e-3, batch_size=4, group_size=2)  # N_SEQ = 8
+    cfg = dict(
+        variant="A",
+        ref_compute="cached",
+        opt_reset="keep",
+        reset_every=10,
+        seed=0,
+        steps=40,
+        ppo_epochs=2,
+        minibatches=2,
+        task="reverse_digits",
+        enable_growth=False,
+        growth_migration="adam_map",
+        beta=0.05,
+        kl_estimator="k3",
+        eval_every=5,
+        grow_every=15,
+        lr=1e-3,
+        batch_size=4,
+        group_size=2,
+    )  # N_SEQ = 8
     cfg.update(kw)
     cfg["versions"] = {"noma_prorl_bench": "0.1.0", "torch": "fake"}
     cfg["outdir"] = "set-per-run"
@@ -44,8 +60,7 @@ def _ref_counts(cfg: dict[str, Any]) -> tuple[int, int]:
     return 1, N_SEQ * T_TOK
 
 
-def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Generator,
-              rank: int) -> dict[str, Any]:
+def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Generator, rank: int) -> dict[str, Any]:
     curve = 0.9 * quality * (1.0 - math.exp(-t / 12.0))
     ref_fwd, ref_tok = _ref_counts(cfg)
     eval_step = t % cfg["eval_every"] == 0 or t == cfg["steps"]
@@ -55,22 +70,36 @@ def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Gene
     step_time = rollout + ref + train + T_OTHER + (T_EVAL if eval_step else 0.0)
     tokens = N_SEQ * T_TOK
     row: dict[str, Any] = {
-        "step": t, "reward/mean": round(curve + 0.03 * (rng.random() - 0.5), 6),
-        "reward/std": 0.3, "loss/total": 0.5 - 0.01 * t, "loss/pg": 0.4, "clip/frac": 0.1,
-        "policy/entropy": 1.5 - 0.01 * t, "optim/grad_norm": 1.0, "optim/lr": cfg["lr"],
+        "step": t,
+        "reward/mean": round(curve + 0.03 * (rng.random() - 0.5), 6),
+        "reward/std": 0.3,
+        "loss/total": 0.5 - 0.01 * t,
+        "loss/pg": 0.4,
+        "clip/frac": 0.1,
+        "policy/entropy": 1.5 - 0.01 * t,
+        "optim/grad_norm": 1.0,
+        "optim/lr": cfg["lr"],
         "count/policy_fwd_rollout": 1,
         "count/policy_fwd_train": cfg["ppo_epochs"] * cfg["minibatches"],
-        "count/ref_fwd": ref_fwd, "count/tokens_policy": tokens, "count/tokens_ref": ref_tok,
-        "time/rollout": rollout, "time/ref": ref, "time/train": train, "time/step": step_time,
+        "count/ref_fwd": ref_fwd,
+        "count/tokens_policy": tokens,
+        "count/tokens_ref": ref_tok,
+        "time/rollout": rollout,
+        "time/ref": ref,
+        "time/train": train,
+        "time/step": step_time,
         "perf/tokens_per_s": tokens / step_time,
         "perf/peak_rss_mb": 300.0 + 0.5 * t + (50.0 if ref_fwd > 1 else 0.0),
-        "reset/steps_since": since, "kl/to_init": 0.001 * t, "response/len_mean": float(T_TOK),
+        "reset/steps_since": since,
+        "kl/to_init": 0.001 * t,
+        "response/len_mean": float(T_TOK),
     }
     if cfg["variant"] != "B":
         spike = 0.05 if (cfg["opt_reset"] == "hard" and 0 < since <= 2 and t > since) else 0.0
         k3 = 0.002 * since + spike + 0.001 * cfg["seed"]
-        row.update({"kl/k1": 1.1 * k3, "kl/k2": 0.9 * k3, "kl/k3": k3, "loss/kl": cfg["beta"] * k3,
-                    "kl/beta": cfg["beta"]})
+        row.update(
+            {"kl/k1": 1.1 * k3, "kl/k2": 0.9 * k3, "kl/k3": k3, "loss/kl": cfg["beta"] * k3, "kl/beta": cfg["beta"]}
+        )
     if eval_step:
         row["reward/val"] = round(curve + 0.01 * cfg["seed"], 6)
     if cfg["enable_growth"]:
@@ -78,8 +107,15 @@ def _step_row(cfg: dict, t: int, since: int, quality: float, rng: np.random.Gene
     return row
 
 
-def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True,
-              partial_last_line: bool = False, step0: bool = False, **cfg_kw: Any) -> Path:
+def write_run(
+    outdir: str | Path,
+    *,
+    quality: float = 1.0,
+    complete: bool = True,
+    partial_last_line: bool = False,
+    step0: bool = False,
+    **cfg_kw: Any,
+) -> Path:
     """Write one synthetic run directory and return its path; `step0`: metrics.jsonl starts with
     the step-0 row (the evaluation before RL, val = the curve at t = 0: 0.01 * seed) as runs
     write it now; without it the run looks like one written before that row existed."""
@@ -91,22 +127,37 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
     rng = np.random.default_rng(zlib.crc32(json.dumps(cfg_kw, sort_keys=True).encode()))
     rows, events, samples = [], [], []
     last_reset, rank = 0, 4
-    has_ref = cfg["variant"] != "B"          # B has no reference, so no reference resets
+    has_ref = cfg["variant"] != "B"  # B has no reference, so no reference resets
     for t in range(1, cfg["steps"] + 1):
         row = _step_row(cfg, t, t - last_reset, quality, rng, rank)
         rows.append(row)
         if "reward/val" in row:
             for i in range(2):
-                samples.append({"step": t, "prompt": f"12{i}{t % 10}", "response": f"{t % 10}{i}21",
-                                "answer": f"{t % 10}{i}21", "reward": row["reward/val"]})
+                samples.append(
+                    {
+                        "step": t,
+                        "prompt": f"12{i}{t % 10}",
+                        "response": f"{t % 10}{i}21",
+                        "answer": f"{t % 10}{i}21",
+                        "reward": row["reward/val"],
+                    }
+                )
         if has_ref and cfg["reset_every"] and t % cfg["reset_every"] == 0 and t < cfg["steps"]:
             events.append({"step": t, "event": "ref_reset", "reason": "periodic"})
             if cfg["opt_reset"] != "keep":
                 events.append({"step": t, "event": "opt_reset", "reason": cfg["opt_reset"]})
             last_reset = t
         if cfg["enable_growth"] and t % cfg["grow_every"] == 0:
-            events.append({"step": t, "event": "growth", "reason": "periodic", "old_rank": rank,
-                           "new_rank": rank + 4, "migration": cfg["growth_migration"]})
+            events.append(
+                {
+                    "step": t,
+                    "event": "growth",
+                    "reason": "periodic",
+                    "old_rank": rank,
+                    "new_rank": rank + 4,
+                    "migration": cfg["growth_migration"],
+                }
+            )
             rank += 4
     if step0:
         rows.insert(0, {"step": 0, "reward/val": 0.01 * cfg["seed"], "perf/peak_rss_mb": 290.0})
@@ -118,8 +169,9 @@ def write_run(outdir: str | Path, *, quality: float = 1.0, complete: bool = True
     (out / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     if complete:
         # the warm-started policy's val reward is the curve at t = 0: 0.01 * seed
-        (out / "summary.json").write_text(json.dumps({"complete": True, "steps": cfg["steps"],
-                                                      "warmstart_val_reward": 0.01 * cfg["seed"]}))
+        (out / "summary.json").write_text(
+            json.dumps({"complete": True, "steps": cfg["steps"], "warmstart_val_reward": 0.01 * cfg["seed"]})
+        )
     return out
 
 
@@ -136,8 +188,7 @@ SUITE = [
 ]
 
 
-def write_suite(root: str | Path, seeds: tuple[int, ...] = (0, 1, 2),
-                suite: list | None = None) -> list[Path]:
+def write_suite(root: str | Path, seeds: tuple[int, ...] = (0, 1, 2), suite: list | None = None) -> list[Path]:
     """Write every SUITE entry for every seed under `root`; return the run directories."""
     dirs = []
     for stem, kw, quality in suite or SUITE:

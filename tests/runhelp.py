@@ -1,4 +1,5 @@
 """Small helpers for end-to-end tests: run the CLI in-process and read its JSONL outputs."""
+
 import json
 
 from noma_prorl_bench.run import main

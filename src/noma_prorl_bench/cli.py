@@ -1,13 +1,14 @@
 """The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`, `replicate`.
 
-    prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
-    prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
-    prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
-    prorl-bench report suite                            # regenerate report.md from saved logs
-    prorl-bench plan suite --effect 0.02                # seeds needed per comparison (pilot suite)
-    prorl-bench replicate docs/suite_quick --seeds 0,1  # re-run a committed suite here, compare verdicts
-    prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
+prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
+prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
+prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
+prorl-bench report suite                            # regenerate report.md from saved logs
+prorl-bench plan suite --effect 0.02                # seeds needed per comparison (pilot suite)
+prorl-bench replicate docs/suite_quick --seeds 0,1  # re-run a committed suite here, compare verdicts
+prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return _dispatch(argv)
     except KeyboardInterrupt:
-        print("prorl-bench: interrupted (SIGINT) before the command started its work; nothing to resume",
-              file=sys.stderr)
+        print(
+            "prorl-bench: interrupted (SIGINT) before the command started its work; nothing to resume", file=sys.stderr
+        )
         return 130
 
 
@@ -47,43 +49,56 @@ def _dispatch(argv: Optional[list[str]] = None) -> int:
         return 0 if argv else 2
     if argv[0] == "--version":
         from noma_prorl_bench._version import __version__
+
         print(f"prorl-bench {__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
         from noma_prorl_bench.run import main as run_main
+
         return run_main(rest, prog="prorl-bench run")
     if cmd == "suite":
         from noma_prorl_bench.suite import main as suite_main
+
         return suite_main(rest)
     if cmd == "plot":
         from noma_prorl_bench.analysis.commands import plot_main
+
         return plot_main(rest, prog="prorl-bench plot")
     if cmd == "report":
         from noma_prorl_bench.analysis.commands import report_main
+
         return report_main(rest)
     if cmd == "plan":
         from noma_prorl_bench.analysis.commands import plan_main
+
         return plan_main(rest)
     if cmd == "replicate":
         from noma_prorl_bench.suite import replicate_main
+
         return replicate_main(rest)
     if cmd == "get-model":
         from noma_prorl_bench.models.get_model import main as get_model_main
+
         return get_model_main(rest)
     print(USAGE, file=sys.stderr)
-    print(f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from {', '.join(COMMANDS)})"
-          f"{_did_you_mean(cmd)}", file=sys.stderr)
+    print(
+        f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from {', '.join(COMMANDS)})"
+        f"{_did_you_mean(cmd)}",
+        file=sys.stderr,
+    )
     return 2
 
 
 def _did_you_mean(cmd: str) -> str:
     import difflib
+
     close = difflib.get_close_matches(cmd, COMMANDS, n=1, cutoff=0.5)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
 if __name__ == "__main__":
     from noma_prorl_bench.config.code_specs import drop_script_dir
-    drop_script_dir()                        # `python -m` put the current directory on the import path
+
+    drop_script_dir()  # `python -m` put the current directory on the import path
     sys.exit(main())

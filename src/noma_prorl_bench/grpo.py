@@ -27,16 +27,29 @@ from noma_prorl_bench.tasks.rewards import (
 )
 
 __all__ = [
-    "compute_group_normalized_rewards", "compute_naive_policy_gradient_loss", "compute_grpo_clip_loss",
-    "compute_policy_gradient_loss", "masked_mean", "masked_normalize", "grpo_microbatch_train_step",
-    "sft_microbatch_train_step", "compute_entropy", "get_response_log_probs",
-    "tokenize_prompt_and_output", "r1_zero_reward_fn", "keyword_inclusion_reward_fn",
+    "compute_group_normalized_rewards",
+    "compute_naive_policy_gradient_loss",
+    "compute_grpo_clip_loss",
+    "compute_policy_gradient_loss",
+    "masked_mean",
+    "masked_normalize",
+    "grpo_microbatch_train_step",
+    "sft_microbatch_train_step",
+    "compute_entropy",
+    "get_response_log_probs",
+    "tokenize_prompt_and_output",
+    "r1_zero_reward_fn",
+    "keyword_inclusion_reward_fn",
 ]
 
 
 def compute_group_normalized_rewards(
-    reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str],
-    repeated_ground_truths: list[Any], group_size: int, advantage_eps: float, normalize_by_std: bool,
+    reward_fn: Callable[[str, Any], dict[str, float]],
+    rollout_responses: list[str],
+    repeated_ground_truths: list[Any],
+    group_size: int,
+    advantage_eps: float,
+    normalize_by_std: bool,
 ) -> tuple[Tensor, Tensor, dict[str, float]]:
     """Score each response, then A = (r - mean_group) [/ (std_group + eps)] -> (adv[R], raw[R], meta).
 
@@ -47,13 +60,13 @@ def compute_group_normalized_rewards(
     if len(rollout_responses) != len(repeated_ground_truths) or len(rollout_responses) % group_size:
         raise ValueError("need len(responses) == len(ground_truths), a multiple of group_size")
     raw, meta = score_responses(reward_fn, rollout_responses, repeated_ground_truths)  # [R]
-    adv, m = grpo_advantages(raw.view(-1, group_size), eps=advantage_eps,
-                             normalize_by_std=normalize_by_std)  # [R/G, G]
+    adv, m = grpo_advantages(raw.view(-1, group_size), eps=advantage_eps, normalize_by_std=normalize_by_std)  # [R/G, G]
     return adv.reshape(-1), raw, {**meta, **m}
 
 
-def score_responses(reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str],
-                    repeated_ground_truths: list[Any]) -> tuple[Tensor, dict[str, float]]:
+def score_responses(
+    reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str], repeated_ground_truths: list[Any]
+) -> tuple[Tensor, dict[str, float]]:
     """`reward_fn(response, ground_truth)["reward"]` per response -> (raw[R] float32, meta).
 
     meta: reward_mean/std/max/min and the mean of every other key the reward function returns
@@ -63,8 +76,12 @@ def score_responses(reward_fn: Callable[[str, Any], dict[str, float]], rollout_r
         raise ValueError("need as many ground truths as responses, and at least one response")
     scores = [reward_fn(r, g) for r, g in zip(rollout_responses, repeated_ground_truths)]
     raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)  # [R]
-    meta = {"reward_mean": float(raw.mean()), "reward_std": float(raw.std()) if raw.numel() > 1 else 0.0,
-            "reward_max": float(raw.max()), "reward_min": float(raw.min())}
+    meta = {
+        "reward_mean": float(raw.mean()),
+        "reward_std": float(raw.std()) if raw.numel() > 1 else 0.0,
+        "reward_max": float(raw.max()),
+        "reward_min": float(raw.min()),
+    }
     for key in scores[0]:
         if key != "reward":
             meta[f"{key}_mean"] = sum(float(s.get(key, 0.0)) for s in scores) / len(scores)
@@ -90,15 +107,15 @@ def compute_naive_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy
     return loss
 
 
-def compute_grpo_clip_loss(advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor,
-                           cliprange: float) -> tuple[Tensor, dict[str, Tensor]]:
+def compute_grpo_clip_loss(
+    advantages: Tensor, policy_log_probs: Tensor, old_log_probs: Tensor, cliprange: float
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token `-min(r A, clip(r, 1-eps, 1+eps) A)` `[B,T]`; meta has `clipped[B,T]` and fractions.
 
     `clipped` marks tokens where the clipped term is strictly smaller (the flat side of the clip).
     """
     ones = torch.ones_like(policy_log_probs)
-    loss, m = grpo_clip_loss(policy_log_probs, old_log_probs, advantages, ones,
-                             eps_low=cliprange, eps_high=cliprange)
+    loss, m = grpo_clip_loss(policy_log_probs, old_log_probs, advantages, ones, eps_low=cliprange, eps_high=cliprange)
     with torch.no_grad():
         ratio = torch.exp(policy_log_probs - old_log_probs)
         a = advantages.reshape(-1, 1)
@@ -107,9 +124,14 @@ def compute_grpo_clip_loss(advantages: Tensor, policy_log_probs: Tensor, old_log
     return loss, meta
 
 
-def compute_policy_gradient_loss(policy_log_probs: Tensor, loss_type: str, raw_rewards: Tensor | None = None,
-                                 advantages: Tensor | None = None, old_log_probs: Tensor | None = None,
-                                 cliprange: float | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def compute_policy_gradient_loss(
+    policy_log_probs: Tensor,
+    loss_type: str,
+    raw_rewards: Tensor | None = None,
+    advantages: Tensor | None = None,
+    old_log_probs: Tensor | None = None,
+    cliprange: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Dispatch: `no_baseline` (-R logp), `reinforce_with_baseline` (-A logp), `grpo_clip`."""
     if loss_type == "no_baseline":
         if raw_rewards is None:
@@ -127,23 +149,30 @@ def compute_policy_gradient_loss(policy_log_probs: Tensor, loss_type: str, raw_r
 
 
 def grpo_microbatch_train_step(
-    policy_log_probs: Tensor, response_mask: Tensor, gradient_accumulation_steps: int, loss_type: str,
-    raw_rewards: Tensor | None = None, advantages: Tensor | None = None,
-    old_log_probs: Tensor | None = None, cliprange: float | None = None,
+    policy_log_probs: Tensor,
+    response_mask: Tensor,
+    gradient_accumulation_steps: int,
+    loss_type: str,
+    raw_rewards: Tensor | None = None,
+    advantages: Tensor | None = None,
+    old_log_probs: Tensor | None = None,
+    cliprange: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token loss -> masked mean per sequence -> mean over batch -> / accumulation; backward().
 
     Gradients accumulate across calls (nothing is zeroed). Returns the scaled loss (detached).
     """
-    tok, meta = compute_policy_gradient_loss(policy_log_probs, loss_type, raw_rewards, advantages,
-                                             old_log_probs, cliprange)  # [B,T]
+    tok, meta = compute_policy_gradient_loss(
+        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
+    )  # [B,T]
     loss = masked_mean(tok, response_mask, dim=1).mean() / gradient_accumulation_steps
     loss.backward()
     return loss.detach(), meta
 
 
-def sft_microbatch_train_step(policy_log_probs: Tensor, response_mask: Tensor, gradient_accumulation_steps: int,
-                              normalize_constant: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
+def sft_microbatch_train_step(
+    policy_log_probs: Tensor, response_mask: Tensor, gradient_accumulation_steps: int, normalize_constant: float = 1.0
+) -> tuple[Tensor, dict[str, Tensor]]:
     """SFT step: `-(sum_t m logp) / normalize_constant` per sequence, mean over batch, / accumulation.
 
     Calls backward(); returns the scaled loss (detached) and the per-sequence summed log-prob.
@@ -159,8 +188,9 @@ def compute_entropy(logits: Tensor) -> Tensor:
     return entropy_from_logits(logits)
 
 
-def get_response_log_probs(model: Any, input_ids: Tensor, labels: Tensor,
-                           return_token_entropy: bool = False) -> dict[str, Tensor]:
+def get_response_log_probs(
+    model: Any, input_ids: Tensor, labels: Tensor, return_token_entropy: bool = False
+) -> dict[str, Tensor]:
     """log p(labels | prefix) per position `[B,T]` (and entropy `[B,T]`) from `model(input_ids)`.
 
     `model` may return logits `[B,T,V]` directly or an HF-style output with `.logits`.

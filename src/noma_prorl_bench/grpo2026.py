@@ -29,46 +29,66 @@ from noma_prorl_bench.grpo import get_response_log_probs, score_responses, token
 from noma_prorl_bench.training import micro
 
 __all__ = [
-    "tokenize_prompt_and_output", "get_response_log_probs", "compute_rollout_rewards",
-    "compute_group_normalized_rewards", "compute_policy_gradient_loss", "aggregate_loss_across_microbatch",
+    "tokenize_prompt_and_output",
+    "get_response_log_probs",
+    "compute_rollout_rewards",
+    "compute_group_normalized_rewards",
+    "compute_policy_gradient_loss",
+    "aggregate_loss_across_microbatch",
     "grpo_train_step",
 ]
 
 REWEIGHTINGS = ("none", "noclip", "grpo", "gspo")
 LOSS_NORMALIZATIONS = ("sequence", "constant")
 # the course's name -> ours (algorithms.losses.LOSSES names / aggregate rules)
-_LOSS_FN = {"none": loss_lib.reinforce_loss, "noclip": loss_lib.noclip_loss, "grpo": loss_lib.grpo_clip_loss,
-            "gspo": loss_lib.gspo_loss}
+_LOSS_FN = {
+    "none": loss_lib.reinforce_loss,
+    "noclip": loss_lib.noclip_loss,
+    "grpo": loss_lib.grpo_clip_loss,
+    "gspo": loss_lib.gspo_loss,
+}
 _AGG = {"sequence": "seq-mean-token-mean", "constant": "token-sum-norm"}
 
 
-def compute_rollout_rewards(reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str],
-                            repeated_ground_truths: list[Any]) -> tuple[Tensor, dict[str, float]]:
+def compute_rollout_rewards(
+    reward_fn: Callable[[str, Any], dict[str, float]], rollout_responses: list[str], repeated_ground_truths: list[Any]
+) -> tuple[Tensor, dict[str, float]]:
     """Score each response: -> (raw_rewards[R] float32, meta with reward_mean/std/max/min and the mean of
     every other key the reward function returns, e.g. format_reward_mean, answer_reward_mean)."""
     return score_responses(reward_fn, rollout_responses, repeated_ground_truths)
 
 
-def compute_group_normalized_rewards(raw_rewards: Tensor, group_size: int, baseline: str = "mean",
-                                     advantage_eps: float = 1e-6,
-                                     advantage_normalizer: str = "std") -> tuple[Tensor, dict[str, float]]:
+def compute_group_normalized_rewards(
+    raw_rewards: Tensor,
+    group_size: int,
+    baseline: str = "mean",
+    advantage_eps: float = 1e-6,
+    advantage_normalizer: str = "std",
+) -> tuple[Tensor, dict[str, float]]:
     """raw_rewards[R] (group by group) -> (advantages[R], meta): (r - baseline) / normaliser per group.
 
     baseline: mean | none; advantage_normalizer: std (unbiased, + eps) | none | mean (MaxRL: the group
     mean + eps). mean/std is GRPO, mean/none Dr. GRPO, mean/mean MaxRL, none/none the raw rewards (RFT).
     """
     if raw_rewards.dim() != 1 or group_size < 1 or raw_rewards.numel() % group_size:
-        raise ValueError(f"raw_rewards must be 1-D with a multiple of group_size={group_size} entries, "
-                         f"got shape {tuple(raw_rewards.shape)}")
-    adv, meta = group_advantages(raw_rewards.view(-1, group_size), baseline=baseline,
-                                 normalizer=advantage_normalizer, eps=advantage_eps)  # [R/G, G]
+        raise ValueError(
+            f"raw_rewards must be 1-D with a multiple of group_size={group_size} entries, "
+            f"got shape {tuple(raw_rewards.shape)}"
+        )
+    adv, meta = group_advantages(
+        raw_rewards.view(-1, group_size), baseline=baseline, normalizer=advantage_normalizer, eps=advantage_eps
+    )  # [R/G, G]
     return adv.reshape(-1), meta
 
 
-def compute_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy_log_probs: Tensor,
-                                 importance_reweighting_method: str = "none", old_log_probs: Tensor | None = None,
-                                 cliprange: float | None = None,
-                                 response_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def compute_policy_gradient_loss(
+    raw_rewards_or_advantages: Tensor,
+    policy_log_probs: Tensor,
+    importance_reweighting_method: str = "none",
+    old_log_probs: Tensor | None = None,
+    cliprange: float | None = None,
+    response_mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token loss `[B,T]` from A (`[B]` or `[B,1]`) and log-probs `[B,T]` -> (loss, meta).
 
     none: -A logp; noclip: -r A; grpo: -min(r A, clip(r, 1-cliprange, 1+cliprange) A); gspo: the same
@@ -90,8 +110,9 @@ def compute_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy_log_p
     mask = every if response_mask is None else response_mask
     fn = _LOSS_FN[method]
     if method == "gspo":
-        loss, m = loss_lib.gspo_loss(policy_log_probs, old, raw_rewards_or_advantages, mask, eps_low=eps,
-                                     eps_high=eps, repeat_masked=True)
+        loss, m = loss_lib.gspo_loss(
+            policy_log_probs, old, raw_rewards_or_advantages, mask, eps_low=eps, eps_high=eps, repeat_masked=True
+        )
     else:  # the formula at every position; the metrics over the response tokens
         loss, m = fn(policy_log_probs, old, raw_rewards_or_advantages, every, eps_low=eps, eps_high=eps)
         if response_mask is not None:
@@ -102,9 +123,12 @@ def compute_policy_gradient_loss(raw_rewards_or_advantages: Tensor, policy_log_p
     return loss, meta
 
 
-def aggregate_loss_across_microbatch(per_token_policy_gradient_loss: Tensor, mask: Tensor,
-                                     loss_normalization: str = "sequence",
-                                     normalization_constant: float | None = None) -> Tensor:
+def aggregate_loss_across_microbatch(
+    per_token_policy_gradient_loss: Tensor,
+    mask: Tensor,
+    loss_normalization: str = "sequence",
+    normalization_constant: float | None = None,
+) -> Tensor:
     """Scalar loss: sequence = mean over each response's masked tokens, then over the batch (a row with no
     masked token is left out); constant = masked sum / normalization_constant. Values under mask 0
     are ignored (even NaN/inf)."""
@@ -112,16 +136,29 @@ def aggregate_loss_across_microbatch(per_token_policy_gradient_loss: Tensor, mas
         raise ValueError(f"unknown loss_normalization {loss_normalization!r}; choose from {LOSS_NORMALIZATIONS}")
     if loss_normalization == "constant" and normalization_constant is None:
         raise ValueError("loss_normalization='constant' needs normalization_constant")
-    return loss_lib.aggregate(per_token_policy_gradient_loss, mask, _AGG[loss_normalization],
-                              norm_const=normalization_constant)
+    return loss_lib.aggregate(
+        per_token_policy_gradient_loss, mask, _AGG[loss_normalization], norm_const=normalization_constant
+    )
 
 
 def grpo_train_step(
-    model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, gradient_accumulation_steps: int,
-    max_grad_norm: float | None, reward_fn: Callable[[str, Any], dict[str, float]], repeated_prompts: list[str],
-    rollout_responses: list[str], repeated_ground_truths: list[Any], group_size: int, baseline: str = "mean",
-    advantage_eps: float = 1e-6, advantage_normalizer: str = "std", importance_reweighting_method: str = "none",
-    old_log_probs: Tensor | None = None, cliprange: float | None = None, loss_normalization: str = "sequence",
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    gradient_accumulation_steps: int,
+    max_grad_norm: float | None,
+    reward_fn: Callable[[str, Any], dict[str, float]],
+    repeated_prompts: list[str],
+    rollout_responses: list[str],
+    repeated_ground_truths: list[Any],
+    group_size: int,
+    baseline: str = "mean",
+    advantage_eps: float = 1e-6,
+    advantage_normalizer: str = "std",
+    importance_reweighting_method: str = "none",
+    old_log_probs: Tensor | None = None,
+    cliprange: float | None = None,
+    loss_normalization: str = "sequence",
     normalization_constant: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor | float]]:
     """One optimizer step on a rollout batch -> (loss, meta).
@@ -147,12 +184,16 @@ def grpo_train_step(
     raw, reward_meta = compute_rollout_rewards(reward_fn, rollout_responses, repeated_ground_truths)
     adv, adv_meta = compute_group_normalized_rewards(raw, group_size, baseline, advantage_eps, advantage_normalizer)
     device = next(model.parameters()).device
-    tok = {key: v.to(device) for key, v in tokenize_prompt_and_output(repeated_prompts, rollout_responses,
-                                                                      tokenizer).items()}
+    tok = {
+        key: v.to(device)
+        for key, v in tokenize_prompt_and_output(repeated_prompts, rollout_responses, tokenizer).items()
+    }
     mask = tok["response_mask"]  # [R, T]
     if old_log_probs is not None and tuple(old_log_probs.shape) != tuple(mask.shape):
-        raise ValueError(f"old_log_probs must have shape {tuple(mask.shape)} (the batch's tokenization), "
-                         f"got {tuple(old_log_probs.shape)}")
+        raise ValueError(
+            f"old_log_probs must have shape {tuple(mask.shape)} (the batch's tokenization), "
+            f"got {tuple(old_log_probs.shape)}"
+        )
     adv = adv.to(device)
     everything = slice(0, n)
     optimizer.zero_grad(set_to_none=True)
@@ -165,8 +206,9 @@ def grpo_train_step(
         if old_log_probs is not None:  # ratio 1 off the response (its values there are never read)
             old = torch.where(m, old_log_probs[sl].to(device, logp.dtype), logp.detach())
         per_token, meta = compute_policy_gradient_loss(adv[sl], logp, importance_reweighting_method, old, cliprange, m)
-        loss = micro.aggregate_in(per_token, mask, sl, everything, _AGG[loss_normalization],
-                                  norm_const=float(normalization_constant or 0.0))  # its share of the batch loss
+        loss = micro.aggregate_in(
+            per_token, mask, sl, everything, _AGG[loss_normalization], norm_const=float(normalization_constant or 0.0)
+        )  # its share of the batch loss
         loss.backward()
         total += loss.detach()
         n_tok = float(m.sum())
@@ -184,6 +226,12 @@ def grpo_train_step(
     optimizer.zero_grad(set_to_none=True)
     d = max(tok_sum, 1.0)
     metrics: dict[str, Tensor | float] = {
-        **reward_meta, **adv_meta, "loss": float(total), "grad_norm": grad_norm.detach(),
-        "clip_fraction": clip_sum / d, "ratio_mean": ratio_sum / d, "token_entropy": ent_sum / d}
+        **reward_meta,
+        **adv_meta,
+        "loss": float(total),
+        "grad_norm": grad_norm.detach(),
+        "clip_fraction": clip_sum / d,
+        "ratio_mean": ratio_sum / d,
+        "token_entropy": ent_sum / d,
+    }
     return total, metrics

@@ -1,5 +1,6 @@
 """The suite's matrices: presets, arms, the comparisons the report makes (each in a Holm family)
 and the pairs identical by construction that it verifies instead (used by `suite.py`)."""
+
 from __future__ import annotations
 
 import os
@@ -13,40 +14,142 @@ from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS, OPT_RESETS
 #: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
 #: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=1, steps=12, reset_every=4, evidence=False, k=5,
-                  base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
-                        "--n_val", "32", "--eval_every", "2"]),
-    "aa": dict(seeds=3, steps=12, reset_every=4, evidence=False, k=5, arms="aa",
-               base=["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "20",
-                     "--n_val", "32", "--eval_every", "2"]),
+    "smoke": dict(
+        seeds=1,
+        steps=12,
+        reset_every=4,
+        evidence=False,
+        k=5,
+        base=[
+            "--batch_size",
+            "4",
+            "--group_size",
+            "4",
+            "--warmstart_steps",
+            "20",
+            "--n_val",
+            "32",
+            "--eval_every",
+            "2",
+        ],
+    ),
+    "aa": dict(
+        seeds=3,
+        steps=12,
+        reset_every=4,
+        evidence=False,
+        k=5,
+        arms="aa",
+        base=[
+            "--batch_size",
+            "4",
+            "--group_size",
+            "4",
+            "--warmstart_steps",
+            "20",
+            "--n_val",
+            "32",
+            "--eval_every",
+            "2",
+        ],
+    ),
     # the headline question on a loose and a clamping beta (QUICK_ARMS: a subset of the atlas, the same
     # runs): 8 paired seeds x 6 arms x 300 steps
-    "quick": dict(seeds=8, steps=300, reset_every=50, evidence=True, k=10, arms="quick",
-                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
-                        "--n_val", "128", "--kl_estimator", "k3"]),
+    "quick": dict(
+        seeds=8,
+        steps=300,
+        reset_every=50,
+        evidence=True,
+        k=10,
+        arms="quick",
+        base=[
+            "--batch_size",
+            "8",
+            "--group_size",
+            "8",
+            "--lr",
+            "2e-3",
+            "--eval_every",
+            "10",
+            "--n_val",
+            "128",
+            "--kl_estimator",
+            "k3",
+        ],
+    ),
     # variants A0/A1/A2/B and the KL term at beta 0.05; resets are mapped by `atlas` and growth has
     # its own preset (the GRU's head-only adapters do not learn)
-    "full": dict(seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"],
-                 drop=("grow-", "reset-")),
+    "full": dict(
+        seeds=10, steps=150, reset_every=50, evidence=True, k=10, base=["--eval_every", "5"], drop=("grow-", "reset-")
+    ),
     # the regime map: reference treatment x beta (ATLAS_ARMS), 10 paired seeds, long enough for the
     # beta = 1 fixed reference to clamp (docs/atlas/report.md)
-    "atlas": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="atlas",
-                  base=["--batch_size", "8", "--group_size", "8", "--lr", "2e-3", "--eval_every", "10",
-                        "--n_val", "128", "--kl_estimator", "k3"]),
+    "atlas": dict(
+        seeds=10,
+        steps=300,
+        reset_every=50,
+        evidence=True,
+        k=10,
+        arms="atlas",
+        base=[
+            "--batch_size",
+            "8",
+            "--group_size",
+            "8",
+            "--lr",
+            "2e-3",
+            "--eval_every",
+            "10",
+            "--n_val",
+            "128",
+            "--kl_estimator",
+            "k3",
+        ],
+    ),
     # optimizer state at adapter growth, on a task where the adapter arms learn (GROWTH_ARMS)
-    "growth": dict(seeds=10, steps=100, reset_every=25, evidence=True, k=5, arms="growth",
-                   base=["--model", "transformer", "--eval_every", "10", "--n_val", "128",
-                         "--warmstart_steps", "40", "--warmstart_lr", "1e-3"]),
+    "growth": dict(
+        seeds=10,
+        steps=100,
+        reset_every=25,
+        evidence=True,
+        k=5,
+        arms="growth",
+        base=[
+            "--model",
+            "transformer",
+            "--eval_every",
+            "10",
+            "--n_val",
+            "128",
+            "--warmstart_steps",
+            "40",
+            "--warmstart_lr",
+            "1e-3",
+        ],
+    ),
     # step-time cost: A0 / A1 / A2 / B alternating seed by seed with one job, so their timings are
     # interleaved in time (the only timing comparisons a report makes)
-    "cost": dict(seeds=5, steps=100, reset_every=50, evidence=True, k=5, arms="cost",
-                 base=["--eval_every", "10", "--n_val", "64"]),
+    "cost": dict(
+        seeds=5,
+        steps=100,
+        reset_every=50,
+        evidence=True,
+        k=5,
+        arms="cost",
+        base=["--eval_every", "10", "--n_val", "64"],
+    ),
     # the atlas's reset question on the real model (REAL_RESET_ARMS): SmolLM2-135M-Instruct + LoRA r8,
     # rg:basic_arithmetic, a beta and lr at which the fixed reference clamps (pilot:
     # docs/real_model/resets/pilot/); greedy correctness on 200 held-out prompts before and after
-    "real_resets": dict(seeds=8, steps=16, reset_every=4, evidence=True, k=1, arms="real_resets",
-                        base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "16",
-                              "--n_val", "200"]),
+    "real_resets": dict(
+        seeds=8,
+        steps=16,
+        reset_every=4,
+        evidence=True,
+        k=1,
+        arms="real_resets",
+        base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "16", "--n_val", "200"],
+    ),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -59,11 +162,12 @@ ARMS = {
     "A2": ["--variant", "A", "--ref_compute", "ring"],
     "B": ["--variant", "B"],
     "A1-beta0": [*_A1, "--beta", "0"],
-    "A1-aa": _A1,                     # A1 on seeds s + AA_OFFSET: the A/A control of every report
-    **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m]
-       for m in OPT_RESETS},
-    **{f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}",
-                     "--growth_migration", m] for m in ("preserve", "reset", "naive")},
+    "A1-aa": _A1,  # A1 on seeds s + AA_OFFSET: the A/A control of every report
+    **{f"reset-{m}": [*_A1, "--reset_every", "{reset_every}", "--opt_reset", m] for m in OPT_RESETS},
+    **{
+        f"grow-{m}": [*_A1, "--enable_growth", "1", "--grow_every", "{reset_every}", "--growth_migration", m]
+        for m in ("preserve", "reset", "naive")
+    },
 }
 AA_ARMS = {"AA-1": _A1, "AA-2": _A1}
 #: the regime map: beta (k3 in the loss) x reference treatment at one reset cadence. `none` never
@@ -91,13 +195,31 @@ COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 #: ~0.1-0.6, where the default 100 steps solved the task on 8 of 10 seeds before RL began).
 #: full-rank trains every weight (no adapters); fixed-r2 keeps rank 2 (is the rank the bottleneck?)
 _ADAPT = [*_A1, "--enable_growth", "1", "--adapter_targets", "*proj,up,down", "--initial_rank", "2", "--lr", "3e-3"]
-GROWTH_ARMS = {"full-rank": _A1, "fixed-r2": [*_ADAPT, "--max_rank", "2", "--grow_every", "{reset_every}"],
-               **{f"grow-{m}": [*_ADAPT, "--rank_step", "2", "--max_rank", "8", "--grow_every", "{reset_every}",
-                                "--growth_migration", m] for m in GROWTH_MIGRATIONS}}
+GROWTH_ARMS = {
+    "full-rank": _A1,
+    "fixed-r2": [*_ADAPT, "--max_rank", "2", "--grow_every", "{reset_every}"],
+    **{
+        f"grow-{m}": [
+            *_ADAPT,
+            "--rank_step",
+            "2",
+            "--max_rank",
+            "8",
+            "--grow_every",
+            "{reset_every}",
+            "--growth_migration",
+            m,
+        ]
+        for m in GROWTH_MIGRATIONS
+    },
+}
 #: comparisons the report makes (name, arm, baseline arm): arm - baseline, paired by seed
 COMPARISONS = [
-    ("B vs A1", "B", "A1"), ("A1-beta0 vs A1", "A1-beta0", "A1"), ("B vs A1-beta0", "B", "A1-beta0"),
-    ("A/A: A1-aa vs A1", "A1-aa", "A1"), ("reset-keep vs A1", "reset-keep", "A1"),
+    ("B vs A1", "B", "A1"),
+    ("A1-beta0 vs A1", "A1-beta0", "A1"),
+    ("B vs A1-beta0", "B", "A1-beta0"),
+    ("A/A: A1-aa vs A1", "A1-aa", "A1"),
+    ("reset-keep vs A1", "reset-keep", "A1"),
     ("reset-hard vs reset-keep", "reset-hard", "reset-keep"),
     ("reset-soft vs reset-keep", "reset-soft", "reset-keep"),
     ("reset-asym vs reset-keep", "reset-asym", "reset-keep"),
@@ -107,17 +229,27 @@ COMPARISONS = [
     ("grow-preserve vs fixed-r2", "grow-preserve", "fixed-r2"),
 ]
 #: per beta: does a reset (moments kept) beat no reset, and does each optimizer treatment beat keep
-ATLAS_COMPARISONS = [c for b in ATLAS_BETAS for c in
-                     [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
-                     + [(f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
-                        for t in ATLAS_TREATMENTS if t not in ("none", "keep")]]
-REAL_RESET_COMPARISONS = [("real: reset-keep vs no reset", "real-keep", "real-none"),
-                          ("real: reset-hard vs reset-keep", "real-hard", "real-keep")]
+ATLAS_COMPARISONS = [
+    c
+    for b in ATLAS_BETAS
+    for c in [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
+    + [
+        (f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
+        for t in ATLAS_TREATMENTS
+        if t not in ("none", "keep")
+    ]
+]
+REAL_RESET_COMPARISONS = [
+    ("real: reset-keep vs no reset", "real-keep", "real-none"),
+    ("real: reset-hard vs reset-keep", "real-hard", "real-keep"),
+]
 #: comparison name -> Holm family. A family is the set of questions one reader asks together: the
 #: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
 #: one beta and asks "should I reset, and what should Adam do?" there)
-FAMILIES = {**{c[0]: "outcome" for c in COMPARISONS + REAL_RESET_COMPARISONS},
-            **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS}}
+FAMILIES = {
+    **{c[0]: "outcome" for c in COMPARISONS + REAL_RESET_COMPARISONS},
+    **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS},
+}
 #: pairs identical by construction (same rewards per step, not a question): the report verifies that
 #: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
 #: logp_ref as A1 (only the cost differs); naive and reset growth differ only in the optimizer
@@ -137,24 +269,40 @@ class RunSpec:
 
     def command(self, outdir: str, mode: str = "--overwrite") -> list[str]:
         """The run's command line; `mode` "--resume" continues an interrupted run."""
-        return [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", os.path.join(outdir, self.name),
-                "--quiet", mode, "--threads", "1", *self.flags]
+        return [
+            sys.executable,
+            "-m",
+            "noma_prorl_bench.run",
+            "--outdir",
+            os.path.join(outdir, self.name),
+            "--quiet",
+            mode,
+            "--threads",
+            "1",
+            *self.flags,
+        ]
 
 
 def preset_arms(preset: str) -> dict[str, list[str]]:
     """Arm name -> flags of a preset."""
     if PRESETS[preset].get("arms") == "aa":
         return dict(AA_ARMS)
-    named = {"atlas": ATLAS_ARMS, "quick": QUICK_ARMS, "cost": COST_ARMS, "growth": GROWTH_ARMS,
-             "real_resets": REAL_RESET_ARMS}
+    named = {
+        "atlas": ATLAS_ARMS,
+        "quick": QUICK_ARMS,
+        "cost": COST_ARMS,
+        "growth": GROWTH_ARMS,
+        "real_resets": REAL_RESET_ARMS,
+    }
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
     drop = PRESETS[preset].get("drop", ())
     return {a: f for a, f in ARMS.items() if not a.startswith(tuple(drop))}
 
 
-def expand(preset: str, seeds: Optional[int] = None, steps: Optional[int] = None,
-           arms: Optional[list[str]] = None) -> list[RunSpec]:
+def expand(
+    preset: str, seeds: Optional[int] = None, steps: Optional[int] = None, arms: Optional[list[str]] = None
+) -> list[RunSpec]:
     """The runs of a suite preset: every arm on the same seeds 0..seeds-1 (`seeds`, `steps`
     override the preset; the reset/growth cadence scales with `steps` so the number of resets
     stays the same). Order: seed-major over non-growth arms, then the growth arms."""

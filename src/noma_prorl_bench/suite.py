@@ -32,6 +32,7 @@ logs only.
 same command line, skip / resume and signals; --outdir on a filesystem every node sees):
 io/ray_procs.py, docs/ray.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,14 @@ def _steps_done(run_dir: str) -> int:
         return 0
 
 
-def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
-            stop: Optional[SuiteSignals] = None, executor=None) -> list[str]:
+def run_all(
+    specs: list[RunSpec],
+    outdir: str,
+    jobs: int,
+    quiet: bool = False,
+    stop: Optional[SuiteSignals] = None,
+    executor=None,
+) -> list[str]:
     """Run the specs with at most `jobs` in parallel; return the failed ones' names. Complete
     runs are skipped, interrupted ones (a checkpoint, same flags) continued with `--resume`; a
     run still held by a live process (an earlier suite's child that outlived it) is waited for,
@@ -103,8 +110,11 @@ def run_all(specs: list[RunSpec], outdir: str, jobs: int, quiet: bool = False,
     states = {s.name: run_state(os.path.join(outdir, s.name), s.command("X")[3:]) for s in specs}
     pending = [s for s in specs if states[s.name] != "complete"]
     n_resume = sum(states[s.name] == "resumable" for s in pending)
-    print(f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
-          f"run ({n_resume} resumed from their checkpoints), {executor.describe()}", file=sys.stderr)
+    print(
+        f"suite: {len(specs)} runs, {len(specs) - len(pending)} already complete (skipped), {len(pending)} to "
+        f"run ({n_resume} resumed from their checkpoints), {executor.describe()}",
+        file=sys.stderr,
+    )
     if pending:
         print("suite: " + expected_duration(pending, specs, outdir, executor.capacity()), file=sys.stderr)
     own = stop is None
@@ -131,8 +141,14 @@ def _measured_cpu_per_step(specs: list[RunSpec], outdir: str) -> tuple[float, st
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         cpu, steps = summ.get("cpu_seconds"), summ.get("steps")
-        if summ.get("complete") is True and "resumed_from_step" not in summ and isinstance(cpu, (int, float)) \
-                and isinstance(steps, int) and steps > 0 and cpu > 0:
+        if (
+            summ.get("complete") is True
+            and "resumed_from_step" not in summ
+            and isinstance(cpu, (int, float))
+            and isinstance(steps, int)
+            and steps > 0
+            and cpu > 0
+        ):
             rates.append(cpu / steps)
     if rates:
         return sorted(rates)[len(rates) // 2], f"median of this suite's {len(rates)} finished runs"
@@ -143,8 +159,14 @@ def _measured_cpu_per_step(specs: list[RunSpec], outdir: str) -> tuple[float, st
     return cpu / steps, f"a measured run of these arms: {cpu} CPU-s / {steps} steps"
 
 
-def expected_duration(pending: list[RunSpec], specs: list[RunSpec], outdir: str, jobs: int,
-                      cores: int | None = None, load: float | None = None) -> str:
+def expected_duration(
+    pending: list[RunSpec],
+    specs: list[RunSpec],
+    outdir: str,
+    jobs: int,
+    cores: int | None = None,
+    load: float | None = None,
+) -> str:
     """'expected duration ~M min: N runs x S steps at R CPU-s/step (source), J jobs, load L on C
     cores (each job gets min(1, C / (L + J)) of a core)'. The wall time is the CPU work of the pending
     runs divided by the cores the jobs can get: sum(R x steps) / (min(J, N) x min(1, C / (L + J)))."""
@@ -158,9 +180,11 @@ def expected_duration(pending: list[RunSpec], specs: list[RunSpec], outdir: str,
     running = min(jobs, len(pending))
     share = min(1.0, cores / (load + running))
     wall = work / (running * share)
-    return (f"expected duration ~{wall / 60:.0f} min ({wall:.0f} s): {len(pending)} runs, {work:.0f} CPU-s at "
-            f"{per_step:.3f} CPU-s/step ({source}), {running} jobs, load {load:.1f} on {cores} cores "
-            f"(each job gets {share:.2f} of a core)")
+    return (
+        f"expected duration ~{wall / 60:.0f} min ({wall:.0f} s): {len(pending)} runs, {work:.0f} CPU-s at "
+        f"{per_step:.3f} CPU-s/step ({source}), {running} jobs, load {load:.1f} on {cores} cores "
+        f"(each job gets {share:.2f} of a core)"
+    )
 
 
 def local_env() -> dict:
@@ -176,7 +200,7 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _start(spec: RunSpec, state: str, outdir: str, executor):
     """Print the run's command and start it with `executor` (its own session: signals come from the suite)."""
     cmd = spec.command(outdir, "--resume" if state == "resumable" else "--overwrite")
-    print("$ " + shlex.join(cmd), file=sys.stderr)                 # sys.executable: pastes in any shell
+    print("$ " + shlex.join(cmd), file=sys.stderr)  # sys.executable: pastes in any shell
     return executor.start(spec.name, cmd, os.path.join(outdir, f"{spec.name}.log"), state == "resumable")
 
 
@@ -185,18 +209,22 @@ def _run_pending(pending, states, outdir, executor, quiet, stop: SuiteSignals) -
     bar = None
     if not quiet and total_steps:
         from tqdm import tqdm
+
         bar = tqdm(total=total_steps, desc="suite", unit="step", file=sys.stderr, dynamic_ncols=True)
-    running: dict[str, tuple] = {}          # name -> (process or RayRun, RunSpec)
-    adopted: dict[str, RunSpec] = {}        # runs still going from an earlier suite process (they hold their lock)
+    running: dict[str, tuple] = {}  # name -> (process or RayRun, RunSpec)
+    adopted: dict[str, RunSpec] = {}  # runs still going from an earlier suite process (they hold their lock)
     failures: list = []
     queue, finished_steps = list(pending), 0
     while running or ((queue or adopted) and stop.signum is None):
         while queue and len(running) + len(adopted) < executor.capacity() and stop.signum is None:
             spec = queue.pop(0)
             holder = live_holder(os.path.join(outdir, spec.name))
-            if holder is not None:          # e.g. the earlier suite was killed with -9: wait, never truncate its log
-                print(f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
-                      "waiting for it to finish", file=sys.stderr)
+            if holder is not None:  # e.g. the earlier suite was killed with -9: wait, never truncate its log
+                print(
+                    f"suite: run {spec.name} is still going (pid {holder.get('pid')}, started earlier); "
+                    "waiting for it to finish",
+                    file=sys.stderr,
+                )
                 adopted[spec.name] = spec
                 continue
             running[spec.name] = (_start(spec, states[spec.name], outdir, executor), spec)
@@ -225,7 +253,7 @@ def _collect_adopted(adopted: dict, queue: list, states: dict, outdir: str) -> i
     steps = 0
     for name in list(adopted):
         run_dir = os.path.join(outdir, name)
-        if live_holder(run_dir) is None:                # it ended: complete, resumable or to start over
+        if live_holder(run_dir) is None:  # it ended: complete, resumable or to start over
             spec = adopted.pop(name)
             states[name] = run_state(run_dir, spec.command("X")[3:])
             if states[name] == "complete":
@@ -254,11 +282,13 @@ def _positive(name: str):
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
         return value
+
     return parse
 
 
 def _git_commit() -> str:
     from noma_prorl_bench.io.run_dir import git_commit
+
     return git_commit(mark_dirty=True) or os.environ.get("PRORL_BENCH_COMMIT", "unknown")
 
 
@@ -266,17 +296,33 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prorl-bench suite", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="matrix size (default: quick)")
     ap.add_argument("--outdir", required=True, help="suite directory: one subdirectory per run, report.md")
-    ap.add_argument("--seeds", type=_positive("--seeds"), help="number of paired seeds 0..N-1 for every arm "
-                    "(default: the preset's)")
-    ap.add_argument("--steps", type=_positive("--steps"), help="RL steps per run (default: the preset's; the "
-                    "reset/growth cadence scales with it)")
+    ap.add_argument(
+        "--seeds", type=_positive("--seeds"), help="number of paired seeds 0..N-1 for every arm (default: the preset's)"
+    )
+    ap.add_argument(
+        "--steps",
+        type=_positive("--steps"),
+        help="RL steps per run (default: the preset's; the reset/growth cadence scales with it)",
+    )
     ap.add_argument("--arms", help="comma-separated subset of the preset's arms (default: all)")
-    ap.add_argument("--jobs", type=int, help="runs in parallel (default: the cores; with --executor ray: the "
-                    "cluster's CPUs, read as nodes come and go)")
-    ap.add_argument("--executor", choices=("local", "ray"), default="local", help="local: runs are child "
-                    "processes of the suite (default); ray: one Ray task per run, on any node (docs/ray.md)")
-    ap.add_argument("--ray_address", help="with --executor ray: the cluster to join (e.g. HEAD_IP:6379 or auto; "
-                    "default: a private local cluster); --outdir must be a path every node sees")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        help="runs in parallel (default: the cores; with --executor ray: the "
+        "cluster's CPUs, read as nodes come and go)",
+    )
+    ap.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: runs are child "
+        "processes of the suite (default); ray: one Ray task per run, on any node (docs/ray.md)",
+    )
+    ap.add_argument(
+        "--ray_address",
+        help="with --executor ray: the cluster to join (e.g. HEAD_IP:6379 or auto; "
+        "default: a private local cluster); --outdir must be a path every node sees",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     task = ap.add_argument_group("task (passed to every run; default: the runs' own, reverse_digits)")
     for name in TASK_FLAGS:
@@ -285,8 +331,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: run flags the suite passes to every run when given (your own task: docs/tasks.md)
-TASK_FLAGS = ("task", "task_kwargs", "prompt_field", "answer_field", "reward_fn", "reward_tol", "max_task_bytes",
-              "max_line_bytes", "max_prompt_chars", "max_answer_chars")
+TASK_FLAGS = (
+    "task",
+    "task_kwargs",
+    "prompt_field",
+    "answer_field",
+    "reward_fn",
+    "reward_tol",
+    "max_task_bytes",
+    "max_line_bytes",
+    "max_prompt_chars",
+    "max_answer_chars",
+)
 
 
 def task_flags(args: argparse.Namespace) -> list[str]:
@@ -297,8 +353,8 @@ def task_flags(args: argparse.Namespace) -> list[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    specs = _checked_specs(ap, args)                # bad input: exit 2 here, nothing written
-    executor = _make_executor(ap, args)             # joins Ray (if asked) before anything is written
+    specs = _checked_specs(ap, args)  # bad input: exit 2 here, nothing written
+    executor = _make_executor(ap, args)  # joins Ray (if asked) before anything is written
     try:
         return _run_suite(ap, args, specs, executor, argv if argv is not None else sys.argv[1:])
     finally:
@@ -315,9 +371,11 @@ def _checked_specs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> lis
         ap.error(f"argument --outdir: {args.outdir!r} exists and is not a directory")
     held = [n for n in ("config.json", "metrics.jsonl", "checkpoints") if os.path.lexists(os.path.join(args.outdir, n))]
     if os.path.isdir(args.outdir) and held:
-        ap.error(f"argument --outdir: {args.outdir!r} holds a single run ({', '.join(held)}), not a suite: a suite "
-                 "writes one run directory per arm and seed inside --outdir; choose a new or empty directory (or a "
-                 "suite's own)")
+        ap.error(
+            f"argument --outdir: {args.outdir!r} holds a single run ({', '.join(held)}), not a suite: a suite "
+            "writes one run directory per arm and seed inside --outdir; choose a new or empty directory (or a "
+            "suite's own)"
+        )
     known = list(preset_arms(args.preset))
     arms = known if args.arms is None else [a.strip() for a in args.arms.split(",") if a.strip()]
     bad = [a for a in arms if a not in known]
@@ -340,6 +398,7 @@ def _make_executor(ap: argparse.ArgumentParser, args: argparse.Namespace):
     except ImportError:
         ap.error("argument --executor: ray needs the ray package (pip install -e '.[ray]')")
     from noma_prorl_bench.io.ray_procs import RayExecutor, address_error
+
     why = address_error(args.ray_address) if args.ray_address else None
     try:
         if why is None:
@@ -349,8 +408,9 @@ def _make_executor(ap: argparse.ArgumentParser, args: argparse.Namespace):
     ap.error(f"argument --ray_address: cannot join the Ray cluster at {args.ray_address!r}: {why}")
 
 
-def _run_suite(ap: argparse.ArgumentParser, args: argparse.Namespace, specs: list[RunSpec], executor,
-               argv: list[str]) -> int:
+def _run_suite(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, specs: list[RunSpec], executor, argv: list[str]
+) -> int:
     """Prepare the outdir, run the specs, write settings.json and the report; the exit code."""
     _prepare_outdir(ap, args.outdir, specs)
     try:
@@ -358,49 +418,66 @@ def _run_suite(ap: argparse.ArgumentParser, args: argparse.Namespace, specs: lis
     except ValueError as e:
         ap.error(f"argument --outdir: {e}")
     t0 = time.perf_counter()
-    stop = SuiteSignals().install()            # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
+    stop = SuiteSignals().install()  # SIGINT/SIGTERM: forwarded to the runs (io/run_procs.py)
     failures = run_all(specs, args.outdir, executor.capacity(), args.quiet, stop, executor)
-    unfinished = [] if stop.signum is None else [s.name for s in specs
-                                                 if not is_complete(os.path.join(args.outdir, s.name), s)]
+    unfinished = (
+        [] if stop.signum is None else [s.name for s in specs if not is_complete(os.path.join(args.outdir, s.name), s)]
+    )
     from noma_prorl_bench.analysis.report import failed_checks, write_report
+
     names = {s.name for s in specs}
-    dirs = [os.path.join(args.outdir, r["name"]) for r in listed["runs"]
-            if r["name"] not in failures + unfinished and (r["name"] in names or os.path.isfile(
-                os.path.join(args.outdir, r["name"], "metrics.jsonl")))]
+    dirs = [
+        os.path.join(args.outdir, r["name"])
+        for r in listed["runs"]
+        if r["name"] not in failures + unfinished
+        and (r["name"] in names or os.path.isfile(os.path.join(args.outdir, r["name"], "metrics.jsonl")))
+    ]
     settings = _settings(args, argv, len(dirs), executor, time.perf_counter() - t0)
     safe_files.write_json(os.path.join(args.outdir, "settings.json"), settings)
     out = os.path.join(args.outdir, "report.md")
-    bad_checks = (failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed))
-                  if dirs else [])
-    print((f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
-          + (f"; {len(failures)} runs failed: {failures}" if failures else "") + (
-              f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
-          file=sys.stderr)
+    bad_checks = (
+        failed_checks(write_report(dirs, out, os.path.join(args.outdir, "figures"), settings, listed)) if dirs else []
+    )
+    print(
+        (f"suite: report written to {out}" if dirs else "suite: no finished run, no report written")
+        + (f"; {len(failures)} runs failed: {failures}" if failures else "")
+        + (f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
+        file=sys.stderr,
+    )
     stop.restore()
     if stop.signum is not None:
-        print(f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
-              f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
-              file=sys.stderr)
+        print(
+            f"suite: stopped by {stop.name}; the report covers the {len(dirs)} finished runs; {len(unfinished)} "
+            f"unfinished ({', '.join(unfinished)}); the same command resumes them from their checkpoints",
+            file=sys.stderr,
+        )
         return stop.exit_code
     return 1 if failures or bad_checks else 0
 
 
 def _settings(args: argparse.Namespace, argv: list[str], n_runs: int, executor, wall: float) -> dict:
     """settings.json: what the report's provenance names."""
-    return {"preset": args.preset, "evidence": PRESETS[args.preset]["evidence"], "runs": n_runs,
-            "score_evals": PRESETS[args.preset]["k"],
-            "seeds": args.seeds or PRESETS[args.preset]["seeds"],
-            "steps": args.steps or PRESETS[args.preset]["steps"], "jobs": executor.capacity(),
-            "executor": executor.describe(), "interleaved": args.preset == "cost",
-            "wall_seconds_this_invocation": round(wall, 1),
-            "command": getattr(args, "command_name", "prorl-bench suite") + " "
-            + " ".join(_shell_quote(a) for a in argv),
-            "commit": _git_commit(), **_machine_fields()}
+    return {
+        "preset": args.preset,
+        "evidence": PRESETS[args.preset]["evidence"],
+        "runs": n_runs,
+        "score_evals": PRESETS[args.preset]["k"],
+        "seeds": args.seeds or PRESETS[args.preset]["seeds"],
+        "steps": args.steps or PRESETS[args.preset]["steps"],
+        "jobs": executor.capacity(),
+        "executor": executor.describe(),
+        "interleaved": args.preset == "cost",
+        "wall_seconds_this_invocation": round(wall, 1),
+        "command": getattr(args, "command_name", "prorl-bench suite") + " " + " ".join(_shell_quote(a) for a in argv),
+        "commit": _git_commit(),
+        **_machine_fields(),
+    }
 
 
 def _machine_fields() -> dict:
     """settings.json's `machine` (one line for the report) and `machine_info` (io/machine.py)."""
     from noma_prorl_bench.io.machine import describe, machine_info
+
     info = machine_info()
     return {"machine": describe(info), "machine_info": info}
 
@@ -413,9 +490,17 @@ def _prepare_outdir(ap: argparse.ArgumentParser, outdir: str, specs: list[RunSpe
         ap.error(f"argument --outdir: cannot create {outdir!r}: {e.strerror or e}")
     except safe_files.RunDirRefused as e:
         ap.error(str(e))
-    names_checked = ["suite.json", "settings.json", "report.md", "report.json", "summary.json", "figures",
-                     *(f"{s.name}.log" for s in specs)]
+    names_checked = [
+        "suite.json",
+        "settings.json",
+        "report.md",
+        "report.json",
+        "summary.json",
+        "figures",
+        *(f"{s.name}.log" for s in specs),
+    ]
     from noma_prorl_bench.io.run_procs import suite_dir_error  # a FIFO, socket, hard link: refused too
+
     err = safe_files.link_error(outdir, names_checked) or suite_dir_error(outdir, [s.name for s in specs])
     if err:
         ap.error(err)
@@ -427,17 +512,21 @@ def _check_task(ap: argparse.ArgumentParser, specs: list[RunSpec]) -> None:
     value at most), as a run given no --n_val does, and says so."""
     from noma_prorl_bench.config import ConfigError, build_parser, make_config
     from noma_prorl_bench.tasks import jsonl_n_val, make_task
+
     try:
         cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *specs[0].flags])))
         if cfg.task.startswith("jsonl:"):
-            most = jsonl_n_val(cfg, sys.maxsize)              # a fifth of the distinct prompts, >= 1
+            most = jsonl_n_val(cfg, sys.maxsize)  # a fifth of the distinct prompts, >= 1
             for spec in specs:
-                spec.flags = [str(min(int(f), most)) if prev == "--n_val" else f
-                              for prev, f in zip(["", *spec.flags], spec.flags)]
+                spec.flags = [
+                    str(min(int(f), most)) if prev == "--n_val" else f for prev, f in zip(["", *spec.flags], spec.flags)
+                ]
             if cfg.n_val > most:
-                print(f"prorl-bench suite: --n_val {most} for every run: {cfg.task} allows at most {most} "
-                      f"validation prompts (a fifth of its distinct prompts), fewer than the preset's {cfg.n_val}",
-                      file=sys.stderr)
+                print(
+                    f"prorl-bench suite: --n_val {most} for every run: {cfg.task} allows at most {most} "
+                    f"validation prompts (a fifth of its distinct prompts), fewer than the preset's {cfg.n_val}",
+                    file=sys.stderr,
+                )
                 cfg.n_val = most
         make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
     except ConfigError as e:
@@ -447,8 +536,9 @@ def _check_task(ap: argparse.ArgumentParser, specs: list[RunSpec]) -> None:
 def is_run_name(name: object) -> bool:
     """True for a name a suite gives its runs: one directory level inside the suite (no separator,
     no '..', not absolute, not hidden)."""
-    return (isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,199}", name))
-            and ".." not in name)
+    return (
+        isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,199}", name)) and ".." not in name
+    )
 
 
 def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
@@ -461,23 +551,29 @@ def _merge_suite_json(path: str, preset: str, specs: list[RunSpec]) -> dict:
     except (OSError, ValueError, RecursionError, UnicodeDecodeError, safe_files.RunDirRefused) as e:
         raise ValueError(f"{path} is unreadable ({str(e)[:100]}); move it away or choose another --outdir") from e
     runs_old = old.get("runs", []) if isinstance(old, dict) else None
-    if not isinstance(runs_old, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
-                                                 for r in runs_old):
+    if not isinstance(runs_old, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("name"), str) for r in runs_old
+    ):
         raise ValueError(f"{path} is not a suite.json written by this tool; move it away or choose another --outdir")
     outside = [r["name"] for r in runs_old if not is_run_name(r["name"])]
     if outside:
-        raise ValueError(f"{path} lists {outside[0]!r}, which is not a run directory name inside the suite (a suite "
-                         "reads only its own runs); move it away or choose another --outdir")
+        raise ValueError(
+            f"{path} lists {outside[0]!r}, which is not a run directory name inside the suite (a suite "
+            "reads only its own runs); move it away or choose another --outdir"
+        )
     runs = {r["name"]: r for r in runs_old if old.get("preset") == preset and "arm" in r}
     runs.update({s.name: {"name": s.name, "arm": s.arm, "pair": s.pair, "flags": s.flags} for s in specs})
     arms = list(dict.fromkeys(r["arm"] for r in runs.values()))
-    listed = {"preset": preset, "aa_offset": AA_OFFSET, "runs": list(runs.values()),
-              "comparisons": [list(c) for c in comparisons_for(arms)],
-              "families": {c[0]: FAMILIES[c[0]] for c in comparisons_for(arms)},
-              "checks": [list(c) for c in checks_for(arms)]}
+    listed = {
+        "preset": preset,
+        "aa_offset": AA_OFFSET,
+        "runs": list(runs.values()),
+        "comparisons": [list(c) for c in comparisons_for(arms)],
+        "families": {c[0]: FAMILIES[c[0]] for c in comparisons_for(arms)},
+        "checks": [list(c) for c in checks_for(arms)],
+    }
     safe_files.write_json(path, listed)
     return listed
-
 
 
 # ---------------------------------------------------------------------------- replicate
@@ -492,6 +588,7 @@ def foreign_run_error(spec: RunSpec) -> Optional[str]:
     task or reward function: config/code_specs.py; repeat such a suite with `suite --task`)."""
     from noma_prorl_bench.config import build_parser  # noqa: PLC0415
     from noma_prorl_bench.config.code_specs import names_code  # noqa: PLC0415
+
     if not is_run_name(spec.name):
         return f"run {spec.name!r} is not a run directory name inside the suite"
     try:
@@ -503,14 +600,17 @@ def foreign_run_error(spec: RunSpec) -> Optional[str]:
         return f"run {spec.name!r} sets --{bad[0]}, which only the runner sets"
     code = [f for f in ("task", "reward_fn") if names_code(f, given.get(f))]
     if code:
-        return (f"run {spec.name!r} names code to import (--{code[0]} {given[code[0]]!r}); code named in a file is "
-                "never imported: re-run that suite with `prorl-bench suite ... --"
-                f"{code[0]} {given[code[0]]}` instead")
+        return (
+            f"run {spec.name!r} names code to import (--{code[0]} {given[code[0]]!r}); code named in a file is "
+            "never imported: re-run that suite with `prorl-bench suite ... --"
+            f"{code[0]} {given[code[0]]}` instead"
+        )
     return None
 
 
 def replicate_parser() -> argparse.ArgumentParser:
     from noma_prorl_bench.analysis import replicate  # noqa: PLC0415
+
     ap = argparse.ArgumentParser(prog="prorl-bench replicate", description=(replicate.__doc__ or "").splitlines()[0])
     ap.add_argument("dir", metavar="DIR", help="a suite directory or a committed report folder (summary.json)")
     ap.add_argument("--seeds", help="comma-separated pair indices to re-run (default: all of DIR's)")
@@ -531,20 +631,25 @@ def committed_specs(ap: argparse.ArgumentParser, src: Path, summary: dict) -> tu
     if (src / "suite.json").is_file():
         listed = _read_json_file(src / "suite.json")
         runs = listed.get("runs") if isinstance(listed, dict) else None
-        if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("flags"), list)
-                                                 for r in runs):
+        if not isinstance(runs, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("flags"), list) for r in runs
+        ):
             ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)} does not list its runs' flags")
-        specs = [RunSpec(name=r["name"], flags=[str(f) for f in r["flags"]], arm=str(r["arm"]), pair=int(r["pair"]))
-                 for r in runs]
-        for spec in specs:                          # suite.json is untrusted input: what it makes this run
+        specs = [
+            RunSpec(name=r["name"], flags=[str(f) for f in r["flags"]], arm=str(r["arm"]), pair=int(r["pair"]))
+            for r in runs
+        ]
+        for spec in specs:  # suite.json is untrusted input: what it makes this run
             why = foreign_run_error(spec)
             if why:
                 ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)}: {why}")
         return str(listed.get("preset")), specs, prov
     preset = prov.get("preset")
     if preset not in PRESETS:
-        ap.error(f"argument DIR: {term_text(str(src), 200)} has no suite.json and its summary.json names no known "
-                 f"preset (got {term_text(str(preset), 40)}; choose from {', '.join(sorted(PRESETS))})")
+        ap.error(
+            f"argument DIR: {term_text(str(src), 200)} has no suite.json and its summary.json names no known "
+            f"preset (got {term_text(str(preset), 40)}; choose from {', '.join(sorted(PRESETS))})"
+        )
     seeds, steps = prov.get("seeds"), prov.get("steps")
     if not (isinstance(seeds, int) and isinstance(steps, int)):
         ap.error(f"argument DIR: {term_text(str(src), 200)}'s summary.json does not record seeds and steps")
@@ -554,6 +659,7 @@ def committed_specs(ap: argparse.ArgumentParser, src: Path, summary: dict) -> tu
 def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     """`prorl-bench replicate` (analysis/replicate.py): re-run a committed suite here, compare the verdicts."""
     from noma_prorl_bench.analysis.replicate import _table, compare_summaries, write_replication  # noqa: PLC0415
+
     ap = replicate_parser()
     args = ap.parse_args(argv)
     src = Path(args.dir)
@@ -580,9 +686,16 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     outdir = args.outdir or str(src).rstrip("/\\") + "-replicate"
     if os.path.abspath(outdir) == os.path.abspath(src):
         ap.error("argument --outdir: must differ from DIR (the committed runs stay as they are)")
-    ns = argparse.Namespace(outdir=outdir, quiet=args.quiet, preset=preset, seeds=len({s.pair for s in specs}),
-                            steps=prov.get("steps"), jobs=args.jobs, executor="local",
-                            command_name="prorl-bench replicate")
+    ns = argparse.Namespace(
+        outdir=outdir,
+        quiet=args.quiet,
+        preset=preset,
+        seeds=len({s.pair for s in specs}),
+        steps=prov.get("steps"),
+        jobs=args.jobs,
+        executor="local",
+        command_name="prorl-bench replicate",
+    )
     executor = LocalExecutor(args.jobs or os.cpu_count() or 1, local_env())
     argv_used = list(argv if argv is not None else sys.argv[1:])
     try:
@@ -599,12 +712,12 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     for line in _table(rows, term=True):
         print(line)
     n_same = sum(r["replicates"] for r in rows)
-    print(f"replicate: {n_same} of {len(rows)} verdicts replicated; {Path(outdir) / 'replication.md'}",
-          file=sys.stderr)
+    print(f"replicate: {n_same} of {len(rows)} verdicts replicated; {Path(outdir) / 'replication.md'}", file=sys.stderr)
     return code
 
 
 if __name__ == "__main__":
     from noma_prorl_bench.config.code_specs import drop_script_dir
-    drop_script_dir()                        # `python -m` put the current directory on the import path
+
+    drop_script_dir()  # `python -m` put the current directory on the import path
     sys.exit(main())

@@ -3,6 +3,7 @@
 Engines started in this process see `ray.is_initialized()` and reuse it, killing only their
 own actors at the end; a subprocess joins it with `--ray_address <gcs address>`.
 """
+
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 def ray_cluster():
     """The session's cluster; yields its GCS address."""
     ray = pytest.importorskip("ray")
-    tmp = tempfile.mkdtemp(prefix="nrb_test_", dir="/tmp")      # short: Ray's unix sockets live here
+    tmp = tempfile.mkdtemp(prefix="nrb_test_", dir="/tmp")  # short: Ray's unix sockets live here
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False, _temp_dir=tmp)
     try:
         yield ray.get_runtime_context().gcs_address
@@ -29,6 +30,7 @@ def ray_cluster():
 def _alive_actors(timeout: float = 10.0) -> list:
     """Actors still ALIVE in the cluster after up to `timeout` s (kills are asynchronous)."""
     from ray._private import state
+
     deadline = time.time() + timeout
     while True:
         alive = [a for a in state.actors().values() if a["State"] not in ("DEAD",)]

@@ -1,5 +1,6 @@
 """Ray engines end to end on the session's cluster: colocated K=1 equals local, K rounds,
 the async staleness bound, both engines' resume, and a generator that dies or hangs."""
+
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ def _lines(d, name="metrics.jsonl"):
     """A file's records; for metrics.jsonl the RL steps' rows, after checking the step-0 row."""
     with open(os.path.join(d, name)) as f:
         rows = [json.loads(line) for line in f]
-    if name == "metrics.jsonl":          # first the step-0 row (the evaluation before RL), once
+    if name == "metrics.jsonl":  # first the step-0 row (the evaluation before RL), once
         assert rows[0]["step"] == 0 and "reward/val" in rows[0] and all(r["step"] > 0 for r in rows[1:])
         return rows[1:]
     return rows
@@ -38,12 +39,32 @@ def _step0(d):
 def _events(d):
     """(step, event, reason) of a run's events; checkpoints (timing-dependent) and the memory
     estimate (written by the local engine only: it estimates one process) left out."""
-    return [(e["step"], e["event"], e["reason"]) for e in _lines(d, "events.jsonl")
-            if e["event"] not in ("checkpoint", "memory_estimate")]
+    return [
+        (e["step"], e["event"], e["reason"])
+        for e in _lines(d, "events.jsonl")
+        if e["event"] not in ("checkpoint", "memory_estimate")
+    ]
 
 
-EQUIV = ["--steps", "4", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-         "--eval_every", "2", "--quiet", "--reset_every", "2", "--ref_update", "polyak"]
+EQUIV = [
+    "--steps",
+    "4",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+    "--reset_every",
+    "2",
+    "--ref_update",
+    "polyak",
+]
 GROWTH = ["--enable_growth", "1", "--grow_every", "2", "--initial_rank", "2", "--rank_step", "2"]
 
 
@@ -58,10 +79,13 @@ def local_runs(tmp_path_factory):
             cache[key] = tmp_path_factory.mktemp("local") / "run"
             assert main(["--outdir", str(cache[key]), *EQUIV, *extra]) == 0
         return cache[key]
+
     return get
 
 
-@pytest.mark.parametrize("placement,extra", [("learner", GROWTH), ("generator", [])], ids=["learner+growth", "generator"])
+@pytest.mark.parametrize(
+    "placement,extra", [("learner", GROWTH), ("generator", [])], ids=["learner+growth", "generator"]
+)
 def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_runs, placement, extra):
     """Same code, same RNG streams, same weights (numpy float32 is exact): every metric but
     time/perf is equal, with Polyak reference resets at steps 2 and 4 and (learner placement)
@@ -76,10 +100,10 @@ def test_colocated_k1_reproduces_local(ray_cluster, tmp_path, local_runs, placem
         assert stable == {k: rb[k] for k in stable}
         assert rb["staleness"] == 0 and rb["version"] == rb["step"] - 1
     assert _events(local) == _events(ray_run)
-    assert _step0(local) == _step0(ray_run)                 # the learner's evaluation before RL
+    assert _step0(local) == _step0(ray_run)  # the learner's evaluation before RL
     if placement == "generator":
         assert [r["ref_version"] for r in b] == [0, 0, 1, 1]
-    else:                                   # grown after step 2: the generator got the new module
+    else:  # grown after step 2: the generator got the new module
         assert [r["adapter/rank"] for r in b] == [2, 2, 4, 4]
         assert [r["sync/struct_version"] for r in b] == [0, 1, 1, 1]
     assert (ray_run / "timeline.jsonl").is_file() and (ray_run / "plots" / "timeline.png").is_file()
@@ -110,8 +134,24 @@ def test_colocated_k_steps_per_rollout(ray_cluster, tmp_path, fast_flags):
     """K=2: one generation round per 2 steps; step k of a round trains on data k-1 versions
     old; weights are synced once per round (not after the last step)."""
     out = tmp_path / "k2"
-    assert main(["--outdir", str(out), *fast_flags, "--steps", "4", "--engine", "ray_colocated",
-                 "--steps_per_rollout", "2", "--ref_placement", "own_actor"]) == 0
+    assert (
+        main(
+            [
+                "--outdir",
+                str(out),
+                *fast_flags,
+                "--steps",
+                "4",
+                "--engine",
+                "ray_colocated",
+                "--steps_per_rollout",
+                "2",
+                "--ref_placement",
+                "own_actor",
+            ]
+        )
+        == 0
+    )
     recs = _lines(out)
     assert [r["version"] for r in recs] == [0, 0, 2, 2]
     assert [r["staleness"] for r in recs] == [0, 1, 0, 1]
@@ -127,14 +167,34 @@ def test_colocated_k_steps_per_rollout(ray_cluster, tmp_path, fast_flags):
 def test_async_never_trains_beyond_max_staleness(ray_cluster, tmp_path, fast_flags):
     S = 2
     out = tmp_path / "async"
-    assert main(["--outdir", str(out), *fast_flags, "--steps", "6", "--engine", "ray_async", "--max_staleness",
-                 str(S), "--num_generators", "2", "--ref_placement", "generator", "--reset_every", "2"]) == 0
+    assert (
+        main(
+            [
+                "--outdir",
+                str(out),
+                *fast_flags,
+                "--steps",
+                "6",
+                "--engine",
+                "ray_async",
+                "--max_staleness",
+                str(S),
+                "--num_generators",
+                "2",
+                "--ref_placement",
+                "generator",
+                "--reset_every",
+                "2",
+            ]
+        )
+        == 0
+    )
     recs = _lines(out)
     stale = [r["learner_version"] - r["version"] for r in recs]
     assert [r["step"] for r in recs] == list(range(1, 7))
     assert [r["learner_version"] for r in recs] == list(range(6))
     assert stale == [r["staleness"] for r in recs] and max(stale) <= S
-    assert stale[0] == 0 and stale[1] == 1                     # batch 1 is launched before step 1 ends
+    assert stale[0] == 0 and stale[1] == 1  # batch 1 is launched before step 1 ends
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and sum(summary["staleness_hist"].values()) == 6
     assert summary["staleness_hist"] == {str(k): stale.count(k) for k in sorted(set(stale))}
@@ -179,7 +239,7 @@ def test_async_resume_is_exact_where_the_schedule_is_fixed(ray_cluster, tmp_path
     assert [r["version"] for r in b] == [0, 0, 1, 2, 3, 4] and [r["staleness"] for r in b] == [0, 1, 1, 1, 1, 1]
     assert [_stable(r) for r in a] == [_stable(r) for r in b]
     sync = [r["sync/version"] for r in b]
-    assert sync == sorted(sync) and sync[3] >= extra["sync_version"] >= 1      # continued, not reset to 0
+    assert sync == sorted(sync) and sync[3] >= extra["sync_version"] >= 1  # continued, not reset to 0
     assert [e for e in _events(tmp_path / "cut") if e[1] != "resume"] == _events(full)
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
     assert summary["resumed_from_step"] == 3 and summary["staleness_hist"] == {"0": 1, "1": 5}
@@ -193,8 +253,23 @@ def test_async_resume_keeps_its_invariants_where_timing_decides(ray_cluster, tmp
     from the learner's version, not 0); staleness <= S everywhere; the learner restored from the
     checkpoint has exactly the saved optimizer state."""
     S, full = 2, tmp_path / "full"
-    assert main(["--outdir", str(full), *fast_flags, *ASYNC, "--max_staleness", str(S), "--num_generators", "2",
-                 "--save_every", "2"]) == 0
+    assert (
+        main(
+            [
+                "--outdir",
+                str(full),
+                *fast_flags,
+                *ASYNC,
+                "--max_staleness",
+                str(S),
+                "--num_generators",
+                "2",
+                "--save_every",
+                "2",
+            ]
+        )
+        == 0
+    )
     ckpt = read(str(full / "checkpoints" / "step_000002"))
     inflight = [d["index"] for d in ckpt.extra["inflight"]]
     assert inflight == list(range(2, ckpt.extra["launched"])) and 1 <= len(inflight) <= S
@@ -209,8 +284,9 @@ def test_async_resume_keeps_its_invariants_where_timing_decides(ray_cluster, tmp
     sync = [r["sync/version"] for r in b]
     assert sync == sorted(sync)
     summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
-    assert summary["staleness_hist"] == {str(k): [r["staleness"] for r in b].count(k) for k in range(S + 1)
-                                         if any(r["staleness"] == k for r in b)}
+    assert summary["staleness_hist"] == {
+        str(k): [r["staleness"] for r in b].count(k) for k in range(S + 1) if any(r["staleness"] == k for r in b)
+    }
     assert summary["resumed_from_step"] == 2 and summary["max_staleness_seen"] <= S
     learner = Learner(make_config(ckpt.config), 0.0, False)
     learner.restore(ckpt.path)
@@ -235,15 +311,20 @@ def test_non_finite_logits_stop_a_ray_run_as_they_stop_a_local_one(ray_cluster, 
         code = main(["--outdir", str(d), *flags, "--engine", engine])
         err = capsys.readouterr().err
         assert code == 3, err[-3000:]
-        got[engine] = (code, [line.replace(str(d), "OUTDIR") for line in err.splitlines() if "stopped" in line],
-                       [e for e in _lines(d, "events.jsonl") if e["event"] == "nan_guard"],
-                       [r["step"] for r in _lines(d)], sorted(os.listdir(d / "checkpoints")), "Traceback" in err)
+        got[engine] = (
+            code,
+            [line.replace(str(d), "OUTDIR") for line in err.splitlines() if "stopped" in line],
+            [e for e in _lines(d, "events.jsonl") if e["event"] == "nan_guard"],
+            [r["step"] for r in _lines(d)],
+            sorted(os.listdir(d / "checkpoints")),
+            "Traceback" in err,
+        )
     code, stopped, guard, steps, saved, traceback = got["ray_colocated"]
     assert got["local"] == got["ray_colocated"]
     assert code == 3 and len(stopped) == 1 and "stopped: non-finite logits while sampling step" in stopped[0]
-    logits = [e for e in guard if e["reason"] == "non-finite logits before sampling"]       # after skipped updates
+    logits = [e for e in guard if e["reason"] == "non-finite logits before sampling"]  # after skipped updates
     assert len(logits) == 1 and logits[0]["step_sampled"] == len(steps) + 1 and not traceback
-    assert saved and int(saved[-1][5:]) == len(steps)                    # no checkpoint of the broken step
+    assert saved and int(saved[-1][5:]) == len(steps)  # no checkpoint of the broken step
     assert alive_actors() == []
 
 
@@ -253,8 +334,22 @@ def test_dead_generator_is_a_clear_error_in_a_joined_cluster(ray_cluster, tmp_pa
     (well within --actor_timeout), two finished steps flushed, an error event, no actor alive."""
     out = tmp_path / "dies"
     env = {**os.environ, "NOMA_PRORL_FAULT": "generator_exit@3"}
-    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *fast_flags, "--steps", "5",
-           "--engine", "ray_colocated", "--ray_address", ray_cluster, "--actor_timeout", "30"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "noma_prorl_bench.run",
+        "--outdir",
+        str(out),
+        *fast_flags,
+        "--steps",
+        "5",
+        "--engine",
+        "ray_colocated",
+        "--ray_address",
+        ray_cluster,
+        "--actor_timeout",
+        "30",
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "error: --engine ray_colocated: generator/0 generate (steps 3-3): the actor died" in p.stderr
@@ -270,14 +365,18 @@ def test_hung_actor_call_times_out(ray_cluster, tmp_path, alive_actors):
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.engines.actors import Generator
     from noma_prorl_bench.engines.driver import EngineError, RayEngine
+
     cfg = make_config({"outdir": str(tmp_path), "engine": "ray_async", "actor_timeout": 1.0})
     engine = RayEngine(cfg, files=None)
     engine.place(1, pack=False)
     gen = engine.spawn(Generator, "generator/0", cfg, 0, time.time(), False, "generator_hang@1")
     engine.get(gen.__ray_ready__.remote(), "generator/0 start", setup=True)
     t0 = time.time()
-    with pytest.raises(EngineError, match=r"generator/0 generate \(step 1\) did not answer within "
-                                          r"--actor_timeout 1 s") as e:
+    with pytest.raises(
+        EngineError,
+        match=r"generator/0 generate \(step 1\) did not answer within "
+        r"--actor_timeout 1 s",
+    ) as e:
         engine.get(gen.generate.remote(1, 1), "generator/0 generate (step 1)")
     assert 1.0 <= time.time() - t0 < 5.0 and 1.0 <= e.value.waited_s < 5.0
     engine.stop()

@@ -3,6 +3,7 @@ the decode step once, ~30 s on a 2-core machine): same tokens and logp_old as th
 one compilation for a whole rollout and the next, the learner's log-probs equal the sampler's,
 and the Trainer's rollout with the flag equals the one without. The fast versions (dynamo with the
 "eager" backend) are in tests/unit/test_compile_decode.py."""
+
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from decodehelp import tiny_policy as _policy  # noqa: E402
 
 def test_inductor_compiled_decode_equals_eager_and_compiles_once():
     from torch._dynamo.utils import counters
+
     pol = _policy()
     comp = _compiled(pol, "inductor")
     prompts = _prompts()
@@ -31,7 +33,7 @@ def test_inductor_compiled_decode_equals_eager_and_compiles_once():
         eager, got = _sample(pol, prompts, seed), _sample(comp, prompts, seed)
         assert torch.equal(eager[0], got[0])
         assert torch.allclose(eager[1], got[1], atol=1e-5, rtol=0), (eager[1] - got[1]).abs().max()
-    assert counters["stats"]["unique_graphs"] == 1                   # compiled once for 22 decode steps
+    assert counters["stats"]["unique_graphs"] == 1  # compiled once for 22 decode steps
     tokens = torch.cat([prompts, got[0]], 1)
     with torch.no_grad():
         learner, _, _ = response_logprobs(pol, tokens, prompts.shape[1], 1.0)
@@ -41,8 +43,18 @@ def test_inductor_compiled_decode_equals_eager_and_compiles_once():
 def test_trainer_rollout_with_compile_decode_equals_off():
     """Through the flag: the Trainer's first rollout (same seed) is the same with and without it."""
     from noma_prorl_bench.training.trainer import Trainer
-    cfg = {"outdir": "/tmp/unused", "model": "transformer", "d_model": 32, "n_layers": 2, "batch_size": 3,
-           "group_size": 4, "warmstart_steps": 2, "n_val": 8, "quiet": True}
+
+    cfg = {
+        "outdir": "/tmp/unused",
+        "model": "transformer",
+        "d_model": 32,
+        "n_layers": 2,
+        "batch_size": 3,
+        "group_size": 4,
+        "warmstart_steps": 2,
+        "n_val": 8,
+        "quiet": True,
+    }
     off = Trainer.from_config(make_config(cfg)).collector.collect()[0]
     on = Trainer.from_config(make_config({**cfg, "compile_decode": "default"})).collector.collect()[0]
     assert torch.equal(off.tokens, on.tokens) and torch.equal(off.mask, on.mask)

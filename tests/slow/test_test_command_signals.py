@@ -3,6 +3,7 @@ sends it) and on a SIGTERM to the script, and leaves no process behind: not pyte
 SIGINT (as a run does in-process, with its own handler), nor the subprocess that test started in its
 own session (which no terminal's Ctrl-C reaches). Setup and lint are skipped (PRORL_TEST_SKIP_SETUP).
 pytest run directly stops such a subprocess on Ctrl-C too (tests/conftest.py pytest_keyboard_interrupt)."""
+
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBE = "PRORL_SIGNAL_PROBE"      # where test_probe writes its pids; only set by the test below
+PROBE = "PRORL_SIGNAL_PROBE"  # where test_probe writes its pids; only set by the test below
 
 
 def test_probe():
@@ -56,14 +57,21 @@ def tagged(tag):
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_one_signal_stops_the_test_command_and_all_it_started(tmp_path, sig, code):
-    probe_and_stop(tmp_path, ["bash", "scripts/test.sh"], {"PRORL_TEST_SKIP_SETUP": "1"}, sig, code,
-                   f"stopped (exit {code})")
+    probe_and_stop(
+        tmp_path, ["bash", "scripts/test.sh"], {"PRORL_TEST_SKIP_SETUP": "1"}, sig, code, f"stopped (exit {code})"
+    )
 
 
 def test_ctrl_c_to_pytest_itself_stops_what_a_test_started_in_its_own_session(tmp_path):
     env = {"PRORL_SIGNAL_PROBE_KEEP_SIGINT": "1", "PRORL_TEST_TREE": None}  # None: pytest's own tag (conftest)
-    probe_and_stop(tmp_path, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], env, signal.SIGINT,
-                   2, "KeyboardInterrupt")
+    probe_and_stop(
+        tmp_path,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        env,
+        signal.SIGINT,
+        2,
+        "KeyboardInterrupt",
+    )
 
 
 def _terminal_signals():
@@ -82,12 +90,18 @@ def probe_and_stop(tmp_path, cmd, env, sig, code, said):
     is added to the environment (None: left out)."""
     out = str(tmp_path / "probe.json")
     env = {k: v for k, v in {**os.environ, **env, PROBE: out}.items() if v is not None}
-    script = subprocess.Popen([*cmd, f"{os.path.abspath(__file__)}::test_probe"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                              preexec_fn=_terminal_signals)
+    script = subprocess.Popen(
+        [*cmd, f"{os.path.abspath(__file__)}::test_probe"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_terminal_signals,
+    )
     info = {}
     try:
-        for _ in range(1200):                                   # pytest's start (torch import) and the probe's
+        for _ in range(1200):  # pytest's start (torch import) and the probe's
             if os.path.exists(out) or script.poll() is not None:
                 break
             time.sleep(0.1)
@@ -96,9 +110,9 @@ def probe_and_stop(tmp_path, cmd, env, sig, code, said):
             info = json.load(f)
         assert alive(info["pytest"]) and alive(info["child"])
         if sig == signal.SIGINT:
-            os.killpg(script.pid, signal.SIGINT)                   # the terminal's Ctrl-C: the whole foreground group
+            os.killpg(script.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole foreground group
         else:
-            script.send_signal(signal.SIGTERM)                    # the script alone
+            script.send_signal(signal.SIGTERM)  # the script alone
         log = script.communicate(timeout=60)[0].decode()
         assert script.returncode == code, log
         assert said in log, log

@@ -1,5 +1,6 @@
 """Bad input everywhere: each invalid command line exits 2 with a message naming the flag, and
 writes nothing (the output directory is never created). In-process through run.main."""
+
 import os
 
 import pytest
@@ -10,20 +11,20 @@ pytestmark = pytest.mark.smoke
 
 # (extra flags, the flag the message must name); every line also gets a fresh --outdir
 BAD = [
-    (["--steps", "x"], "--steps"),                                   # type
+    (["--steps", "x"], "--steps"),  # type
     (["--steps", "1.5"], "--steps"),
-    (["--steps", "0"], "--steps"),                                   # range
+    (["--steps", "0"], "--steps"),  # range
     (["--steps", "-5"], "--steps"),
     (["--batch_size", "0"], "--batch_size"),
     (["--group_size", "1"], "--group_size"),
-    (["--minibatches", "100"], "--minibatches"),                     # > batch_size * group_size
+    (["--minibatches", "100"], "--minibatches"),  # > batch_size * group_size
     (["--ppo_epochs", "0"], "--ppo_epochs"),
     (["--eval_every", "0"], "--eval_every"),
     (["--threads", "0"], "--threads"),
     (["--seed", "-1"], "--seed"),
     (["--lr", "0"], "--lr"),
     (["--lr", "-1e-3"], "--lr"),
-    (["--lr", "nan"], "--lr"),                                       # not finite
+    (["--lr", "nan"], "--lr"),  # not finite
     (["--beta", "inf"], "--beta"),
     (["--beta", "-0.1"], "--beta"),
     (["--warmstart_lr", "0"], "--warmstart_lr"),
@@ -38,14 +39,14 @@ BAD = [
     (["--ref_mix_alpha", "0"], "--ref_mix_alpha"),
     (["--reset_kl_min_gap", "-2"], "--reset_kl_min_gap"),
     (["--plots", "2"], "--plots"),
-    (["--loss", "ppo2"], "--loss"),                                  # choices
+    (["--loss", "ppo2"], "--loss"),  # choices
     (["--adv", "gae"], "--adv"),
     (["--dtype", "float16"], "--dtype"),
     (["--device", "tpu"], "--device"),
     (["--on_nan", "ignore"], "--on_nan"),
     (["--model", "lstm"], "--model"),
-    (["--model", "hf:/nonexistent/model/dir"], "--model"),           # checked before anything runs
-    (["--model", "transformer", "--n_heads", "3"], "--n_heads"),     # combinations
+    (["--model", "hf:/nonexistent/model/dir"], "--model"),  # checked before anything runs
+    (["--model", "transformer", "--n_heads", "3"], "--n_heads"),  # combinations
     (["--task", "arithmetic"], "--task"),
     (["--variant", "B", "--reset_every", "5"], "--reset_every"),
     (["--variant", "B", "--ref_compute", "ring"], "--ref_compute"),
@@ -53,13 +54,13 @@ BAD = [
     (["--kl_in", "reward", "--kl_estimator", "full"], "--kl_estimator"),
     (["--k2_mode", "ref_over_old"], "--k2_mode"),
     (["--target_kl", "0.1", "--beta", "0"], "--beta"),
-    (["--grow_every", "5"], "--grow_every"),                         # growth flag without --enable_growth 1
-    (["--enable_growth", "1"], "--grow_every"),                      # schedule growth needs --grow_every
-    (["--save_every", "-1"], "--save_every"),                        # reliability flags
+    (["--grow_every", "5"], "--grow_every"),  # growth flag without --enable_growth 1
+    (["--enable_growth", "1"], "--grow_every"),  # schedule growth needs --grow_every
+    (["--save_every", "-1"], "--save_every"),  # reliability flags
     (["--keep_checkpoints", "0"], "--keep_checkpoints"),
     (["--resume", "--overwrite"], "--resume"),
-    (["--resume"], "--resume"),                                      # nothing to resume
-    (["--bogus_flag", "1"], "--bogus_flag"),                         # unknown flag
+    (["--resume"], "--resume"),  # nothing to resume
+    (["--bogus_flag", "1"], "--bogus_flag"),  # unknown flag
     # sizes the machine cannot hold, refused before anything runs
     (["--batch_size", "100000000"], "--batch_size"),
     (["--n_val", "1000000000"], "--n_val"),
@@ -74,7 +75,7 @@ BAD = [
     (["--stepz", "3"], "--stepz"),
     (["--kl_estimator", "k4"], "--kl_estimator"),
     (["--engine", "ray"], "--engine"),
-    (["--report_to", "wandbb"], "--report_to"),                     # (wandb is a sink now)
+    (["--report_to", "wandbb"], "--report_to"),  # (wandb is a sink now)
     (["--report_to", "csv,tensorbord"], "--report_to"),
     (["--preset", "prorl"], "--preset"),
     (["--opt_reset", "medium"], "--opt_reset"),
@@ -82,16 +83,16 @@ BAD = [
     (["--task", "reverse"], "--task"),
     # contradictions
     (["--engine", "ray_async", "--report_to", "csv"], "--report_to"),
-    (["--max_staleness", "2"], "--max_staleness"),                  # a Ray flag with --engine local
+    (["--max_staleness", "2"], "--max_staleness"),  # a Ray flag with --engine local
     (["--weight_sync", "nccl"], "--weight_sync"),
     (["--engine", "ray_colocated", "--device", "cuda"], "--device"),
     (["--tis_cap", "0.9"], "--tis_cap"),
-    (["--compile_decode", "max-autotune"], "--compile_decode"),     # choices: off, default, reduce-overhead
-    (["--compile_decode", "default"], "--compile_decode"),          # the default model is the GRU
+    (["--compile_decode", "max-autotune"], "--compile_decode"),  # choices: off, default, reduce-overhead
+    (["--compile_decode", "default"], "--compile_decode"),  # the default model is the GRU
     (["--model", "hf:/x", "--compile_decode", "reduce-overhead"], "--compile_decode"),
     (["--kl_in", "reward", "--ref_compute", "naive_epoch"], "--kl_in"),
     # growth without (usable) adapters
-    (["--lora_alpha", "2"], "--lora_alpha"),                          # adapter flag without --enable_growth 1
+    (["--lora_alpha", "2"], "--lora_alpha"),  # adapter flag without --enable_growth 1
     (["--enable_growth", "1", "--grow_every", "2", "--adapter_targets", "none"], "--adapter_targets"),
     (["--enable_growth", "1", "--grow_every", "2", "--max_rank", "2", "--initial_rank", "4"], "--max_rank"),
     (["--enable_growth", "1", "--grow_every", "2", "--rank_step", "0"], "--rank_step"),
@@ -113,7 +114,7 @@ def test_bad_command_line_exits_2_names_the_flag_writes_nothing(tmp_path, fast_f
     outdir = tmp_path / "run"
     assert _run(["--outdir", str(outdir), *fast_flags, *extra]) == 2
     err = capsys.readouterr().err
-    assert flag in _error_line(err), err                           # in the message, not just the usage
+    assert flag in _error_line(err), err  # in the message, not just the usage
     assert "Traceback" not in err
     assert not outdir.exists()
 
@@ -128,13 +129,13 @@ def test_table_is_large_enough():
 
 # --resume against a finished 4-step run (checkpoints at steps 2 and 4): changed or corrupt checkpoints
 RESUME_BAD = [
-    (["--lr", "0.5"], "--lr", None),                                  # a field that changes the trajectory
+    (["--lr", "0.5"], "--lr", None),  # a field that changes the trajectory
     (["--variant", "B"], "--variant", None),
     (["--seed", "3"], "--seed", None),
-    (["--steps", "2"], "--steps", None),                              # before the last checkpoint
-    ([], "--resume", "tensors"),                                      # every checkpoint's tensors truncated
-    ([], "--resume", "state"),                                        # every checkpoint's state.json garbled
-    ([], "--resume", "marker"),                                       # no complete checkpoint left
+    (["--steps", "2"], "--steps", None),  # before the last checkpoint
+    ([], "--resume", "tensors"),  # every checkpoint's tensors truncated
+    ([], "--resume", "state"),  # every checkpoint's state.json garbled
+    ([], "--resume", "marker"),  # no complete checkpoint left
 ]
 
 

@@ -1,6 +1,7 @@
 """The device paths that only a CUDA device exercises: the sampler on the GPU, bf16 there, the
 compiled decode step with CUDA graphs, and the learner -> generator weight pack from GPU tensors.
 Skipped without CUDA; `benchmarks/gpu_study.py device` runs them on a lent GPU and tabulates them."""
+
 import copy
 import sys
 from pathlib import Path
@@ -43,10 +44,10 @@ def test_cuda_sampler_logprobs_equal_a_cpu_forward_of_its_tokens():
     ref, _, _ = response_logprobs(cpu, tokens, prompts.shape[1], 1.0)
     m = mask.cpu()
     assert torch.allclose(ref * m, logp_old.cpu() * m, atol=1e-4, rtol=0), ((ref - logp_old.cpu()) * m).abs().max()
-    for row, mrow in zip(resp.cpu(), m):                       # nothing counted after the first EOS
+    for row, mrow in zip(resp.cpu(), m):  # nothing counted after the first EOS
         hits = (row == EOS).nonzero()
         if len(hits):
-            assert mrow[hits[0, 0] + 1:].sum() == 0
+            assert mrow[hits[0, 0] + 1 :].sum() == 0
 
 
 @torch.no_grad()
@@ -62,9 +63,23 @@ def test_bf16_mixed_run_on_cuda_trains_and_logs_finite_metrics(tmp_path):
     """Three RL steps of the transformer policy with --dtype bf16_mixed on CUDA: the run resolves
     the dtype it was asked for, the weights move, every logged loss and KL is finite."""
     from noma_prorl_bench.training.trainer import Trainer
-    cfg = make_config({"outdir": str(tmp_path), "model": "transformer", "d_model": 32, "n_layers": 2,
-                       "batch_size": 4, "group_size": 4, "warmstart_steps": 2, "n_val": 8, "steps": 3,
-                       "quiet": True, "device": "cuda", "dtype": "bf16_mixed"})
+
+    cfg = make_config(
+        {
+            "outdir": str(tmp_path),
+            "model": "transformer",
+            "d_model": 32,
+            "n_layers": 2,
+            "batch_size": 4,
+            "group_size": 4,
+            "warmstart_steps": 2,
+            "n_val": 8,
+            "steps": 3,
+            "quiet": True,
+            "device": "cuda",
+            "dtype": "bf16_mixed",
+        }
+    )
     tr = Trainer(cfg)
     before = {k: v.detach().float().cpu().clone() for k, v in tr.policy.state_dict().items()}
     rows = [tr.train_step() for _ in range(3)]
@@ -98,7 +113,7 @@ def test_weight_pack_from_cuda_learner_loads_into_cpu_generator_and_back():
     """The object-store weight sync with the learner on the GPU: pack_state of CUDA tensors (bf16
     ones included) loads into a CPU module bit-exactly, and a CPU pack loads into a CUDA module."""
     learner = tiny_policy(seed=6).to(CUDA)
-    learner.head.to(torch.bfloat16)                          # a bf16 tensor travels as its bits
+    learner.head.to(torch.bfloat16)  # a bf16 tensor travels as its bits
     gen = copy.deepcopy(learner).cpu()
     for p in gen.parameters():
         p.zero_()

@@ -2,6 +2,7 @@
 docs/files.md) are current, every metric key and event a run can write is defined in
 docs/metrics.md, and the README stays a newcomer's page (short, the smoke preset, the results
 placeholder, links that resolve)."""
+
 import json
 import os
 import re
@@ -34,8 +35,9 @@ def _documented_keys(readme: str) -> set[str]:
 
 
 def test_readme_generated_blocks_are_current():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "update_readme.py"), "--check"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "update_readme.py"), "--check"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -65,7 +67,7 @@ def test_readme_is_a_newcomers_page():
     assert len(readme.splitlines()) <= 200
     assert "--preset smoke" in readme and "bash scripts/setup.sh" in readme and "bash scripts/test.sh" in readme
     assert "<!-- results:start -->" in readme and "<!-- results:end -->" in readme
-    assert "PYTHONPATH=src python" not in readme                    # needs an active venv: use .venv/bin/
+    assert "PYTHONPATH=src python" not in readme  # needs an active venv: use .venv/bin/
     for target in re.findall(r"\]\(([^)#]+)\)", readme):
         if not target.startswith("http"):
             assert os.path.exists(os.path.join(ROOT, target)), target

@@ -3,6 +3,7 @@ state during a real run, growth with reference resets (Variant A), Variant B, th
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, 5 warm-start steps, eval every 2.
 """
+
 import os
 
 import pytest
@@ -40,12 +41,23 @@ def test_seed_growth_command_shows_rank_steps(tmp_path, fast_flags):
 
 @pytest.mark.parametrize("mode", ["preserve", "reset", "naive", "noma_flat"])
 def test_each_migration_mode_runs(tmp_path, fast_flags, mode):
-    metrics, events = _run(tmp_path, fast_flags, *GROW, "--steps", "5", "--growth_migration", mode,
-                           "--lr_schedule", "cosine", "--warmup_steps", "4")
+    metrics, events = _run(
+        tmp_path,
+        fast_flags,
+        *GROW,
+        "--steps",
+        "5",
+        "--growth_migration",
+        mode,
+        "--lr_schedule",
+        "cosine",
+        "--warmup_steps",
+        "4",
+    )
     (g,) = _growths(events)
     assert (g["step"], g["new_rank"], g["migration"], g["stale_state_problems"]) == (3, 8, mode, [])
     assert g["scheduler_rebuilt"] == (mode == "naive")
-    assert len(metrics) == 5 and len({m["optim/lr"] for m in metrics}) == 5   # the schedule still moves
+    assert len(metrics) == 5 and len({m["optim/lr"] for m in metrics}) == 5  # the schedule still moves
 
 
 def test_naive_keeps_the_lr_schedule(tmp_path, fast_flags):
@@ -54,13 +66,24 @@ def test_naive_keeps_the_lr_schedule(tmp_path, fast_flags):
     m_pre, _ = _run(tmp_path, fast_flags, *flags, "--growth_migration", "preserve", name="pre")
     m_naive, _ = _run(tmp_path, fast_flags, *flags, "--growth_migration", "naive", name="naive")
     assert [m["optim/lr"] for m in m_naive] == [m["optim/lr"] for m in m_pre]
-    assert len({m["optim/lr"] for m in m_pre}) == 6                  # the schedule does move
+    assert len({m["optim/lr"] for m in m_pre}) == 6  # the schedule does move
 
 
 def test_no_stale_state_during_a_real_run(tmp_path):
-    values = {"outdir": str(tmp_path / "t"), "batch_size": 4, "group_size": 4, "warmstart_steps": 5,
-              "n_val": 16, "eval_every": 2, "quiet": True, "steps": 7, "enable_growth": 1, "grow_every": 2,
-              "rank_step": 4, "growth_migration": "preserve"}
+    values = {
+        "outdir": str(tmp_path / "t"),
+        "batch_size": 4,
+        "group_size": 4,
+        "warmstart_steps": 5,
+        "n_val": 16,
+        "eval_every": 2,
+        "quiet": True,
+        "steps": 7,
+        "enable_growth": 1,
+        "grow_every": 2,
+        "rank_step": 4,
+        "growth_migration": "preserve",
+    }
     tr = Trainer.from_config(make_config(values))
     steps_seen = []
     for _ in range(7):
@@ -74,14 +97,27 @@ def test_no_stale_state_during_a_real_run(tmp_path):
     assert adapter_rank(tr.policy) == adapter_rank(tr.ref.model) == 16
 
 
-@pytest.mark.parametrize("flags", [
-    ["--grow_on", "reset", "--reset_every", "2"],                           # grow right after each reset
-    ["--grow_every", "2", "--reset_every", "3"],                            # resets copy a grown policy
-    ["--grow_every", "2", "--reset_every", "3", "--reset_to", "best"],      # best snapshot grown too
-    ["--grow_every", "2", "--reset_every", "3", "--ref_update", "polyak"],
-    ["--grow_every", "2", "--reset_every", "3", "--ref_compute", "ring", "--growth_migration", "naive",
-     "--opt_reset", "hard"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--grow_on", "reset", "--reset_every", "2"],  # grow right after each reset
+        ["--grow_every", "2", "--reset_every", "3"],  # resets copy a grown policy
+        ["--grow_every", "2", "--reset_every", "3", "--reset_to", "best"],  # best snapshot grown too
+        ["--grow_every", "2", "--reset_every", "3", "--ref_update", "polyak"],
+        [
+            "--grow_every",
+            "2",
+            "--reset_every",
+            "3",
+            "--ref_compute",
+            "ring",
+            "--growth_migration",
+            "naive",
+            "--opt_reset",
+            "hard",
+        ],
+    ],
+)
 def test_growth_with_reference_resets(tmp_path, fast_flags, flags):
     metrics, events = _run(tmp_path, fast_flags, "--enable_growth", "1", "--steps", "7", *flags)
     resets = [e["step"] for e in events if e["event"] == "ref_reset"]
@@ -99,15 +135,34 @@ def test_variant_b_with_growth(tmp_path, fast_flags):
     assert [e["new_rank"] for e in _growths(events)] == [8] and metrics[-1]["count/ref_fwd"] == 0
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "src",
-                                                    "noma_prorl_bench", "models", "transformer.py")),
-                    reason="models/transformer.py not there yet")
+@pytest.mark.skipif(
+    not os.path.exists(
+        os.path.join(os.path.dirname(__file__), "..", "..", "src", "noma_prorl_bench", "models", "transformer.py")
+    ),
+    reason="models/transformer.py not there yet",
+)
 def test_transformer_growth(tmp_path, fast_flags):
-    metrics, events = _run(tmp_path, fast_flags, *GROW, "--steps", "4", "--model", "transformer",
-                           "--adapter_targets", "q_proj,v_proj,head", "--reset_every", "4")
+    metrics, events = _run(
+        tmp_path,
+        fast_flags,
+        *GROW,
+        "--steps",
+        "4",
+        "--model",
+        "transformer",
+        "--adapter_targets",
+        "q_proj,v_proj,head",
+        "--reset_every",
+        "4",
+    )
     (a,) = [e for e in events if e["event"] == "adapters"]
-    assert a["targets"] == ["blocks.0.attn.q_proj", "blocks.0.attn.v_proj", "blocks.1.attn.q_proj",
-                            "blocks.1.attn.v_proj", "head"]
+    assert a["targets"] == [
+        "blocks.0.attn.q_proj",
+        "blocks.0.attn.v_proj",
+        "blocks.1.attn.q_proj",
+        "blocks.1.attn.v_proj",
+        "head",
+    ]
     (g,) = _growths(events)
     assert (g["step"], g["new_rank"], g["stale_state_problems"]) == (3, 8, [])
     assert [e["step"] for e in events if e["event"] == "ref_reset"] == [4]
@@ -120,16 +175,30 @@ def test_growth_flags_without_enable_growth_exit_2(tmp_path, fast_flags, capsys)
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("flags", [
-    ["--grow_on", "stall", "--grow_patience", "1", "--eval_every", "1", "--growth_migration", "naive",
-     "--lr_schedule", "cosine"],
-    ["--grow_on", "reset", "--reset_every", "3", "--reset_to", "best", "--growth_migration", "reset"],
-    # preserve: the checkpoint at step 5 holds young Adam cohorts (growths at 2 and 4)
-    ["--grow_every", "2", "--growth_migration", "preserve"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [
+            "--grow_on",
+            "stall",
+            "--grow_patience",
+            "1",
+            "--eval_every",
+            "1",
+            "--growth_migration",
+            "naive",
+            "--lr_schedule",
+            "cosine",
+        ],
+        ["--grow_on", "reset", "--reset_every", "3", "--reset_to", "best", "--growth_migration", "reset"],
+        # preserve: the checkpoint at step 5 holds young Adam cohorts (growths at 2 and 4)
+        ["--grow_every", "2", "--growth_migration", "preserve"],
+    ],
+)
 def test_resume_across_growth_is_exact(tmp_path, fast_flags, flags):
     """A checkpoint after growths, the run killed later, resumed: the same metrics and events."""
     import shutil
+
     common = [*fast_flags, "--enable_growth", "1", *flags, "--steps", "8"]
     full, d = tmp_path / "full", tmp_path / "killed"
     assert main(["--outdir", str(full), *common]) == 0
@@ -137,8 +206,10 @@ def test_resume_across_growth_is_exact(tmp_path, fast_flags, flags):
     shutil.rmtree(d / "checkpoints" / "step_000008")
     assert main(["--outdir", str(d), "--resume"]) == 0
     volatile = ("time/", "perf/")
-    stable = [[{k: v for k, v in m.items() if not k.startswith(volatile)} for m in _read(x / "metrics.jsonl")]
-              for x in (full, d)]
+    stable = [
+        [{k: v for k, v in m.items() if not k.startswith(volatile)} for m in _read(x / "metrics.jsonl")]
+        for x in (full, d)
+    ]
     assert stable[0] == stable[1]
     grows = [[(e["step"], e["new_rank"]) for e in _growths(_read(x / "events.jsonl"))] for x in (full, d)]
     assert grows[0] == grows[1] and grows[0]

@@ -2,6 +2,7 @@
 second run (even with --overwrite) and a --resume are refused with exit 2 naming the holder's pid,
 and leave its files alone; a lock left by a process killed with SIGKILL is taken over with a
 warning; the lock is gone after a run ends."""
+
 import json
 import os
 import signal
@@ -12,8 +13,21 @@ import time
 import pytest
 
 # tests/conftest.py's FAST (a name `from conftest import` cannot reach in a full run: tests/ray has one too)
-FAST = ["--steps", "3", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-        "--eval_every", "2", "--quiet"]
+FAST = [
+    "--steps",
+    "3",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+]
 
 pytestmark = pytest.mark.smoke
 FLAGS = [f for f in FAST if f != "--quiet"] + ["--quiet", "--threads", "1"]
@@ -21,8 +35,9 @@ FLAGS = [f for f in FAST if f != "--quiet"] + ["--quiet", "--threads", "1"]
 
 def start(outdir, *extra, steps="400"):
     cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(outdir), *FLAGS, "--steps", steps, *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
 
 
 def run(outdir, *extra, steps="400"):
@@ -52,15 +67,15 @@ def test_second_run_and_resume_refused_while_the_first_lives(tmp_path):
             code, err = run(out, *extra)
             assert code == 2, err
             assert f"pid {a.pid}" in err and "--outdir" in err and "Traceback" not in err
-        assert (out / "config.json").read_text() == before           # the live run's files untouched
-        assert a.poll() is None                                       # and it is still training
+        assert (out / "config.json").read_text() == before  # the live run's files untouched
+        assert a.poll() is None  # and it is still training
     finally:
         a.send_signal(signal.SIGTERM)
         _, err_a = a.communicate(timeout=120)
     assert a.returncode == 143, err_a
-    assert not (out / "run.lock").exists()                            # released on a signal stop
+    assert not (out / "run.lock").exists()  # released on a signal stop
     done = len((out / "metrics.jsonl").read_text().splitlines()) - 1  # the SIGTERM checkpoint's step (less step 0)
-    code, err = run(out, "--resume", steps=str(done + 2))             # now free: resume works, no warning
+    code, err = run(out, "--resume", steps=str(done + 2))  # now free: resume works, no warning
     assert code == 0, err
     assert "stale lock" not in err and not (out / "run.lock").exists()
 
@@ -69,7 +84,7 @@ def test_stale_lock_of_a_killed_run_is_taken_over_with_a_warning(tmp_path):
     out = tmp_path / "run"
     a = start(out, "--save_every", "2")
     wait_for(out / "metrics.jsonl", 3)
-    a.kill()                                                          # SIGKILL: no clean-up at all
+    a.kill()  # SIGKILL: no clean-up at all
     a.wait(timeout=60)
     assert json.loads((out / "run.lock").read_text())["pid"] == a.pid
     done = len((out / "metrics.jsonl").read_text().splitlines()) - 1  # less the step-0 row
@@ -83,9 +98,15 @@ def test_stale_lock_of_a_killed_run_is_taken_over_with_a_warning(tmp_path):
 def test_lock_file_alone_does_not_make_a_new_outdir_non_empty(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    (out / "run.lock").write_text(json.dumps({"pid": 2 ** 22 + 7, "host": "elsewhere-or-dead"}))
+    (out / "run.lock").write_text(json.dumps({"pid": 2**22 + 7, "host": "elsewhere-or-dead"}))
     code, err = run(out, steps="3")
     assert code == 0, err
     assert "taking over the stale lock" in err
-    assert sorted(os.listdir(out)) == ["checkpoints", "config.json", "events.jsonl", "metrics.jsonl",
-                                       "samples.jsonl", "summary.json"]
+    assert sorted(os.listdir(out)) == [
+        "checkpoints",
+        "config.json",
+        "events.jsonl",
+        "metrics.jsonl",
+        "samples.jsonl",
+        "summary.json",
+    ]

@@ -1,6 +1,7 @@
 """A newcomer's command lines and config files, end to end through run.main: a TRL/verl name, a
 float that is 0 or subnormal in float32, a warmup longer than the run, an adapter rank the machine
 cannot hold: exit 2, one error line naming the flag (and ours, for a foreign name), nothing written."""
+
 import pytest
 
 from noma_prorl_bench.run import main
@@ -8,8 +9,10 @@ from noma_prorl_bench.run import main
 pytestmark = pytest.mark.smoke
 
 CASES = [
-    (["--learning_rate", "1e-3"], "argument --learning_rate: unrecognized flag (--learning_rate is TRL's name; "
-                                  "ours is --lr)"),
+    (
+        ["--learning_rate", "1e-3"],
+        "argument --learning_rate: unrecognized flag (--learning_rate is TRL's name; ours is --lr)",
+    ),
     (["--kl_coef", "0.1"], "ours is --beta"),
     (["--temperature", "1e-45"], "argument --temperature: must be >= 1.175e-38"),
     (["--lr", "3.5e-46"], "argument --lr: must be >= 1.175e-38"),

@@ -1,6 +1,7 @@
 """Commands the tool prints paste into any shell: the resume hint names the running interpreter
 (or the installed prorl-bench script) by its full path and quotes the outdir; pasted with a PATH
 that has no virtual environment on it, it continues the run."""
+
 import os
 import shlex
 import signal
@@ -26,7 +27,7 @@ def _interrupted_hint(tmp_path, fast_flags, monkeypatch, capsys, prog):
         return m
 
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", step_then_signal)
-    d = tmp_path / "my runs" / "a"                                  # a space: the hint must quote it
+    d = tmp_path / "my runs" / "a"  # a space: the hint must quote it
     assert main(["--outdir", str(d), *fast_flags, "--steps", "4"], prog=prog) == 143
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", real_step)
     err = capsys.readouterr().err
@@ -38,12 +39,15 @@ def test_resume_hint_pastes_outside_the_venv(tmp_path, fast_flags, monkeypatch, 
     d, hint = _interrupted_hint(tmp_path, fast_flags, monkeypatch, capsys, prog)
     argv = shlex.split(hint)
     assert os.path.isabs(argv[0]) and argv[-3:] == ["--outdir", str(d), "--resume"]
-    assert argv[0] == sys.executable if prog.startswith("python") else argv[0] in (
-        os.path.join(os.path.dirname(sys.executable), "prorl-bench"), sys.executable)
+    assert (
+        argv[0] == sys.executable
+        if prog.startswith("python")
+        else argv[0] in (os.path.join(os.path.dirname(sys.executable), "prorl-bench"), sys.executable)
+    )
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "PYTHONPATH": os.environ["PYTHONPATH"]}
     r = subprocess.run(hint, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert len((d / "metrics.jsonl").read_text().splitlines()) == 5         # step 0 (before RL), 1..4
+    assert len((d / "metrics.jsonl").read_text().splitlines()) == 5  # step 0 (before RL), 1..4
 
 
 def test_program_and_pip_hints_name_the_interpreter():

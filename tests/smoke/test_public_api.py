@@ -1,6 +1,7 @@
 """The public API: `from noma_prorl_bench import Config, train` runs the same
 training job as the CLI. Same seed and flags -> the same metrics.jsonl rows (timing keys aside),
 the same event sequence and the same config.json apart from --outdir."""
+
 import json
 import os
 import subprocess
@@ -13,8 +14,19 @@ from noma_prorl_bench import Config, train
 pytestmark = pytest.mark.smoke
 
 VOLATILE = ("time/", "perf/")
-FLAGS = {"steps": 3, "batch_size": 4, "group_size": 4, "warmstart_steps": 5, "n_val": 16, "eval_every": 2,
-         "ppo_epochs": 2, "minibatches": 2, "seed": 3, "quiet": True, "threads": 1}
+FLAGS = {
+    "steps": 3,
+    "batch_size": 4,
+    "group_size": 4,
+    "warmstart_steps": 5,
+    "n_val": 16,
+    "eval_every": 2,
+    "ppo_epochs": 2,
+    "minibatches": 2,
+    "seed": 3,
+    "quiet": True,
+    "threads": 1,
+}
 
 
 def _rows(d, name):
@@ -33,21 +45,23 @@ def test_python_train_matches_the_cli(tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "noma_prorl_bench.run", "--outdir", cli_dir, *argv], env=env, check=True)
     api, cli = _rows(api_dir, "metrics.jsonl"), _rows(cli_dir, "metrics.jsonl")
-    assert [r["step"] for r in api] == [0, 1, 2, 3]                          # 0: the evaluation before RL
-    assert [_stable(r) for r in api] == [_stable(r) for r in cli]          # floats compared exactly
-    assert "reward/val" in api[2] and api[1]["count/policy_fwd_train"] == 4    # E*M = 2*2
+    assert [r["step"] for r in api] == [0, 1, 2, 3]  # 0: the evaluation before RL
+    assert [_stable(r) for r in api] == [_stable(r) for r in cli]  # floats compared exactly
+    assert "reward/val" in api[2] and api[1]["count/policy_fwd_train"] == 4  # E*M = 2*2
     events = [(e["step"], e["event"]) for e in _rows(api_dir, "events.jsonl")]
     assert events == [(e["step"], e["event"]) for e in _rows(cli_dir, "events.jsonl")]
     cfg_api, cfg_cli = (json.load(open(os.path.join(d, "config.json"))) for d in (api_dir, cli_dir))
-    for c in (cfg_api, cfg_cli):                 # the subprocess was given OMP_NUM_THREADS=1, which machine.env records
+    for c in (cfg_api, cfg_cli):  # the subprocess was given OMP_NUM_THREADS=1, which machine.env records
         c["machine"] = {k: v for k, v in c["machine"].items() if k != "env"}
     assert cfg_cli.get("machine") and cfg_api["machine"] == cfg_cli["machine"]
-    assert {k: v for k, v in cfg_api.items() if k not in ("outdir", "argv", "run_id")} == \
-        {k: v for k, v in cfg_cli.items() if k not in ("outdir", "argv", "run_id")}
+    assert {k: v for k, v in cfg_api.items() if k not in ("outdir", "argv", "run_id")} == {
+        k: v for k, v in cfg_cli.items() if k not in ("outdir", "argv", "run_id")
+    }
 
 
 def test_python_train_refuses_a_bad_outdir_and_writes_nothing(tmp_path):
     from noma_prorl_bench import ConfigError
+
     out = tmp_path / "taken"
     out.mkdir()
     (out / "metrics.jsonl").write_text("{}\n")

@@ -3,6 +3,7 @@ comparison's new answer beside the committed one. On the machine and commit that
 runs are bit-deterministic, so the replication must reproduce every number exactly: from the
 suite directory (its suite.json's flags) and from a report folder holding only summary.json (the
 runs rebuilt from its provenance), on a chosen subset of seeds too."""
+
 import json
 import shutil
 
@@ -18,7 +19,7 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     src = tmp_path / "aa"
     assert suite_main(["--preset", "aa", "--seeds", "2", "--outdir", str(src), "--jobs", "2", "--quiet"]) == 0
     committed = json.loads((src / "summary.json").read_text())
-    info = committed["provenance"]["machine_info"]             # the machine is recorded
+    info = committed["provenance"]["machine_info"]  # the machine is recorded
     assert info["torch_cpu_capability"] and info["cores"] >= 1 and isinstance(info["cpu_flags"], list)
     run_cfg = json.loads(next(src.glob("*/config.json")).read_text())
     assert run_cfg["machine"]["torch_cpu_capability"] == info["torch_cpu_capability"]
@@ -29,7 +30,7 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     (row,) = rep["rows"]
     (old,) = committed["comparisons"]
     assert row["name"] == old["name"] == "AA-2 vs AA-1"
-    assert row["new"]["diff"] == old["diff"] and row["new"]["ci95"] == old["ci95"]   # bit-identical runs
+    assert row["new"]["diff"] == old["diff"] and row["new"]["ci95"] == old["ci95"]  # bit-identical runs
     assert row["replicates"] and row["overlap"] and row["within"]
     assert rep["replicated"] == rep["compared"] == 1 and rep["machines"]["kernel_differences"] == []
     md = (new / "replication.md").read_text()
@@ -48,12 +49,14 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     assert runs == ["AA-1_s1", "AA-2_s1001"] and all((src / name / "config.json").is_file() for name in runs)
 
 
-@pytest.mark.parametrize("argv, flag", [(["--seeds", "7"], "--seeds"), (["--seeds", "x"], "--seeds"),
-                                        (["--jobs", "0"], "--jobs")])
+@pytest.mark.parametrize(
+    "argv, flag", [(["--seeds", "7"], "--seeds"), (["--seeds", "x"], "--seeds"), (["--jobs", "0"], "--jobs")]
+)
 def test_replicate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, flag):
     (tmp_path / "s").mkdir()
-    (tmp_path / "s" / "summary.json").write_text(json.dumps(
-        {"comparisons": [], "provenance": {"preset": "aa", "seeds": 2, "steps": 12}}))
+    (tmp_path / "s" / "summary.json").write_text(
+        json.dumps({"comparisons": [], "provenance": {"preset": "aa", "seeds": 2, "steps": 12}})
+    )
     with pytest.raises(SystemExit) as e:
         replicate_main([str(tmp_path / "s"), *argv, "--outdir", str(tmp_path / "new")])
     assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err

@@ -3,6 +3,7 @@ Polyak is exact, presets run and write their events, drift-monitor forwards have
 
 Every run uses FAST (tests/conftest.py): 4 prompts x 4 samples, eval every 2 steps, a few steps.
 """
+
 import shutil
 
 import pytest
@@ -28,8 +29,16 @@ def _resets(events):
 
 
 def _trainer(tmp_path, **overrides):
-    values = {"outdir": str(tmp_path / "t"), "batch_size": 4, "group_size": 4, "warmstart_steps": 5,
-              "n_val": 16, "eval_every": 2, "quiet": True, **overrides}
+    values = {
+        "outdir": str(tmp_path / "t"),
+        "batch_size": 4,
+        "group_size": 4,
+        "warmstart_steps": 5,
+        "n_val": 16,
+        "eval_every": 2,
+        "quiet": True,
+        **overrides,
+    }
     events = MemorySink()
     return Trainer.from_config(make_config(values), events_sink=events), events
 
@@ -48,8 +57,9 @@ def test_ring_matches_cached_end_to_end(tmp_path, fast_flags):
     stable = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in m_ring]
     assert stable == [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in m_cached]
     drop = ("seconds",)
-    assert [{k: v for k, v in e.items() if k not in drop} for e in e_ring] == \
-        [{k: v for k, v in e.items() if k not in drop} for e in e_cached]
+    assert [{k: v for k, v in e.items() if k not in drop} for e in e_ring] == [
+        {k: v for k, v in e.items() if k not in drop} for e in e_cached
+    ]
 
 
 # ---------------------------------------------------------------- triggers at the exact steps
@@ -67,8 +77,18 @@ def test_periodic_fires_at_multiples_and_steps_since_counts(tmp_path, fast_flags
 def test_kl_spike_fires_after_min_gap(tmp_path, fast_flags):
     # k3 >= 0 and > 0 once the policy moved, so a tiny threshold is crossed every step;
     # the gap of 3 steps (counted from the start, then from each reset) decides: 3, 6.
-    metrics, events = _run(tmp_path, fast_flags, "--steps", "7", "--kl_estimator", "k3",
-                           "--reset_kl_above", "1e-12", "--reset_kl_min_gap", "3")
+    metrics, events = _run(
+        tmp_path,
+        fast_flags,
+        "--steps",
+        "7",
+        "--kl_estimator",
+        "k3",
+        "--reset_kl_above",
+        "1e-12",
+        "--reset_kl_min_gap",
+        "3",
+    )
     resets = _resets(events)
     assert [e["step"] for e in resets] == [3, 6]
     by_step = {m["step"]: m for m in metrics}
@@ -81,8 +101,7 @@ def test_kl_spike_fires_after_min_gap(tmp_path, fast_flags):
 def test_stall_fires_on_expected_eval_steps(tmp_path, fast_flags):
     # evals at 2, 4, 6 and 7 (the last step); the first sets the best, a min_delta of 100
     # means no later one improves, patience 1 fires on each of them.
-    metrics, events = _run(tmp_path, fast_flags, "--steps", "7", "--reset_on_stall", "1",
-                           "--stall_min_delta", "100")
+    metrics, events = _run(tmp_path, fast_flags, "--steps", "7", "--reset_on_stall", "1", "--stall_min_delta", "100")
     resets = _resets(events)
     assert [e["step"] for e in resets] == [4, 6, 7]
     vals = {m["step"]: m["reward/val"] for m in metrics if "reward/val" in m}
@@ -92,11 +111,14 @@ def test_stall_fires_on_expected_eval_steps(tmp_path, fast_flags):
 
 
 def test_triggers_combine_into_one_reset(tmp_path, fast_flags):
-    _, events = _run(tmp_path, fast_flags, "--steps", "4", "--reset_every", "2", "--reset_on_stall", "1",
-                     "--stall_min_delta", "100")
+    _, events = _run(
+        tmp_path, fast_flags, "--steps", "4", "--reset_every", "2", "--reset_on_stall", "1", "--stall_min_delta", "100"
+    )
     resets = _resets(events)
-    assert [(e["step"], e["reason"], e["reasons"]) for e in resets] == \
-        [(2, "periodic", ["periodic"]), (4, "stall", ["stall", "periodic"])]
+    assert [(e["step"], e["reason"], e["reasons"]) for e in resets] == [
+        (2, "periodic", ["periodic"]),
+        (4, "stall", ["stall", "periodic"]),
+    ]
 
 
 # ---------------------------------------------------------------- target and reference rule
@@ -104,21 +126,21 @@ def test_triggers_combine_into_one_reset(tmp_path, fast_flags):
 
 def test_reset_to_best_restores_policy_and_reference_bit_for_bit(tmp_path):
     trainer, events = _trainer(tmp_path, steps=6, reset_to="best", reset_on_stall=1, opt_reset="keep")
-    scripted = iter([0.9, 0.1, 0.2])           # validations at steps 2, 4, 6: step 2 stays the best
+    scripted = iter([0.9, 0.1, 0.2])  # validations at steps 2, 4, 6: step 2 stays the best
     snaps = {}
     orig = trainer.run_eval
 
     def run_eval(batch):
         out = orig(batch)
         out["reward/val"] = next(scripted)
-        snaps[trainer.step_idx] = clone_state_dict(trainer.policy)   # post-update, pre-reset
+        snaps[trainer.step_idx] = clone_state_dict(trainer.policy)  # post-update, pre-reset
         return out
 
     trainer.run_eval = run_eval
     for _ in range(6):
         trainer.train_step()
         step = trainer.step_idx
-        if step in (4, 6):                     # stall resets: back to step 2's parameters
+        if step in (4, 6):  # stall resets: back to step 2's parameters
             policy, ref = trainer.policy.state_dict(), trainer.ref.model.state_dict()
             assert _same_params(policy, snaps[2]) and _same_params(ref, snaps[2])
             assert not _same_params(snaps[step], snaps[2])
@@ -151,34 +173,67 @@ def test_polyak_reference_update_is_exact(tmp_path):
 
 
 def test_hard_opt_reset_implies_step_schedule_and_kl_coef(tmp_path, fast_flags):
-    _, events = _run(tmp_path, fast_flags, "--steps", "2", "--reset_every", "2", "--opt_reset", "hard",
-                     "--target_kl", "0.01", "--warmup_steps", "4", "--lr", "0.002")
+    _, events = _run(
+        tmp_path,
+        fast_flags,
+        "--steps",
+        "2",
+        "--reset_every",
+        "2",
+        "--opt_reset",
+        "hard",
+        "--target_kl",
+        "0.01",
+        "--warmup_steps",
+        "4",
+        "--lr",
+        "0.002",
+    )
     (opt,) = [e for e in events if e["event"] == "opt_reset"]
     assert opt["mode"] == "hard" and opt["params_cleared"] > 0 and opt["optim_step_before"] == 8
     assert opt["opt_step_reset"] and opt["lr_schedule_reset"] and opt["kl_coef_reset"]
-    assert opt["lr_after"] == pytest.approx(0.002 / 4)       # warmup restarted at its first step
+    assert opt["lr_after"] == pytest.approx(0.002 / 4)  # warmup restarted at its first step
     assert opt["kl_coef_after"] == 0.05
 
 
 # ---------------------------------------------------------------- presets end to end
 
 
-@pytest.mark.parametrize("preset,flags,expect", [
-    ("prorl_v1", ["--reset_on_stall", "1", "--stall_min_delta", "100"],
-     {"reason": "stall", "reset_to": "best", "ref_update": "hard", "mode": "hard", "steps": [4]}),
-    ("prorl_v2", ["--reset_every", "2"],
-     {"reason": "periodic", "reset_to": "current", "ref_update": "hard", "mode": "keep", "steps": [2, 4]}),
-    ("trl_sync", ["--reset_every", "2"],
-     {"reason": "periodic", "reset_to": "current", "ref_update": "polyak", "mode": "keep", "steps": [2, 4]}),
-    ("noma_soft", ["--reset_every", "2"],
-     {"reason": "periodic", "reset_to": "current", "ref_update": "hard", "mode": "soft", "steps": [2, 4]}),
-])
+@pytest.mark.parametrize(
+    "preset,flags,expect",
+    [
+        (
+            "prorl_v1",
+            ["--reset_on_stall", "1", "--stall_min_delta", "100"],
+            {"reason": "stall", "reset_to": "best", "ref_update": "hard", "mode": "hard", "steps": [4]},
+        ),
+        (
+            "prorl_v2",
+            ["--reset_every", "2"],
+            {"reason": "periodic", "reset_to": "current", "ref_update": "hard", "mode": "keep", "steps": [2, 4]},
+        ),
+        (
+            "trl_sync",
+            ["--reset_every", "2"],
+            {"reason": "periodic", "reset_to": "current", "ref_update": "polyak", "mode": "keep", "steps": [2, 4]},
+        ),
+        (
+            "noma_soft",
+            ["--reset_every", "2"],
+            {"reason": "periodic", "reset_to": "current", "ref_update": "hard", "mode": "soft", "steps": [2, 4]},
+        ),
+    ],
+)
 def test_each_preset_runs_and_writes_its_events(tmp_path, fast_flags, preset, flags, expect):
     _, events = _run(tmp_path, fast_flags, "--steps", "4", "--preset", preset, *flags)
     resets, opts = _resets(events), [e for e in events if e["event"] == "opt_reset"]
     assert [e["step"] for e in resets] == expect["steps"] == [e["step"] for e in opts]
     for e in resets:
-        assert (e["reason"], e["reset_to"], e["ref_update"]) == (expect["reason"], expect["reset_to"], expect["ref_update"])
+        assert (e["reason"], e["reset_to"], e["ref_update"]) == (
+            expect["reason"],
+            expect["reset_to"],
+            expect["ref_update"],
+        )
     assert all(o["mode"] == expect["mode"] for o in opts)
     if preset == "trl_sync":
         assert all(e["ref_mix_alpha"] == 0.6 for e in resets)
@@ -187,8 +242,20 @@ def test_each_preset_runs_and_writes_its_events(tmp_path, fast_flags, preset, fl
 
 
 def test_explicit_flags_override_the_preset(tmp_path, fast_flags):
-    _, events = _run(tmp_path, fast_flags, "--steps", "2", "--preset", "trl_sync", "--reset_every", "2",
-                     "--ref_mix_alpha", "0.25", "--opt_reset", "asym")
+    _, events = _run(
+        tmp_path,
+        fast_flags,
+        "--steps",
+        "2",
+        "--preset",
+        "trl_sync",
+        "--reset_every",
+        "2",
+        "--ref_mix_alpha",
+        "0.25",
+        "--opt_reset",
+        "asym",
+    )
     (r,) = _resets(events)
     (o,) = [e for e in events if e["event"] == "opt_reset"]
     assert r["ref_update"] == "polyak" and r["ref_mix_alpha"] == 0.25 and o["mode"] == "asym"
@@ -197,14 +264,15 @@ def test_explicit_flags_override_the_preset(tmp_path, fast_flags):
 # ---------------------------------------------------------------- monitors and counters
 
 
-@pytest.mark.parametrize("flags,ref_fwd", [(["--ref_compute", "cached"], 1), (["--ref_compute", "naive_epoch"], 4),
-                                           (["--variant", "B"], 0)])
+@pytest.mark.parametrize(
+    "flags,ref_fwd", [(["--ref_compute", "cached"], 1), (["--ref_compute", "naive_epoch"], 4), (["--variant", "B"], 0)]
+)
 def test_monitor_forwards_have_their_own_counter(tmp_path, fast_flags, flags, ref_fwd):
     metrics, events = _run(tmp_path, fast_flags, "--steps", "3", *flags)
     (setup,) = [e for e in events if e["event"] == "monitor_setup"]
-    n_fixed = setup["sequences"]                                     # fixed batch: n x L tokens
+    n_fixed = setup["sequences"]  # fixed batch: n x L tokens
     for m in metrics:
-        assert m["count/ref_fwd"] == ref_fwd                        # monitors never counted here
+        assert m["count/ref_fwd"] == ref_fwd  # monitors never counted here
         evaluated = "reward/val" in m
         assert evaluated == (m["step"] in (2, 3))
         # 3 forwards on the fixed batch (current, init, previous) + 1 on the rollout batch
@@ -240,14 +308,32 @@ def test_reset_state_round_trips(tmp_path):
     assert sa["trigger"] == sb["trigger"] and sa["recovery"] == sb["recovery"]
     assert sa["best"]["step"] == sb["best"]["step"] and _same_params(sa["best"]["params"], sb["best"]["params"])
     ma, mb = a.monitors.state_dict(), b.monitors.state_dict()
-    assert torch.equal(ma["tokens"], mb["tokens"]) and _same_params(ma["drift"]["init_params"], mb["drift"]["init_params"])
+    assert torch.equal(ma["tokens"], mb["tokens"]) and _same_params(
+        ma["drift"]["init_params"], mb["drift"]["init_params"]
+    )
 
 
 def test_resume_keeps_trigger_best_and_recovery_state(tmp_path, fast_flags):
     """Stall + KL-spike + best target across a checkpoint: the resumed run makes the same
     resets (same reasons, same restored step) and the same metrics as an uninterrupted one."""
-    flags = ["--steps", "9", "--eval_every", "3", "--kl_estimator", "k3", "--reset_to", "best", "--reset_on_stall", "1",
-             "--stall_min_delta", "100", "--reset_kl_above", "1e-12", "--reset_kl_min_gap", "4"]
+    flags = [
+        "--steps",
+        "9",
+        "--eval_every",
+        "3",
+        "--kl_estimator",
+        "k3",
+        "--reset_to",
+        "best",
+        "--reset_on_stall",
+        "1",
+        "--stall_min_delta",
+        "100",
+        "--reset_kl_above",
+        "1e-12",
+        "--reset_kl_min_gap",
+        "4",
+    ]
     full = tmp_path / "full"
     assert main(["--outdir", str(full), *fast_flags, *flags]) == 0
     part = tmp_path / "part"
@@ -261,8 +347,11 @@ def test_resume_keeps_trigger_best_and_recovery_state(tmp_path, fast_flags):
     drop = ("seconds",)
 
     def resets(d):
-        return [{k: v for k, v in e.items() if k not in drop} for e in _read(d / "events.jsonl")
-                if e["event"] in ("ref_reset", "opt_reset", "recovery")]
+        return [
+            {k: v for k, v in e.items() if k not in drop}
+            for e in _read(d / "events.jsonl")
+            if e["event"] in ("ref_reset", "opt_reset", "recovery")
+        ]
 
     assert resets(part) == resets(full)
     # evals at 3, 6, 9: stall at 6 and 9; KL spike needs 4 steps since the start or the last

@@ -4,6 +4,7 @@ The central check: a run stopped at step k and resumed writes a metrics.jsonl id
 uninterrupted run's, apart from time/* and perf/* keys, including across a reference reset and a
 LoRA rank growth.
 """
+
 import json
 import os
 import shutil
@@ -53,13 +54,14 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path, fast_flags, name):
     flags = SCENARIOS[name]
     full = _full(tmp_path, fast_flags, flags)
     d = str(tmp_path / "killed")
-    assert main(["--outdir", d, *fast_flags, *flags, "--steps", "10", "--save_every", "3",
-                 "--keep_checkpoints", "4"]) == 0
+    assert (
+        main(["--outdir", d, *fast_flags, *flags, "--steps", "10", "--save_every", "3", "--keep_checkpoints", "4"]) == 0
+    )
     for s in (9, 10):
         shutil.rmtree(os.path.join(d, "checkpoints", f"step_{s:06d}"))
     os.remove(os.path.join(d, "summary.json"))
     with open(os.path.join(d, "metrics.jsonl"), "a") as f:
-        f.write('{"step": 11, "reward/me')                          # a partial last line
+        f.write('{"step": 11, "reward/me')  # a partial last line
     assert main(["--outdir", d, "--resume"]) == 0
     assert _stable(d) == _stable(full)
     resume = [e for e in _records(d, "events.jsonl") if e["event"] == "resume"]
@@ -67,7 +69,7 @@ def test_killed_run_resumes_to_identical_metrics(tmp_path, fast_flags, name):
     assert json.loads(open(os.path.join(d, "summary.json")).read())["resumed_from_step"] == 6
     if name == "growth":
         ranks = [r["adapter/rank"] for r in _records(d) if r["step"] > 0]
-        assert ranks[4] < ranks[-1]                                 # grew at step 4 and 8, across the resume
+        assert ranks[4] < ranks[-1]  # grew at step 4 and 8, across the resume
 
 
 def test_stopped_run_extended_with_more_steps(tmp_path, fast_flags):
@@ -88,7 +90,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, fast_flags, monkeypatch, ca
     def step_then_signal(self):
         m = real_step(self)
         if self.step_idx == 4:
-            signal.raise_signal(signal.SIGTERM)                     # arrives mid-run
+            signal.raise_signal(signal.SIGTERM)  # arrives mid-run
         return m
 
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", step_then_signal)
@@ -98,7 +100,7 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path, fast_flags, monkeypatch, ca
     assert "interrupted by SIGTERM after step 4" in capsys.readouterr().err
     assert os.listdir(os.path.join(d, "checkpoints")) == ["step_000004"]
     assert not os.path.exists(os.path.join(d, "summary.json")) and [r["step"] for r in _records(d)] == [0, 1, 2, 3, 4]
-    assert signal.getsignal(signal.SIGTERM) == handler_before           # handlers restored
+    assert signal.getsignal(signal.SIGTERM) == handler_before  # handlers restored
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", real_step)
     assert main(["--outdir", d, "--resume"]) == 0
     assert _stable(d) == _stable(full)
@@ -110,6 +112,7 @@ def test_keep_checkpoints_and_layout(tmp_path, fast_flags):
     root = os.path.join(d, "checkpoints")
     assert sorted(os.listdir(root)) == ["step_000006", "step_000007"]
     from safetensors.torch import load_file
+
     names = set(load_file(os.path.join(root, "step_000007", "tensors.safetensors")))
     assert any(n.startswith("components/policy/") for n in names)
     assert any(n.startswith("components/ref/model/") for n in names)
@@ -134,12 +137,15 @@ def _exit_code(argv):
         return e.code
 
 
-@pytest.mark.parametrize("extra,flag", [
-    (["--lr", "0.01"], "--lr"),
-    (["--loss", "cispo", "--seed", "3"], "--seed"),
-    (["--steps", "2"], "--steps"),
-    (["--overwrite"], "--overwrite"),
-])
+@pytest.mark.parametrize(
+    "extra,flag",
+    [
+        (["--lr", "0.01"], "--lr"),
+        (["--loss", "cispo", "--seed", "3"], "--seed"),
+        (["--steps", "2"], "--steps"),
+        (["--overwrite"], "--overwrite"),
+    ],
+)
 def test_resume_refusals_name_the_flags(tmp_path, fast_flags, capsys, extra, flag):
     d = str(tmp_path / "r")
     assert main(["--outdir", d, *fast_flags, "--save_every", "2"]) == 0
@@ -151,13 +157,16 @@ def test_resume_refusals_name_the_flags(tmp_path, fast_flags, capsys, extra, fla
     assert snapshot == {f: open(os.path.join(d, f), "rb").read() for f in snapshot}
 
 
-@pytest.mark.parametrize("damage,needle", [
-    ("state_json", "unreadable"),
-    ("tensors", "unreadable"),
-    ("foreign", "not a noma_prorl_bench checkpoint"),
-    ("other_model", "belongs to another run"),
-    ("other_model_relabelled", "does not fit"),
-])
+@pytest.mark.parametrize(
+    "damage,needle",
+    [
+        ("state_json", "unreadable"),
+        ("tensors", "unreadable"),
+        ("foreign", "not a noma_prorl_bench checkpoint"),
+        ("other_model", "belongs to another run"),
+        ("other_model_relabelled", "does not fit"),
+    ],
+)
 def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, capsys, damage, needle):
     d = str(tmp_path / "r")
     assert main(["--outdir", d, *fast_flags]) == 0
@@ -169,7 +178,7 @@ def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, ca
             f.truncate(100)
     elif damage == "foreign":
         open(os.path.join(ck, "state.json"), "w").write('{"hello": "world"}')
-    else:                                                   # a checkpoint of a different model size
+    else:  # a checkpoint of a different model size
         other = str(tmp_path / "o")
         assert main(["--outdir", other, *fast_flags, "--hidden", "32"]) == 0
         meta = json.load(open(os.path.join(other, "checkpoints", "step_000003", "state.json")))
@@ -177,12 +186,13 @@ def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, ca
         meta["config"], meta["config_hash"] = meta_here["config"], meta_here["config_hash"]
         shutil.rmtree(ck)
         shutil.copytree(os.path.join(other, "checkpoints", "step_000003"), ck)
-        if damage == "other_model_relabelled":              # its identity and digests made this run's: the
-            meta["run_id"] = meta_here["run_id"]            # state itself must still be refused
+        if damage == "other_model_relabelled":  # its identity and digests made this run's: the
+            meta["run_id"] = meta_here["run_id"]  # state itself must still be refused
         with open(os.path.join(ck, "state.json"), "w") as f:
             json.dump(meta, f)
         if damage == "other_model_relabelled":
             from noma_prorl_bench.io.checkpoint import sha256_file
+
             digests = {n: sha256_file(os.path.join(ck, n)) for n in ("tensors.safetensors", "state.json")}
             with open(os.path.join(ck, "COMPLETE"), "w") as f:
                 f.write(json.dumps({"step": 3, "sha256": digests}) + "\n")
@@ -194,8 +204,18 @@ def test_corrupt_or_foreign_checkpoint_is_a_clear_error(tmp_path, fast_flags, ca
 
 # ------------------------------------------------------------------------ NaN guard
 def test_injected_nan_skips_the_update_and_leaves_parameters_untouched(tmp_path, monkeypatch):
-    cfg = make_config({"outdir": str(tmp_path), "steps": 4, "batch_size": 4, "group_size": 4,
-                       "warmstart_steps": 5, "n_val": 16, "eval_every": 2, "quiet": True})
+    cfg = make_config(
+        {
+            "outdir": str(tmp_path),
+            "steps": 4,
+            "batch_size": 4,
+            "group_size": 4,
+            "warmstart_steps": 5,
+            "n_val": 16,
+            "eval_every": 2,
+            "quiet": True,
+        }
+    )
     sink = MemorySink()
     events = sink.records
     tr = trainer_mod.Trainer.from_config(cfg, events_sink=sink)
@@ -232,10 +252,35 @@ def test_on_nan_stop_exits_3_with_outputs_flushed(tmp_path, fast_flags, monkeypa
 def test_hf_model_with_growing_adapters_resumes_exactly(tmp_path):
     pytest.importorskip("transformers")
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     model = build_tiny_hf_model(tmp_path / "model", "qwen2", hidden=32, layers=2, heads=4, seed=0, init_std=0.1)
-    flags = ["--model", f"hf:{model}", "--batch_size", "2", "--group_size", "2", "--warmstart_steps", "2",
-             "--n_val", "4", "--eval_every", "2", "--quiet", "--max_new_tokens", "6", "--steps", "6",
-             "--enable_growth", "1", "--grow_every", "2", "--adapter_targets", "*proj", "--reset_every", "3"]
+    flags = [
+        "--model",
+        f"hf:{model}",
+        "--batch_size",
+        "2",
+        "--group_size",
+        "2",
+        "--warmstart_steps",
+        "2",
+        "--n_val",
+        "4",
+        "--eval_every",
+        "2",
+        "--quiet",
+        "--max_new_tokens",
+        "6",
+        "--steps",
+        "6",
+        "--enable_growth",
+        "1",
+        "--grow_every",
+        "2",
+        "--adapter_targets",
+        "*proj",
+        "--reset_every",
+        "3",
+    ]
     full, d = str(tmp_path / "full"), str(tmp_path / "killed")
     assert main(["--outdir", full, *flags]) == 0
     assert main(["--outdir", d, *flags, "--save_every", "3", "--keep_checkpoints", "3"]) == 0

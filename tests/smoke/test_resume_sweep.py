@@ -13,6 +13,7 @@ an evaluation every 2 (2, 4, ..., 10). For every stop step k in 3..9:
                is done by the resume, so those extensions are exact.
 A cosine LR schedule (its horizon is --steps) refuses any change of --steps.
 """
+
 import json
 import os
 import shutil
@@ -26,8 +27,27 @@ pytestmark = pytest.mark.smoke
 VOLATILE = ("time/", "perf/")
 N = 10
 WINDOW = range(3, 10)
-FLAGS = ["--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16", "--eval_every", "2",
-         "--quiet", "--enable_growth", "1", "--grow_every", "4", "--reset_every", "3", "--opt_reset", "soft"]
+FLAGS = [
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+    "--enable_growth",
+    "1",
+    "--grow_every",
+    "4",
+    "--reset_every",
+    "3",
+    "--opt_reset",
+    "soft",
+]
 
 
 def _stable(d):
@@ -61,7 +81,7 @@ def full(tmp_path_factory):
 def test_interrupted_at_k_resumes_exactly(full, tmp_path, k):
     d = str(tmp_path / "cut")
     shutil.copytree(full, d)
-    for s in range(k + 1, N + 1):                       # as if stopped right after checkpoint k
+    for s in range(k + 1, N + 1):  # as if stopped right after checkpoint k
         shutil.rmtree(os.path.join(d, "checkpoints", f"step_{s:06d}"))
     os.remove(os.path.join(d, "summary.json"))
     assert main(["--outdir", d, "--resume"]) == 0
@@ -77,9 +97,9 @@ def test_extended_from_k_is_exact_or_refused(full, tmp_path, capsys, k):
     capsys.readouterr()
     rc = _exit_code(["--outdir", d, "--resume", "--steps", str(N)])
     err = capsys.readouterr().err
-    if k % 2:                                            # step k evaluated only because it was the last
+    if k % 2:  # step k evaluated only because it was the last
         assert rc == 2 and "argument --steps" in err and "--eval_every" in err and "Traceback" not in err
-        assert _stable(d) == before                      # nothing written
+        assert _stable(d) == before  # nothing written
     else:
         assert rc == 0, err
         assert _stable(d) == _stable(full)

@@ -1,4 +1,5 @@
 """The run CLI end to end: outputs, exact reference-forward counters, reproducibility."""
+
 import json
 import os
 import subprocess
@@ -25,12 +26,15 @@ def _stable(rec):
     return {k: v for k, v in rec.items() if not k.startswith(VOLATILE)}
 
 
-@pytest.mark.parametrize("flags,expected_ref_fwd", [
-    (["--variant", "A", "--ref_compute", "naive_epoch", "--ppo_epochs", "3", "--minibatches", "2"], 6),
-    (["--variant", "A", "--ref_compute", "cached", "--ppo_epochs", "3", "--minibatches", "2"], 1),
-    (["--variant", "A", "--ref_compute", "ring", "--ppo_epochs", "3", "--minibatches", "2"], 1),
-    (["--variant", "B", "--ppo_epochs", "3", "--minibatches", "2"], 0),
-])
+@pytest.mark.parametrize(
+    "flags,expected_ref_fwd",
+    [
+        (["--variant", "A", "--ref_compute", "naive_epoch", "--ppo_epochs", "3", "--minibatches", "2"], 6),
+        (["--variant", "A", "--ref_compute", "cached", "--ppo_epochs", "3", "--minibatches", "2"], 1),
+        (["--variant", "A", "--ref_compute", "ring", "--ppo_epochs", "3", "--minibatches", "2"], 1),
+        (["--variant", "B", "--ppo_epochs", "3", "--minibatches", "2"], 0),
+    ],
+)
 def test_ref_forward_counts_are_exact(tmp_path, fast_flags, flags, expected_ref_fwd):
     out = tmp_path / "run"
     assert main(["--outdir", str(out), *fast_flags, *flags]) == 0
@@ -38,8 +42,8 @@ def test_ref_forward_counts_are_exact(tmp_path, fast_flags, flags, expected_ref_
     assert len(recs) == 3 and [r["step"] for r in recs] == [1, 2, 3]
     for r in recs:
         assert r["count/ref_fwd"] == expected_ref_fwd
-        assert r["count/policy_fwd_train"] == 6                       # E*M
-        n_tokens = 16 * (recs[0]["count/tokens_policy"] and 1)        # N = 4*4 sequences
+        assert r["count/policy_fwd_train"] == 6  # E*M
+        n_tokens = 16 * (recs[0]["count/tokens_policy"] and 1)  # N = 4*4 sequences
         assert r["count/tokens_ref"] % n_tokens == 0
     for f in ("config.json", "metrics.jsonl", "events.jsonl", "summary.json"):
         assert (out / f).is_file()
@@ -57,8 +61,9 @@ def test_naive_tokens_ref_equals_epochs_times_cached(tmp_path, fast_flags):
         # A0 and A1 compute the same numbers: identical trajectories apart from timing and
         # the reference counters themselves
         drop = ("count/ref_fwd", "count/tokens_ref")
-        assert {k: v for k, v in _stable(r0).items() if k not in drop} == \
-            {k: v for k, v in _stable(r1).items() if k not in drop}
+        assert {k: v for k, v in _stable(r0).items() if k not in drop} == {
+            k: v for k, v in _stable(r1).items() if k not in drop
+        }
 
 
 def test_same_seed_same_metrics(tmp_path, fast_flags):
@@ -73,8 +78,21 @@ def test_same_seed_same_metrics(tmp_path, fast_flags):
 
 def test_reset_every_writes_events_and_transforms_optimizer(tmp_path, fast_flags):
     out = tmp_path / "r"
-    main(["--outdir", str(out), *fast_flags, "--steps", "4", "--reset_every", "2", "--opt_reset", "soft",
-          "--soft_factor", "0.5"])
+    main(
+        [
+            "--outdir",
+            str(out),
+            *fast_flags,
+            "--steps",
+            "4",
+            "--reset_every",
+            "2",
+            "--opt_reset",
+            "soft",
+            "--soft_factor",
+            "0.5",
+        ]
+    )
     ev = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     resets = [e for e in ev if e["event"] == "ref_reset"]
     assert [e["step"] for e in resets] == [2, 4]
@@ -87,8 +105,10 @@ def test_module_entry_point_help_lists_every_flag():
     from dataclasses import fields
 
     from noma_prorl_bench.config import RunConfig
+
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-    out = subprocess.run([sys.executable, "-m", "noma_prorl_bench.run", "--help"], capture_output=True,
-                         text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "noma_prorl_bench.run", "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout
     for f in fields(RunConfig):
         assert f"--{f.name}" in out

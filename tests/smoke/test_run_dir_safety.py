@@ -4,6 +4,7 @@ targets (a harmless marker file) untouched; --overwrite refuses what is not ours
 HOME; two real processes on one empty outdir never both "succeed"; a damaged checkpoint or log is
 refused before anything is written; non-finite sampling, no applied update and SIGHUP end with
 their own exit codes; bad input is one line naming the flag."""
+
 import json
 import os
 import shutil
@@ -18,8 +19,21 @@ from noma_prorl_bench.run import main
 
 pytestmark = pytest.mark.smoke
 MARK = "harmless marker\n"
-FAST = ["--steps", "4", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-        "--eval_every", "2", "--quiet"]
+FAST = [
+    "--steps",
+    "4",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+]
 
 
 def _run(argv):
@@ -65,21 +79,27 @@ def _interrupted(d):
 
 
 # ------------------------------------------------------------------ symlinks
-@pytest.mark.parametrize("name,mode", [
-    ("metrics.jsonl.tmp", "resume"),          # --resume cut metrics.jsonl back through this name
-    ("config.json.tmp", "overwrite"),         # a fresh --overwrite run wrote config.json through it
-    ("run.lock", "overwrite"),                # the lock truncated its target
-    ("events.jsonl", "resume"),
-    ("summary.json", "overwrite"),
-])
+@pytest.mark.parametrize(
+    "name,mode",
+    [
+        ("metrics.jsonl.tmp", "resume"),  # --resume cut metrics.jsonl back through this name
+        ("config.json.tmp", "overwrite"),  # a fresh --overwrite run wrote config.json through it
+        ("run.lock", "overwrite"),  # the lock truncated its target
+        ("events.jsonl", "resume"),
+        ("summary.json", "overwrite"),
+    ],
+)
 def test_symlinked_run_file_is_refused_and_its_target_untouched(run_copy, victim, capsys, name, mode):
     _interrupted(run_copy)
     if (run_copy / name).exists():
         (run_copy / name).unlink()
     os.symlink(victim, run_copy / name)
     before = _snapshot(run_copy)
-    argv = ["--outdir", str(run_copy), "--resume"] if mode == "resume" else ["--outdir", str(run_copy), *FAST,
-                                                                             "--overwrite"]
+    argv = (
+        ["--outdir", str(run_copy), "--resume"]
+        if mode == "resume"
+        else ["--outdir", str(run_copy), *FAST, "--overwrite"]
+    )
     capsys.readouterr()
     assert _run(argv) == 2
     err = capsys.readouterr().err
@@ -99,6 +119,7 @@ def test_symlinked_checkpoint_file_is_refused(run_copy, victim, capsys):
 
 def test_suite_refuses_a_symlinked_suite_json(tmp_path, victim, capsys):
     from noma_prorl_bench.suite import main as suite_main
+
     (tmp_path / "s").mkdir()
     os.symlink(victim, tmp_path / "s" / "suite.json")
     assert _run_suite(suite_main, ["--preset", "smoke", "--outdir", str(tmp_path / "s")]) == 2
@@ -130,11 +151,18 @@ def test_overwrite_refuses_a_foreign_directory(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("where", ["home", "cwd"])
 def test_overwrite_refuses_home_and_cwd_with_a_scratch_home(finished, tmp_path, where):
     home = tmp_path / "home"
-    shutil.copytree(finished, home)                 # even a run of ours there is not cleared
+    shutil.copytree(finished, home)  # even a run of ours there is not cleared
     env = {**os.environ, "HOME": str(home), "OMP_NUM_THREADS": "1"}
     outdir = "~" if where == "home" else "."
-    cmd = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", os.path.expanduser(outdir) if where == "cwd"
-           else str(home), *FAST, "--overwrite"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "noma_prorl_bench.run",
+        "--outdir",
+        os.path.expanduser(outdir) if where == "cwd" else str(home),
+        *FAST,
+        "--overwrite",
+    ]
     before = _snapshot(home)
     p = subprocess.run(cmd, env=env, cwd=str(home), capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr
@@ -150,8 +178,7 @@ def test_two_runs_on_one_empty_outdir_never_both_succeed(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     base = [sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(out), *FAST]
     a = subprocess.Popen(base + ["--seed", "1"], env=env, stderr=subprocess.PIPE, text=True)
-    b = subprocess.Popen(base + ["--seed", "2", "--warmstart_steps", "600"], env=env, stderr=subprocess.PIPE,
-                         text=True)
+    b = subprocess.Popen(base + ["--seed", "2", "--warmstart_steps", "600"], env=env, stderr=subprocess.PIPE, text=True)
     err_a, err_b = a.communicate(timeout=600)[1], b.communicate(timeout=600)[1]
     codes = sorted([a.returncode, b.returncode])
     assert codes == [0, 2], (err_a, err_b)
@@ -171,27 +198,29 @@ def test_run_id_is_kept_across_a_resume(run_copy):
 
 
 # ------------------------------------------------------------------ integrity
-@pytest.mark.parametrize("damage,needle", [
-    ("flip", "tensors.safetensors does not match the sha256"),
-    ("swap", "tensors.safetensors does not match the sha256"),
-    ("gap", "missing steps 2"),
-    ("duplicate", "repeated steps 1"),
-    ("lost_rows", "missing steps 1-2"),
-])
-def test_damaged_checkpoint_or_log_is_refused_before_anything_is_written(run_copy, tmp_path, capsys, damage,
-                                                                         needle):
+@pytest.mark.parametrize(
+    "damage,needle",
+    [
+        ("flip", "tensors.safetensors does not match the sha256"),
+        ("swap", "tensors.safetensors does not match the sha256"),
+        ("gap", "missing steps 2"),
+        ("duplicate", "repeated steps 1"),
+        ("lost_rows", "missing steps 1-2"),
+    ],
+)
+def test_damaged_checkpoint_or_log_is_refused_before_anything_is_written(run_copy, tmp_path, capsys, damage, needle):
     _interrupted(run_copy)
     t = run_copy / "checkpoints" / "step_000002" / "tensors.safetensors"
     lines = (run_copy / "metrics.jsonl").read_text().splitlines(keepends=True)
     if damage == "flip":
         data = bytearray(t.read_bytes())
-        data[-200:-136] = bytes(x ^ 0xFF for x in data[-200:-136])            # 64 bytes of tensor data
+        data[-200:-136] = bytes(x ^ 0xFF for x in data[-200:-136])  # 64 bytes of tensor data
         t.write_bytes(bytes(data))
     elif damage == "swap":
         other = tmp_path / "other"
         assert main(["--outdir", str(other), *FAST, "--save_every", "2", "--seed", "7"]) == 0
         shutil.copy(other / "checkpoints" / "step_000002" / "tensors.safetensors", t)
-    elif damage == "gap":                                   # lines[0] is step 0 (the evaluation before RL)
+    elif damage == "gap":  # lines[0] is step 0 (the evaluation before RL)
         (run_copy / "metrics.jsonl").write_text("".join(lines[:2] + lines[3:]))
     elif damage == "duplicate":
         (run_copy / "metrics.jsonl").write_text("".join(lines[:2] + lines[1:]))
@@ -209,7 +238,7 @@ def test_nested_json_in_events_or_state_is_not_a_traceback(run_copy, capsys):
     _interrupted(run_copy)
     with open(run_copy / "events.jsonl", "a") as f:
         f.write("[" * 100_000 + "]" * 100_000 + "\n")
-    assert _run(["--outdir", str(run_copy), "--resume"]) == 0            # the unreadable line is dropped
+    assert _run(["--outdir", str(run_copy), "--resume"]) == 0  # the unreadable line is dropped
     assert "Traceback" not in capsys.readouterr().err
     _interrupted(run_copy)
     (run_copy / "checkpoints" / "step_000002" / "state.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -228,8 +257,8 @@ def test_non_finite_logits_while_sampling_are_a_nan_guard_stop(tmp_path, capsys)
     guard = [e for e in events if e["event"] == "nan_guard"]
     assert guard and guard[-1]["reason"] == "non-finite logits before sampling"
     saved = sorted(os.listdir(d / "checkpoints"))
-    assert saved and int(saved[-1][5:]) < guard[-1]["step_sampled"]      # no checkpoint of the broken step
-    assert _run(["--outdir", str(d), "--resume"]) == 3                   # resuming repeats it: exit 3, no crash
+    assert saved and int(saved[-1][5:]) < guard[-1]["step_sampled"]  # no checkpoint of the broken step
+    assert _run(["--outdir", str(d), "--resume"]) == 3  # resuming repeats it: exit 3, no crash
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -255,7 +284,7 @@ def test_sighup_checkpoints_and_exits_129(tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 129, err
     assert "SIGHUP" in err and os.listdir(d / "checkpoints")
-    assert _run(["--outdir", str(d), "--resume", "--steps", "6"]) in (0, 2)   # resumable (or a --steps refusal)
+    assert _run(["--outdir", str(d), "--resume", "--steps", "6"]) in (0, 2)  # resumable (or a --steps refusal)
 
 
 def _catches(pid, signum):
@@ -288,14 +317,17 @@ def test_sighup_during_the_warm_start_stops_at_once_leaving_nothing(tmp_path):
 
 
 # ------------------------------------------------------------------ bad input: one line, exit 2, nothing written
-@pytest.mark.parametrize("extra,flag", [
-    (["--threads", "100000"], "--threads"),
-    (["--seed", "9" * 30], "--seed"),
-    (["--lr", "1e300"], "--lr"),
-    (["--beta", "1e39"], "--beta"),
-    (["--ppo_epochs", "1000000000"], "--ppo_epochs"),
-    (["--model", "transformer", "--d_model", "300000"], "--d_model"),   # the memory refusal names the model size
-])
+@pytest.mark.parametrize(
+    "extra,flag",
+    [
+        (["--threads", "100000"], "--threads"),
+        (["--seed", "9" * 30], "--seed"),
+        (["--lr", "1e300"], "--lr"),
+        (["--beta", "1e39"], "--beta"),
+        (["--ppo_epochs", "1000000000"], "--ppo_epochs"),
+        (["--model", "transformer", "--d_model", "300000"], "--d_model"),  # the memory refusal names the model size
+    ],
+)
 def test_out_of_range_numbers_name_their_flag(tmp_path, capsys, extra, flag):
     out = tmp_path / "never"
     assert _run(["--outdir", str(out), *FAST, *extra]) == 2
@@ -306,12 +338,14 @@ def test_out_of_range_numbers_name_their_flag(tmp_path, capsys, extra, flag):
 @pytest.mark.parametrize("case", ["under_a_file", "proc", "bad_suite_json", "nested_suite_json"])
 def test_suite_bad_outdir_is_one_line(tmp_path, capsys, case):
     from noma_prorl_bench.suite import main as suite_main
+
     (tmp_path / "afile").write_text("x")
     outdir = {"under_a_file": tmp_path / "afile" / "sub", "proc": "/proc/x"}.get(case, tmp_path / "s")
     if case.endswith("suite_json"):
         (tmp_path / "s").mkdir()
-        (tmp_path / "s" / "suite.json").write_text('[1, 2]' if case == "bad_suite_json"
-                                                   else "[" * 100_000 + "]" * 100_000)
+        (tmp_path / "s" / "suite.json").write_text(
+            "[1, 2]" if case == "bad_suite_json" else "[" * 100_000 + "]" * 100_000
+        )
     assert _run_suite(suite_main, ["--preset", "smoke", "--outdir", str(outdir)]) == 2
     err = capsys.readouterr().err
     assert len(_error_lines(err)) == 1 and "--outdir" in err and "Traceback" not in err
@@ -323,20 +357,42 @@ def test_suite_waits_for_a_run_still_going_instead_of_failing_it(tmp_path, capsy
     suite waits for it, leaves its log alone, and counts it once it completes."""
     from noma_prorl_bench.suite import expand
     from noma_prorl_bench.suite import main as suite_main
+
     out = tmp_path / "s"
     out.mkdir()
     spec = expand("smoke", 1, 40, ["A1"])[0]
     (out / f"{spec.name}.log").write_text("the earlier suite's log\n")
-    child = subprocess.Popen(spec.command(str(out)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    child = subprocess.Popen(
+        spec.command(str(out)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
     try:
         metrics = out / spec.name / "metrics.jsonl"
         t0 = time.time()
         while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
             assert time.time() - t0 < 300 and child.poll() is None
             time.sleep(0.1)
-        code = _run_suite(suite_main, ["--preset", "smoke", "--arms", "A1", "--seeds", "1", "--steps", "40",
-                                       "--jobs", "1", "--quiet", "--outdir", str(out)])
+        code = _run_suite(
+            suite_main,
+            [
+                "--preset",
+                "smoke",
+                "--arms",
+                "A1",
+                "--seeds",
+                "1",
+                "--steps",
+                "40",
+                "--jobs",
+                "1",
+                "--quiet",
+                "--outdir",
+                str(out),
+            ],
+        )
     finally:
         child.wait(timeout=600)
     err = capsys.readouterr().err

@@ -1,6 +1,7 @@
 """A run states its result: one stdout line with the validation score before RL and after, 95%
 intervals over the prompts and the paired change; summary.json holds the same numbers under
 "validation" and val_reward_before_rl; the evaluation before RL shows progress."""
+
 import json
 import math
 import subprocess
@@ -15,13 +16,34 @@ pytestmark = pytest.mark.smoke
 
 
 def test_the_result_line_and_summary_match_the_metrics(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "noma_prorl_bench.run", "--outdir", str(tmp_path / "r"), "--steps", "4",
-                        "--eval_every", "2", "--batch_size", "4", "--group_size", "2", "--n_val", "24",
-                        "--warmstart_steps", "10"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "noma_prorl_bench.run",
+            "--outdir",
+            str(tmp_path / "r"),
+            "--steps",
+            "4",
+            "--eval_every",
+            "2",
+            "--batch_size",
+            "4",
+            "--group_size",
+            "2",
+            "--n_val",
+            "24",
+            "--warmstart_steps",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1 and "greedy validation reward on 24 held-out prompts" in lines[0], r.stdout
-    assert "evaluating before RL" in r.stderr                               # progress of the first evaluation
+    assert "evaluating before RL" in r.stderr  # progress of the first evaluation
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     v = summary["validation"]["reward"]
     events = read_jsonl(tmp_path / "r" / "events.jsonl")
@@ -35,8 +57,11 @@ def test_the_result_line_and_summary_match_the_metrics(tmp_path):
 
 
 def test_intervals_are_over_prompts_and_the_change_is_paired():
-    assert ci([0.0, 1.0, 1.0, 0.0]) == {"mean": 0.5, "ci95": [0.5 - 1.96 * math.sqrt(1 / 3) / 2,
-                                                               0.5 + 1.96 * math.sqrt(1 / 3) / 2], "n": 4}
+    assert ci([0.0, 1.0, 1.0, 0.0]) == {
+        "mean": 0.5,
+        "ci95": [0.5 - 1.96 * math.sqrt(1 / 3) / 2, 0.5 + 1.96 * math.sqrt(1 / 3) / 2],
+        "n": 4,
+    }
     before = {"reward": [0.0, 0.5, 1.0], "correct": [0.0, 0.0, 1.0], "format": [0.0, 1.0, 1.0]}
     after = {"reward": [0.5, 1.0, 1.0], "correct": [1.0, 0.0, 1.0], "format": [1.0, 1.0, 1.0]}
     v = before_after(before, after)

@@ -7,6 +7,7 @@ finished run whose last metrics row is torn is told which checkpoint to delete, 
 makes --resume continue exactly. Every refusal leaves the directory as it was (each entry's kind,
 size, mtime and bytes). The FIFO cases run the CLI as a subprocess with a timeout, so a regression
 fails instead of hanging the tests."""
+
 import json
 import os
 import re
@@ -27,8 +28,21 @@ from runhelp import read_jsonl, stable  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 MARK = b"harmless marker\n"
-FAST = ["--steps", "4", "--batch_size", "4", "--group_size", "4", "--warmstart_steps", "5", "--n_val", "16",
-        "--eval_every", "2", "--quiet"]
+FAST = [
+    "--steps",
+    "4",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "4",
+    "--warmstart_steps",
+    "5",
+    "--n_val",
+    "16",
+    "--eval_every",
+    "2",
+    "--quiet",
+]
 CKPT_FILE = "checkpoints/step_000002/tensors.safetensors"
 
 
@@ -43,8 +57,9 @@ def _cli(module, *argv):
     """`python -m module argv` with a 60 s limit; a run still going then (blocked on a FIFO) fails the test."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
-        return subprocess.run([sys.executable, "-m", module, *argv], env=env, capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", module, *argv], env=env, capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"python -m {module} {' '.join(argv)} did not exit within 60 s (blocked on a special file)")
 
@@ -94,8 +109,18 @@ def _replace_by_fifo(d, name):
 
 
 # ------------------------------------------------------------------ FIFOs: refused, never blocking
-@pytest.mark.parametrize("name", ["run.lock", "metrics.jsonl", "events.jsonl", "samples.jsonl", "config.json",
-                                  CKPT_FILE, "checkpoints/step_000002/COMPLETE"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "run.lock",
+        "metrics.jsonl",
+        "events.jsonl",
+        "samples.jsonl",
+        "config.json",
+        CKPT_FILE,
+        "checkpoints/step_000002/COMPLETE",
+    ],
+)
 def test_fifo_in_run_dir_is_refused_by_resume_without_blocking(run_copy, name):
     _interrupted(run_copy)
     _replace_by_fifo(run_copy, name)
@@ -118,14 +143,21 @@ def test_fifo_in_run_dir_is_refused_by_overwrite_without_blocking(run_copy, name
 
 
 # ------------------------------------------------------------------ sockets, directories
-@pytest.mark.parametrize("name,what", [("metrics.jsonl", "a socket"), ("run.lock", "a socket"),
-                                       ("events.jsonl", "a directory"), ("config.json", "a directory")])
+@pytest.mark.parametrize(
+    "name,what",
+    [
+        ("metrics.jsonl", "a socket"),
+        ("run.lock", "a socket"),
+        ("events.jsonl", "a directory"),
+        ("config.json", "a directory"),
+    ],
+)
 def test_socket_or_directory_at_a_run_file_is_refused(run_copy, capsys, monkeypatch, name, what):
     _interrupted(run_copy)
     if (run_copy / name).exists():
         (run_copy / name).unlink()
     if what == "a socket":
-        monkeypatch.chdir(run_copy)                     # a relative name keeps within AF_UNIX's path limit
+        monkeypatch.chdir(run_copy)  # a relative name keeps within AF_UNIX's path limit
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(name)
     else:
@@ -139,8 +171,10 @@ def test_socket_or_directory_at_a_run_file_is_refused(run_copy, capsys, monkeypa
 
 
 # ------------------------------------------------------------------ hard links
-@pytest.mark.parametrize("name,mode", [("run.lock", "overwrite"), ("run.lock", "resume"),
-                                       ("metrics.jsonl", "resume"), ("config.json", "overwrite")])
+@pytest.mark.parametrize(
+    "name,mode",
+    [("run.lock", "overwrite"), ("run.lock", "resume"), ("metrics.jsonl", "resume"), ("config.json", "overwrite")],
+)
 def test_hard_linked_run_file_is_refused_and_the_other_name_untouched(run_copy, tmp_path, capsys, name, mode):
     """run.lock would be truncated and rewritten in place, metrics.jsonl appended to: through a hard
     link that changes the other name's file (here outside the run directory)."""
@@ -152,8 +186,11 @@ def test_hard_linked_run_file_is_refused_and_the_other_name_untouched(run_copy, 
     os.link(victim, run_copy / name)
     want = victim.read_bytes()
     before = _state(run_copy)
-    argv = ["--outdir", str(run_copy), "--resume"] if mode == "resume" else ["--outdir", str(run_copy), *FAST,
-                                                                             "--overwrite"]
+    argv = (
+        ["--outdir", str(run_copy), "--resume"]
+        if mode == "resume"
+        else ["--outdir", str(run_copy), *FAST, "--overwrite"]
+    )
     capsys.readouterr()
     assert _run(argv) == 2
     err = capsys.readouterr().err
@@ -180,7 +217,7 @@ def test_symlinked_checkpoints_dir_has_its_own_message(run_copy, tmp_path, capsy
 # ------------------------------------------------------------------ a torn last row of a finished run
 def test_torn_last_row_names_the_checkpoint_to_delete_and_that_resumes(run_copy, finished, capsys):
     log = run_copy / "metrics.jsonl"
-    log.write_bytes(log.read_bytes()[:-30])             # the step-4 row cut mid-write
+    log.write_bytes(log.read_bytes()[:-30])  # the step-4 row cut mid-write
     before = _state(run_copy)
     capsys.readouterr()
     assert _run(["--outdir", str(run_copy), "--resume"]) == 2
@@ -189,7 +226,7 @@ def test_torn_last_row_names_the_checkpoint_to_delete_and_that_resumes(run_copy,
     newest, older = run_copy / "checkpoints" / "step_000004", run_copy / "checkpoints" / "step_000002"
     assert f"delete {newest} (`rm -r {newest}`) to resume from {older} (step 2)" in err
     assert _state(run_copy) == before
-    advice = re.search(r"`([^`]*)`", err).group(1)      # follow it
+    advice = re.search(r"`([^`]*)`", err).group(1)  # follow it
     assert subprocess.run(shlex.split(advice)).returncode == 0 and not newest.exists()
     assert _run(["--outdir", str(run_copy), "--resume"]) == 0
     assert stable(read_jsonl(log)) == stable(read_jsonl(finished / "metrics.jsonl"))
@@ -197,9 +234,16 @@ def test_torn_last_row_names_the_checkpoint_to_delete_and_that_resumes(run_copy,
 
 
 # ------------------------------------------------------------------ the suite
-@pytest.mark.parametrize("name,kind", [("A1_s0/metrics.jsonl", "fifo"), ("A1_s0/run.lock", "fifo"),
-                                       ("A1_s0.log", "fifo"), ("suite.json", "socket"),
-                                       ("A1_s0/config.json", "hardlink")])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("A1_s0/metrics.jsonl", "fifo"),
+        ("A1_s0/run.lock", "fifo"),
+        ("A1_s0.log", "fifo"),
+        ("suite.json", "socket"),
+        ("A1_s0/config.json", "hardlink"),
+    ],
+)
 def test_suite_rerun_over_a_special_file_exits_with_one_line(finished, tmp_path, monkeypatch, name, kind):
     """A suite re-run reads its runs' config.json, summary.json, metrics.jsonl and run.lock and
     writes their logs: a special file in one run refuses the whole suite before any run starts."""

@@ -1,5 +1,6 @@
 """`prorl-bench suite --preset smoke` end to end: every run completes, report.md is written, and
 the report's matrix numbers equal those recomputed here from the runs' metrics.jsonl."""
+
 import json
 import math
 import os
@@ -26,7 +27,7 @@ def test_smoke_suite_report_matches_metrics(tmp_path, capsys):
     assert main(["--preset", "smoke", "--outdir", str(out), "--jobs", "2", "--quiet"]) == 0
     err = capsys.readouterr().err
     specs = expand("smoke")
-    for s in specs:                                   # every command printed before running
+    for s in specs:  # every command printed before running
         assert f"--outdir {out}/{s.name} " in err
         assert json.load(open(out / s.name / "summary.json"))["complete"] is True
     report = (out / "report.md").read_text()

@@ -2,6 +2,7 @@
 arms with identical settings that differ only in their seeds (the second arm uses seed + 1000,
 paired with the first arm's seed). The report must find `no detectable difference`: anything
 else would be a false positive of the method itself."""
+
 import json
 
 import pytest
@@ -27,7 +28,7 @@ def test_aa_preset_reports_no_detectable_difference(tmp_path):
     assert (row["name"], row["metric"], row["n_pairs"]) == ("AA-2 vs AA-1", "score", 3)
     assert row["verdict"] == "no detectable difference"
     assert row["ci95"][0] <= row["diff"] <= row["ci95"][1]
-    assert row["ci95"][0] < 0 < row["ci95"][1] and row["ci95"][1] > row["ci95"][0]     # covers 0, never a point
+    assert row["ci95"][0] < 0 < row["ci95"][1] and row["ci95"][1] > row["ci95"][0]  # covers 0, never a point
     report = (out / "report.md").read_text()
     assert "no detectable difference" in report and "Smoke run, not evidence" in report
     assert "last K = 5 evaluations" in report

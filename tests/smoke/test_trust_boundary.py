@@ -4,6 +4,7 @@ the run directory's checks come before any task, model or memory estimate is bui
 only runs inside its own directory and refuses a run directory as its --outdir. Every refusal is
 one line, exit 2, and leaves the directories as they were (compared byte for byte) and no
 ``PWNED`` marker anywhere (the payloads create it when they run)."""
+
 import json
 import os
 import shutil
@@ -16,8 +17,25 @@ import pytest
 from noma_prorl_bench.io import checkpoint as ck
 
 pytestmark = pytest.mark.smoke
-SMALL = ["--steps", "2", "--save_every", "1", "--keep_checkpoints", "3", "--batch_size", "4", "--group_size", "2",
-         "--n_val", "8", "--eval_every", "2", "--warmstart_steps", "5", "--quiet"]
+SMALL = [
+    "--steps",
+    "2",
+    "--save_every",
+    "1",
+    "--keep_checkpoints",
+    "3",
+    "--batch_size",
+    "4",
+    "--group_size",
+    "2",
+    "--n_val",
+    "8",
+    "--eval_every",
+    "2",
+    "--warmstart_steps",
+    "5",
+    "--quiet",
+]
 PAYLOAD = {"command": "touch PWNED"}
 
 
@@ -25,8 +43,9 @@ def _cli(cwd, *args, module="noma_prorl_bench.run", pythonpath=None):
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def _snapshot(d):
@@ -34,7 +53,7 @@ def _snapshot(d):
 
 
 def _one_error(r, *fragments):
-    lines = [x for x in r.stderr.splitlines() if "error:" in x]      # argparse prints its usage line above
+    lines = [x for x in r.stderr.splitlines() if "error:" in x]  # argparse prints its usage line above
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     for f in fragments:
         assert f in lines[0], lines[0]
@@ -78,8 +97,9 @@ def _plant_code(run, **extra):
     for p in (run / "checkpoints").iterdir():
         _rewrite_checkpoint(p, task="os:system", task_kwargs=json.dumps(PAYLOAD), **extra)
     rec = json.loads((run / "config.json").read_text())
-    (run / "config.json").write_text(json.dumps({**rec, "task": "os:system", "task_kwargs": json.dumps(PAYLOAD),
-                                                 **extra}))
+    (run / "config.json").write_text(
+        json.dumps({**rec, "task": "os:system", "task_kwargs": json.dumps(PAYLOAD), **extra})
+    )
     (run / "summary.json").unlink()
 
 
@@ -107,21 +127,48 @@ def test_code_in_a_checkpoint_is_not_imported_on_resume(work):
     before = _snapshot(work)
     r = _cli(work, "--outdir", "s0", "--resume", "--steps", "4")
     _one_error(r, "argument --task:", "the checkpoint", "'os:system'", "--task os:system")
-    (work / "s0" / "config.json").write_text(json.dumps({**json.loads((work / "s0" / "config.json").read_text()),
-                                                         "task": "reverse_digits"}))
+    (work / "s0" / "config.json").write_text(
+        json.dumps({**json.loads((work / "s0" / "config.json").read_text()), "task": "reverse_digits"})
+    )
     before = _snapshot(work)
-    r = _cli(work, "--outdir", "s0", "--resume", "--steps", "4")      # config.json disagrees: refused as well
+    r = _cli(work, "--outdir", "s0", "--resume", "--steps", "4")  # config.json disagrees: refused as well
     _one_error(r, "other settings than this run's config.json", "--task (checkpoint 'os:system'")
     assert not _pwned(work) and _snapshot(work) == before
 
 
 def test_a_suite_rerun_does_not_import_code_from_its_runs(work):
-    r = _cli(work, "--preset", "smoke", "--arms", "A1", "--seeds", "1", "--steps", "2", "--outdir", "suite",
-             "--quiet", module="noma_prorl_bench.suite")
+    r = _cli(
+        work,
+        "--preset",
+        "smoke",
+        "--arms",
+        "A1",
+        "--seeds",
+        "1",
+        "--steps",
+        "2",
+        "--outdir",
+        "suite",
+        "--quiet",
+        module="noma_prorl_bench.suite",
+    )
     assert r.returncode == 0, r.stderr
-    _plant_code(work / "suite" / "A1_s0")                   # now resumable: a checkpoint and no summary
-    r = _cli(work, "--preset", "smoke", "--arms", "A1", "--seeds", "1", "--steps", "2", "--outdir", "suite",
-             "--quiet", module="noma_prorl_bench.suite")
+    _plant_code(work / "suite" / "A1_s0")  # now resumable: a checkpoint and no summary
+    r = _cli(
+        work,
+        "--preset",
+        "smoke",
+        "--arms",
+        "A1",
+        "--seeds",
+        "1",
+        "--steps",
+        "2",
+        "--outdir",
+        "suite",
+        "--quiet",
+        module="noma_prorl_bench.suite",
+    )
     assert r.returncode == 1 and "1 runs failed: ['A1_s0']" in r.stderr, r.stderr
     assert "--task os:system" in (work / "suite" / "A1_s0.log").read_text()
     assert not _pwned(work)
@@ -137,14 +184,15 @@ def test_modules_in_the_current_directory_are_never_imported(work):
     r = _cli(run, "--outdir", "x", "--task", "mytask:make", *SMALL)
     _one_error(r, "argument --task: cannot import 'mytask'", "current directory, which is not searched")
     r = _cli(run, "--config", "again.yaml", "--outdir", "../fresh", *SMALL[2:])
-    assert r.returncode == 0, r.stderr                      # the real yaml read the file
+    assert r.returncode == 0, r.stderr  # the real yaml read the file
     assert json.loads((work / "fresh" / "config.json").read_text())["steps"] == 3
     assert not _pwned(work)
 
 
 def test_a_reward_function_that_cannot_take_response_and_answer_is_refused(tmp_path):
-    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"prompt": f"{i}", "answer": f"{i}"}) + "\n"
-                                              for i in range(12)))
+    (tmp_path / "t.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"{i}", "answer": f"{i}"}) + "\n" for i in range(12))
+    )
     r = _cli(tmp_path, "--outdir", "out", "--task", "jsonl:t.jsonl", "--n_val", "3", "--reward_fn", "os:system")
     _one_error(r, "argument --reward_fn: os:system(command) cannot be called as system(response, answer)")
     r = _cli(tmp_path, "--outdir", "out", "--task", "jsonl:t.jsonl", "--n_val", "3", "--reward_fn", "os:sep")
@@ -159,10 +207,13 @@ def test_a_checkpoint_from_another_run_is_refused(work):
     (work / "s0" / "summary.json").unlink()
     before = _snapshot(work)
     r = _cli(work, "--outdir", "s0", "--resume", "--steps", "4")
-    _one_error(r, "argument --resume: checkpoints/step_000003 belongs to another run",
-               "remove checkpoints/step_000003 to resume from an older checkpoint")
+    _one_error(
+        r,
+        "argument --resume: checkpoints/step_000003 belongs to another run",
+        "remove checkpoints/step_000003 to resume from an older checkpoint",
+    )
     assert _snapshot(work) == before
-    shutil.rmtree(work / "s0" / "checkpoints" / "step_000003")     # the advice, followed: resumes its own
+    shutil.rmtree(work / "s0" / "checkpoints" / "step_000003")  # the advice, followed: resumes its own
     r = _cli(work, "--outdir", "s0", "--resume", "--steps", "3")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in (work / "s0" / "metrics.jsonl").read_text().splitlines()]
@@ -172,9 +223,11 @@ def test_a_checkpoint_from_another_run_is_refused(work):
 def test_the_checkpoint_digests_are_checked_before_the_task_is_built(work, tmp_path_factory):
     """A damaged checkpoint is refused before the user's own task module is even imported."""
     lib = tmp_path_factory.mktemp("lib")
-    (lib / "noted_task.py").write_text("import os\nopen(os.path.join(os.path.dirname(__file__), 'IMPORTED'), 'w')"
-                                       "\nfrom noma_prorl_bench.tasks.toy import TOY_TASKS\n"
-                                       "def make(n_val=16):\n    return TOY_TASKS['reverse_digits'](n_val=n_val)\n")
+    (lib / "noted_task.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'IMPORTED'), 'w')"
+        "\nfrom noma_prorl_bench.tasks.toy import TOY_TASKS\n"
+        "def make(n_val=16):\n    return TOY_TASKS['reverse_digits'](n_val=n_val)\n"
+    )
     r = _cli(work, "--outdir", "mine", "--task", "noted_task:make", *SMALL, pythonpath=lib)
     assert r.returncode == 0, r.stderr
     (lib / "IMPORTED").unlink()
@@ -196,8 +249,19 @@ def test_a_suite_reads_only_runs_inside_its_directory(work):
     for name in ("../s0", str(work / "s0"), ".hidden", "a/b"):
         (suite / "suite.json").write_text(json.dumps({"preset": "smoke", "runs": [{"name": name, "arm": "A1"}]}))
         before = _snapshot(work)
-        r = _cli(work, "--preset", "smoke", "--arms", "A1", "--seeds", "1", "--outdir", "suite", "--quiet",
-                 module="noma_prorl_bench.suite")
+        r = _cli(
+            work,
+            "--preset",
+            "smoke",
+            "--arms",
+            "A1",
+            "--seeds",
+            "1",
+            "--outdir",
+            "suite",
+            "--quiet",
+            module="noma_prorl_bench.suite",
+        )
         _one_error(r, "argument --outdir:", f"lists {name!r}, which is not a run directory name inside the suite")
         assert _snapshot(work) == before
 
@@ -215,28 +279,44 @@ def test_a_model_directory_with_its_own_code_is_not_run(tmp_path):
     pytest.importorskip("transformers")
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {
-        "AutoConfig": "evil_code.EvilConfig", "AutoModelForCausalLM": "evil_code.EvilModel"}}))
-    (model / "evil_code.py").write_text("open('PWNED', 'w').close()\nfrom transformers import PretrainedConfig\n"
-                                        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n")
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "evil",
+                "auto_map": {"AutoConfig": "evil_code.EvilConfig", "AutoModelForCausalLM": "evil_code.EvilModel"},
+            }
+        )
+    )
+    (model / "evil_code.py").write_text(
+        "open('PWNED', 'w').close()\nfrom transformers import PretrainedConfig\n"
+        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n"
+    )
     r = _cli(tmp_path, "--outdir", "out", "--model", f"hf:{model}", "--task", "arithmetic")
     _one_error(r, "argument --model:")
     assert not _pwned(tmp_path) and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("run, message", [
-    ({"name": "A1_s0", "flags": ["--task", "os:system", "--task_kwargs", json.dumps(PAYLOAD)]},
-     "names code to import (--task 'os:system')"),
-    ({"name": "A1_s0", "flags": ["--reward_fn", "os:system", "--task", "jsonl:x.jsonl"]},
-     "names code to import (--reward_fn 'os:system')"),
-    ({"name": "A1_s0", "flags": ["--outdir", "/tmp/elsewhere"]}, "sets --outdir, which only the runner sets"),
-    ({"name": "A1_s0", "flags": ["--config", "c.yaml"]}, "sets --config, which only the runner sets"),
-    ({"name": "../A1_s0", "flags": []}, "is not a run directory name inside the suite"),
-    ({"name": "A1_s0", "flags": ["--no_such_flag"]}, "lists flags that are not run flags"),
-])
+@pytest.mark.parametrize(
+    "run, message",
+    [
+        (
+            {"name": "A1_s0", "flags": ["--task", "os:system", "--task_kwargs", json.dumps(PAYLOAD)]},
+            "names code to import (--task 'os:system')",
+        ),
+        (
+            {"name": "A1_s0", "flags": ["--reward_fn", "os:system", "--task", "jsonl:x.jsonl"]},
+            "names code to import (--reward_fn 'os:system')",
+        ),
+        ({"name": "A1_s0", "flags": ["--outdir", "/tmp/elsewhere"]}, "sets --outdir, which only the runner sets"),
+        ({"name": "A1_s0", "flags": ["--config", "c.yaml"]}, "sets --config, which only the runner sets"),
+        ({"name": "../A1_s0", "flags": []}, "is not a run directory name inside the suite"),
+        ({"name": "A1_s0", "flags": ["--no_such_flag"]}, "lists flags that are not run flags"),
+    ],
+)
 def test_replicate_does_not_run_what_a_foreign_suite_json_says(tmp_path, capsys, run, message):
     """`replicate` re-runs a committed suite's runs from its suite.json: a file from someone else."""
     from noma_prorl_bench.suite import replicate_main
+
     src = tmp_path / "theirs"
     src.mkdir()
     (src / "summary.json").write_text(json.dumps({"comparisons": [], "provenance": {"preset": "smoke"}}))

@@ -21,7 +21,7 @@ def test_grpo_unbiased_std_plus_eps():
     adv, m = ADVANTAGES["grpo"](R, eps=1e-6)
     # group 0: mean .5, deviations +-.5, unbiased var = (4 * .25) / 3 = 1/3, std = .57735
     # A = .5 / (.57735 + 1e-6) = .866024...; group 1 has zero spread -> A = 0
-    want = 0.5 / (3 ** -0.5 + 1e-6)
+    want = 0.5 / (3**-0.5 + 1e-6)
     assert adv[0].tolist() == pytest.approx([want, -want, -want, want], rel=1e-6)
     assert adv[1].tolist() == [0.0] * 4
     assert m["reward/frac_zero_std"] == 0.5
@@ -48,7 +48,7 @@ def test_maxrl_divides_by_the_group_mean_plus_eps():
 def test_rft_returns_the_raw_rewards_and_modes_are_checked():
     assert torch.equal(rft_advantages(R)[0], R)
     adv, _ = group_advantages(R, baseline="none", normalizer="std", eps=0.0)
-    assert adv[0].tolist() == pytest.approx([3 ** 0.5, 0.0, 0.0, 3 ** 0.5])  # r / std, std = 1/sqrt(3)
+    assert adv[0].tolist() == pytest.approx([3**0.5, 0.0, 0.0, 3**0.5])  # r / std, std = 1/sqrt(3)
     with pytest.raises(ValueError, match="baseline"):
         group_advantages(R, baseline="max")
     with pytest.raises(ValueError, match="normalizer"):

@@ -7,6 +7,7 @@ monkeypatched both ways).
 The correctness tests run on every CPU: bf16 arithmetic is the same whether or not the CPU has bf16
 units (without them PyTorch emulates it, which is only slower, and a tiny model takes milliseconds).
 The one test that needs the real detector to say yes skips with the reason where it says no."""
+
 import json
 import os
 
@@ -24,23 +25,47 @@ from noma_prorl_bench.training.trainer import Trainer  # noqa: E402
 pytestmark = [pytest.mark.unit, pytest.mark.hf]
 
 # Tolerances, measured on this tiny model and stated here (docs/performance.md repeats them):
-SAMPLER_VS_LEARNER_ATOL = 0.05   # (measured 0.008) max |logp_old (sampler, bf16 KV cache) - logp (learner forward)| per token
-GRAD_REL_ERR = 0.05              # (measured 0.018) ||g_bf16 - g_fp32|| / ||g_fp32|| over the adapter gradients
-UPDATE_COS = 0.95                # (measured 0.987) cosine(update_bf16, update_fp32) of the adapters' Adam step
+SAMPLER_VS_LEARNER_ATOL = (
+    0.05  # (measured 0.008) max |logp_old (sampler, bf16 KV cache) - logp (learner forward)| per token
+)
+GRAD_REL_ERR = 0.05  # (measured 0.018) ||g_bf16 - g_fp32|| / ||g_fp32|| over the adapter gradients
+UPDATE_COS = 0.95  # (measured 0.987) cosine(update_bf16, update_fp32) of the adapters' Adam step
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return str(build_tiny_hf_model(tmp_path_factory.mktemp("tiny_hf") / "llama", "llama", hidden=64, layers=2,
-                                   heads=4, seed=0, init_std=0.1))
+    return str(
+        build_tiny_hf_model(
+            tmp_path_factory.mktemp("tiny_hf") / "llama", "llama", hidden=64, layers=2, heads=4, seed=0, init_std=0.1
+        )
+    )
 
 
 def _cfg(model_dir, **over):
-    base = {"outdir": "/tmp/unused", "model": f"hf:{model_dir}", "task": "keyword_inclusion", "batch_size": 3,
-            "group_size": 4, "max_new_tokens": 12, "n_val": 4, "eval_every": 100, "quiet": True, "seed": 0,
-            "minibatches": 1, "ppo_epochs": 1, "variant": "A", "ref_compute": "cached", "beta": 0.1, "lr": 1e-3,
-            "enable_growth": 1, "initial_rank": 4, "max_rank": 4, "lora_alpha": 8.0, "grow_on": "stall",
-            "adapter_targets": "q_proj,k_proj,v_proj,o_proj"}
+    base = {
+        "outdir": "/tmp/unused",
+        "model": f"hf:{model_dir}",
+        "task": "keyword_inclusion",
+        "batch_size": 3,
+        "group_size": 4,
+        "max_new_tokens": 12,
+        "n_val": 4,
+        "eval_every": 100,
+        "quiet": True,
+        "seed": 0,
+        "minibatches": 1,
+        "ppo_epochs": 1,
+        "variant": "A",
+        "ref_compute": "cached",
+        "beta": 0.1,
+        "lr": 1e-3,
+        "enable_growth": 1,
+        "initial_rank": 4,
+        "max_rank": 4,
+        "lora_alpha": 8.0,
+        "grow_on": "stall",
+        "adapter_targets": "q_proj,k_proj,v_proj,o_proj",
+    }
     return make_config({**base, **over})
 
 
@@ -66,6 +91,7 @@ def _lora_init_nonzero(tr):
 def test_bf16_mixed_rollout_runs_and_caches_in_bf16(model_dir):
     """The static KV cache crashed (float32 buffers, bf16 values); now both keys and values are bf16."""
     from noma_prorl_bench.models.hf_cache import prefill_static
+
     tr = _trainer(model_dir, dtype="bf16_mixed")
     ids = tr.tok.encode_prompts(["hello there", "ab"])
     mask = (ids != tr.tok.pad_id).long().cumsum(1).gt(0).long()
@@ -84,15 +110,18 @@ def test_bf16_mixed_frozen_base_in_bf16_adapters_and_adam_in_float32(model_dir):
     named = dict(tr.policy.named_parameters())
     lora = {n: p for n, p in named.items() if n.endswith(("lora_A", "lora_B"))}
     assert lora and all(p.dtype == torch.float32 and p.requires_grad for p in lora.values())
-    base = {n: p for n, p in named.items() if n.endswith(("q_proj.base.weight", "o_proj.base.weight",
-                                                          "mlp.up_proj.weight"))}
+    base = {
+        n: p for n, p in named.items() if n.endswith(("q_proj.base.weight", "o_proj.base.weight", "mlp.up_proj.weight"))
+    }
     assert len(base) == 6 and all(p.dtype == torch.bfloat16 for p in base.values())
     emb = tr.policy.model.get_input_embeddings().weight
-    assert emb.dtype == torch.float32                                        # embeddings and norms stay float32
+    assert emb.dtype == torch.float32  # embeddings and norms stay float32
     assert all(p.dtype == torch.float32 for n, p in named.items() if "norm" in n)
-    assert all(s["exp_avg"].dtype == torch.float32 and s["exp_avg_sq"].dtype == torch.float32
-               for s in tr.optimizer.state.values()) and len(tr.optimizer.state) == len(lora)
-    ref = dict(tr.ref.model.named_parameters())                               # the reference copy: same layout
+    assert all(
+        s["exp_avg"].dtype == torch.float32 and s["exp_avg_sq"].dtype == torch.float32
+        for s in tr.optimizer.state.values()
+    ) and len(tr.optimizer.state) == len(lora)
+    ref = dict(tr.ref.model.named_parameters())  # the reference copy: same layout
     assert {n: p.dtype for n, p in ref.items()} == {n: p.dtype for n, p in named.items()}
     (ev,) = [e for e in events if e["event"] == "precision"]
     assert ev["dtype"] == "bf16_mixed" and ev["requested"] == "bf16_mixed"
@@ -190,7 +219,7 @@ def test_auto_resolution(monkeypatch):
     _detector(monkeypatch, False)
     used, why = precision.resolve_dtype_choice("auto", "hf:/m", "cpu")
     assert used == "float32" and "fell back to float32" in why
-    used, why = precision.resolve_dtype_choice("bf16_mixed", "hf:/m", "cpu")     # explicit: kept, with a warning
+    used, why = precision.resolve_dtype_choice("bf16_mixed", "hf:/m", "cpu")  # explicit: kept, with a warning
     assert used == "bf16_mixed" and "slower than float32" in why
 
 
@@ -225,10 +254,30 @@ def test_auto_on_this_machine_uses_bf16_where_detected(model_dir):
 def test_cli_auto_writes_the_precision_event(model_dir, tmp_path, monkeypatch):
     _detector(monkeypatch, False)
     from noma_prorl_bench.run import main
+
     out = tmp_path / "run"
     cfg = _cfg(model_dir, dtype="auto", steps=1, outdir=str(out))
-    argv = ["--outdir", str(out), "--model", cfg.model, "--task", cfg.task, "--dtype", "auto", "--steps", "1",
-            "--batch_size", "2", "--group_size", "2", "--max_new_tokens", "4", "--n_val", "2", "--quiet"]
+    argv = [
+        "--outdir",
+        str(out),
+        "--model",
+        cfg.model,
+        "--task",
+        cfg.task,
+        "--dtype",
+        "auto",
+        "--steps",
+        "1",
+        "--batch_size",
+        "2",
+        "--group_size",
+        "2",
+        "--max_new_tokens",
+        "4",
+        "--n_val",
+        "2",
+        "--quiet",
+    ]
     assert main(argv) in (0, None)
     events = [json.loads(ln) for ln in open(os.path.join(out, "events.jsonl"))]
     (ev,) = [e for e in events if e["event"] == "precision"]
@@ -240,8 +289,18 @@ def test_cli_auto_writes_the_precision_event(model_dir, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tied_model_dir(tmp_path_factory):
-    return str(build_tiny_hf_model(tmp_path_factory.mktemp("tiny_hf_tied") / "llama", "llama", hidden=64, layers=2,
-                                   heads=4, seed=0, init_std=0.1, tie=True))
+    return str(
+        build_tiny_hf_model(
+            tmp_path_factory.mktemp("tiny_hf_tied") / "llama",
+            "llama",
+            hidden=64,
+            layers=2,
+            heads=4,
+            seed=0,
+            init_std=0.1,
+            tie=True,
+        )
+    )
 
 
 def test_bf16_mixed_tied_head_gets_its_own_bf16_copy_with_the_same_logits_and_grads(tied_model_dir):
@@ -249,6 +308,7 @@ def test_bf16_mixed_tied_head_gets_its_own_bf16_copy_with_the_same_logits_and_gr
     holds a bf16 copy, the embedding stays float32. Autocast casts a float32 weight with the same
     rounding, so logits and adapter gradients equal those of the tied float32 head bit for bit."""
     import copy
+
     events = []
     tr = _trainer(tied_model_dir, events=events, dtype="bf16_mixed")
     _lora_init_nonzero(tr)
@@ -258,8 +318,8 @@ def test_bf16_mixed_tied_head_gets_its_own_bf16_copy_with_the_same_logits_and_gr
     assert emb.untyped_storage().data_ptr() != head.untyped_storage().data_ptr()
     assert torch.equal(head.float(), emb.to(torch.bfloat16).float()) and not hf.config.tie_word_embeddings
     (ev,) = [e for e in events if e["event"] == "precision"]
-    assert ev["frozen_bf16_tensors"] == 2 * 7 + 1                             # 7 Linear bases per layer + the head
-    tied = copy.deepcopy(tr.policy)                                           # the same policy with the head tied again
+    assert ev["frozen_bf16_tensors"] == 2 * 7 + 1  # 7 Linear bases per layer + the head
+    tied = copy.deepcopy(tr.policy)  # the same policy with the head tied again
     tied.model.get_output_embeddings().weight = tied.model.get_input_embeddings().weight
     assert tied.model.get_output_embeddings().weight.dtype == torch.float32
     tokens = tr.tok.encode_prompts(["hello there", "ab", "a longer prompt"])
@@ -275,10 +335,13 @@ def test_bf16_mixed_tied_head_gets_its_own_bf16_copy_with_the_same_logits_and_gr
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) == 2 * 4 * 2
     assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
     from noma_prorl_bench.models.base import same_tensor
+
     ref_head = tr.ref.model.model.get_output_embeddings().weight
-    assert same_tensor(ref_head, head)                                        # the reference aliases the bf16 head
+    assert same_tensor(ref_head, head)  # the reference aliases the bf16 head
     tr.train_step()
-    assert torch.equal(hf.get_input_embeddings().weight, emb) and hf.get_output_embeddings().weight.dtype == torch.bfloat16
+    assert (
+        torch.equal(hf.get_input_embeddings().weight, emb) and hf.get_output_embeddings().weight.dtype == torch.bfloat16
+    )
 
 
 def test_float32_run_keeps_a_tied_head_tied(tied_model_dir):

@@ -1,5 +1,6 @@
 """checkpoint.py, resume.py and guards.py on small objects: the state tree, atomic files,
 validation of foreign/corrupt checkpoints, JSONL truncation, resume config rules, NaN guard."""
+
 import json
 import math
 import os
@@ -43,11 +44,19 @@ def _roundtrip(obj):
 
 def test_state_tree_roundtrip_keeps_types_and_values():
     big = torch.arange(12.0).reshape(3, 4)
-    obj = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(2, 2)}},
-           "groups": [{"betas": (0.9, 0.999), "params": [0, 1], "fused": None, "lr": 1e-3}],
-           "rng": random.getstate(), "np": np.arange(5, dtype=np.uint32), "npscalar": np.float64(0.25),
-           "bf16": torch.randn(3, dtype=torch.bfloat16), "view": big[:, 1], "nan": float("nan"),
-           "__weird": 1, "big_int": 2 ** 100, "text": "x/y"}
+    obj = {
+        "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(2, 2)}},
+        "groups": [{"betas": (0.9, 0.999), "params": [0, 1], "fused": None, "lr": 1e-3}],
+        "rng": random.getstate(),
+        "np": np.arange(5, dtype=np.uint32),
+        "npscalar": np.float64(0.25),
+        "bf16": torch.randn(3, dtype=torch.bfloat16),
+        "view": big[:, 1],
+        "nan": float("nan"),
+        "__weird": 1,
+        "big_int": 2**100,
+        "text": "x/y",
+    }
     back, tensors = _roundtrip(obj)
     expected = dict(obj, npscalar=0.25, view=big[:, 1].contiguous())
     assert _same(expected, back)
@@ -87,8 +96,12 @@ class Tiny:
         self.policy(x).pow(2).sum().backward()
         self.optimizer.step()
         self.scheduler.step()
-        return (float(self.policy.weight.detach().sum()), float(torch.rand(1)), float(np.random.rand()),
-                random.random())
+        return (
+            float(self.policy.weight.detach().sum()),
+            float(torch.rand(1)),
+            float(np.random.rand()),
+            random.random(),
+        )
 
     def _parts(self):
         return {"policy": self.policy, "optimizer": self.optimizer, "scheduler": self.scheduler}
@@ -110,10 +123,10 @@ def test_save_load_continues_bit_for_bit(tmp_path):
         a.step()
     path = ck.save(a, str(tmp_path), keep=2)
     expected = [a.step() for _ in range(3)]
-    b = Tiny(tmp_path, seed=7)                              # different init and RNG streams
+    b = Tiny(tmp_path, seed=7)  # different init and RNG streams
     b.load_state_dict(ck.read(path).state)
     assert b.step_idx == 3 and b.info == {"seconds": 1.5}
-    assert [b.step() for _ in range(3)] == expected        # params, Adam, schedule, all RNGs
+    assert [b.step() for _ in range(3)] == expected  # params, Adam, schedule, all RNGs
 
 
 def test_atomic_layout_and_keep_last(tmp_path):
@@ -121,7 +134,7 @@ def test_atomic_layout_and_keep_last(tmp_path):
     for _ in range(4):
         t.step()
         ck.save(t, str(tmp_path), keep=2)
-    os.makedirs(tmp_path / "checkpoints" / ".tmp_step_000009_123")          # a killed save
+    os.makedirs(tmp_path / "checkpoints" / ".tmp_step_000009_123")  # a killed save
     ck.prune(str(tmp_path), keep=2)
     names = sorted(os.listdir(tmp_path / "checkpoints"))
     assert names == ["step_000003", "step_000004"]
@@ -130,9 +143,14 @@ def test_atomic_layout_and_keep_last(tmp_path):
     meta = json.loads((d / "state.json").read_text())
     assert meta["format"] == ck.FORMAT and meta["step"] == 4 and meta["config"]["steps"] == 10
     from safetensors.torch import load_file
+
     names = set(load_file(str(d / "tensors.safetensors")))
-    assert {"components/policy/weight", "components/optimizer/state/0/exp_avg",
-            "generators/sample_gen/torch", "global_rng/torch"} <= names
+    assert {
+        "components/policy/weight",
+        "components/optimizer/state/0/exp_avg",
+        "generators/sample_gen/torch",
+        "global_rng/torch",
+    } <= names
     assert [s for s, _ in ck.list_checkpoints(str(tmp_path))] == [3, 4]
 
 
@@ -142,15 +160,18 @@ def _saved(tmp_path):
     return ck.save(t, str(tmp_path), keep=1)
 
 
-@pytest.mark.parametrize("damage,match", [
-    (lambda d: os.remove(os.path.join(d, "COMPLETE")), "incomplete"),
-    (lambda d: open(os.path.join(d, "state.json"), "w").write("{not json"), "unreadable"),
-    (lambda d: open(os.path.join(d, "state.json"), "w").write('{"format": "other"}'), "not a noma_prorl_bench"),
-    (lambda d: _edit_meta(d, lambda m: m["config"].update(lr=9.0)), "config_hash"),
-    (lambda d: _edit_meta(d, lambda m: m.update(format_version=99)), "format 99"),
-    (lambda d: _truncate(os.path.join(d, "tensors.safetensors")), "unreadable"),
-    (lambda d: _edit_meta(d, lambda m: m.update(n_tensors=1)), "holds"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        (lambda d: os.remove(os.path.join(d, "COMPLETE")), "incomplete"),
+        (lambda d: open(os.path.join(d, "state.json"), "w").write("{not json"), "unreadable"),
+        (lambda d: open(os.path.join(d, "state.json"), "w").write('{"format": "other"}'), "not a noma_prorl_bench"),
+        (lambda d: _edit_meta(d, lambda m: m["config"].update(lr=9.0)), "config_hash"),
+        (lambda d: _edit_meta(d, lambda m: m.update(format_version=99)), "format 99"),
+        (lambda d: _truncate(os.path.join(d, "tensors.safetensors")), "unreadable"),
+        (lambda d: _edit_meta(d, lambda m: m.update(n_tensors=1)), "holds"),
+    ],
+)
 def test_corrupt_or_foreign_checkpoints_are_named(tmp_path, damage, match):
     path = _saved(tmp_path)
     damage(path)
@@ -228,19 +249,25 @@ def test_a_checkpoint_resumes_only_the_run_that_wrote_it(tmp_path):
         ck.save(t, t.cfg.outdir, keep=2)
     assert ck.read(ck.list_checkpoints(a.cfg.outdir)[-1][1]).run_id == "run-a"
     b.step()
-    foreign = ck.save(b, b.cfg.outdir, keep=2)                     # b's step 2: newer than a's step 1
+    foreign = ck.save(b, b.cfg.outdir, keep=2)  # b's step 2: newer than a's step 1
     shutil.copytree(foreign, os.path.join(a.cfg.outdir, "checkpoints", os.path.basename(foreign)))
-    with pytest.raises(ConfigError, match=r"checkpoints/step_000002 belongs to another run \(its run_id run-b.*remove "
-                                          r"checkpoints/step_000002 to resume from an older checkpoint"):
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoints/step_000002 belongs to another run \(its run_id run-b.*remove "
+        r"checkpoints/step_000002 to resume from an older checkpoint",
+    ):
         resume_config({"outdir": a.cfg.outdir, "resume": True})
     shutil.rmtree(os.path.join(a.cfg.outdir, "checkpoints", "step_000002"))
-    assert resume_config({"outdir": a.cfg.outdir, "resume": True})[1].step == 1        # its own, after the advice
-    with open(os.path.join(a.cfg.outdir, "config.json")) as f:                         # settings edited after the fact
+    assert resume_config({"outdir": a.cfg.outdir, "resume": True})[1].step == 1  # its own, after the advice
+    with open(os.path.join(a.cfg.outdir, "config.json")) as f:  # settings edited after the fact
         rec = json.load(f)
     with open(os.path.join(a.cfg.outdir, "config.json"), "w") as f:
         json.dump({**rec, "seed": 7}, f)
-    with pytest.raises(ConfigError, match=r"other settings than this run's config.json: --seed \(checkpoint 0, "
-                                          r"config.json 7\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"other settings than this run's config.json: --seed \(checkpoint 0, "
+        r"config.json 7\)",
+    ):
         resume_config({"outdir": a.cfg.outdir, "resume": True})
     os.remove(os.path.join(a.cfg.outdir, "config.json"))
     with pytest.raises(ConfigError, match="config.json is missing"):
@@ -254,7 +281,7 @@ def test_a_checkpoint_without_a_run_id_is_tied_by_its_settings(tmp_path):
     for t in (a, b):
         os.makedirs(t.cfg.outdir)
         t.step()
-        ck.save(t, t.cfg.outdir, keep=1)                           # no config.json yet: no run_id recorded
+        ck.save(t, t.cfg.outdir, keep=1)  # no config.json yet: no run_id recorded
         _config_json(t, None)
     assert ck.read(ck.list_checkpoints(a.cfg.outdir)[-1][1]).run_id is None
     assert resume_config({"outdir": a.cfg.outdir, "resume": True})[1].step == 1
@@ -264,11 +291,14 @@ def test_a_checkpoint_without_a_run_id_is_tied_by_its_settings(tmp_path):
         resume_config({"outdir": a.cfg.outdir, "resume": True})
 
 
-@pytest.mark.parametrize("setup,match", [
-    (lambda d: None, "does not exist"),
-    (lambda d: os.makedirs(d), "not a run directory"),
-    (lambda d: (os.makedirs(d), open(os.path.join(d, "config.json"), "w").write("{}")), "no complete checkpoint"),
-])
+@pytest.mark.parametrize(
+    "setup,match",
+    [
+        (lambda d: None, "does not exist"),
+        (lambda d: os.makedirs(d), "not a run directory"),
+        (lambda d: (os.makedirs(d), open(os.path.join(d, "config.json"), "w").write("{}")), "no complete checkpoint"),
+    ],
+)
 def test_resume_without_a_checkpoint_says_why(tmp_path, setup, match):
     d = str(tmp_path / "run")
     setup(d)
@@ -280,13 +310,24 @@ def test_resume_without_a_checkpoint_says_why(tmp_path, setup, match):
 # ------------------------------------------------------------------------ NaN guard and signals
 def _finite_inputs():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    return dict(loss=torch.tensor(0.5), grad_norm=torch.tensor(1.0), logp=torch.full((1, 3), -1.0),
-                kl=torch.zeros(1, 3), mask=mask)
+    return dict(
+        loss=torch.tensor(0.5),
+        grad_norm=torch.tensor(1.0),
+        logp=torch.full((1, 3), -1.0),
+        kl=torch.zeros(1, 3),
+        mask=mask,
+    )
 
 
-@pytest.mark.parametrize("key,value", [("loss", torch.tensor(float("nan"))), ("grad_norm", torch.tensor(float("inf"))),
-                                       ("logp", torch.tensor([[-1.0, float("-inf"), -1.0]])),
-                                       ("kl", torch.tensor([[float("nan"), 0.0, 0.0]]))])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("loss", torch.tensor(float("nan"))),
+        ("grad_norm", torch.tensor(float("inf"))),
+        ("logp", torch.tensor([[-1.0, float("-inf"), -1.0]])),
+        ("kl", torch.tensor([[float("nan"), 0.0, 0.0]])),
+    ],
+)
 def test_nonfinite_report_names_the_quantity(key, value):
     assert guards.nonfinite_report(**_finite_inputs()) == {}
     report = guards.nonfinite_report(**{**_finite_inputs(), key: value})
@@ -295,7 +336,7 @@ def test_nonfinite_report_names_the_quantity(key, value):
 
 def test_nonfinite_outside_the_response_mask_is_ignored():
     inp = _finite_inputs()
-    inp["logp"][0, 2] = float("nan")                       # a padded position: not a loss input
+    inp["logp"][0, 2] = float("nan")  # a padded position: not a loss input
     assert guards.nonfinite_report(**inp) == {}
 
 

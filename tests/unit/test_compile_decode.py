@@ -5,6 +5,7 @@ The fast tests compile with dynamo and the "eager" backend (dynamo traces the wh
 graph, so its shape guards and recompilations are the real ones; only inductor's code generation is
 skipped) and count compilations with a counting backend. tests/slow/test_compile_decode_inductor.py
 runs inductor itself (`torch.compile` default mode, tens of seconds to compile on a CPU)."""
+
 import copy
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ def test_static_step_equals_eager_decode_step_by_step():
     le, ce = pol.prefill(prompts, capacity=20)
     ls, cs = pol.prefill(prompts, capacity=20)
     for buf in cs.k + cs.v:
-        buf[:, :, 8:] = 0.0                   # the compiled path zero-fills unwritten columns (finite)
+        buf[:, :, 8:] = 0.0  # the compiled path zero-fills unwritten columns (finite)
     cs.pos_t = torch.tensor([cs.pos])
     g = torch.Generator().manual_seed(0)
     for _ in range(12):
@@ -55,7 +56,7 @@ def test_static_step_equals_eager_decode_step_by_step():
         cs.pos_t += 1
         assert torch.allclose(le, ls, atol=1e-5, rtol=0), (le - ls).abs().max()
     for a, b in zip(ce.k + ce.v, cs.k + cs.v):
-        assert torch.allclose(a[:, :, :ce.pos], b[:, :, :ce.pos], atol=1e-6)
+        assert torch.allclose(a[:, :, : ce.pos], b[:, :, : ce.pos], atol=1e-6)
 
 
 def test_compiled_once_per_shape_same_tokens_and_logp_as_eager():
@@ -69,9 +70,9 @@ def test_compiled_once_per_shape_same_tokens_and_logp_as_eager():
         eager, got = _sample(pol, prompts, seed), _sample(comp, prompts, seed)
         assert torch.equal(eager[0], got[0]) and torch.equal(eager[2], got[2])
         assert torch.allclose(eager[1], got[1], atol=1e-5, rtol=0), (eager[1] - got[1]).abs().max()
-    assert backend.graphs == 1                                       # 22 decode calls, one graph
+    assert backend.graphs == 1  # 22 decode calls, one graph
     _sample(comp, _prompts(B=2), 5)
-    assert backend.graphs == 2                                       # new N -> one new graph, no more
+    assert backend.graphs == 2  # new N -> one new graph, no more
 
 
 def test_compiled_sampler_logprobs_equal_learner_logprobs_with_eos():
@@ -90,7 +91,7 @@ def test_compiled_state_is_not_copied():
     """The reference (deepcopy) and Ray (pickle) get the mode and compile their own on first use."""
     pol = _policy()
     pol.compile_decode("reduce-overhead")
-    pol.static_decode.fn = object()                                  # stands for a compiled function
+    pol.static_decode.fn = object()  # stands for a compiled function
     ref = copy.deepcopy(pol)
     assert ref.static_decode is not pol.static_decode and ref.static_decode.fn is None
     assert ref.static_decode.mode == "reduce-overhead"
@@ -102,6 +103,7 @@ def test_compiled_state_is_not_copied():
 def test_flag_reaches_the_policy_and_is_refused_off_transformer():
     from noma_prorl_bench.config import ConfigError
     from noma_prorl_bench.models.build import build_policy
+
     pol, _ = build_policy(make_config({"outdir": "x", "model": "transformer", "compile_decode": "default"}), 32)
     assert pol.static_decode is not None and pol.static_decode.mode == "default"
     off, _ = build_policy(make_config({"outdir": "x", "model": "transformer"}), 32)

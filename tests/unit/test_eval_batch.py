@@ -1,6 +1,7 @@
 """The batched greedy evaluation (rollout/sampling.py `evaluate`, `batch` rows per generate call)
 returns the same texts and mean reward as one call over all prompts: on a tiny random HF model
 (static KV cache, left-padded prompts of different lengths) and on the toy GRU and transformer."""
+
 import pytest
 import torch
 
@@ -25,21 +26,30 @@ def _one_vs_batched(cfg, n_val: int, batches=(1, 3, 7)):
         val, texts, stats = evaluate(policy, task, tok, val_set, T, P, batch=b)
         assert texts == ref_texts, f"batch {b}"
         assert val == ref_val, f"batch {b}"
-        assert stats.fwd_calls >= ref_stats.fwd_calls     # more, smaller calls
+        assert stats.fwd_calls >= ref_stats.fwd_calls  # more, smaller calls
     return ref_texts
 
 
 def test_hf_batched_equals_one_call(tmp_path):
     pytest.importorskip("transformers")
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     model = build_tiny_hf_model(tmp_path / "llama", "llama", hidden=64, layers=2, heads=4, seed=0, init_std=0.1)
-    cfg = make_config({"outdir": "-", "model": f"hf:{model}", "task": "keyword_inclusion", "max_new_tokens": 12,
-                       "n_val": 20, "quiet": True})
+    cfg = make_config(
+        {
+            "outdir": "-",
+            "model": f"hf:{model}",
+            "task": "keyword_inclusion",
+            "max_new_tokens": 12,
+            "n_val": 20,
+            "quiet": True,
+        }
+    )
     texts = _one_vs_batched(cfg, 20)
     task = make_task(cfg.task, n_val=20, cfg=cfg)
     lengths = {len(e.prompt) for e in task.validation_set()}
-    assert len(lengths) > 1                               # prompts of different lengths: left padding varies
-    assert len(set(texts)) > 1                            # the random model does not say one thing to all
+    assert len(lengths) > 1  # prompts of different lengths: left padding varies
+    assert len(set(texts)) > 1  # the random model does not say one thing to all
 
 
 @pytest.mark.parametrize("model", ["gru", "transformer"])

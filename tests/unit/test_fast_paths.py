@@ -2,6 +2,7 @@
 sampler (sync every k tokens, shared prefill, HF static cache) vs the plain loop and the learner;
 chunked log-probs, gradient checkpointing and micro-batching vs the plain forward/backward;
 SDPA attention vs the explicit softmax(QK^T / sqrt(D)) math; bf16_mixed keeps small updates."""
+
 import math
 import tempfile
 
@@ -29,6 +30,7 @@ def hf_policy():
     pytest.importorskip("transformers")
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_hf_model(f"{tmp}/q", "qwen2", hidden=32, layers=2, heads=4, seed=0)
         policy, tok = load_hf_policy(path)
@@ -52,7 +54,7 @@ def test_sync_every_k_changes_nothing_but_the_decode_count(k):
     prompts = torch.randint(4, V, (6, 5), generator=torch.Generator().manual_seed(1))
     base = _sample(pol, prompts, sync_every=1)
     fast = _sample(pol, prompts, sync_every=k)
-    for a, b in zip(base[:4], fast[:4]):                     # response, logp_old, mask, truncated
+    for a, b in zip(base[:4], fast[:4]):  # response, logp_old, mask, truncated
         assert torch.equal(a, b)
     # at most k - 1 extra decodes after everyone finished, never more than T - 1 in all
     assert base[4].fwd_calls <= fast[4].fwd_calls <= min(base[4].fwd_calls + k - 1, 12)
@@ -62,19 +64,19 @@ def test_sync_every_k_changes_nothing_but_the_decode_count(k):
 def test_shared_prefill_equals_per_row_prefill(make):
     pol = make()
     uniq = torch.randint(4, V, (3, 7), generator=torch.Generator().manual_seed(2))
-    prompts = uniq.repeat_interleave(4, 0)                   # B=3 prompts x G=4 copies
+    prompts = uniq.repeat_interleave(4, 0)  # B=3 prompts x G=4 copies
     plain = _sample(pol, prompts)
     shared = _sample(pol, prompts, group_size=4)
-    for a, b in zip(plain[:4], shared[:4]):                  # tokens equal; logp to rounding (a
-        assert torch.allclose(a.float(), b.float(), atol=1e-6)   # matmul of 3 rows vs 12 rows)
+    for a, b in zip(plain[:4], shared[:4]):  # tokens equal; logp to rounding (a
+        assert torch.allclose(a.float(), b.float(), atol=1e-6)  # matmul of 3 rows vs 12 rows)
     T = plain[0].shape[1]
-    assert plain[4].tokens == 12 * 7 + 12 * (T - 1)          # N*P prefill + N per decode
-    assert shared[4].tokens == 3 * 7 + 12 * (T - 1)          # B*P prefill: each prompt once
+    assert plain[4].tokens == 12 * 7 + 12 * (T - 1)  # N*P prefill + N per decode
+    assert shared[4].tokens == 3 * 7 + 12 * (T - 1)  # B*P prefill: each prompt once
 
 
 def test_shared_prefill_is_not_used_when_rows_differ():
     pol = _transformer()
-    prompts = torch.randint(4, V, (8, 5), generator=torch.Generator().manual_seed(4))   # 8 distinct rows
+    prompts = torch.randint(4, V, (8, 5), generator=torch.Generator().manual_seed(4))  # 8 distinct rows
     assert _sample(pol, prompts, group_size=4)[4].tokens == _sample(pol, prompts)[4].tokens
 
 
@@ -89,7 +91,7 @@ def test_transformer_sampler_logprobs_equal_learner_logprobs():
 def test_hf_static_cache_equals_dynamic_cache_with_left_padding(hf_policy):
     pol, tok = hf_policy
     ids = _hf_prompts(tok)
-    assert (ids == tok.pad_id).any()                         # the short prompts really are padded
+    assert (ids == tok.pad_id).any()  # the short prompts really are padded
     with torch.no_grad():
         ld, sd = pol.prefill(ids)
         ls, ss = pol.prefill(ids, capacity=ids.shape[1] + 6)
@@ -130,7 +132,7 @@ def _check_same(a, b, atol=1e-6):
 @pytest.mark.parametrize("chunk", [1, 7, 1000])
 def test_chunked_logprobs_and_grads_equal_unchunked_transformer(chunk):
     pol = _transformer()
-    tokens = torch.randint(4, V, (4, 14), generator=torch.Generator().manual_seed(6))   # P=6, T=8
+    tokens = torch.randint(4, V, (4, 14), generator=torch.Generator().manual_seed(6))  # P=6, T=8
     ref = _loss_and_grads(pol, lambda m, t, P: response_logprobs(m, t, P, 0.7, with_entropy=True), tokens, 6)
     got = _loss_and_grads(pol, lambda m, t, P: chunked_response_logprobs(m, t, P, 0.7, True, chunk), tokens, 6)
     _check_same(ref, got)
@@ -148,13 +150,13 @@ def test_chunked_logprobs_and_grads_equal_unchunked_hf(hf_policy):
 
 def test_grad_checkpoint_equals_plain_grads_transformer():
     tokens = torch.randint(4, V, (4, 14), generator=torch.Generator().manual_seed(8))
-    fn = lambda m, t, P: response_logprobs(m, t, P, 1.0)           # noqa: E731
+    fn = lambda m, t, P: response_logprobs(m, t, P, 1.0)  # noqa: E731
     plain = _loss_and_grads(_transformer(), fn, tokens, 6)
     pol = _transformer()
     pol.grad_checkpoint = True
     ckpt = _loss_and_grads(pol, fn, tokens, 6)
     _check_same(plain, ckpt)
-    with torch.no_grad():                                          # sampling ignores the switch
+    with torch.no_grad():  # sampling ignores the switch
         assert torch.equal(pol.prefill(tokens[:, :6])[0], _transformer().prefill(tokens[:, :6])[0])
 
 
@@ -162,15 +164,15 @@ def test_grad_checkpoint_equals_plain_grads_hf(hf_policy):
     pol, tok = hf_policy
     ids = _hf_prompts(tok)
     tokens = torch.cat([ids, torch.randint(4, 200, (3, 4), generator=torch.Generator().manual_seed(9))], 1)
-    fn = lambda m, t, P: response_logprobs(m, t, P, 1.0)           # noqa: E731
+    fn = lambda m, t, P: response_logprobs(m, t, P, 1.0)  # noqa: E731
     pol.train()
     plain = _loss_and_grads(pol, fn, tokens, ids.shape[1])
     pol.set_grad_checkpoint(True)
     try:
         assert any(getattr(m, "gradient_checkpointing", False) for m in pol.model.modules())
         ckpt = _loss_and_grads(pol, fn, tokens, ids.shape[1])
-        resp, logp_old, mask, _, _ = _sample(pol, ids, eos=tok.eos_id, pad=tok.pad_id)   # cache still used
-        assert pol.model.training                                  # the mode is restored
+        resp, logp_old, mask, _, _ = _sample(pol, ids, eos=tok.eos_id, pad=tok.pad_id)  # cache still used
+        assert pol.model.training  # the mode is restored
         logp, _, _ = response_logprobs(pol, torch.cat([ids, resp], 1), ids.shape[1])
         assert torch.allclose(logp * mask, logp_old, atol=1e-5)
     finally:
@@ -184,9 +186,9 @@ def test_sdpa_attention_equals_explicit_math():
     attn = pol.blocks[0].attn
     x = torch.randn(3, 9, 32, generator=torch.Generator().manual_seed(10))
     q, k, v = attn._heads(attn.q_proj(x)), attn._heads(attn.k_proj(x)), attn._heads(attn.v_proj(x))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.d_head)            # [N, H, S, S]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.d_head)  # [N, H, S, S]
     causal = torch.ones(9, 9, dtype=torch.bool).tril()
-    y = F.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v    # [N, H, S, D]
+    y = F.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v  # [N, H, S, D]
     ref = attn.o_proj(y.transpose(1, 2).reshape(3, 9, 32))
     assert torch.allclose(attn(x), ref, atol=1e-6)
 
@@ -209,8 +211,8 @@ def test_bf16_mixed_keeps_a_1e6_update_that_pure_bf16_rounds_away():
     seen = []
     mixed.blocks[0].mlp.up.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     frac_mixed, opt = _one_adam_step(mixed)
-    assert seen == [torch.bfloat16]                                       # the matmuls ran in bf16
-    assert all(p.dtype == torch.float32 for p in mixed.parameters())      # master weights
+    assert seen == [torch.bfloat16]  # the matmuls ran in bf16
+    assert all(p.dtype == torch.float32 for p in mixed.parameters())  # master weights
     assert all(s["exp_avg"].dtype == torch.float32 for s in opt.state.values())
     # Adam's first step moves every weight with a nonzero gradient by ~lr = 1e-6: float32 keeps it
     # (ulp of a 0.02 weight is ~2e-9); bfloat16 (8 mantissa bits, ulp of 0.02 ~ 1.2e-4) cannot
@@ -223,18 +225,19 @@ def test_bf16_mixed_keeps_a_1e6_update_that_pure_bf16_rounds_away():
 # ----------------------------------------------------------------------------- buffer reuse
 def test_rollout_buffers_are_reused_by_shape_and_results_unchanged(monkeypatch):
     from noma_prorl_bench.rollout import sampling
+
     pol = _transformer()
     prompts = torch.randint(4, V, (3, 5), generator=torch.Generator().manual_seed(12)).repeat_interleave(2, 0)
     fresh = [_sample(pol, prompts, group_size=2) for _ in range(2)]
-    monkeypatch.setattr(sampling, "REUSE_BUFFERS_ON", {"cpu"})            # what CUDA runs do
+    monkeypatch.setattr(sampling, "REUSE_BUFFERS_ON", {"cpu"})  # what CUDA runs do
     monkeypatch.setattr(sampling, "POOL", sampling.BufferPool())
     pol.reuse_kv_on = {"cpu"}
     pooled = [_sample(pol, prompts, group_size=2) for _ in range(2)]
     for a, b in zip(fresh, pooled):
         for x, y in zip(a[:4], b[:4]):
             assert torch.equal(x, y)
-    assert len(sampling.POOL.buffers) == 3                               # response, logp_old, mask
-    assert len(pol._kv_pool) == 4                                        # k, v x (prefill B rows, N rows)
+    assert len(sampling.POOL.buffers) == 3  # response, logp_old, mask
+    assert len(pol._kv_pool) == 4  # k, v x (prefill B rows, N rows)
     with torch.no_grad():
         ptr = pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr()
-        assert pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr() == ptr   # same (N, cap): same memory
+        assert pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr() == ptr  # same (N, cap): same memory

@@ -32,9 +32,9 @@ class _Toy(nn.Module):
         self.head = nn.Linear(H, V)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = torch.tanh(self.mix(self.emb(tokens)))                          # [N, L, H]
+        x = torch.tanh(self.mix(self.emb(tokens)))  # [N, L, H]
         steps = torch.arange(1, tokens.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
-        return self.head(x.cumsum(1) / steps)                               # [N, L, V]
+        return self.head(x.cumsum(1) / steps)  # [N, L, V]
 
 
 def _lora_policy(seed: int = 0) -> _Toy:
@@ -81,7 +81,7 @@ def test_frozen_parameters_are_the_base_only():
     pol = _lora_policy()
     frozen = frozen_parameters(pol)
     assert set(frozen) == {"emb.weight", "mix.base.weight", "mix.base.bias", "head.base.weight", "head.base.bias"}
-    assert frozen_parameters(_Toy()) == {}                  # a fully trained policy shares nothing
+    assert frozen_parameters(_Toy()) == {}  # a fully trained policy shares nothing
 
 
 @pytest.mark.unit
@@ -93,7 +93,7 @@ def test_reference_shares_the_base_and_scores_like_a_full_copy(mode):
     ref_sd, pol_sd = ref.model.state_dict(), pol.state_dict()
     for name in frozen_parameters(pol):
         assert same_tensor(ref_sd[name], pol_sd[name]), name
-    for p in adapter_parameters(ref.model):                 # the adapters are the reference's own
+    for p in adapter_parameters(ref.model):  # the adapters are the reference's own
         assert all(p.untyped_storage().data_ptr() != q.untyped_storage().data_ptr() for q in pol.parameters())
     adapter_bytes = sum(p.numel() * p.element_size() for p in adapter_parameters(pol))
     assert _own_bytes(ref.model.state_dict().values(), pol) == adapter_bytes
@@ -112,9 +112,9 @@ def test_hard_and_polyak_updates_never_write_the_shared_base():
     ref.reset_to(pol, "polyak", alpha=0.25)
     pol_sd = pol.state_dict()
     for n, p in ref.model.named_parameters():
-        if "lora" in n:                                     # ref <- 0.25 pi + 0.75 ref, by hand
+        if "lora" in n:  # ref <- 0.25 pi + 0.75 ref, by hand
             assert torch.equal(p, before[n].mul(0.75).add(pol_sd[n], alpha=0.25)), n
-    for k, v in base.items():                               # the base: bit for bit what it was
+    for k, v in base.items():  # the base: bit for bit what it was
         assert torch.equal(frozen_parameters(pol)[k], v), k
     ref.reset_to(pol, "hard")
     for n, p in ref.model.named_parameters():
@@ -129,7 +129,7 @@ def test_reference_state_round_trip_and_a_foreign_base_is_refused(tmp_path):
     ref = ReferenceHolder(pol, "cached")
     _train(pol, toks)
     ref.reset_to(pol, "hard")
-    ref2 = ReferenceHolder(pol, "cached")                  # a resumed run: adapters at init
+    ref2 = ReferenceHolder(pol, "cached")  # a resumed run: adapters at init
     ref2.load_state_dict(_round_trip(ref.state_dict(), tmp_path))
     for (n, a), b in zip(ref.model.state_dict().items(), ref2.model.state_dict().values()):
         assert torch.equal(a, b), n
@@ -140,7 +140,7 @@ def test_reference_state_round_trip_and_a_foreign_base_is_refused(tmp_path):
         ref2.load_state_dict({"mode": "cached", "model": bad})
     with pytest.raises(ValueError, match="emb.weight"):
         ref2.reset_to(bad, "polyak", alpha=0.5)
-    assert torch.equal(frozen_parameters(pol)["emb.weight"], ref.model.emb.weight)   # untouched
+    assert torch.equal(frozen_parameters(pol)["emb.weight"], ref.model.emb.weight)  # untouched
 
 
 @pytest.mark.unit
@@ -187,10 +187,10 @@ def test_best_snapshot_aliases_the_base_and_restores_bit_for_bit(tmp_path):
 @pytest.mark.unit
 def test_clone_state_dict_copies_unless_asked_to_share():
     pol = _lora_policy()
-    ref = ReferenceHolder(pol, "cached")                    # its module is frozen as a whole
-    snap = clone_state_dict(ref.model)                      # a copy: nothing aliases the live tensors
+    ref = ReferenceHolder(pol, "cached")  # its module is frozen as a whole
+    snap = clone_state_dict(ref.model)  # a copy: nothing aliases the live tensors
     live = {t.untyped_storage().data_ptr() for t in ref.model.state_dict().values()}
     assert all(t.untyped_storage().data_ptr() not in live for t in snap.values())
-    shared = clone_state_dict(pol, share_frozen=True)       # a policy snapshot: the base aliased
+    shared = clone_state_dict(pol, share_frozen=True)  # a policy snapshot: the base aliased
     assert same_tensor(shared["emb.weight"], pol.state_dict()["emb.weight"])
     assert not same_tensor(shared["head.lora_A"], pol.state_dict()["head.lora_A"])

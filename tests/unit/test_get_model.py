@@ -1,5 +1,6 @@
 """`prorl-bench get-model` without the real extra: one-line errors naming the missing package and
 the pip command, exit code 2, nothing written; the answer check of the verification step."""
+
 import pytest
 
 from noma_prorl_bench.models import get_model as gm
@@ -8,8 +9,9 @@ pytestmark = pytest.mark.unit
 
 
 def fake_spec(dist="no-such-dist-h16"):
-    return gm.ModelSpec(name="fake", dist=dist, version="0.1.2", gguf_name="x.gguf", sha256="0" * 64,
-                        check_question="q", check_word="w")
+    return gm.ModelSpec(
+        name="fake", dist=dist, version="0.1.2", gguf_name="x.gguf", sha256="0" * 64, check_question="q", check_word="w"
+    )
 
 
 def test_missing_wheel_is_exit_2_with_the_pip_command(monkeypatch, tmp_path, capsys):
@@ -23,8 +25,9 @@ def test_missing_wheel_is_exit_2_with_the_pip_command(monkeypatch, tmp_path, cap
 
 
 def test_wrong_version_is_named(monkeypatch):
-    spec = gm.ModelSpec(name="fake", dist="pytest", version="0.0.1", gguf_name="x.gguf", sha256="",
-                        check_question="q", check_word="w")
+    spec = gm.ModelSpec(
+        name="fake", dist="pytest", version="0.0.1", gguf_name="x.gguf", sha256="", check_question="q", check_word="w"
+    )
     with pytest.raises(gm.MissingExtra, match="0.0.1 is needed"):
         gm.find_gguf(spec)
 

@@ -1,6 +1,7 @@
 """benchmarks/gpu_study.py's parts that need no GPU: the time budget, the model's parts (split,
 carry, join, checksums), the plan of device calls and of reset runs, the task file, the result
 files, the pass/fail table from pytest's junit XML, and the vs_trl phase's stop before the budget."""
+
 import argparse
 import hashlib
 import json
@@ -35,7 +36,7 @@ def test_budget_leaves_the_reserve_and_refuses_work_that_would_end_past_it():
     assert b.left() == 90 and b.allows(90) and not b.allows(90.5)
     clock.t += 85
     assert b.elapsed() == 85 and b.left() == 5 and b.allows(5) and not b.allows(6)
-    clock.t += 20                                            # past the limit: nothing allowed
+    clock.t += 20  # past the limit: nothing allowed
     assert b.left() == -15 and not b.allows(0)
     assert "100 s for this command, 10 s kept" in b.line() and "0 s left" in b.line()
     with pytest.raises(ValueError, match="--budget_s"):
@@ -43,14 +44,26 @@ def test_budget_leaves_the_reserve_and_refuses_work_that_would_end_past_it():
 
 
 def _trl_args(tmp_path, **over):
-    a = argparse.Namespace(tiny=True, modes=["lora", "full"], repeats=2, trl_steps=2, device="cpu",
-                           state=str(tmp_path), first_worker_s=20.0)
+    a = argparse.Namespace(
+        tiny=True,
+        modes=["lora", "full"],
+        repeats=2,
+        trl_steps=2,
+        device="cpu",
+        state=str(tmp_path),
+        first_worker_s=20.0,
+    )
     return argparse.Namespace(**{**vars(a), **over})
 
 
 def _fake_run(side):
-    return {"side": side, "step_s": [0.5, 0.7] if side == "ours" else [1.0, 1.2], "gen_tokens": [30, 34],
-            "peak_rss_mb": 100.0, "peak_gpu_bytes": 2 ** 30 if side == "ours" else 2 ** 31}
+    return {
+        "side": side,
+        "step_s": [0.5, 0.7] if side == "ours" else [1.0, 1.2],
+        "gen_tokens": [30, 34],
+        "peak_rss_mb": 100.0,
+        "peak_gpu_bytes": 2**30 if side == "ours" else 2**31,
+    }
 
 
 def test_vs_trl_starts_a_run_only_while_its_estimate_fits_and_a_second_call_continues(tmp_path, monkeypatch):
@@ -85,9 +98,9 @@ def test_pair_summary_ratios_tokens_and_peaks_by_hand(tmp_path):
     (row,) = gs.pair_summary(done, a)
     assert row["pairs"] == 2 and row["pair_ratios_trl_over_ours"] == pytest.approx([1.1 / 0.6] * 2)
     assert row["ours"]["median_step_s"] == pytest.approx(0.6) and row["trl"]["median_step_s"] == pytest.approx(1.1)
-    assert row["ours"]["tokens_per_step"] == 32 and row["trl"]["peak_gpu_bytes"] == 2 ** 31
+    assert row["ours"]["tokens_per_step"] == 32 and row["trl"]["peak_gpu_bytes"] == 2**31
     del done[gs.item_key({"mode": "lora", **gs.trl_shapes(a)[0], "rep": 0, "side": "trl"})]
-    assert gs.pair_summary(done, a)[0]["pairs"] == 1          # an unpaired run is left out of the ratios
+    assert gs.pair_summary(done, a)[0]["pairs"] == 1  # an unpaired run is left out of the ratios
 
 
 def test_vs_trl_without_trl_is_skipped_and_says_so(tmp_path, monkeypatch, capsys):
@@ -108,7 +121,7 @@ def test_split_carry_join_round_trip_with_checksums(tmp_path):
     assert man["sha256"] == hashlib.sha256(data).hexdigest() and man["size"] == 10_000
     assert sorted(os.listdir(tmp_path / "carry")) == ["part00", "part01", "part02", "part03"]
     store = tmp_path / "store"
-    assert gs.missing_parts(store) is None                    # nothing carried yet
+    assert gs.missing_parts(store) is None  # nothing carried yet
     # call 1 carries part00 and part01 only (the others are not in its carry)
     one = tmp_path / "call1"
     for d in ("part00", "part01"):
@@ -158,8 +171,10 @@ def test_call_plan_and_part_size_by_hand():
     2 calls, the first with the wheels (62 MiB), the second 10 + 44 = 54 MiB."""
     assert gs.part_size_for(10 * MIB, 2 * MIB) == 50 * MIB
     plan = gs.call_plan([50 * MIB, 44 * MIB], 2 * MIB, 10 * MIB)
-    assert plan == [{"call": 1, "carry": [".gpu_carry/whl", ".gpu_carry/part00"], "bytes": 62 * MIB},
-                    {"call": 2, "carry": [".gpu_carry/part01"], "bytes": 54 * MIB}]
+    assert plan == [
+        {"call": 1, "carry": [".gpu_carry/whl", ".gpu_carry/part00"], "bytes": 62 * MIB},
+        {"call": 2, "carry": [".gpu_carry/part01"], "bytes": 54 * MIB},
+    ]
     with pytest.raises(ValueError, match="call 1 would carry 65.0 MiB"):
         gs.call_plan([53 * MIB], 2 * MIB, 10 * MIB)
     with pytest.raises(ValueError, match="leaves no room"):
@@ -176,12 +191,21 @@ def test_arithmetic_lines_are_distinct_correct_and_deterministic(terms, low, hig
         parts = r["question"].split()
         assert len(parts) == 2 * terms - 1 and set(parts[1::2]) <= {"+", "-"}
         assert all(low <= int(x) <= high for x in parts[::2])
-        assert int(r["answer"]) == eval(r["question"])          # the expression, by Python
+        assert int(r["answer"]) == eval(r["question"])  # the expression, by Python
 
 
 def _plan_args(tmp_path, **over):
-    a = argparse.Namespace(state=str(tmp_path), seeds=8, steps=200, jobs=12, device="cuda", dtype="bf16_mixed",
-                           reset_T=64, eval_every=50, n_val=200)
+    a = argparse.Namespace(
+        state=str(tmp_path),
+        seeds=8,
+        steps=200,
+        jobs=12,
+        device="cuda",
+        dtype="bf16_mixed",
+        reset_T=64,
+        eval_every=50,
+        n_val=200,
+    )
     return argparse.Namespace(**{**vars(a), **over})
 
 
@@ -197,13 +221,25 @@ def test_reset_plan_is_the_real_resets_matrix_at_gpu_scale(tmp_path):
     for s in specs:
         f = s.flags
         assert "--preset" not in f and "--task_kwargs" not in f
-        last = {k: f[len(f) - 1 - f[::-1].index(k) + 1] for k in ("--lr", "--beta", "--steps", "--device",
-                                                                  "--dtype", "--task", "--model", "--n_val")}
-        assert last == {"--lr": "1e-3", "--beta": "1", "--steps": "200", "--device": "cuda", "--dtype": "bf16_mixed",
-                        "--task": "jsonl:/t.jsonl", "--model": "hf:/m", "--n_val": "200"}
+        last = {
+            k: f[len(f) - 1 - f[::-1].index(k) + 1]
+            for k in ("--lr", "--beta", "--steps", "--device", "--dtype", "--task", "--model", "--n_val")
+        }
+        assert last == {
+            "--lr": "1e-3",
+            "--beta": "1",
+            "--steps": "200",
+            "--device": "cuda",
+            "--dtype": "bf16_mixed",
+            "--task": "jsonl:/t.jsonl",
+            "--model": "hf:/m",
+            "--n_val": "200",
+        }
         assert ("--reset_every" in f) == (s.arm != "real-none")
-        assert f[f.index("--initial_rank") + 1] == "8" and f[f.index("--adapter_targets") + 1] == \
-            "q_proj,k_proj,v_proj,o_proj"
+        assert (
+            f[f.index("--initial_rank") + 1] == "8"
+            and f[f.index("--adapter_targets") + 1] == "q_proj,k_proj,v_proj,o_proj"
+        )
     assert argv[argv.index("--jobs") + 1] == "12" and argv[argv.index("--seeds") + 1] == "8"
 
 
@@ -211,6 +247,7 @@ def test_reset_plan_flags_make_a_valid_run_config(tmp_path):
     """The flags of one planned run through the run's own parser (on CPU here): LoRA r8, lr 1e-3,
     beta 1, reset every 50 with Adam's state rebuilt, the jsonl task with numeric reward."""
     from noma_prorl_bench.config.parser import parse_config
+
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": f"Q: {i}?\nA:", "answer": str(i)}) + "\n" for i in range(300)))
     specs, _ = gs.reset_plan(_plan_args(tmp_path, device="cpu", dtype="float32"), str(tmp_path), str(task))
@@ -228,9 +265,11 @@ def test_result_files_carry_the_header_and_the_phase_keys(tmp_path):
     assert res["format"] == gs.FORMAT and res["phase"] == "tests" and "torch" in res["device"]
     path = gs.save(str(tmp_path), "gpu_tests.json", res)
     assert gs.load(str(tmp_path), "gpu_tests.json") == json.loads(Path(path).read_text())
-    for broken, what in (({k: v for k, v in res.items() if k != "counts"}, "lacks 'counts'"),
-                         ({k: v for k, v in res.items() if k != "device"}, "lacks 'device'"),
-                         ({**res, "phase": "other"}, "unknown")):
+    for broken, what in (
+        ({k: v for k, v in res.items() if k != "counts"}, "lacks 'counts'"),
+        ({k: v for k, v in res.items() if k != "device"}, "lacks 'device'"),
+        ({**res, "phase": "other"}, "unknown"),
+    ):
         with pytest.raises(ValueError, match=what):
             gs.save(str(tmp_path), "bad.json", broken)
     assert not (tmp_path / "bad.json").exists()
@@ -248,10 +287,16 @@ def test_parse_junit_and_the_pass_fail_table(tmp_path):
     (tmp_path / "j.xml").write_text(JUNIT)
     rows = gs.parse_junit(tmp_path / "j.xml")
     assert [(r["test"], r["outcome"]) for r in rows] == [
-        ("tests/smoke/test_cuda_only.py::test_a", "passed"), ("tests/smoke/test_cuda_only.py::test_b", "failed"),
-        ("tests/unit/test_x.py::test_c[p0]", "error"), ("tests/unit/test_x.py::test_d", "skipped")]
-    assert rows[0]["seconds"] == 1.25 and rows[1]["message"] == "assert 1 == 2" and rows[3]["message"] == \
-        "needs a CUDA device"
+        ("tests/smoke/test_cuda_only.py::test_a", "passed"),
+        ("tests/smoke/test_cuda_only.py::test_b", "failed"),
+        ("tests/unit/test_x.py::test_c[p0]", "error"),
+        ("tests/unit/test_x.py::test_d", "skipped"),
+    ]
+    assert (
+        rows[0]["seconds"] == 1.25
+        and rows[1]["message"] == "assert 1 == 2"
+        and rows[3]["message"] == "needs a CUDA device"
+    )
     text = gs.table(rows)
     assert "| tests/smoke/test_cuda_only.py::test_b | FAILED | 0.5 | assert 1 == 2 |" in text
     assert text.splitlines()[-1] == "1 passed, 1 failed, 1 error, 1 skipped"
@@ -259,11 +304,27 @@ def test_parse_junit_and_the_pass_fail_table(tmp_path):
 
 def test_parse_junit_of_a_real_pytest_run(tmp_path):
     """pytest's own junit file (the format the device run reads) for a pass, a fail and a skip."""
-    (tmp_path / "test_three.py").write_text("import pytest\ndef test_ok():\n    pass\ndef test_bad():\n    assert 0\n"
-                                            "@pytest.mark.skip(reason='why')\ndef test_skip():\n    pass\n")
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\ndef test_ok():\n    pass\ndef test_bad():\n    assert 0\n"
+        "@pytest.mark.skip(reason='why')\ndef test_skip():\n    pass\n"
+    )
     xml = tmp_path / "j.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "-o",
-                    "junit_family=xunit1", "test_three.py"], cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            "-o",
+            "junit_family=xunit1",
+            "test_three.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     got = {r["test"].split("::")[1]: r["outcome"] for r in gs.parse_junit(xml)}
     assert got == {"test_ok": "passed", "test_bad": "failed", "test_skip": "skipped"}
 
@@ -276,18 +337,37 @@ def test_restore_seeds_a_fresh_state_with_checked_results_only(tmp_path):
     (src / "vs_trl_gpu.json").write_text(json.dumps({"format": 1}))
     with pytest.raises(ValueError, match="lacks"):
         gs.restore(str(src), str(state))
-    assert os.listdir(state) == []                             # nothing copied when one file is bad
+    assert os.listdir(state) == []  # nothing copied when one file is bad
     (src / "vs_trl_gpu.json").unlink()
     assert gs.restore(str(src), str(state)) == ["gpu_tests.json"]
-    assert gs.restore(str(src), str(state)) == []              # never overwrites what the state has
+    assert gs.restore(str(src), str(state)) == []  # never overwrites what the state has
 
 
-@pytest.mark.parametrize("flags, named", [(["--seeds", "0"], "--seeds"), (["--trl_steps", "1"], "--trl_steps"),
-                                           (["--restore", "/nonexistent/dir"], "--restore")])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--seeds", "0"], "--seeds"),
+        (["--trl_steps", "1"], "--trl_steps"),
+        (["--restore", "/nonexistent/dir"], "--restore"),
+    ],
+)
 def test_bad_device_flags_exit_2_naming_the_flag_and_write_nothing(tmp_path, flags, named):
     state = tmp_path / "state"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_study.py"), "device", "--device", "cpu",
-                           "--tiny", "--state", str(state), *flags], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_study.py"),
+            "device",
+            "--device",
+            "cpu",
+            "--tiny",
+            "--state",
+            str(state),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not state.exists()
 
@@ -302,6 +382,7 @@ def test_real_model_waits_for_every_part_then_converts_the_joined_file(tmp_path,
     parts are joined and handed to get_model in place of the installed wheel's GGUF (its pinned
     sha256 check then runs on the joined bytes: here a stand-in records them)."""
     from noma_prorl_bench.models import get_model as gm
+
     monkeypatch.setenv("NOMA_PRORL_BENCH_CACHE", str(tmp_path / "cache"))
     data = os.urandom(5000)
     (tmp_path / "m.gguf").write_bytes(data)
@@ -314,14 +395,14 @@ def test_real_model_waits_for_every_part_then_converts_the_joined_file(tmp_path,
         return Path(dest)
 
     monkeypatch.setattr(gm, "get_model", fake_get_model)
-    monkeypatch.setattr(gm, "find_gguf", gm.find_gguf)             # restored after the test
+    monkeypatch.setattr(gm, "find_gguf", gm.find_gguf)  # restored after the test
     monkeypatch.setattr(gs, "ROOT", str(tmp_path / "repo"))
     carry = tmp_path / "repo" / gs.CARRY
     os.makedirs(carry)
     os.rename(tmp_path / "made" / "part00", carry / "part00")
     assert gs.real_model(None) is None and not seen
     assert "the model still needs ['m.gguf.part01']" in capsys.readouterr().out
-    shutil.rmtree(carry / "part00")                                # the next call carries part01 only
+    shutil.rmtree(carry / "part00")  # the next call carries part01 only
     os.rename(tmp_path / "made" / "part01", carry / "part01")
     got = gs.real_model(None)
     assert seen["bytes"] == data and seen["name"] == "smollm2-135m-instruct"
@@ -336,11 +417,16 @@ def test_prepare_splits_a_given_gguf_and_prints_one_call_per_part(tmp_path, monk
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("m.gguf: 2.5 MiB") and "3 parts" in out[0]
     assert [ln.split(": carry ")[1].split(" (")[0] for ln in out[1:]] == [
-        '[".gpu_carry/whl", ".gpu_carry/part00"]', '[".gpu_carry/part01"]', '[".gpu_carry/part02"]']
+        '[".gpu_carry/whl", ".gpu_carry/part00"]',
+        '[".gpu_carry/part01"]',
+        '[".gpu_carry/part02"]',
+    ]
     assert sorted(os.listdir(tmp_path / gs.CARRY)) == ["part00", "part01", "part02", "whl"]
 
 
-@pytest.mark.parametrize("flags, named", [(["--part_mib", "-1"], "--part_mib"), (["--gguf", "/no/such.gguf"], "--gguf")])
+@pytest.mark.parametrize(
+    "flags, named", [(["--part_mib", "-1"], "--part_mib"), (["--gguf", "/no/such.gguf"], "--gguf")]
+)
 def test_bad_prepare_flags_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags, named):
     monkeypatch.setattr(gs, "ROOT", str(tmp_path))
     assert gs.main(["prepare", "--skip_download", *flags]) == 2

@@ -57,19 +57,20 @@ def _trained(opt_name="adam", rank=2, steps=3, seed=0):
 
 def _state_by_name(m, opt):
     names = {id(p): n for n, p in m.named_parameters()}
-    return {names[id(p)]: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
-            for p, s in opt.state.items()}
+    return {
+        names[id(p)]: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()} for p, s in opt.state.items()
+    }
 
 
 @pytest.mark.unit
 def test_layouts_exact_positions():
-    old = torch.arange(6.0).reshape(2, 3)                     # [[0,1,2],[3,4,5]]
+    old = torch.arange(6.0).reshape(2, 3)  # [[0,1,2],[3,4,5]]
     cols = grow_block(old, (2, 5))
     assert cols.tolist() == [[0, 1, 2, 0, 0], [3, 4, 5, 0, 0]]
-    flat = grow_flat_prefix(old, (2, 5))                      # NOMA: row 1 slides into row 0
+    flat = grow_flat_prefix(old, (2, 5))  # NOMA: row 1 slides into row 0
     assert flat.tolist() == [[0, 1, 2, 3, 4], [5, 0, 0, 0, 0]]
     rows_b, rows_f = grow_block(old, (4, 3)), grow_flat_prefix(old, (4, 3))
-    assert torch.equal(rows_b, rows_f)                        # first axis: the layouts agree
+    assert torch.equal(rows_b, rows_f)  # first axis: the layouts agree
     both = grow_block(old, (3, 4), fill=torch.full((3, 4), 9.0))
     assert both.tolist() == [[0, 1, 2, 9], [3, 4, 5, 9], [9, 9, 9, 9]]
     with pytest.raises(ValueError):
@@ -122,10 +123,10 @@ def test_preserve_migrates_every_state_tensor(opt_name):
             if torch.is_tensor(val) and val.dim() > 0:
                 old_block = got[:2] if axis == 0 else got[:, :2]
                 new_block = got[2:] if axis == 0 else got[:, 2:]
-                assert torch.equal(old_block, val), (name, key)          # bit-identical
+                assert torch.equal(old_block, val), (name, key)  # bit-identical
                 assert torch.count_nonzero(new_block) == 0, (name, key)  # fresh
             elif torch.is_tensor(val):
-                assert torch.equal(got, val), (name, key)                 # step kept
+                assert torch.equal(got, val), (name, key)  # step kept
             else:
                 assert got == val
     assert check_no_stale_state(m, opt) == []
@@ -139,7 +140,7 @@ def test_next_steps_on_old_slice_equal_ungrown(opt_name):
     m, opt, _ = _trained(opt_name)
     m_ref = copy.deepcopy(m)
     opt_ref = OPTIMIZERS[opt_name](adapter_parameters(m_ref))
-    opt_ref.load_state_dict(copy.deepcopy(opt.state_dict()))   # load_state_dict aliases tensors
+    opt_ref.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict aliases tensors
     grow_adapters(m, opt, new_rank=7, mode="preserve")
     c_a, c_b = torch.linspace(-1, 1, 2 * 5).reshape(2, 5), torch.linspace(1, 2, 3 * 2).reshape(3, 2)
 
@@ -164,7 +165,7 @@ def test_naive_loses_state_and_restarts_step():
     assert len(new_opt.state) == 0
     assert new_opt.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
     assert check_no_stale_state(m, new_opt) == []
-    assert len(check_no_stale_state(m, opt)) >= 2        # the old optimizer is stale
+    assert len(check_no_stale_state(m, opt)) >= 2  # the old optimizer is stale
     new_opt.zero_grad()
     m(x).sum().backward()
     new_opt.step()
@@ -194,21 +195,21 @@ def test_reset_clears_all_state_for_whole_model():
 @pytest.mark.unit
 def test_noma_flat_reproduces_flat_prefix_layout():
     m, opt, x = _trained("adam")
-    a0, b0 = m.head.lora_A.detach().clone(), m.head.lora_B.detach().clone()   # [2,5], [3,2]
+    a0, b0 = m.head.lora_A.detach().clone(), m.head.lora_B.detach().clone()  # [2,5], [3,2]
     st = {k: v.clone() for k, v in opt.state[m.head.lora_B].items()}
     before = m(x).detach()
     grow_adapters(m, opt, new_rank=4, mode="noma_flat")
-    b1 = m.head.lora_B.detach()                                 # [3, 4]
-    assert torch.equal(b1.flatten()[:6], b0.flatten())          # flat prefix ...
-    assert torch.count_nonzero(b1.flatten()[6:]) == 0           # ... zero tail
-    assert torch.equal(b1[0], torch.cat([b0[0], b0[1]]))        # row 1 slid into row 0
-    assert not torch.equal(b1[:, :2], b0)                       # so the old block is scrambled
+    b1 = m.head.lora_B.detach()  # [3, 4]
+    assert torch.equal(b1.flatten()[:6], b0.flatten())  # flat prefix ...
+    assert torch.count_nonzero(b1.flatten()[6:]) == 0  # ... zero tail
+    assert torch.equal(b1[0], torch.cat([b0[0], b0[1]]))  # row 1 slid into row 0
+    assert not torch.equal(b1[:, :2], b0)  # so the old block is scrambled
     for key in ("exp_avg", "exp_avg_sq"):
         got = opt.state[m.head.lora_B][key]
         assert torch.equal(got.flatten()[:6], st[key].flatten()) and got.shape == (3, 4)
     assert torch.equal(opt.state[m.head.lora_B]["step"], st["step"])
-    assert torch.equal(m.head.lora_A[:2], a0)                   # rows (axis 0): prefix == block
-    assert (m(x) - before).abs().max() > 1e-3                   # the policy changed at growth
+    assert torch.equal(m.head.lora_A[:2], a0)  # rows (axis 0): prefix == block
+    assert (m(x) - before).abs().max() > 1e-3  # the policy changed at growth
     assert check_no_stale_state(m, opt) == []
 
 
@@ -241,8 +242,10 @@ def test_stale_state_detected_for_broken_migrations():
     opt2.state[new] = opt2.state.pop(old)
     opt2.param_groups[0]["params"][0] = new
     probs2 = check_no_stale_state(m2, opt2)
-    assert sorted(probs2) == ["state[head.lora_A][exp_avg] shape (2, 5) != param (4, 5)",
-                              "state[head.lora_A][exp_avg_sq] shape (2, 5) != param (4, 5)"]
+    assert sorted(probs2) == [
+        "state[head.lora_A][exp_avg] shape (2, 5) != param (4, 5)",
+        "state[head.lora_A][exp_avg_sq] shape (2, 5) != param (4, 5)",
+    ]
 
 
 @pytest.mark.unit
@@ -271,8 +274,7 @@ def test_every_mode_leaves_no_stale_state(mode):
     m, opt, _ = _trained("adam")
     opt = grow_adapters(m, opt, new_rank=3, mode=mode)
     assert check_no_stale_state(m, opt) == []
-    assert {id(p) for g in opt.param_groups for p in g["params"]} == {
-        id(m.head.lora_A), id(m.head.lora_B)}
+    assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(m.head.lora_A), id(m.head.lora_B)}
 
 
 @pytest.mark.unit

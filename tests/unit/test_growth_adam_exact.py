@@ -26,11 +26,11 @@ from noma_prorl_bench.training.optim_state import apply_moment_reset, reset_step
 torch.set_num_threads(1)
 OPTS = {
     "adam": (torch.optim.Adam, {"lr": 1e-2}),
-    "adam_l2": (torch.optim.Adam, {"lr": 1e-2, "weight_decay": 0.1}),          # g + wd * p
-    "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),           # decoupled
+    "adam_l2": (torch.optim.Adam, {"lr": 1e-2, "weight_decay": 0.1}),  # g + wd * p
+    "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),  # decoupled
     "adam_amsgrad": (torch.optim.Adam, {"lr": 1e-2, "amsgrad": True, "betas": (0.8, 0.99)}),
 }
-OLD, NEW = {0: (5, 4), 1: (3, 7)}, {0: (8, 4), 1: (3, 10)}   # grow rows (dim 0) or columns (dim 1)
+OLD, NEW = {0: (5, 4), 1: (3, 7)}, {0: (8, 4), 1: (3, 10)}  # grow rows (dim 0) or columns (dim 1)
 
 
 def _holder(w):
@@ -65,7 +65,7 @@ def _grow(m, opt, dim, mode, g):
     init = torch.randn(NEW[dim], generator=g, dtype=m.w.dtype)
     realloc_param(m, "w", NEW[dim], lambda s, d, dev: init.clone(), opt, mode)
     old_mask = torch.zeros(NEW[dim], dtype=torch.bool)
-    if mode == "noma_flat":                                  # old entries = the flat prefix
+    if mode == "noma_flat":  # old entries = the flat prefix
         old_mask.view(-1)[: ref_old.w.numel()] = True
     else:
         old_mask[tuple(slice(0, s) for s in OLD[dim])] = True
@@ -142,7 +142,7 @@ def test_two_growths_two_cohorts_and_retirement():
     for _ in range(5):
         m.w.grad = torch.randn(4, 3, generator=g, dtype=torch.float64)
         opt.step()
-    fresh2 = _holder(torch.zeros(4, 3, dtype=torch.float64))          # the second growth's row block
+    fresh2 = _holder(torch.zeros(4, 3, dtype=torch.float64))  # the second growth's row block
     fopt2 = cls([fresh2.w], lr=1e-2, betas=(0.5, 0.6))
     realloc_param(m, "w", (8, 3), None, opt)
     st = opt.state[m.w]
@@ -186,7 +186,7 @@ def test_reset_while_new_entries_are_young(reset):
         else:
             apply_moment_reset(o, reset, 0.5)
     if reset in ("step", "hard"):
-        assert adam_cohorts.COHORT not in opt.state.get(m.w, {})      # folded back / cleared
+        assert adam_cohorts.COHORT not in opt.state.get(m.w, {})  # folded back / cleared
     _check(m, opt, r[:2], r[2:], g, n_steps=8, tol_first=1e-10, tol_later=1e-10)
 
 

@@ -3,6 +3,7 @@ of policy, reference and snapshots, the scheduler under `naive`, the stall trigg
 
 Trainers here are tiny (4 prompts x 4 samples, 2 warm-start steps, 16 validation prompts).
 """
+
 import pytest
 import torch
 
@@ -19,8 +20,16 @@ from noma_prorl_bench.training.trainer import Trainer
 
 pytestmark = pytest.mark.unit
 
-TINY = {"outdir": "/tmp/unused", "batch_size": 4, "group_size": 4, "warmstart_steps": 2, "n_val": 16,
-        "eval_every": 1, "quiet": True, "hidden": 32}
+TINY = {
+    "outdir": "/tmp/unused",
+    "batch_size": 4,
+    "group_size": 4,
+    "warmstart_steps": 2,
+    "n_val": 16,
+    "eval_every": 1,
+    "quiet": True,
+    "hidden": 32,
+}
 
 
 def _trainer(**overrides) -> Trainer:
@@ -34,39 +43,45 @@ def _logits(model, tokens):
 
 
 def _tokens(tr: Trainer) -> torch.Tensor:
-    return tr.monitors.drift.tokens                                     # [n, L] fixed greedy batch
+    return tr.monitors.drift.tokens  # [n, L] fixed greedy batch
 
 
 # ---------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("values,flag", [
-    ({"grow_every": 5}, "grow_every"),                                  # growth flag without --enable_growth
-    ({"rank_step": 2}, "rank_step"),
-    ({"enable_growth": 1}, "grow_every"),                               # schedule needs grow_every > 0
-    ({"enable_growth": 1, "grow_every": 2, "initial_rank": 0}, "initial_rank"),
-    ({"enable_growth": 1, "grow_every": 2, "rank_step": 0}, "rank_step"),
-    ({"enable_growth": 1, "grow_every": 2, "initial_rank": 8, "max_rank": 4}, "max_rank"),
-    ({"enable_growth": 1, "grow_on": "reset"}, "grow_on"),             # no reset trigger
-    ({"enable_growth": 1, "grow_on": "reset", "reset_every": 5, "grow_every": 5}, "grow_every"),
-    ({"enable_growth": 1, "grow_on": "reset", "reset_every": 5, "variant": "B"}, "reset_every"),
-    ({"enable_growth": 1, "grow_every": 2, "grow_patience": 5}, "grow_patience"),
-    ({"enable_growth": 1, "grow_every": 2, "lora_alpha": 0.0}, "lora_alpha"),
-    ({"enable_growth": 1, "grow_every": 2, "adapter_targets": " , "}, "adapter_targets"),
-])
+@pytest.mark.parametrize(
+    "values,flag",
+    [
+        ({"grow_every": 5}, "grow_every"),  # growth flag without --enable_growth
+        ({"rank_step": 2}, "rank_step"),
+        ({"enable_growth": 1}, "grow_every"),  # schedule needs grow_every > 0
+        ({"enable_growth": 1, "grow_every": 2, "initial_rank": 0}, "initial_rank"),
+        ({"enable_growth": 1, "grow_every": 2, "rank_step": 0}, "rank_step"),
+        ({"enable_growth": 1, "grow_every": 2, "initial_rank": 8, "max_rank": 4}, "max_rank"),
+        ({"enable_growth": 1, "grow_on": "reset"}, "grow_on"),  # no reset trigger
+        ({"enable_growth": 1, "grow_on": "reset", "reset_every": 5, "grow_every": 5}, "grow_every"),
+        ({"enable_growth": 1, "grow_on": "reset", "reset_every": 5, "variant": "B"}, "reset_every"),
+        ({"enable_growth": 1, "grow_every": 2, "grow_patience": 5}, "grow_patience"),
+        ({"enable_growth": 1, "grow_every": 2, "lora_alpha": 0.0}, "lora_alpha"),
+        ({"enable_growth": 1, "grow_every": 2, "adapter_targets": " , "}, "adapter_targets"),
+    ],
+)
 def test_config_rejects(values, flag):
     with pytest.raises(ConfigError) as e:
         make_config({"outdir": "x", **values})
     assert e.value.flag == flag
 
 
-@pytest.mark.parametrize("values", [
-    {"enable_growth": 1, "grow_every": 300, "rank_step": 4, "steps": 1200},   # the seed's command
-    {"enable_growth": 1, "grow_on": "reset", "reset_every": 50},
-    {"enable_growth": 1, "grow_on": "reset", "preset": "prorl_v2"},
-    {"enable_growth": 1, "grow_on": "stall", "grow_patience": 2},
-    {"enable_growth": 1, "grow_every": 10, "max_rank": 4},             # fixed-rank adapters
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"enable_growth": 1, "grow_every": 300, "rank_step": 4, "steps": 1200},  # the seed's command
+        {"enable_growth": 1, "grow_on": "reset", "reset_every": 50},
+        {"enable_growth": 1, "grow_on": "reset", "preset": "prorl_v2"},
+        {"enable_growth": 1, "grow_on": "stall", "grow_patience": 2},
+        {"enable_growth": 1, "grow_every": 10, "max_rank": 4},  # fixed-rank adapters
+    ],
+)
 def test_config_accepts(values):
     assert make_config({"outdir": "x", **values}).enable_growth == 1
 
@@ -94,7 +109,7 @@ def test_base_frozen_and_optimizer_holds_only_adapters():
 def test_policy_reference_and_monitors_at_growth(mode):
     tr = _trainer(growth_migration=mode, grow_every=100)
     for _ in range(3):
-        tr.train_step()                                   # adapters trained, Adam state present
+        tr.train_step()  # adapters trained, Adam state present
     tokens = _tokens(tr)
     pol, ref = _logits(tr.policy, tokens), _logits(tr.ref.model, tokens)
     tr.monitors.before_step()
@@ -104,17 +119,17 @@ def test_policy_reference_and_monitors_at_growth(mode):
     assert (rec["old_rank"], rec["new_rank"], rec["migration"]) == (4, 8, mode)
     assert rec["stale_state_problems"] == [] and rec["snapshots_migrated"] == 4  # init + prev: A, B each
     assert adapter_rank(tr.policy) == adapter_rank(tr.ref.model) == 8
-    torch.testing.assert_close(_logits(tr.ref.model, tokens), ref, rtol=0, atol=1e-6)   # pi_ref unchanged
+    torch.testing.assert_close(_logits(tr.ref.model, tokens), ref, rtol=0, atol=1e-6)  # pi_ref unchanged
     if mode == "noma_flat":
-        assert not torch.allclose(_logits(tr.policy, tokens), pol, atol=1e-3)    # B scrambled
+        assert not torch.allclose(_logits(tr.policy, tokens), pol, atol=1e-3)  # B scrambled
     else:
         torch.testing.assert_close(_logits(tr.policy, tokens), pol, rtol=0, atol=1e-6)
-        after = tr.monitors.drift.measure(tr.policy)       # grown snapshots: same KLs as before
+        after = tr.monitors.drift.measure(tr.policy)  # grown snapshots: same KLs as before
         for k in drift:
             assert after[k] == pytest.approx(drift[k], abs=1e-6)
     assert (tr.optimizer is old_opt) == (mode != "naive")
     assert tr.scheduler.optimizer is tr.optimizer
-    tr.train_step()                                        # the grown model trains
+    tr.train_step()  # the grown model trains
     assert check_no_stale_state(tr.policy, tr.optimizer) == []
 
 
@@ -141,7 +156,7 @@ def test_naive_rebuilds_scheduler_at_the_same_step():
     grown.growth.grow(grown.step_idx, "test")
     assert grown.scheduler is not old_sched and grown.scheduler.optimizer is grown.optimizer
     assert grown.scheduler.last_epoch == plain.scheduler.last_epoch == 8
-    for _ in range(5):                                     # same LR trajectory as without growth
+    for _ in range(5):  # same LR trajectory as without growth
         grown.scheduler.step(), plain.scheduler.step()
         assert grown.optimizer.param_groups[0]["lr"] == plain.optimizer.param_groups[0]["lr"]
 
@@ -159,11 +174,11 @@ def test_migrate_snapshot_pads_a_with_new_rows_and_b_with_zeros():
 
 def test_best_snapshot_migrated_and_restorable():
     tr = _trainer(reset_to="best", reset_every=2, grow_every=3, steps=5)
-    for _ in range(3):                                     # reset at 2 (best restored), growth at 3
+    for _ in range(3):  # reset at 2 (best restored), growth at 3
         tr.train_step()
     assert tr.resets.best.params["head.lora_B"].shape == tr.policy.head.lora_B.shape
     for _ in range(2):
-        tr.train_step()                                    # reset at 4 restores the grown best
+        tr.train_step()  # reset at 4 restores the grown best
     assert adapter_rank(tr.policy) == 8
 
 
@@ -180,8 +195,15 @@ def test_stall_trigger_counts_validations():
     tr = _trainer(grow_on="stall", grow_every=0, grow_patience=2)
     g = tr.growth
     seq = [(1, 0.5), (2, 0.5), (3, 0.4), (4, 0.6), (5, 0.6), (6, 0.6), (7, None)]
-    assert [g.due(s, {"reward/val": v} if v is not None else {}) for s, v in seq] == \
-        [None, None, "stall", None, None, "stall", None]
+    assert [g.due(s, {"reward/val": v} if v is not None else {}) for s, v in seq] == [
+        None,
+        None,
+        "stall",
+        None,
+        None,
+        "stall",
+        None,
+    ]
 
 
 def test_reset_trigger_follows_reference_resets():
@@ -197,7 +219,7 @@ def test_reset_trigger_follows_reference_resets():
 def test_state_dict_round_trip_grows_a_fresh_trainer():
     tr = _trainer(steps=5)
     for _ in range(5):
-        tr.train_step()                                    # growth at 2 and 4: rank 12
+        tr.train_step()  # growth at 2 and 4: rank 12
     state, sd, ref_sd = tr.growth.state_dict(), tr.policy.state_dict(), tr.ref.model.state_dict()
     assert state["rank"] == 12 and state["n_growths"] == 2 and state["grow_counts"] == [2]
     fresh = _trainer(steps=5)

@@ -18,7 +18,7 @@ import growth_stats  # noqa: E402
 from noma_prorl_bench.analysis import stats  # noqa: E402
 
 pytestmark = pytest.mark.unit
-T975_DF3 = 3.182446305284263   # t(0.975, 3): the printed tables' 3.182
+T975_DF3 = 3.182446305284263  # t(0.975, 3): the printed tables' 3.182
 
 
 def test_compare_hand_worked():
@@ -39,20 +39,21 @@ def test_compare_hand_worked():
 def test_compare_constant_difference():
     c = growth_stats.compare("a - b", "m", [3.0, 4.0, 5.0], [1.0, 2.0, 3.0], lower_is_better=True)
     assert c["ci95"] == [2.0, 2.0]
-    assert c["p"] == pytest.approx(2 / 8)       # only all-plus and all-minus reach |mean| = 2
+    assert c["p"] == pytest.approx(2 / 8)  # only all-plus and all-minus reach |mean| = 2
 
 
 def test_finish_holm_verdict_mde80():
     # 8 pairs all +1 (lower is better): exact p = 2 / 256; 8 pairs of mean 0: p = 1
     up = growth_stats.compare("x - y", "loss", [2.0] * 8, [1.0] * 8, lower_is_better=True)
     zero = growth_stats.compare("x - z", "loss", [1.0, -1.0] * 4, [0.0] * 8, lower_is_better=True)
-    down = growth_stats.compare("x - w", "reward", [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5], [0.0] * 8,
-                                lower_is_better=False)
+    down = growth_stats.compare(
+        "x - w", "reward", [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5], [0.0] * 8, lower_is_better=False
+    )
     comps = growth_stats.finish([up, zero, down])
     # Holm over (1/128, 1, 1/128): the two smallest get 3 * 1/128 then max(that, 2 * 1/128)
     assert [c["p_holm"] for c in comps] == pytest.approx([3 / 128, 1.0, 3 / 128])
     assert [c["verdict"] for c in comps] == ["worse", "no detectable difference", "better"]
-    assert up["mde80"] == 0.0                       # sd 0
+    assert up["mde80"] == 0.0  # sd 0
     # the t formula (t(1 - 0.05 / (2 * 3), 7) + t(0.8, 7)) sd / sqrt(8), sd the sample sd of d (mean 2.75)
     xs = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5]
     sd = math.sqrt(sum((x - 2.75) ** 2 for x in xs) / 7)

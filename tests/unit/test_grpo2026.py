@@ -14,8 +14,11 @@ torch.set_num_threads(1)
 
 def _fake_reward(response, truth):
     ok = float(truth in response)
-    return {"reward": ok + 0.5 * float(response.startswith("<")), "format_reward": float(response.startswith("<")),
-            "answer_reward": ok}
+    return {
+        "reward": ok + 0.5 * float(response.startswith("<")),
+        "format_reward": float(response.startswith("<")),
+        "answer_reward": ok,
+    }
 
 
 # ---------------------------------------------------------------- rewards and advantages
@@ -36,7 +39,7 @@ def _loop_advantages(rewards, group_size, baseline, normalizer, eps):
     """The definition, one group at a time in plain Python (unbiased std, eps added to the divisor)."""
     out = []
     for g in range(0, len(rewards), group_size):
-        grp = rewards[g:g + group_size]
+        grp = rewards[g : g + group_size]
         mean = sum(grp) / len(grp)
         std = math.sqrt(sum((x - mean) ** 2 for x in grp) / (len(grp) - 1))
         for x in grp:
@@ -53,8 +56,9 @@ REWARDS = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 2.0, 1.0, 0.5, 0.5, 0.5, 0.5]
 @pytest.mark.parametrize("baseline", ["mean", "none"])
 @pytest.mark.parametrize("normalizer", ["std", "none", "mean"])
 def test_group_normalized_rewards_every_baseline_and_normalizer(baseline, normalizer):
-    adv, meta = G.compute_group_normalized_rewards(torch.tensor(REWARDS), 4, baseline=baseline,
-                                                   advantage_eps=0.01, advantage_normalizer=normalizer)
+    adv, meta = G.compute_group_normalized_rewards(
+        torch.tensor(REWARDS), 4, baseline=baseline, advantage_eps=0.01, advantage_normalizer=normalizer
+    )
     assert adv.shape == (12,)
     assert adv.tolist() == pytest.approx(_loop_advantages(REWARDS, 4, baseline, normalizer, 0.01), rel=1e-6)
     assert all(math.isfinite(v) for v in meta.values())
@@ -65,7 +69,7 @@ def test_group_normalized_rewards_hand_worked():
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     # GRPO: group 0 mean .5, unbiased var (4 * .25) / 3 -> std 1/sqrt(3); A = +-.5 / (std + eps)
     grpo, _ = G.compute_group_normalized_rewards(r, 4)
-    w = 0.5 / (3 ** -0.5 + 1e-6)
+    w = 0.5 / (3**-0.5 + 1e-6)
     assert grpo.tolist() == pytest.approx([w, -w, -w, w, 0, 0, 0, 0], rel=1e-6)
     # MaxRL: (r - mean) / (mean + eps) = +-.5 / .5 = +-1 (eps 1e-6 in the divisor), group 1: 0 / 1 = 0
     maxrl, _ = G.compute_group_normalized_rewards(r, 4, advantage_normalizer="mean")
@@ -102,8 +106,12 @@ CLIP = 0.2
 
 
 def _inputs():
-    return (torch.tensor(ADV), torch.tensor(LOGP, requires_grad=True), torch.tensor(OLD),
-            torch.tensor(MASK, dtype=torch.bool))
+    return (
+        torch.tensor(ADV),
+        torch.tensor(LOGP, requires_grad=True),
+        torch.tensor(OLD),
+        torch.tensor(MASK, dtype=torch.bool),
+    )
 
 
 def _loop_loss(method):
@@ -133,8 +141,9 @@ def _loop_loss(method):
 @pytest.mark.parametrize("method", ["none", "noclip", "grpo", "gspo"])
 def test_policy_gradient_loss_every_reweighting(method):
     adv, logp, old, mask = _inputs()
-    loss, meta = G.compute_policy_gradient_loss(adv, logp, method, old_log_probs=old, cliprange=CLIP,
-                                                response_mask=mask)
+    loss, meta = G.compute_policy_gradient_loss(
+        adv, logp, method, old_log_probs=old, cliprange=CLIP, response_mask=mask
+    )
     assert loss.shape == (2, 3)
     want = _loop_loss(method)
     for i in range(2):
@@ -257,8 +266,10 @@ def _by_hand(model, tokenizer, adv, old_shift=0.0):
     """Full-batch loss of the none/noclip step written out: ids, logp, per-sequence mean, batch mean.
 
     old_shift: old log-probs = current - old_shift on response tokens, i.e. a ratio of e^old_shift."""
-    seqs = [tokenizer.encode(p, add_special_tokens=False) + tokenizer.encode(r, add_special_tokens=False)
-            for p, r in zip(PROMPTS, RESPONSES)]
+    seqs = [
+        tokenizer.encode(p, add_special_tokens=False) + tokenizer.encode(r, add_special_tokens=False)
+        for p, r in zip(PROMPTS, RESPONSES)
+    ]
     starts = [len(tokenizer.encode(p, add_special_tokens=False)) for p in PROMPTS]
     L = max(len(s) for s in seqs)
     ids = torch.tensor([s + [tokenizer.pad_token_id] * (L - len(s)) for s in seqs])
@@ -323,8 +334,19 @@ def _step_delta(model, tok, **kw):
     """One SGD step at lr 1 on a copy of model, no clip: the parameters' change (= minus the gradient) and meta."""
     m = copy.deepcopy(model)
     before = [p.detach().clone() for p in m.parameters()]
-    _, meta = G.grpo_train_step(m, tok, torch.optim.SGD(m.parameters(), lr=1.0), kw.pop("k", 2), None,
-                                _fake_reward, PROMPTS, RESPONSES, TRUTHS, 2, **kw)
+    _, meta = G.grpo_train_step(
+        m,
+        tok,
+        torch.optim.SGD(m.parameters(), lr=1.0),
+        kw.pop("k", 2),
+        None,
+        _fake_reward,
+        PROMPTS,
+        RESPONSES,
+        TRUTHS,
+        2,
+        **kw,
+    )
     return [b - p.detach() for b, p in zip(before, m.parameters())], meta
 
 

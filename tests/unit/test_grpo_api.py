@@ -18,7 +18,8 @@ def test_compute_group_normalized_rewards_with_r1_zero():
     ok, bad = "a </think> <answer> 4 </answer>", "a </think> <answer> 5 </answer>"
     responses = [ok, bad, bad, ok, ok, ok]
     adv, raw, meta = G.compute_group_normalized_rewards(
-        G.r1_zero_reward_fn, responses, ["4"] * 6, group_size=3, advantage_eps=1e-6, normalize_by_std=True)
+        G.r1_zero_reward_fn, responses, ["4"] * 6, group_size=3, advantage_eps=1e-6, normalize_by_std=True
+    )
     # group 0 rewards (1,0,0): mean 1/3, unbiased std = sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3)
     s = math.sqrt(1 / 3)
     assert raw.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
@@ -26,7 +27,8 @@ def test_compute_group_normalized_rewards_with_r1_zero():
     assert meta["format_reward_mean"] == 1.0 and meta["answer_reward_mean"] == pytest.approx(4 / 6)
     assert adv[3:].tolist() == [0.0, 0.0, 0.0]  # group 1 is all correct: no signal
     adv2, _, _ = G.compute_group_normalized_rewards(
-        G.r1_zero_reward_fn, responses, ["4"] * 6, 3, 1e-6, normalize_by_std=False)
+        G.r1_zero_reward_fn, responses, ["4"] * 6, 3, 1e-6, normalize_by_std=False
+    )
     assert adv2[:3].tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3])
 
 

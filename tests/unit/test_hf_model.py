@@ -26,8 +26,10 @@ PROMPTS = ["Write a sentence that includes the word: apple", "hi", "1 + 2 ="]
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_hf")
-    return {arch: build_tiny_hf_model(root / arch, arch, hidden=32, layers=2, heads=4, seed=0, init_std=0.1)
-            for arch in ("llama", "qwen2")}
+    return {
+        arch: build_tiny_hf_model(root / arch, arch, hidden=32, layers=2, heads=4, seed=0, init_std=0.1)
+        for arch in ("llama", "qwen2")
+    }
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
@@ -103,7 +105,7 @@ def test_tokenizer_adapter_round_trip(loaded):
     assert tok.decode([vocab["<s>"]] + body + [tok.pad_id, 9999]) == text  # specials, OOV skipped
     assert tok.encode_answer("5</answer>") == body[-10:] + [tok.eos_id]  # no BOS, EOS appended
     enc = tok.encode_prompts(["ab", "abcd"], P=6)
-    assert enc.shape == (2, 6) and enc[0, :6 - len(tok.prompt_ids("ab"))].eq(tok.pad_id).all()
+    assert enc.shape == (2, 6) and enc[0, : 6 - len(tok.prompt_ids("ab"))].eq(tok.pad_id).all()
     with pytest.raises(ValueError, match="longer than P"):
         tok.encode_prompts(["abcdefgh"], P=4)
 

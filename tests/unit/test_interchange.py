@@ -29,8 +29,8 @@ class TokPolicy(nn.Module):
         return self.head(torch.tanh(self.body(self.emb(tokens)))) / self.temp
 
 
-def _logp(model, tokens):                                      # -> logp[N, T]
-    logits = model(tokens)[:, P - 1:-1]
+def _logp(model, tokens):  # -> logp[N, T]
+    logits = model(tokens)[:, P - 1 : -1]
     return torch.log_softmax(logits, -1).gather(-1, tokens[:, P:, None]).squeeze(-1)
 
 
@@ -50,8 +50,9 @@ def _setup(seed, lr_base=1e-3, lr_ad=1e-2):
     attach_lora(m, ["head"], rank=2, alpha=2.0, freeze_base=False, seed=seed)
     base = [p for n, p in m.named_parameters() if "lora_" not in n]
     ad = [m.head.lora_A, m.head.lora_B]
-    opt = torch.optim.AdamW([{"params": base, "lr": lr_base}, {"params": ad, "lr": lr_ad, "weight_decay": 0.05}],
-                            betas=(0.9, 0.99))
+    opt = torch.optim.AdamW(
+        [{"params": base, "lr": lr_base}, {"params": ad, "lr": lr_ad, "weight_decay": 0.05}], betas=(0.9, 0.99)
+    )
     return m, opt
 
 
@@ -63,8 +64,13 @@ def _batch(model, with_ref=True):
     with torch.no_grad():
         logp_old = _logp(model, tokens)
     logp_ref = logp_old - 0.05 * torch.rand(N, T, generator=g) if with_ref else None
-    return {"tokens": tokens, "mask": mask, "logp_old": logp_old, "logp_ref": logp_ref,
-            "advantages": torch.randn(N, generator=g)}
+    return {
+        "tokens": tokens,
+        "mask": mask,
+        "logp_old": logp_old,
+        "logp_ref": logp_ref,
+        "advantages": torch.randn(N, generator=g),
+    }
 
 
 def _trained_grown():
@@ -89,15 +95,17 @@ def _step(model, opt, batch):
 def test_schema_names_and_meta(tmp_path):
     m, opt, b = _trained_grown()
     paths = export_state(str(tmp_path), m, opt, b, {"step": 5, "kl_coef": 0.1, "prompt_len": P})
-    assert sorted(os.listdir(tmp_path)) == ["batch.safetensors", "meta.json", "optim.safetensors",
-                                            "params.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["batch.safetensors", "meta.json", "optim.safetensors", "params.safetensors"]
     params = load_file(paths["params.safetensors"])
     assert set(params) == {f"param/{n}" for n, _ in m.named_parameters()} | {"buffer/temp"}
     assert params["param/head.lora_A"].shape == (4, D)
     optim = load_file(paths["optim.safetensors"])
     # 7 params x (m, v) + the cohort tensor of each grown adapter parameter (adam_cohorts)
     assert "optim/head.lora_B/exp_avg_sq" in optim and len(optim) == 2 * 7 + 2
-    assert optim["optim/head.lora_A/entry_cohort"][2:].eq(1).all() and optim["optim/head.lora_A/entry_cohort"][:2].eq(0).all()
+    assert (
+        optim["optim/head.lora_A/entry_cohort"][2:].eq(1).all()
+        and optim["optim/head.lora_A/entry_cohort"][:2].eq(0).all()
+    )
     assert set(load_file(paths["batch.safetensors"])) == {f"batch/{k}" for k in BATCH_KEYS}
     meta = json.load(open(paths["meta.json"]))
     assert meta["schema_version"] == 1 and meta["adapter_rank"] == 4
@@ -114,7 +122,7 @@ def test_schema_names_and_meta(tmp_path):
 def test_round_trip_reproduces_next_update_bit_for_bit(tmp_path):
     m, opt, b = _trained_grown()
     export_state(str(tmp_path), m, opt, b, {"step": 5})
-    m2, opt2 = _setup(seed=1, lr_base=0.5, lr_ad=0.5)              # other init, other hyperparameters
+    m2, opt2 = _setup(seed=1, lr_base=0.5, lr_ad=0.5)  # other init, other hyperparameters
     assert adapter_rank(m2) == 2
     b2, scalars = import_state(str(tmp_path), m2, opt2)
     assert adapter_rank(m2) == 4 and scalars == {"step": 5}
@@ -133,7 +141,7 @@ def test_round_trip_reproduces_next_update_bit_for_bit(tmp_path):
     for n in s1:
         for k in s1[n]:
             if not torch.is_tensor(s1[n][k]):
-                assert s1[n][k] == s2[n][k], (n, k)                   # cohort_steps (a list)
+                assert s1[n][k] == s2[n][k], (n, k)  # cohort_steps (a list)
                 continue
             assert torch.equal(s1[n][k], s2[n][k]) and s1[n][k].dtype == s2[n][k].dtype, (n, k)
 
@@ -148,12 +156,12 @@ def test_variant_b_batch_and_mismatches(tmp_path):
     b2, _ = import_state(str(tmp_path), m2, opt2)
     assert b2["logp_ref"] is None and torch.equal(b2["tokens"], b["tokens"])
     m3 = copy.deepcopy(m2)
-    with pytest.raises(ValueError):                                   # other optimizer class
+    with pytest.raises(ValueError):  # other optimizer class
         import_state(str(tmp_path), m3, torch.optim.SGD(m3.parameters(), lr=0.1))
     m4, opt4 = _setup(0)
     grow_adapters(m4, opt4, new_rank=3)
-    with pytest.raises(ValueError):                                   # cannot shrink 3 -> 2
+    with pytest.raises(ValueError):  # cannot shrink 3 -> 2
         import_state(str(tmp_path), m4, opt4)
     m5 = TokPolicy()
-    with pytest.raises(ValueError):                                   # no adapters to grow
+    with pytest.raises(ValueError):  # no adapters to grow
         import_state(str(tmp_path), m5, torch.optim.AdamW(m5.parameters()))

@@ -1,4 +1,5 @@
 """tasks/jsonl.py: the rewards by name, the SHA-256 split rule, and the Task protocol checks."""
+
 import hashlib
 import json
 import random
@@ -19,14 +20,14 @@ def test_rewards_by_name():
     assert (exact(" 42\n", "42"), exact("42.0", "42")) == (1.0, 0.0)
     assert (num("so 1,234.03", "1234"), num("1234.1", "1234"), num("no number", "1")) == (1.0, 0.0, 0.0)
     assert (rx("cat", "c[a-z]t"), rx("cats", "c[a-z]t")) == (1.0, 0.0)
-    verifier = reward_by_name("noma_prorl_bench.tasks.rewards:keyword_inclusion_reward_fn")   # returns a dict
+    verifier = reward_by_name("noma_prorl_bench.tasks.rewards:keyword_inclusion_reward_fn")  # returns a dict
     assert (verifier("a red apple", "apple, red"), verifier("a red car", "apple, red")) == (1.0, 0.0)
     with pytest.raises(ValueError, match="--reward_fn must be one of"):
         reward_by_name("fuzzy")
 
 
 def test_split_is_the_lowest_sha256_prompts_whatever_the_line_order():
-    ex = [Example(f"p{i % 30}", str(i)) for i in range(60)]          # 30 distinct prompts, each twice
+    ex = [Example(f"p{i % 30}", str(i)) for i in range(60)]  # 30 distinct prompts, each twice
     train, val = split(ex, 5)
     want = sorted({e.prompt for e in ex}, key=lambda p: hashlib.sha256(p.encode()).hexdigest())[:5]
     assert [e.prompt for e in val] == want and [e.answer for e in val] == [str(int(p[1:])) for p in want]
@@ -54,5 +55,5 @@ def test_factory_specs_and_protocol_check():
     assert not is_factory_spec("reverse_digits")
     with pytest.raises(ConfigError, match="lacks sample, validation_set, reward"):
         check_protocol(type("T", (), {"name": "t", "max_new_tokens": 3})(), "m:f")
-    t = make_task("noma_prorl_bench.tasks.toy:Parity", n_val=10)          # a class is a factory too
+    t = make_task("noma_prorl_bench.tasks.toy:Parity", n_val=10)  # a class is a factory too
     assert t.name == "parity" and len(t.validation_set()) == 10

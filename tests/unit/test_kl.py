@@ -22,7 +22,7 @@ def test_hand_worked_estimators():
     # log r = ln(.25/.5) = -ln 2: k1 = ln 2, k2 = .5 ln^2 2, k3 = .5 - 1 + ln 2
     ln2 = math.log(2)
     assert t["k1"].item() == pytest.approx(ln2)
-    assert t["k2"].item() == pytest.approx(0.5 * ln2 ** 2)
+    assert t["k2"].item() == pytest.approx(0.5 * ln2**2)
     assert t["k3"].item() == pytest.approx(ln2 - 0.5)
 
 

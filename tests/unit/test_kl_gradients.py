@@ -13,6 +13,7 @@ Samples come in K chunks; the spread of the chunk gradients gives the standard e
 test asks |MC - exact| <= 5 SE per coordinate. It also checks that the claim is sharp: k3's and
 k1's gradients are many SEs away from grad KL(pi || q).
 """
+
 import pytest
 import torch
 
@@ -21,8 +22,8 @@ from noma_prorl_bench.algorithms.kl_term import KLTerm
 torch.set_num_threads(1)
 
 V, K, CHUNK = 5, 20, 10_000
-THETA0 = torch.tensor([0.8, -0.3, 0.1, -1.2, 0.5])     # policy logits
-Q_LOGITS = torch.tensor([-0.5, 0.9, 0.0, 0.4, -1.0])    # anchor logits
+THETA0 = torch.tensor([0.8, -0.3, 0.1, -1.2, 0.5])  # policy logits
+Q_LOGITS = torch.tensor([-0.5, 0.9, 0.0, 0.4, -1.0])  # anchor logits
 
 
 def _exact_grads() -> dict[str, torch.Tensor]:
@@ -41,27 +42,32 @@ def _mc_gradient(term: KLTerm, old_logits: torch.Tensor = THETA0) -> tuple[torch
     """(mean, standard error) over K chunks of grad_theta mean_x loss_term(x), x ~ pi_old
     (= pi unless old_logits differ from THETA0: then the samples are off-policy)."""
     gen = torch.Generator().manual_seed(7)
-    lp_old = torch.log_softmax(old_logits, -1)                                 # [V]
+    lp_old = torch.log_softmax(old_logits, -1)  # [V]
     grads = []
     for _ in range(K):
         th = THETA0.clone().requires_grad_(True)
-        logp_all = torch.log_softmax(th, -1)                                   # [V]
-        x = torch.multinomial(lp_old.exp(), CHUNK, replacement=True, generator=gen)   # [n]
-        logp = logp_all[x].unsqueeze(-1)                                       # [n, 1] (T = 1)
-        logp_old = lp_old[x].unsqueeze(-1)                                     # [n, 1]
-        anchor = torch.log_softmax(Q_LOGITS, -1)[x].unsqueeze(-1)              # [n, 1]
-        logits = th.expand(CHUNK, 1, V)                                        # [n, 1, V]
+        logp_all = torch.log_softmax(th, -1)  # [V]
+        x = torch.multinomial(lp_old.exp(), CHUNK, replacement=True, generator=gen)  # [n]
+        logp = logp_all[x].unsqueeze(-1)  # [n, 1] (T = 1)
+        logp_old = lp_old[x].unsqueeze(-1)  # [n, 1]
+        anchor = torch.log_softmax(Q_LOGITS, -1)[x].unsqueeze(-1)  # [n, 1]
+        logits = th.expand(CHUNK, 1, V)  # [n, 1, V]
         logits_q = Q_LOGITS.expand(CHUNK, 1, V)
         kl = term.estimates(logp, anchor, logp_old, logits=logits, logits_anchor=logits_q)
         term.loss_term(kl, logp_old, anchor).mean().backward()
         grads.append(th.grad.clone())
-    g = torch.stack(grads)                                                     # [K, V]
-    return g.mean(0), g.std(0) / K ** 0.5
+    g = torch.stack(grads)  # [K, V]
+    return g.mean(0), g.std(0) / K**0.5
 
 
 EXACT = _exact_grads()
-CLAIMS = {"k1": torch.zeros(V), "k2": EXACT["forward"], "k3": EXACT["reverse"],
-          "k3_ratio": EXACT["forward"], "full": EXACT["forward"]}
+CLAIMS = {
+    "k1": torch.zeros(V),
+    "k2": EXACT["forward"],
+    "k3": EXACT["reverse"],
+    "k3_ratio": EXACT["forward"],
+    "full": EXACT["forward"],
+}
 
 
 @pytest.mark.unit
@@ -90,7 +96,7 @@ def test_forward_and_reverse_gradients_differ_here():
 def test_k2_ref_over_old_has_no_gradient():
     # the blog's k2 (x = pi_ref / pi_old) is constant in theta: exactly zero gradient
     th = THETA0.clone().requires_grad_(True)
-    logp = torch.log_softmax(th, -1)[torch.arange(V)].unsqueeze(-1)                # [V, 1]
+    logp = torch.log_softmax(th, -1)[torch.arange(V)].unsqueeze(-1)  # [V, 1]
     anchor = torch.log_softmax(Q_LOGITS, -1).unsqueeze(-1)
     term = KLTerm(estimator="k2", k2_mode="ref_over_old")
     out = term.loss_term(term.estimates(logp, anchor, logp.detach()), logp.detach(), anchor)

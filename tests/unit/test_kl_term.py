@@ -1,5 +1,6 @@
 """Unit tests for kl_term.KLTerm (the KL choice as one object) and the config values it and the
 losses resolve: KL in the reward in both forms (hand-worked), GSPO/CISPO clip defaults."""
+
 import math
 
 import pytest
@@ -16,7 +17,7 @@ torch.set_num_threads(1)
 KL_TOK = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.1, 5.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 LOGP_OLD = torch.zeros(2, 3)
-LOGP_REF = -KL_TOK                       # k1 = logp_old - logp_ref = KL_TOK
+LOGP_REF = -KL_TOK  # k1 = logp_old - logp_ref = KL_TOK
 R = torch.tensor([1.0, 0.0])
 
 
@@ -93,7 +94,7 @@ def test_from_spec_and_needs():
     assert full_a.needs_ref_logits and not full_a.needs_old_logits
     r = _term(kl_in="reward", kl_reward_form="sequence")
     assert r.in_reward and r.reward_form == "sequence"
-    assert _term() == KLTerm()          # defaults: k3 in the loss, Variant A
+    assert _term() == KLTerm()  # defaults: k3 in the loss, Variant A
     assert kl_metric_key("k3_ratio") == "kl/k3_ratio" and kl_metric_key("nonsense") == "kl/k3"
 
 
@@ -122,14 +123,17 @@ def test_clip_used_names_only_the_bounds_a_loss_applies():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("values,flag", [
-    ({"loss": "cispo", "eps_low": 0.5}, "eps_low"),
-    ({"loss": "reinforce", "clip_eps": 0.3}, "clip_eps"),
-    ({"loss": "noclip", "eps_high": 0.3}, "eps_high"),
-    ({"kl_reward_form": "sequence"}, "kl_reward_form"),
-    ({"kl_in": "reward", "kl_estimator": "k3_ratio"}, "kl_estimator"),
-    ({"target_kl": 0.1, "kl_horizon": 25}, "kl_horizon"),     # 0.2 * 16 * 8 = 25.6 samples
-])
+@pytest.mark.parametrize(
+    "values,flag",
+    [
+        ({"loss": "cispo", "eps_low": 0.5}, "eps_low"),
+        ({"loss": "reinforce", "clip_eps": 0.3}, "clip_eps"),
+        ({"loss": "noclip", "eps_high": 0.3}, "eps_high"),
+        ({"kl_reward_form": "sequence"}, "kl_reward_form"),
+        ({"kl_in": "reward", "kl_estimator": "k3_ratio"}, "kl_estimator"),
+        ({"target_kl": 0.1, "kl_horizon": 25}, "kl_horizon"),  # 0.2 * 16 * 8 = 25.6 samples
+    ],
+)
 def test_bad_kl_and_clip_combinations_name_their_flag(values, flag):
     with pytest.raises(ConfigError) as e:
         make_config({"outdir": "x", **values})
@@ -143,6 +147,7 @@ def test_trainer_reads_no_kl_flag_string():
     import re
 
     from noma_prorl_bench.training import trainer
+
     src = inspect.getsource(trainer)
     assert not re.search(r"\.(kl_estimator|kl_in|k2_mode|kl_reward_form)\b", src)
     assert "KLTerm.from_spec(specs.objective.kl)" in src

@@ -6,6 +6,7 @@ fail on any cycle, on any library module importing an entry point (`run`, `cli`)
 that runs up the layer order of docs/ARCHITECTURE.md, and on more than 8 modules in the package
 root; files over 400 lines and functions over 60 are printed as a report (split by concept, not size).
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,8 +20,19 @@ ENTRY_POINTS = {f"{PKG}.run", f"{PKG}.cli"}
 # docs/ARCHITECTURE.md's layer order, top to bottom: a room (sub-package or root module) may import
 # only rooms of lower layers; rooms of one layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("cli", "__init__"), ("run",), ("engines", "suite", "integrations", "grpo2026"), ("training",), ("rollout", "grpo"), ("algorithms",),
-    ("analysis", "matrix"), ("io",), ("models",), ("tasks",), ("config",), ("_version",)]
+    ("cli", "__init__"),
+    ("run",),
+    ("engines", "suite", "integrations", "grpo2026"),
+    ("training",),
+    ("rollout", "grpo"),
+    ("algorithms",),
+    ("analysis", "matrix"),
+    ("io",),
+    ("models",),
+    ("tasks",),
+    ("config",),
+    ("_version",),
+]
 pytestmark = pytest.mark.unit
 
 
@@ -74,7 +86,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 path.pop()
             elif colour[nxt] == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif colour[nxt] == 0:
                 colour[nxt] = 1
                 stack.append((nxt, iter(sorted(graph[nxt]))))
@@ -89,13 +101,16 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_import_graph_has_no_cycle():
     graph = import_graph()
-    assert len(graph) > 40                       # the whole package was read
+    assert len(graph) > 40  # the whole package was read
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 
 
 def test_no_library_module_imports_an_entry_point():
-    bad = {m: sorted(deps & ENTRY_POINTS) for m, deps in import_graph().items()
-           if m not in ENTRY_POINTS and deps & ENTRY_POINTS}
+    bad = {
+        m: sorted(deps & ENTRY_POINTS)
+        for m, deps in import_graph().items()
+        if m not in ENTRY_POINTS and deps & ENTRY_POINTS
+    }
     assert bad == {}
 
 
@@ -149,9 +164,11 @@ def test_report_long_files_and_functions(capsys):
                 if n > 60:
                     long_funcs.append(f"{p.relative_to(SRC)}:{node.name}: {n}")
     with capsys.disabled():
-        print(f"\nlayout report: {len(long_files)} files over 400 lines {long_files}, "
-              f"{len(long_funcs)} functions over 60 lines {long_funcs}")
-    assert len(list(SRC.rglob("*.py"))) > 40                 # the whole package was read
+        print(
+            f"\nlayout report: {len(long_files)} files over 400 lines {long_files}, "
+            f"{len(long_funcs)} functions over 60 lines {long_funcs}"
+        )
+    assert len(list(SRC.rglob("*.py"))) > 40  # the whole package was read
 
 
 def _fresh_python(code: str) -> str:
@@ -159,6 +176,7 @@ def _fresh_python(code: str) -> str:
     import os
     import subprocess
     import sys
+
     env = {**os.environ, "PYTHONPATH": str(SRC.parent)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
@@ -167,9 +185,11 @@ def _fresh_python(code: str) -> str:
 def test_public_api_names_resolve_lazily():
     # `import noma_prorl_bench` loads no submodule beyond _version; touching `Config` loads the
     # config package only (no torch), and `Config` is the RunConfig dataclass itself.
-    code = ("import sys, noma_prorl_bench as p; before = sorted(m for m in sys.modules if m.startswith('noma'));"
-            "c = p.Config(outdir='x'); from noma_prorl_bench.config import RunConfig;"
-            "print(before, type(c) is RunConfig, 'torch' in sys.modules)")
+    code = (
+        "import sys, noma_prorl_bench as p; before = sorted(m for m in sys.modules if m.startswith('noma'));"
+        "c = p.Config(outdir='x'); from noma_prorl_bench.config import RunConfig;"
+        "print(before, type(c) is RunConfig, 'torch' in sys.modules)"
+    )
     assert _fresh_python(code) == "['noma_prorl_bench', 'noma_prorl_bench._version'] True False"
 
 

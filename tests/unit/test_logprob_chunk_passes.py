@@ -5,6 +5,7 @@ more than `chunk` rows of logits at once: a forward hook on every Linear whose o
 vocabulary records the largest [rows, V] it returns (sampling, under inference_mode, is skipped:
 its decode step is [N, 1, V] by construction). Before this change the reference and TIS passes
 produced [N, L, V] (transformer) / [N, T + 1, V] (HF) there."""
+
 import dataclasses
 
 import pytest
@@ -21,9 +22,24 @@ from noma_prorl_bench.training.trainer import Trainer
 pytestmark = pytest.mark.unit
 V = CharTokenizer().vocab_size
 CHUNK = 7
-TINY = {"outdir": "/tmp/unused", "model": "transformer", "d_model": 32, "n_layers": 2, "batch_size": 3,
-        "group_size": 4, "warmstart_steps": 2, "n_val": 8, "eval_every": 100, "steps": 5, "quiet": True,
-        "minibatches": 2, "ppo_epochs": 2, "variant": "A", "beta": 0.1, "tis_cap": 2.0}
+TINY = {
+    "outdir": "/tmp/unused",
+    "model": "transformer",
+    "d_model": 32,
+    "n_layers": 2,
+    "batch_size": 3,
+    "group_size": 4,
+    "warmstart_steps": 2,
+    "n_val": 8,
+    "eval_every": 100,
+    "steps": 5,
+    "quiet": True,
+    "minibatches": 2,
+    "ppo_epochs": 2,
+    "variant": "A",
+    "beta": 0.1,
+    "tis_cap": 2.0,
+}
 
 
 class HeadRows:
@@ -34,8 +50,11 @@ class HeadRows:
         self.handle = nn.modules.module.register_module_forward_hook(self._hook)
 
     def _hook(self, module, args, out):
-        if (isinstance(module, nn.Linear) and module.out_features == self.vocab
-                and not torch.is_inference_mode_enabled()):
+        if (
+            isinstance(module, nn.Linear)
+            and module.out_features == self.vocab
+            and not torch.is_inference_mode_enabled()
+        ):
             self.rows.append(out.numel() // self.vocab)
 
     def __enter__(self):
@@ -52,10 +71,11 @@ def hf():
 
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_hf_model(f"{tmp}/q", "qwen2", hidden=32, layers=2, heads=4, seed=0, init_std=0.1)
         policy, tok = load_hf_policy(path)
-    ids = tok.encode_prompts(["ab", "a longer prompt", "xyz 12", "q"])                      # left-padded
+    ids = tok.encode_prompts(["ab", "a longer prompt", "xyz 12", "q"])  # left-padded
     resp = torch.randint(4, 200, (4, 9), generator=torch.Generator().manual_seed(5))
     return policy, torch.cat([ids, resp], 1), ids.shape[1]
 
@@ -63,7 +83,7 @@ def hf():
 def _transformer_batch():
     torch.manual_seed(0)
     pol = TransformerPolicy(V, d_model=32, n_layers=2, n_heads=4, max_len=48)
-    tokens = torch.randint(4, V, (6, 17), generator=torch.Generator().manual_seed(6))   # N=6, P=8, T=9
+    tokens = torch.randint(4, V, (6, 17), generator=torch.Generator().manual_seed(6))  # N=6, P=8, T=9
     return pol, tokens, 8
 
 
@@ -77,16 +97,16 @@ def test_reference_logprobs_chunked_equal_unchunked_and_no_full_logits(mode, whi
         holder = ReferenceHolder(pol, mode, 0.8, max_seqs=N, max_resp_len=T, chunk=chunk)
         with HeadRows(pol.vocab_size) as rec:
             holder.prepare(tokens, P)
-            whole = holder.minibatch(tokens, P, slice(None)).clone()                   # [N, T]
-            half = holder.minibatch(tokens[1:4], P, slice(1, 4)).clone()               # [3, T]
+            whole = holder.minibatch(tokens, P, slice(None)).clone()  # [N, T]
+            half = holder.minibatch(tokens[1:4], P, slice(1, 4)).clone()  # [3, T]
         out[chunk], rows[chunk] = (whole, half), rec.rows
         assert holder.pop_counts()["count/ref_fwd"] == (2 if mode == "naive_epoch" else 1)
     for a, b in zip(out[0], out[CHUNK]):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-6, rtol=0), (a - b).abs().max()
-    assert max(rows[CHUNK]) <= CHUNK                                                   # no [n, T, V]
-    assert max(rows[0]) >= N * T                                                       # the hook sees it
-    assert sum(rows[CHUNK]) == N * T + (3 * T if mode == "naive_epoch" else 0)       # A0: 2nd forward, 3 rows
+    assert max(rows[CHUNK]) <= CHUNK  # no [n, T, V]
+    assert max(rows[0]) >= N * T  # the hook sees it
+    assert sum(rows[CHUNK]) == N * T + (3 * T if mode == "naive_epoch" else 0)  # A0: 2nd forward, 3 rows
 
 
 def test_reference_refuses_chunk_with_kept_logits():
@@ -97,6 +117,7 @@ def test_reference_refuses_chunk_with_kept_logits():
 
 def test_policy_logprobs_refuses_chunk_on_a_policy_without_a_separate_head():
     from noma_prorl_bench.models.gru import GRUPolicy
+
     with pytest.raises(ValueError, match="hidden_states"):
         policy_logprobs(GRUPolicy(V, hidden=8), torch.zeros(2, 5, dtype=torch.long), 3, chunk=2)
 
@@ -114,9 +135,9 @@ def test_tis_recompute_chunked_equals_unchunked_and_no_full_logits():
     full, rows_full = _tis_inputs(tr, batch, 0)
     ch, rows_ch = _tis_inputs(tr, batch, CHUNK)
     assert ch.tis_weight is not None and ch.old_logits is None
-    assert torch.allclose(full.logp_old, ch.logp_old, atol=1e-6, rtol=0)              # learner's logp_old
+    assert torch.allclose(full.logp_old, ch.logp_old, atol=1e-6, rtol=0)  # learner's logp_old
     assert torch.allclose(full.tis_weight, ch.tis_weight, atol=1e-6, rtol=0)
-    assert rows_full == [batch.tokens.numel()]                                         # [N, L, V] once
+    assert rows_full == [batch.tokens.numel()]  # [N, L, V] once
     assert max(rows_ch) <= CHUNK and sum(rows_ch) == batch.n * batch.T
 
 
@@ -132,7 +153,7 @@ def test_a_whole_train_step_never_materialises_more_than_chunk_rows_of_logits(re
             # kl/to_init, kl/to_prev are exact full-vocabulary KLs (two policies' [N, T, V] logits on
             # the fixed monitor batch): not chunked (docs/performance.md), left out here
             tr.monitors.drift.measure = lambda policy: {}
-            tr.monitors.measure(tr.collector.collect()[0])                                          # delta_logp pass
+            tr.monitors.measure(tr.collector.collect()[0])  # delta_logp pass
         assert m["count/ref_fwd"] == (4 if ref_compute == "naive_epoch" else 1)
         assert rec.rows and (max(rec.rows) <= CHUNK) == (chunk > 0), (chunk, max(rec.rows))
 
@@ -140,9 +161,16 @@ def test_a_whole_train_step_never_materialises_more_than_chunk_rows_of_logits(re
 def test_hf_trainer_tis_and_reference_chunked_equal_unchunked(tmp_path):
     pytest.importorskip("transformers")
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     path = build_tiny_hf_model(tmp_path / "q", "qwen2", hidden=32, layers=2, heads=4, seed=0)
-    cfg = {**TINY, "model": f"hf:{path}", "task": "keyword_inclusion", "warmstart_steps": 0,
-           "max_new_tokens": 6, "logprob_chunk": CHUNK}
+    cfg = {
+        **TINY,
+        "model": f"hf:{path}",
+        "task": "keyword_inclusion",
+        "warmstart_steps": 0,
+        "max_new_tokens": 6,
+        "logprob_chunk": CHUNK,
+    }
     tr = Trainer.from_config(make_config(cfg))
     batch = tr.collector.collect()[0]
     vocab = tr.policy.vocab_size

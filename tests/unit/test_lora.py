@@ -62,7 +62,7 @@ def test_attach_exact_name_keeps_output_and_freezes_base():
     names = attach_lora(m, ["head"], rank=2, alpha=4.0, freeze_base=True)
     assert names == ["head"]
     assert isinstance(m.head, LoRALinear) and m.head.rank == 2 and m.head.scale == 2.0
-    assert torch.equal(m(x), ref)                       # B = 0 at attach: bit-identical
+    assert torch.equal(m(x), ref)  # B = 0 at attach: bit-identical
     trainable = [n for n, p in m.named_parameters() if p.requires_grad]
     assert trainable == ["head.lora_A", "head.lora_B"]
 
@@ -77,7 +77,11 @@ def test_attach_glob_and_suffix_matching():
     assert names2 == ["blocks.0.attn.q_proj", "blocks.1.attn.q_proj", "blocks.1.mlp.up"]
     m3 = _model()
     assert attach_lora(m3, ["blocks.*.mlp.*"], rank=1) == [
-        "blocks.0.mlp.up", "blocks.0.mlp.down", "blocks.1.mlp.up", "blocks.1.mlp.down"]
+        "blocks.0.mlp.up",
+        "blocks.0.mlp.down",
+        "blocks.1.mlp.up",
+        "blocks.1.mlp.down",
+    ]
     assert not any(p.requires_grad for n, p in m3.named_parameters() if "lora_" not in n)
 
 
@@ -97,10 +101,10 @@ def test_shapes_init_and_forward_formula():
     lo = LoRALinear(base, rank=4, alpha=2.0, a_init="kaiming", seed=3)
     assert lo.lora_A.shape == (4, 5) and lo.lora_B.shape == (3, 4)
     assert torch.count_nonzero(lo.lora_B) == 0
-    assert lo.lora_A.abs().max() <= 5 ** -0.5          # U(-1/sqrt(in), 1/sqrt(in))
+    assert lo.lora_A.abs().max() <= 5**-0.5  # U(-1/sqrt(in), 1/sqrt(in))
     with torch.no_grad():
         lo.lora_B.normal_()
-    x = torch.randn(2, 7, 5)                             # extra leading dims pass through
+    x = torch.randn(2, 7, 5)  # extra leading dims pass through
     expect = base(x) + 0.5 * (x @ lo.lora_A.T @ lo.lora_B.T)
     torch.testing.assert_close(lo(x), expect, rtol=1e-6, atol=1e-6)
     # seeded: same seed -> same A, other seed -> other A
@@ -117,15 +121,15 @@ def test_rank_queries_and_growth_keeps_scale_and_output():
     assert len(adapter_parameters(m)) == 6
     with torch.no_grad():
         for p in adapter_parameters(m):
-            p.normal_()                                 # make B non-zero: a trained adapter
+            p.normal_()  # make B non-zero: a trained adapter
     before = m(x)
     grow_adapters(m, None, new_rank=5)
     assert adapter_rank(m) == 5
-    assert all(mod.scale == 4.0 for _, mod in adapters(m))   # alpha / initial_rank, not alpha / 5
+    assert all(mod.scale == 4.0 for _, mod in adapters(m))  # alpha / initial_rank, not alpha / 5
     torch.testing.assert_close(m(x), before, rtol=1e-12, atol=1e-12)  # float64: summation order only
     assert m.head.lora_A.shape == (5, 6) and m.head.lora_B.shape == (5, 5)
     assert torch.count_nonzero(m.head.lora_B[:, 2:]) == 0
-    assert torch.count_nonzero(m.head.lora_A[2:]) == 3 * 6   # declared (kaiming) init
+    assert torch.count_nonzero(m.head.lora_A[2:]) == 3 * 6  # declared (kaiming) init
     assert m.head.lora_A.dtype == torch.float64
 
 
@@ -136,6 +140,7 @@ def test_adapter_rank_mixed_raises_and_zero_without_adapters():
     attach_lora(m, ["head", "q_proj"], rank=2)
     plan_mod = m.head
     from noma_prorl_bench.training.growth import realloc_param
+
     realloc_param(plan_mod, "lora_A", (3, 6))
     realloc_param(plan_mod, "lora_B", (5, 3))
     with pytest.raises(ValueError):

@@ -156,8 +156,7 @@ def test_gspo_matches_token_form_gradient_under_token_mean():
 @pytest.mark.unit
 def test_gspo_clipped_sequence_gets_zero_gradient():
     logp = torch.tensor([[0.5, 0.5]], requires_grad=True)  # s = e^.5 = 1.65 > 1.2, A > 0
-    loss, m = L.gspo_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
-                          eps_low=0.2, eps_high=0.2)
+    loss, m = L.gspo_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), eps_low=0.2, eps_high=0.2)
     loss.sum().backward()
     assert torch.all(logp.grad == 0) and m["clip/frac"] == 1.0
 
@@ -182,7 +181,7 @@ def test_garbage_under_mask_does_not_leak():
     mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     for name, fn in L.LOSSES.items():
         loss, m = fn(logp, old, torch.tensor([1.0, -1.0]), mask, eps_low=0.2, eps_high=0.2)
-        for agg in (*L.AGGREGATIONS, "token-sum-norm"):           # the flag's rules and the course's constant
+        for agg in (*L.AGGREGATIONS, "token-sum-norm"):  # the flag's rules and the course's constant
             val = L.aggregate(loss, mask, agg)
             assert torch.isfinite(val), (name, agg)
         assert all(math.isfinite(v) for v in m.values()), name
@@ -229,8 +228,11 @@ def _draw(data, shape):
 def _loop_mean(x, m, rows):
     out = []
     for i in range(x.shape[0]) if rows else [None]:
-        xs = [x[i, j].item() for j in range(x.shape[1]) if m[i, j]] if rows else \
-             [x[i, j].item() for i in range(x.shape[0]) for j in range(x.shape[1]) if m[i, j]]
+        xs = (
+            [x[i, j].item() for j in range(x.shape[1]) if m[i, j]]
+            if rows
+            else [x[i, j].item() for i in range(x.shape[0]) for j in range(x.shape[1]) if m[i, j]]
+        )
         out.append(sum(xs) / len(xs) if xs else 0.0)
     return out
 
@@ -249,9 +251,10 @@ def test_masked_mean_or_zero_matches_loop_and_ignores_masked_values(data, shape)
 @pytest.mark.unit
 def test_the_two_masked_means_differ_by_name_on_an_empty_slice():
     from noma_prorl_bench import grpo
+
     x, m = torch.tensor([[2.0, 4.0], [1.0, 3.0]]), torch.tensor([[1.0, 1.0], [0.0, 0.0]])
-    assert L.masked_mean_or_zero(x, m, dim=1).tolist() == [3.0, 0.0]          # guarded: empty row -> 0
-    handout = grpo.masked_mean(x, m, dim=1)                                     # the handout's: 0/0
+    assert L.masked_mean_or_zero(x, m, dim=1).tolist() == [3.0, 0.0]  # guarded: empty row -> 0
+    handout = grpo.masked_mean(x, m, dim=1)  # the handout's: 0/0
     assert handout[0].item() == 3.0 and math.isnan(handout[1].item())
     assert not hasattr(L, "masked_mean")
 
@@ -299,7 +302,7 @@ def test_per_token_advantages_broadcast_equals_per_sequence(name):
 @pytest.mark.unit
 def test_grpo_clip_with_per_token_advantages_hand_worked():
     # the REINFORCE++ token form gives each token its own A: row 0 A = [1, -1, 2], ratios [1.5, .5, 1.1]
-    logp = torch.log(RATIOS).unsqueeze(0).clone().requires_grad_(True)        # [1, 3]
+    logp = torch.log(RATIOS).unsqueeze(0).clone().requires_grad_(True)  # [1, 3]
     adv = torch.tensor([[1.0, -1.0, 2.0]])
     loss, _ = L.grpo_clip_loss(logp, torch.zeros(1, 3), adv, torch.ones(1, 3), eps_low=0.2, eps_high=0.2)
     # t0: A=1, r=1.5 -> -min(1.5, 1.2) = -1.2 (clipped); t1: A=-1, r=.5 -> max(.5, .8) = .8 (clipped);

@@ -1,6 +1,7 @@
 """The memory estimate's terms (io/memory.py): parameter counts on the meta device, which copies each
 variant holds, LoRA's adapter-only optimizer state, how the terms combine, and that the real-model
 demo preset is not refused on a 24 GiB machine. Measured peaks: tests/slow/test_memory_estimate.py."""
+
 import json
 
 import pytest
@@ -11,10 +12,24 @@ from noma_prorl_bench.io import preflight
 from noma_prorl_bench.io.memory import MiB, build_estimate, estimate, model_shape
 
 # SmolLM2-135M-Instruct's config.json (the smollm2_demo model): no weights are needed for the estimate
-SMOLLM2 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 64, "hidden_act": "silu",
-           "hidden_size": 576, "intermediate_size": 1536, "max_position_embeddings": 8192, "num_attention_heads": 9,
-           "num_hidden_layers": 30, "num_key_value_heads": 3, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
-           "vocab_size": 49152, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+SMOLLM2 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 8192,
+    "num_attention_heads": 9,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 3,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": True,
+    "vocab_size": 49152,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 2,
+}
 
 
 def cfg_of(**kw):
@@ -35,7 +50,7 @@ def test_held_copies_per_variant_and_reset_target():
     a = estimate(specs_of(model="transformer", d_model=128))
     w = a.held["weights"]
     assert a.held["reference"] == w and a.held["monitor_snapshots"] == 2 * w and a.held["best_snapshot"] == 0
-    assert a.held["grads_adam"] == 3 * w                         # float32, everything trainable
+    assert a.held["grads_adam"] == 3 * w  # float32, everything trainable
     b = estimate(specs_of(model="transformer", d_model=128, variant="B"))
     assert b.held["reference"] == 0 and b.total < a.total
     best = estimate(specs_of(model="transformer", d_model=128, reset_to="best"))
@@ -46,8 +61,12 @@ def test_terms_combine_as_baseline_plus_held_plus_largest_phase():
     e = estimate(specs_of(model="transformer", d_model=256, batch_size=64, minibatches=1, warmstart_steps=0))
     assert e.warm_start == 0 and e.peak_phase == "update"
     assert e.total == e.baseline + sum(e.held.values()) + e.phases["update"]
-    assert preflight.estimated_bytes(cfg_of(model="transformer", d_model=256, batch_size=64, minibatches=1,
-                                            warmstart_steps=0)) == e.total
+    assert (
+        preflight.estimated_bytes(
+            cfg_of(model="transformer", d_model=256, batch_size=64, minibatches=1, warmstart_steps=0)
+        )
+        == e.total
+    )
 
 
 def test_chunked_logprobs_and_micro_batches_shrink_the_update():
@@ -69,33 +88,33 @@ def test_lora_holds_adapter_gradients_only_and_the_frozen_base_once(smollm2_dir)
     s = model_shape(sp, 96)
     # rank 8 on q, k, v, o of 30 layers: 30 * 8 * ((576 + 576) * 2 + (576 + 192) * 2) = 921,600
     assert s.trainable == 921_600
-    assert s.full_params == 134_515_008                          # tied embedding counted once
-    assert s.copy_bytes == (134_515_008 + 921_600 + 64) * 4         # + the rotary buffers' 64 elements
+    assert s.full_params == 134_515_008  # tied embedding counted once
+    assert s.copy_bytes == (134_515_008 + 921_600 + 64) * 4  # + the rotary buffers' 64 elements
     e = build_estimate(sp, s, 64, 32)
     assert e.held["grads_adam"] == 3 * 921_600 * 4
     assert e.held["weights"] == s.copy_bytes
-    assert s.shared_bytes == 134_515_008 * 4                        # the frozen base, tied embedding once
-    own = (921_600 + 64) * 4                                         # a copy holds its adapters and buffers
+    assert s.shared_bytes == 134_515_008 * 4  # the frozen base, tied embedding once
+    own = (921_600 + 64) * 4  # a copy holds its adapters and buffers
     assert e.held["reference"] == own and e.held["monitor_snapshots"] == 2 * own
 
 
 def test_smollm2_demo_is_not_refused_on_a_24_gib_machine(smollm2_dir, monkeypatch):
     cfg = cfg_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
     sp = RunSpecs.from_config(cfg)
-    e = build_estimate(sp, model_shape(sp, 96), 64, 32)        # the demo's prompts are 64 tokens long
-    assert 3000 * MiB < e.total < 4500 * MiB                     # measured peak: 3689 MiB (docs/performance.md)
-    assert estimate(sp).total < 8 * 2 ** 30                     # no tokenizer here: 128 prompt tokens assumed
-    monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2 ** 30)
+    e = build_estimate(sp, model_shape(sp, 96), 64, 32)  # the demo's prompts are 64 tokens long
+    assert 3000 * MiB < e.total < 4500 * MiB  # measured peak: 3689 MiB (docs/performance.md)
+    assert estimate(sp).total < 8 * 2**30  # no tokenizer here: 128 prompt tokens assumed
+    monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2**30)
     assert preflight.memory_error(cfg) is None
-    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2 * 2 ** 30)
+    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2 * 2**30)
     err = preflight.memory_error(cfg)
     assert err.startswith("argument --batch_size: this run needs about") and "GiB" in err and "\n" not in err
-    assert "update --batch_size" in err and "weights --model" in err            # one micro-batch's activations lead
-    assert "reference" not in err                      # the reference shares the frozen base: no longer a top term
+    assert "update --batch_size" in err and "weights --model" in err  # one micro-batch's activations lead
+    assert "reference" not in err  # the reference shares the frozen base: no longer a top term
 
 
 def test_the_refusal_names_the_flag_with_the_largest_share(monkeypatch):
-    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2 ** 28)
+    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2**28)
     assert preflight.memory_error(cfg_of(model="transformer", d_model=1024)).startswith("argument --d_model:")
     assert preflight.memory_error(cfg_of(batch_size=4096)).startswith("argument --batch_size:")
-    assert preflight.memory_error(cfg_of(n_val=10 ** 6)).startswith("argument --n_val:")
+    assert preflight.memory_error(cfg_of(n_val=10**6)).startswith("argument --n_val:")

@@ -1,6 +1,7 @@
 """Plumbing between the policies and the trainer: --device / --dtype resolution, the
 warm-start default, the transformer's derived max_len, response-only logits (keep_last) and
 the KV-cache capacity that rollouts request."""
+
 import pytest
 import torch
 
@@ -35,7 +36,7 @@ def test_warmstart_auto_is_per_model_and_0_for_hf():
 
 def test_transformer_max_len_is_derived_with_a_floor():
     cfg = RunConfig(outdir="x", model="transformer")
-    assert build_policy(cfg, max_len=200)[0].max_len == 200          # long P + T: the table grows
+    assert build_policy(cfg, max_len=200)[0].max_len == 200  # long P + T: the table grows
     assert build_policy(cfg, max_len=15)[0].max_len == MIN_MAX_LEN  # short: the old 64, same init
 
 
@@ -64,12 +65,12 @@ def test_response_logits_asks_slicing_policies_for_the_last_T_plus_1_positions()
     torch.manual_seed(0)
     inner = TransformerPolicy(20, d_model=16, n_layers=1, n_heads=2, max_len=32)
     spy = _SlicingSpy(inner)
-    tokens = torch.randint(0, 20, (3, 11))                              # P = 7, T = 4
-    full = inner(tokens)[:, 6:-1]                                       # [N, T, V] the slow way
+    tokens = torch.randint(0, 20, (3, 11))  # P = 7, T = 4
+    full = inner(tokens)[:, 6:-1]  # [N, T, V] the slow way
     got = response_logits(spy, tokens, 7)
     assert spy.calls == [5] and got.shape == (3, 4, 20)
     torch.testing.assert_close(got, full, rtol=1e-5, atol=1e-6)
-    assert not slices_logits(inner)                                     # toy policies: full forward
+    assert not slices_logits(inner)  # toy policies: full forward
 
 
 def test_generate_sizes_the_kv_cache_to_the_rollout_and_stays_on_the_prompts_device():
@@ -86,6 +87,6 @@ def test_generate_sizes_the_kv_cache_to_the_rollout_and_stays_on_the_prompts_dev
     prompts = torch.randint(4, 20, (2, 5))
     gen = torch.Generator().manual_seed(0)
     resp, logp, mask, trunc, _ = generate(policy, prompts, 6, 1.0, eos_id=3, pad_id=0, generator=gen)
-    assert seen["capacity"] == 5 + 6 - 1                                # P + T - 1 positions written
+    assert seen["capacity"] == 5 + 6 - 1  # P + T - 1 positions written
     for t in (resp, logp, mask, trunc):
         assert t.device == prompts.device

@@ -34,8 +34,8 @@ class _Toy(nn.Module):
         self.head.weight = self.emb.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.emb(tokens).cumsum(1)                                     # [N, L, H]
-        return self.head(torch.tanh(self.drop(self.mix(x))))              # [N, L, V]
+        x = self.emb(tokens).cumsum(1)  # [N, L, H]
+        return self.head(torch.tanh(self.drop(self.mix(x))))  # [N, L, V]
 
 
 def _policy(seed: int = 0) -> _Toy:
@@ -48,16 +48,16 @@ def _batch(seed: int = 1):
     tokens = torch.randint(0, V, (N, P + T), generator=g)
     mask = torch.ones(N, T)
     mask[0, 2:] = 0.0
-    mask[3, 1:] = 0.0                                                      # 15 - 1 - 2 = 12 tokens
+    mask[3, 1:] = 0.0  # 15 - 1 - 2 = 12 tokens
     return tokens, mask
 
 
 def _hand_kl(p_model, q_model, tokens, mask, temperature):
     """float64 reference: sum_v p (log p - log q) at positions P-1..L-2, masked mean."""
     with torch.no_grad():
-        lp = torch.log_softmax(p_model.eval()(tokens)[:, P - 1:-1].double() / temperature, -1)
-        lq = torch.log_softmax(q_model.eval()(tokens)[:, P - 1:-1].double() / temperature, -1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)                                    # [N, T]
+        lp = torch.log_softmax(p_model.eval()(tokens)[:, P - 1 : -1].double() / temperature, -1)
+        lq = torch.log_softmax(q_model.eval()(tokens)[:, P - 1 : -1].double() / temperature, -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)  # [N, T]
     return float((kl * mask.double()).sum() / mask.double().sum())
 
 
@@ -69,8 +69,8 @@ def test_drift_kl_matches_hand_computation_and_is_zero_to_itself():
     assert got == pytest.approx(_hand_kl(pol, other, tokens, mask, 0.7), rel=1e-5)
     assert got > 0.0
     pol.train()
-    assert drift_kl(pol, copy.deepcopy(pol), tokens, P, mask, 0.7) == 0.0   # dropout is off
-    assert pol.training                                                        # mode restored
+    assert drift_kl(pol, copy.deepcopy(pol), tokens, P, mask, 0.7) == 0.0  # dropout is off
+    assert pol.training  # mode restored
 
 
 @pytest.mark.unit
@@ -80,8 +80,8 @@ def test_drift_kl_snapshot_params_equal_module_and_counts_two_forwards():
     params = {k: v.clone() for k, v in other.state_dict().items()}
     counter = MonitorCounter()
     a = drift_kl(pol, other, tokens, P, mask, 1.3, counter)
-    b = drift_kl(other, params, tokens, P, mask, 1.3, counter)              # other's arch + params
-    c = drift_kl(pol, params, tokens, P, mask, 1.3, counter)                # pol's arch, other's params
+    b = drift_kl(other, params, tokens, P, mask, 1.3, counter)  # other's arch + params
+    c = drift_kl(pol, params, tokens, P, mask, 1.3, counter)  # pol's arch, other's params
     assert a == c
     assert b == 0.0
     assert counter.pop_counts() == {"count/monitor_fwd": 6, "count/tokens_monitor": 6 * N * (P + T)}
@@ -95,7 +95,7 @@ def test_drift_monitor_to_init_and_to_prev_after_updates():
     init = copy.deepcopy(pol)
     mon = DriftMonitor(pol, tokens, P, mask, temperature=1.0)
     ref = ReferenceHolder(pol, "cached")
-    assert mon.measure(pol) == {"kl/to_init": 0.0}                          # no previous yet
+    assert mon.measure(pol) == {"kl/to_init": 0.0}  # no previous yet
     assert mon.pop_counts() == {"count/monitor_fwd": 2, "count/tokens_monitor": 2 * N * (P + T)}
     opt = torch.optim.SGD(pol.parameters(), lr=0.5)
     prevs = []
@@ -112,7 +112,7 @@ def test_drift_monitor_to_init_and_to_prev_after_updates():
         assert out["kl/to_prev"] > 0.0
         assert mon.pop_counts()["count/monitor_fwd"] == 3
     assert out["kl/to_init"] != out["kl/to_prev"]
-    assert ref.pop_counts() == {"count/ref_fwd": 0, "count/tokens_ref": 0}   # never counted there
+    assert ref.pop_counts() == {"count/ref_fwd": 0, "count/tokens_ref": 0}  # never counted there
 
 
 @pytest.mark.unit
@@ -164,6 +164,7 @@ def test_row_chunks_give_the_same_kl_and_counts(monkeypatch):
     """A vocabulary too large for one piece is measured a few rows at a time (bounded memory):
     the same values as in one piece, the same forward counts."""
     import noma_prorl_bench.training.monitors as monitors_mod
+
     pol = _policy(0)
     tokens, mask = _batch()
     whole, chunked = DriftMonitor(pol, tokens, P, mask), DriftMonitor(pol, tokens, P, mask)
@@ -173,7 +174,9 @@ def test_row_chunks_give_the_same_kl_and_counts(monkeypatch):
         for p in pol.parameters():
             p.add_(0.1 * torch.randn_like(p))
     one = whole.measure(pol)
-    monkeypatch.setattr(monitors_mod, "MONITOR_CHUNK_ELEMENTS", 2 * T * V)    # 2 rows per piece: 3 pieces
+    monkeypatch.setattr(monitors_mod, "MONITOR_CHUNK_ELEMENTS", 2 * T * V)  # 2 rows per piece: 3 pieces
     two = chunked.measure(pol)
     assert one.keys() == two.keys() and all(two[k] == pytest.approx(one[k], rel=1e-6) for k in one)
-    assert whole.pop_counts() == chunked.pop_counts() == {"count/monitor_fwd": 3, "count/tokens_monitor": 3 * N * (P + T)}
+    assert (
+        whole.pop_counts() == chunked.pop_counts() == {"count/monitor_fwd": 3, "count/tokens_monitor": 3 * N * (P + T)}
+    )

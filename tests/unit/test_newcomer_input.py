@@ -2,6 +2,7 @@
 unknown names get a close match or nothing (never an unrelated flag), floats that are 0 or subnormal in
 float32 are refused for every float flag, a warmup longer than the run is refused, and the memory
 refusal names the flag that drives the estimate and says what to do."""
+
 import contextlib
 import io
 import json
@@ -44,16 +45,16 @@ def test_every_foreign_name_maps_to_an_existing_flag_with_another_name():
     assert len(FOREIGN_NAMES) >= 60
     for name, (flag, whose, note) in FOREIGN_NAMES.items():
         assert flag in FIELDS, (name, flag)
-        assert name not in FIELDS, name                      # our own name never reaches the table
+        assert name not in FIELDS, name  # our own name never reaches the table
         assert whose in ("TRL's", "verl's", "TRL's and verl's"), name
 
 
 def test_every_foreign_flag_is_refused_with_ours():
     for name, (flag, _, _) in FOREIGN_NAMES.items():
         got = parse_error(f"--{name}", "1")
-        if isinstance(got, dict):                            # argparse took it as an abbreviation of ours
+        if isinstance(got, dict):  # argparse took it as an abbreviation of ours
             assert set(got) == {"outdir", flag}, (name, got)
-        elif f"argument --{flag}:" not in got:               # (or did, and refused the value "1")
+        elif f"argument --{flag}:" not in got:  # (or did, and refused the value "1")
             assert f"ours is --{flag}" in got and "did you mean" not in got, (name, got)
 
 
@@ -65,30 +66,34 @@ def test_every_foreign_config_key_is_refused_with_ours(tmp_path):
             load_config_file(str(path))
 
 
-@pytest.mark.parametrize("argv, ours", [
-    (["--learning_rate", "1e-6"], "ours is --lr"),
-    (["--learning-rate", "1e-6"], "ours is --lr"),
-    (["--kl_coef", "0.1"], "ours is --beta"),
-    (["--num_generations", "8"], "ours is --group_size"),
-    (["--epsilon", "0.2"], "ours is --clip_eps"),
-    (["--actor_rollout_ref.actor.optim.lr=1e-6"], "ours is --lr"),
-    (["--actor_rollout_ref.rollout.n", "8"], "ours is --group_size"),
-    (["--n", "8"], "ours is --group_size"),                              # argparse: ambiguous prefix
-    (["--actor_rollout_ref.actor.ppo_epochs", "2"], "ours is --ppo_epochs: our names are flat"),
-    (["--algorithm.kl_ctrl.kl_coef", "0.001"], "ours is --beta"),
-    (["--stpes", "3"], "did you mean --steps?"),                          # a misspelling still gets difflib
-    (["--kl_estimatr", "k3"], "did you mean --kl_estimator?"),
-])
+@pytest.mark.parametrize(
+    "argv, ours",
+    [
+        (["--learning_rate", "1e-6"], "ours is --lr"),
+        (["--learning-rate", "1e-6"], "ours is --lr"),
+        (["--kl_coef", "0.1"], "ours is --beta"),
+        (["--num_generations", "8"], "ours is --group_size"),
+        (["--epsilon", "0.2"], "ours is --clip_eps"),
+        (["--actor_rollout_ref.actor.optim.lr=1e-6"], "ours is --lr"),
+        (["--actor_rollout_ref.rollout.n", "8"], "ours is --group_size"),
+        (["--n", "8"], "ours is --group_size"),  # argparse: ambiguous prefix
+        (["--actor_rollout_ref.actor.ppo_epochs", "2"], "ours is --ppo_epochs: our names are flat"),
+        (["--algorithm.kl_ctrl.kl_coef", "0.001"], "ours is --beta"),
+        (["--stpes", "3"], "did you mean --steps?"),  # a misspelling still gets difflib
+        (["--kl_estimatr", "k3"], "did you mean --kl_estimator?"),
+    ],
+)
 def test_foreign_and_misspelt_flags(argv, ours):
     line = parse_error(*argv)
     assert ours in line and argv[0].split("=")[0] in line, line
 
 
-@pytest.mark.parametrize("name", ["--max_prompt_length", "--logging_steps", "--vf_coef", "--top_p",
-                                  "--whiten_rewards", "--learnin_rate"])
+@pytest.mark.parametrize(
+    "name", ["--max_prompt_length", "--logging_steps", "--vf_coef", "--top_p", "--whiten_rewards", "--learnin_rate"]
+)
 def test_a_name_we_have_no_match_for_gets_no_unrelated_suggestion(name):
     line = parse_error(name, "1")
-    assert line.endswith(f"argument {name}: unrecognized flag"), line    # not prompt_field, clip_eps, variant ...
+    assert line.endswith(f"argument {name}: unrecognized flag"), line  # not prompt_field, clip_eps, variant ...
 
 
 def test_a_nested_verl_config_is_named_as_such(tmp_path):
@@ -115,8 +120,16 @@ def test_every_float_flag_refuses_values_that_are_0_or_subnormal_in_float32(valu
         assert e.value.flag == name
 
 
-@pytest.mark.parametrize("flag, value", [("lr", "3.5e-46"), ("temperature", "1e-45"), ("warmstart_lr", "1e-40"),
-                                         ("beta", "1e-45"), ("weight_decay", "1e-39")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("lr", "3.5e-46"),
+        ("temperature", "1e-45"),
+        ("warmstart_lr", "1e-40"),
+        ("beta", "1e-45"),
+        ("weight_decay", "1e-39"),
+    ],
+)
 def test_subnormal_floats_are_refused_naming_the_flag_and_what_is_allowed(flag, value):
     with pytest.raises(ConfigError, match="float32's smallest normal") as e:
         make_config({"outdir": "x", flag: float(value)})
@@ -129,27 +142,27 @@ def test_the_smallest_normal_and_zero_stay_accepted():
 
 
 def test_a_warmup_longer_than_the_runs_optimizer_steps_is_refused():
-    horizon = 10 * 2 * 3                                                # steps x ppo_epochs x minibatches
+    horizon = 10 * 2 * 3  # steps x ppo_epochs x minibatches
     base = {"outdir": "x", "steps": 10, "ppo_epochs": 2, "minibatches": 3}
     assert make_config({**base, "warmup_steps": horizon}).warmup_steps == horizon
     with pytest.raises(ConfigError, match=f"must be <= the run's {horizon} .*got {horizon + 1}") as e:
         make_config({**base, "warmup_steps": horizon + 1})
     assert e.value.flag == "warmup_steps"
     with pytest.raises(ConfigError, match="never reaches --lr"):
-        make_config({"outdir": "x", "warmup_steps": 10 ** 11})
+        make_config({"outdir": "x", "warmup_steps": 10**11})
 
 
 # ------------------------------------------------------------------ the memory refusal
 def test_the_memory_refusal_names_max_rank_when_the_adapters_drive_it(monkeypatch):
-    monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2 ** 30)
-    cfg = make_config({"outdir": "x", "enable_growth": 1, "grow_every": 10, "max_rank": 10 ** 8})
+    monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2**30)
+    cfg = make_config({"outdir": "x", "enable_growth": 1, "grow_every": 10, "max_rank": 10**8})
     err = preflight.memory_error(cfg)
     assert err.startswith("argument --max_rank: this run needs about"), err
     assert err.endswith("; lower --max_rank") and "--hidden" not in err, err
 
 
 def test_the_memory_refusal_says_what_to_do(monkeypatch):
-    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2 ** 28)
+    monkeypatch.setattr(preflight, "machine_bytes", lambda: 2**28)
     err = preflight.memory_error(make_config({"outdir": "x", "batch_size": 4096}))
     assert err.startswith("argument --batch_size:") and err.endswith("or set --micro_batch (rows per forward/backward)")
     err = preflight.memory_error(make_config({"outdir": "x", "hidden": 20000}))

@@ -80,7 +80,7 @@ def test_hard_next_update_equals_fresh_optimizer(name):
     oa = OPTIMIZERS[name](pa)
     for k in range(3):
         _step(oa, pa, grads[k])
-    pf = _clone(pa)                     # same weights, brand-new optimizer
+    pf = _clone(pa)  # same weights, brand-new optimizer
     of = OPTIMIZERS[name](pf)
     rec = apply_moment_reset(oa, "hard")
     assert rec["params_cleared"] == 2
@@ -118,7 +118,7 @@ def test_soft_and_asym_scale_moments_exactly(name, mode):
         if amsgrad:
             m_expected = b["max_exp_avg_sq"] * f if mode == "soft" else b["max_exp_avg_sq"]
             assert torch.equal(st["max_exp_avg_sq"], m_expected)
-        assert torch.equal(st["step"], b["step"])       # step untouched
+        assert torch.equal(st["step"], b["step"])  # step untouched
         assert float(st["step"]) == 3.0
 
 
@@ -139,7 +139,7 @@ def test_reset_step_count_tensor_and_float():
         _step(opt, params, gr)
     step_t = opt.state[params[0]]["step"]
     dtype, device = step_t.dtype, step_t.device
-    opt.state[params[1]]["step"] = 3.0           # float form (older torch / other optimizers)
+    opt.state[params[1]]["step"] = 3.0  # float form (older torch / other optimizers)
     assert reset_step_count(opt) == 2
     assert opt.state[params[0]]["step"] is step_t  # zeroed in place
     assert step_t.dtype == dtype and step_t.device == device and float(step_t) == 0.0
@@ -178,7 +178,7 @@ def test_warmup_schedule_values():
     assert [const(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
     cos = WarmupSchedule("cosine", warmup_steps=2, total_steps=6, min_lr_ratio=0.1)
     assert cos(0) == 0.5 and cos(1) == 1.0 and cos(2) == 1.0
-    assert cos(4) == pytest.approx(0.1 + 0.9 * 0.5)       # halfway: cos(pi/2) = 0
+    assert cos(4) == pytest.approx(0.1 + 0.9 * 0.5)  # halfway: cos(pi/2) = 0
     assert cos(6) == pytest.approx(0.1) and cos(50) == pytest.approx(0.1)
     assert WarmupSchedule("cosine", 0, 4)(0) == 1.0
 
@@ -239,7 +239,7 @@ def test_reset_grad_scaler_matches_fresh_scaler():
     p = torch.nn.Parameter(torch.ones(2))
     scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
     scaler.scale((p * 2).sum()).backward()
-    scaler._scale.fill_(2.0)                      # as if it had backed off after overflows
+    scaler._scale.fill_(2.0)  # as if it had backed off after overflows
     assert reset_grad_scaler(scaler) is True
     assert scaler.get_scale() == 8.0
     assert reset_grad_scaler(None) is False
@@ -255,8 +255,16 @@ def test_apply_reset_semantics_hard_makes_everything_fresh():
     for gr in _grads(4):
         _step(opt, params, gr)
         sched.step()
-    rec = apply_reset_semantics(opt, sched, ctrl, opt_reset="hard", soft_factor=0.5,
-                                reset_opt_step=False, reset_lr_schedule=False, reset_kl_coef=False)
+    rec = apply_reset_semantics(
+        opt,
+        sched,
+        ctrl,
+        opt_reset="hard",
+        soft_factor=0.5,
+        reset_opt_step=False,
+        reset_lr_schedule=False,
+        reset_kl_coef=False,
+    )
     assert rec["opt_reset"] == "hard" and rec["params_cleared"] == 2
     assert rec["optim_step_before"] == 4
     assert rec["opt_step_reset"] and rec["lr_schedule_reset"] and rec["kl_coef_reset"]
@@ -277,8 +285,16 @@ def test_apply_reset_semantics_soft_with_step_reset_only():
         sched.step()
     m = opt.state[params[0]]["exp_avg"].clone()
     lr = opt.param_groups[0]["lr"]
-    rec = apply_reset_semantics(opt, sched, ctrl, opt_reset="soft", soft_factor=0.25,
-                                reset_opt_step=True, reset_lr_schedule=False, reset_kl_coef=False)
+    rec = apply_reset_semantics(
+        opt,
+        sched,
+        ctrl,
+        opt_reset="soft",
+        soft_factor=0.25,
+        reset_opt_step=True,
+        reset_lr_schedule=False,
+        reset_kl_coef=False,
+    )
     assert rec["m_scaled"] == 2 and rec["v_scaled"] == 2 and rec["soft_factor"] == 0.25
     assert rec["opt_step_reset"] and not rec["lr_schedule_reset"] and not rec["kl_coef_reset"]
     assert torch.equal(opt.state[params[0]]["exp_avg"], m * 0.25)

@@ -1,5 +1,6 @@
 """pass@k (rollout/pass_at_k.py): the unbiased estimator of Chen et al. 2021 against hand-worked
 values, exact enumeration and a Monte-Carlo draw of k samples without replacement."""
+
 import itertools
 from math import comb
 
@@ -12,15 +13,19 @@ from noma_prorl_bench.tasks.toy import Parity, ReverseDigits
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("n, c, k, want", [
-    (5, 2, 1, 2 / 5),                 # pass@1 is the fraction correct
-    (5, 2, 2, 1 - 3 / 10),            # 1 - C(3,2)/C(5,2)
-    (5, 2, 3, 1 - 1 / 10),            # 1 - C(3,3)/C(5,3)
-    (5, 2, 4, 1.0),                   # n - c = 3 < k: every 4-subset holds a correct sample
-    (8, 1, 4, 1 - 35 / 70),           # 1 - C(7,4)/C(8,4) = 1/2
-    (10, 3, 5, 1 - 21 / 252),         # 1 - C(7,5)/C(10,5)
-    (4, 0, 4, 0.0), (4, 4, 1, 1.0),
-])
+@pytest.mark.parametrize(
+    "n, c, k, want",
+    [
+        (5, 2, 1, 2 / 5),  # pass@1 is the fraction correct
+        (5, 2, 2, 1 - 3 / 10),  # 1 - C(3,2)/C(5,2)
+        (5, 2, 3, 1 - 1 / 10),  # 1 - C(3,3)/C(5,3)
+        (5, 2, 4, 1.0),  # n - c = 3 < k: every 4-subset holds a correct sample
+        (8, 1, 4, 1 - 35 / 70),  # 1 - C(7,4)/C(8,4) = 1/2
+        (10, 3, 5, 1 - 21 / 252),  # 1 - C(7,5)/C(10,5)
+        (4, 0, 4, 0.0),
+        (4, 4, 1, 1.0),
+    ],
+)
 def test_hand_worked_values(n, c, k, want):
     assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
 

@@ -61,7 +61,7 @@ def test_summary_figure_panels_and_lines(five):
     assert titles[2].startswith("KL in the loss") and titles[3].startswith("Throughput")
     labels = [r.label for r in five]
     for ax in axes:
-        assert [ln.get_label() for ln in run_lines(ax)] == labels   # one line per run
+        assert [ln.get_label() for ln in run_lines(ax)] == labels  # one line per run
     # validation line holds exactly the run's logged reward/val
     val_line = run_lines(axes[1])[1]
     np.testing.assert_allclose(val_line.get_ydata(), five[1].series("reward/val")[1])
@@ -93,11 +93,10 @@ def test_by_config_draws_one_line_per_configuration_with_band(suite):
     fig = summary_figure(runs, by_config=True)
     for ax in fig.axes:
         assert len(run_lines(ax)) == n_groups
-    assert len(fig.axes[1].collections) == n_groups                 # min-max bands
+    assert len(fig.axes[1].collections) == n_groups  # min-max bands
     first = run_lines(fig.axes[1])[0]
     seeds = [r for r in runs if r.path.name in ("A0_s0", "A0_s1")]
-    np.testing.assert_allclose(first.get_ydata(),
-                               np.mean([r.series("reward/val")[1] for r in seeds], axis=0))
+    np.testing.assert_allclose(first.get_ydata(), np.mean([r.series("reward/val")[1] for r in seeds], axis=0))
 
 
 @pytest.mark.unit
@@ -105,7 +104,7 @@ def test_by_config_keeps_suite_arms_apart(suite):
     """An A/A control has A1's configuration with other seeds: grouped by configuration it would
     merge into A1 (one line, 4 seeds); with the suite's arm names set it is its own line."""
     runs = load_runs([d for d in suite if d.name.startswith("A1_")])
-    runs += load_runs([d for d in suite if d.name.startswith("A1_")])   # the same configuration again
+    runs += load_runs([d for d in suite if d.name.startswith("A1_")])  # the same configuration again
     for r in runs[:2]:
         r.arm = "A1"
     for r in runs[2:]:
@@ -115,17 +114,20 @@ def test_by_config_keeps_suite_arms_apart(suite):
     assert labels == ["A1 (2 seeds)", "A1-aa (2 seeds)"]
     for r in runs:
         r.arm = ""
-    assert len(run_lines(summary_figure(runs, by_config=True).axes[1])) == 1    # configuration only
+    assert len(run_lines(summary_figure(runs, by_config=True).axes[1])) == 1  # configuration only
 
 
 @pytest.mark.unit
 def test_ref_cost_figure_panels_bars_and_lines(five):
     fig = ref_cost_figure(five)
     assert [ax.get_title() for ax in fig.axes] == [
-        "Reference forwards per step", "Reference time per step", "Mean stage time per step"]
+        "Reference forwards per step",
+        "Reference time per step",
+        "Mean stage time per step",
+    ]
     assert len(run_lines(fig.axes[0])) == len(run_lines(fig.axes[1])) == len(five)
-    assert run_lines(fig.axes[0])[0].get_ydata().tolist() == [4.0] * 40   # A0: E*M = 2*2
-    assert run_lines(fig.axes[0])[2].get_ydata().tolist() == [0.0] * 40   # B: none
+    assert run_lines(fig.axes[0])[0].get_ydata().tolist() == [4.0] * 40  # A0: E*M = 2*2
+    assert run_lines(fig.axes[0])[2].get_ydata().tolist() == [0.0] * 40  # B: none
     bars = fig.axes[2].patches
     assert len(bars) == len(five) * len(STAGES)
     # the stacked widths of each run add up to its mean step time
@@ -155,10 +157,16 @@ def test_run_plots_writes_under_outdir_plots(tmp_path):
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # must work uninstalled
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # must work uninstalled
     env["MPLBACKEND"] = "Agg"
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_runs.py"), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "plot_runs.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.smoke

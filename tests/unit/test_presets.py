@@ -54,7 +54,12 @@ def test_presets_encode_their_sources():
     assert 200 <= v2["reset_every"] <= 500 and v2["reset_on_stall"] > 0 and v2["reset_to"] == "current"
     assert (v2["opt_reset"], v2["reset_opt_step"], v2["reset_lr_schedule"]) == ("keep", 0, 0)
     # TRL: Polyak 0.6 every 512, optimizer untouched
-    assert (trl["ref_update"], trl["ref_mix_alpha"], trl["reset_every"], trl["opt_reset"]) == ("polyak", 0.6, 512, "keep")
+    assert (trl["ref_update"], trl["ref_mix_alpha"], trl["reset_every"], trl["opt_reset"]) == (
+        "polyak",
+        0.6,
+        512,
+        "keep",
+    )
     # soft washout: moments * 0.2 at each periodic reset
     assert (soft["opt_reset"], soft["soft_factor"], soft["reset_every"]) == ("soft", 0.2, v2["reset_every"])
 
@@ -79,7 +84,7 @@ def test_describe_preset_lists_every_setting_and_a_source():
             assert f"{key}={value}" in line
     assert "arXiv:2505.24864" in describe_preset("prorl_v1")
     assert "0.6" in describe_preset("trl_sync") and "512" in describe_preset("trl_sync")
-    assert len(describe_all().splitlines()) == 5          # 4 reset presets + the smollm2_demo run preset
+    assert len(describe_all().splitlines()) == 5  # 4 reset presets + the smollm2_demo run preset
     with pytest.raises(KeyError):
         describe_preset("prorl_v3")
 
@@ -87,8 +92,9 @@ def test_describe_preset_lists_every_setting_and_a_source():
 def test_smollm2_demo_run_preset_sets_valid_fields_and_flags_win():
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.config.presets import RUN_PRESETS
+
     cfg = make_config({"outdir": "x", "preset": "smollm2_demo", "steps": 3})
-    assert cfg.steps == 3                                   # explicit flag wins
+    assert cfg.steps == 3  # explicit flag wins
     for key, value in RUN_PRESETS["smollm2_demo"].items():
         if key != "steps":
             assert getattr(cfg, key) == value, key
@@ -103,6 +109,7 @@ def test_smollm2_demo_full_fine_tune_drops_the_presets_adapter_fields():
 
     from noma_prorl_bench.config import ConfigError, RunConfig, make_config
     from noma_prorl_bench.config.validate import GROWTH_FLAGS
+
     cfg = make_config({"outdir": "x", "preset": "smollm2_demo", "enable_growth": 0, "lr": 1e-5})
     assert cfg.enable_growth == 0 and cfg.lr == 1e-5 and cfg.task == "rg:basic_arithmetic"
     for name in GROWTH_FLAGS:

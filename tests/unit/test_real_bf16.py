@@ -1,6 +1,7 @@
 """benchmarks/real_bf16.py (equal learning in bf16: the demo's per-seed lifts, bf16 vs float32) on a
 hand-worked example: the lift difference, its t interval and sign-flip p, final correctness, the
 recipe check and the form summary."""
+
 import json
 import math
 import sys
@@ -17,24 +18,33 @@ RECIPE = ["--steps", "16", "--batch_size", "4", "--group_size", "4", "--eval_eve
 
 
 def _arm(before, afters, dtype):
-    return {s: {"before": before, "after": a, "flags": [*RECIPE, "--dtype", dtype], "answer_form_before": 0.9,
-                "answer_form_after": 0.8, "correct_in_form_before": before, "correct_in_form_after": a - 0.01}
-            for s, a in enumerate(afters)}
+    return {
+        s: {
+            "before": before,
+            "after": a,
+            "flags": [*RECIPE, "--dtype", dtype],
+            "answer_form_before": 0.9,
+            "answer_form_after": 0.8,
+            "correct_in_form_before": before,
+            "correct_in_form_after": a - 0.01,
+        }
+        for s, a in enumerate(afters)
+    }
 
 
 def test_lift_difference_by_hand():
-    f32 = _arm(0.10, [0.15, 0.12, 0.16], "float32")           # lifts 0.05, 0.02, 0.06
-    b16 = _arm(0.08, [0.14, 0.11, 0.12], "bf16_mixed")        # lifts 0.06, 0.03, 0.04
+    f32 = _arm(0.10, [0.15, 0.12, 0.16], "float32")  # lifts 0.05, 0.02, 0.06
+    b16 = _arm(0.08, [0.14, 0.11, 0.12], "bf16_mixed")  # lifts 0.06, 0.03, 0.04
     res = real_bf16.compare(f32, b16)
-    d = [0.01, 0.01, -0.02]                                   # bf16 lift - float32 lift per seed
+    d = [0.01, 0.01, -0.02]  # bf16 lift - float32 lift per seed
     mean = sum(d) / 3
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 2)
-    half = 4.302652729911275 * sd / math.sqrt(3)              # t(0.975, 2)
+    half = 4.302652729911275 * sd / math.sqrt(3)  # t(0.975, 2)
     row = res["lift_diff"]
     assert row["mean"] == pytest.approx(mean) and row["sd"] == pytest.approx(sd)
     assert row["ci95"] == pytest.approx([mean - half, mean + half])
-    assert row["sign_flip_p"] == pytest.approx(1.0)          # |mean| 0: every sign pattern is as extreme
-    assert row["positive"] == 2 and row["negative"] == 1 and math.isinf(row["mde80"])   # 3 pairs cannot reach 0.05
+    assert row["sign_flip_p"] == pytest.approx(1.0)  # |mean| 0: every sign pattern is as extreme
+    assert row["positive"] == 2 and row["negative"] == 1 and math.isinf(row["mde80"])  # 3 pairs cannot reach 0.05
     assert res["after_diff"]["mean"] == pytest.approx((-0.01 - 0.01 - 0.04) / 3)
     assert res["before"] == {"float32": [0.1], "bf16_mixed": [0.08]}
     assert res["form"]["bf16_mixed"]["correct_in_form_after"] == pytest.approx((0.13 + 0.10 + 0.11) / 3)
@@ -52,7 +62,20 @@ def test_a_different_recipe_is_refused():
 
 def test_float32_from_the_recorded_demo_json(tmp_path):
     path = tmp_path / "demo.json"
-    path.write_text(json.dumps({"rows": [{"seed": 0, "n": 200, "flags": RECIPE, "correct_before": [0.135, 0.1, 0.2],
-                                          "correct_after": [0.185, 0.1, 0.2]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {
+                        "seed": 0,
+                        "n": 200,
+                        "flags": RECIPE,
+                        "correct_before": [0.135, 0.1, 0.2],
+                        "correct_after": [0.185, 0.1, 0.2],
+                    }
+                ]
+            }
+        )
+    )
     got = real_bf16.load_float32(str(path))
     assert got == {0: {"before": 0.135, "after": 0.185, "flags": RECIPE, "n_prompts": 200}}

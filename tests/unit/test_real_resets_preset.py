@@ -56,8 +56,12 @@ def test_arm_configs_are_the_real_model_and_differ_in_reset_fields_only():
     assert none["reset_every"] == 0 and keep["reset_every"] == hard["reset_every"] == 4
     # hard also rebuilds Adam's step count and schedule: config.validate fills those in
     assert {k for k in none if none[k] != keep[k]} <= {"reset_every", "opt_reset"}
-    assert {k for k in keep if keep[k] != hard[k]} <= {"opt_reset", "reset_opt_step", "reset_lr_schedule",
-                                                        "reset_kl_coef"}
+    assert {k for k in keep if keep[k] != hard[k]} <= {
+        "opt_reset",
+        "reset_opt_step",
+        "reset_lr_schedule",
+        "reset_kl_coef",
+    }
 
 
 def test_comparisons_are_in_the_outcome_family():

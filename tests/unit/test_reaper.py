@@ -1,6 +1,7 @@
 """The Ray-session reaper without Ray (engines/reaper.py): stand-in "session" processes carry the
 session marker; a driver that is SIGKILLed leaves its reaper to kill exactly them and remove the
 temp dir, while a process of another session (another temp dir) is left alone."""
+
 import os
 import signal
 import subprocess
@@ -18,8 +19,9 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 
 def _sleeper(session: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                            env={**os.environ, SESSION_ENV: session})
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, SESSION_ENV: session}
+    )
 
 
 def _gone(p: subprocess.Popen, within: float = 30.0) -> bool:
@@ -44,18 +46,20 @@ def test_reaper_of_a_sigkilled_driver_kills_its_session_only(tmp_path):
     ours.mkdir()
     other.mkdir()
     mine, theirs = _sleeper(str(ours)), _sleeper(str(other))
-    code = (f"import sys, time; sys.path.insert(0, {SRC!r}); from noma_prorl_bench.engines.reaper import Reaper; "
-            f"Reaper({str(ours)!r}); print('up', flush=True); time.sleep(120)")
+    code = (
+        f"import sys, time; sys.path.insert(0, {SRC!r}); from noma_prorl_bench.engines.reaper import Reaper; "
+        f"Reaper({str(ours)!r}); print('up', flush=True); time.sleep(120)"
+    )
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert driver.stdout.readline().strip() == "up"
-        found = {p.pid for p in session_processes(str(ours))}      # with the reaper (its argv names the dir)
+        found = {p.pid for p in session_processes(str(ours))}  # with the reaper (its argv names the dir)
         assert mine.pid in found and theirs.pid not in found and driver.pid not in found
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
         assert _gone(mine) and mine.returncode == -signal.SIGKILL
-        assert _wait_for(lambda: not ours.exists() and session_processes(str(ours)) == [])   # the reaper exited too
-        assert theirs.poll() is None and other.is_dir()              # another session: untouched
+        assert _wait_for(lambda: not ours.exists() and session_processes(str(ours)) == [])  # the reaper exited too
+        assert theirs.poll() is None and other.is_dir()  # another session: untouched
     finally:
         for p in (mine, theirs, driver):
             if p.poll() is None:

@@ -24,9 +24,9 @@ class _Toy(nn.Module):
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))  # non-float buffer
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.emb(tokens)                                               # [N, L, H]
+        x = self.emb(tokens)  # [N, L, H]
         steps = torch.arange(1, tokens.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
-        return self.head(x.cumsum(1) / steps)                              # [N, L, V]
+        return self.head(x.cumsum(1) / steps)  # [N, L, V]
 
 
 def _policy(seed: int = 0) -> _Toy:
@@ -66,17 +66,20 @@ def test_reference_is_frozen_eval_deep_copy():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("mode,fwd,toks", [
-    ("naive_epoch", 3 * 4, 3 * 4 * (3 * 7)),   # E*M forwards, each over 3 rows x L = 7
-    ("cached", 1, 12 * 7),                      # one forward over N = 12 rows x L = 7
-    ("ring", 1, 12 * 7),
-])
+@pytest.mark.parametrize(
+    "mode,fwd,toks",
+    [
+        ("naive_epoch", 3 * 4, 3 * 4 * (3 * 7)),  # E*M forwards, each over 3 rows x L = 7
+        ("cached", 1, 12 * 7),  # one forward over N = 12 rows x L = 7
+        ("ring", 1, 12 * 7),
+    ],
+)
 def test_counters_exact_per_step(mode, fwd, toks):
     # E = 3 epochs x M = 4 minibatches of 3 rows (N = 12, T = 4, L = P + T = 7)
     holder = ReferenceHolder(_policy(), mode, max_seqs=16, max_resp_len=8)
     _run_step(holder, _tokens(12, 4), epochs=3, mb=3)
     assert holder.pop_counts() == {"count/ref_fwd": fwd, "count/tokens_ref": toks}
-    assert holder.pop_counts() == {"count/ref_fwd": 0, "count/tokens_ref": 0}   # reset on pop
+    assert holder.pop_counts() == {"count/ref_fwd": 0, "count/tokens_ref": 0}  # reset on pop
     assert holder.pop_time() > 0.0 and holder.pop_time() == 0.0
 
 
@@ -106,10 +109,10 @@ def test_ring_buffer_never_reallocates_and_minibatches_are_views():
         assert holder.buffer is buf and buf.untyped_storage().data_ptr() == ptr
         for (start, stop), mb in outs.items():
             assert mb.shape == (stop - start, t)
-            assert mb.untyped_storage().data_ptr() == ptr          # a view of the buffer
-            assert mb.data_ptr() == buf[start].data_ptr()          # at the right rows
+            assert mb.untyped_storage().data_ptr() == ptr  # a view of the buffer
+            assert mb.data_ptr() == buf[start].data_ptr()  # at the right rows
     with pytest.raises(ValueError):
-        holder.prepare(_tokens(9, 2), P)                           # never grows
+        holder.prepare(_tokens(9, 2), P)  # never grows
     with pytest.raises(ValueError):
         holder.prepare(_tokens(2, 7), P)
 
@@ -140,7 +143,7 @@ def test_minibatch_argument_checks():
     holder = ReferenceHolder(_policy(), "cached")
     tokens = _tokens(6, 3)
     with pytest.raises(RuntimeError):
-        holder.minibatch(tokens[:2], P, slice(0, 2))               # before prepare
+        holder.minibatch(tokens[:2], P, slice(0, 2))  # before prepare
     holder.prepare(tokens, P)
     with pytest.raises(TypeError):
         holder.minibatch(tokens[:2], P, torch.tensor([0, 1]))
@@ -182,7 +185,7 @@ def test_polyak_update_is_exact():
         got, pi = holder.model.get_parameter(name).double(), pol.get_parameter(name).double()
         exact = 0.4 * r.double() + 0.6 * pi
         scale = torch.maximum((0.4 * r.double()).abs(), (0.6 * pi).abs())
-        assert torch.all((got - exact).abs() <= 2 * 2.0 ** -23 * scale + 1e-30), name
+        assert torch.all((got - exact).abs() <= 2 * 2.0**-23 * scale + 1e-30), name
     # alpha = 1 is a hard copy, alpha = 0 leaves the reference unchanged (bit for bit)
     h1 = ReferenceHolder(ref0, "cached")
     h1.reset_to(pol, "polyak", alpha=1.0)

@@ -27,10 +27,16 @@ from noma_prorl_bench.analysis.runlog import group_runs, load_runs  # noqa: E402
 pytestmark = pytest.mark.unit
 SEEDS = (0, 1, 2)
 THRESHOLD, K = 0.7, 10
-GROUP = {"A0": "A0 naive_epoch, opt=keep, no-grow", "A1": "A1 cached, opt=keep, no-grow",
-         "A2": "A2 ring, opt=keep, no-grow", "B": "B no-ref, opt=keep, no-grow",
-         "hard": "A1 cached, opt=hard, no-grow", "soft": "A1 cached, opt=soft, no-grow",
-         "asym": "A1 cached, opt=asym, no-grow", "grow": "A1 cached, opt=keep, grow:adam_map"}
+GROUP = {
+    "A0": "A0 naive_epoch, opt=keep, no-grow",
+    "A1": "A1 cached, opt=keep, no-grow",
+    "A2": "A2 ring, opt=keep, no-grow",
+    "B": "B no-ref, opt=keep, no-grow",
+    "hard": "A1 cached, opt=hard, no-grow",
+    "soft": "A1 cached, opt=soft, no-grow",
+    "asym": "A1 cached, opt=asym, no-grow",
+    "grow": "A1 cached, opt=keep, grow:adam_map",
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +70,19 @@ def _col(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
 def _expected(d: Path) -> dict[str, float]:
     rows = _rows(d, "metrics.jsonl")
     val_s, val = _col(rows, "reward/val")
-    kl_s, kl = _col(rows, "kl/k3")                      # fake runs use kl_estimator k3
-    resets = sorted({e["step"] for e in _rows(d, "events.jsonl")
-                     if e["event"] in ("ref_reset", "opt_reset")})
+    kl_s, kl = _col(rows, "kl/k3")  # fake runs use kl_estimator k3
+    resets = sorted({e["step"] for e in _rows(d, "events.jsonl") if e["event"] in ("ref_reset", "opt_reset")})
     spikes = [kl[(kl_s > s) & (kl_s <= s + K)].max() for s in resets]
     hit = [s for s, v in zip(val_s, val) if v >= THRESHOLD]
     tok, step_t = _col(rows, "count/tokens_policy")[1], _col(rows, "time/step")[1]
     return {
-        "final_val": val[-1], "steps_to_thr": hit[0] if hit else math.nan,
-        "kl_mean": kl.mean() if kl.size else math.nan, "kl_max": kl.max() if kl.size else math.nan,
+        "final_val": val[-1],
+        "steps_to_thr": hit[0] if hit else math.nan,
+        "kl_mean": kl.mean() if kl.size else math.nan,
+        "kl_max": kl.max() if kl.size else math.nan,
         "kl_spike": max(spikes) if spikes else math.nan,
-        "ref_fwd": _col(rows, "count/ref_fwd")[1].mean(), "step_time": np.median(step_t),
+        "ref_fwd": _col(rows, "count/ref_fwd")[1].mean(),
+        "step_time": np.median(step_t),
         "tokens_per_s": np.median(tok / step_t),
         "peak_mem": _col(rows, "perf/peak_rss_mb")[1].max(),
     }
@@ -132,8 +140,7 @@ def test_cost_model_matches_hand_formula(suite, groups):
     root = suite[0]
 
     def mean_over_seeds(stem: str, key: str) -> float:
-        return np.mean([_col(_rows(root / f"{stem}_s{s}", "metrics.jsonl"), key)[1].mean()
-                        for s in SEEDS])
+        return np.mean([_col(_rows(root / f"{stem}_s{s}", "metrics.jsonl"), key)[1].mean() for s in SEEDS])
 
     step1, ref1 = mean_over_seeds("A1", "time/step"), mean_over_seeds("A1", "time/ref")
     f_tok = ref1 / mean_over_seeds("A1", "count/tokens_ref")
@@ -151,9 +158,8 @@ def _score(d: Path, k: int) -> float:
 
 
 TEN = tuple(range(10))
-KS = 5                              # 8 evaluations per fake run: score = mean of the last 5
-PAIR = [("A1", dict(ref_compute="cached"), 1.0), ("B", dict(variant="B"), 0.85),
-        ("hard", dict(opt_reset="hard"), 0.97)]
+KS = 5  # 8 evaluations per fake run: score = mean of the last 5
+PAIR = [("A1", dict(ref_compute="cached"), 1.0), ("B", dict(variant="B"), 0.85), ("hard", dict(opt_reset="hard"), 0.97)]
 G10 = {"A1": "A1 cached, opt=keep", "B": "B no-ref, opt=keep", "hard": "A1 cached, opt=hard"}
 
 
@@ -167,10 +173,10 @@ def ten(tmp_path_factory):
 
 def test_scores_and_paired_differences_recomputed(ten):
     root, arms = ten
-    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS, timing=True)   # interleaved
+    rows = cmp.compare(arms, cmp.default_comparisons(arms), KS, timing=True)  # interleaved
     assert {(r["name"], r["metric"]) for r in rows} == {
-        (f"{G10['B']} vs {G10['A1']}", m) for m in ("score", "s_step", "s_token")} | {
-        (f"{G10['hard']} vs {G10['A1']}", "score")}
+        (f"{G10['B']} vs {G10['A1']}", m) for m in ("score", "s_step", "s_token")
+    } | {(f"{G10['hard']} vs {G10['A1']}", "score")}
     hard = next(r for r in rows if r["arm"] == G10["hard"])
     d = [_score(root / f"hard_s{s}", KS) - _score(root / f"A1_s{s}", KS) for s in TEN]
     assert hard["n_pairs"] == 10 and hard["diff"] == pytest.approx(np.mean(d), rel=1e-12)
@@ -225,7 +231,7 @@ def test_conclusion_states_verdicts_and_caveats(ten, groups):
 def test_steps_to_threshold_train_source_and_not_reached(groups):
     run = groups[GROUP["A1"]][0]
     steps, rew = run.series("reward/mean")
-    trailing = np.array([rew[max(0, i - 9): i + 1].mean() for i in range(rew.size)])
+    trailing = np.array([rew[max(0, i - 9) : i + 1].mean() for i in range(rew.size)])
     first = steps[np.nonzero(trailing >= 0.5)[0][0]]
     assert runlog.run_stats(run, threshold=0.5, source="train")["steps_to_thr"] == first
     assert math.isnan(runlog.run_stats(run, threshold=2.0, source="val")["steps_to_thr"])
@@ -236,15 +242,33 @@ def test_steps_to_threshold_train_source_and_not_reached(groups):
 
 def test_write_report_files_sections_and_numbers(suite, tmp_path):
     root, dirs = suite
-    out = rp.write_report(dirs, tmp_path / "rep" / "report.md", tmp_path / "rep" / "figures",
-                          {"preset": "unit-test", "reward_threshold": THRESHOLD, "score_evals": 5,
-                           "commit": "abc123", "command": "prorl-bench suite --preset x",
-                           "machine": "test box"})
+    out = rp.write_report(
+        dirs,
+        tmp_path / "rep" / "report.md",
+        tmp_path / "rep" / "figures",
+        {
+            "preset": "unit-test",
+            "reward_threshold": THRESHOLD,
+            "score_evals": 5,
+            "commit": "abc123",
+            "command": "prorl-bench suite --preset x",
+            "machine": "test box",
+        },
+    )
     md = out.read_text()
-    for heading in ("## Conclusion", "## Paired comparisons", "## Arms",
-                    "## B (no reference model) vs A: share of the RL gain",
-                    "## Cost model check (A0 vs A1)", "# Appendix", "## Per-seed numbers",
-                    "## Configuration details", "## Sample rollouts", "## Settings", "## Runs"):
+    for heading in (
+        "## Conclusion",
+        "## Paired comparisons",
+        "## Arms",
+        "## B (no reference model) vs A: share of the RL gain",
+        "## Cost model check (A0 vs A1)",
+        "# Appendix",
+        "## Per-seed numbers",
+        "## Configuration details",
+        "## Sample rollouts",
+        "## Settings",
+        "## Runs",
+    ):
         assert heading in md
     assert "abc123" in md and "prorl-bench suite --preset x" in md and "test box" in md
     assert "last K = 5 evaluations" in md and "reaches 0.700" in md
@@ -267,8 +291,11 @@ def test_write_report_files_sections_and_numbers(suite, tmp_path):
     vals = np.array([_expected(root / f"A1_s{s}")["final_val"] for s in SEEDS])
     assert numbers["matrix"][GROUP["A1"]]["final_val"]["mean"] == pytest.approx(vals.mean())
     # samples from the earliest (5) and latest (40) logged step
-    sample_steps = {int(ln.split(" | ")[1]) for ln in md.split("## Sample rollouts")[1]
-                    .split("## Settings")[0].splitlines() if ln.startswith("| A")}
+    sample_steps = {
+        int(ln.split(" | ")[1])
+        for ln in md.split("## Sample rollouts")[1].split("## Settings")[0].splitlines()
+        if ln.startswith("| A")
+    }
     assert sample_steps == {5, 40}
 
 

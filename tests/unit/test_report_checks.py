@@ -32,11 +32,13 @@ pytestmark = pytest.mark.unit
 K = 5
 
 
-def _suite_json(root: Path, arms_seeds: dict[str, list[int]], comparisons, families=None,
-                checks=()) -> dict:
-    suite = {"preset": "unit", "runs": [{"name": f"{a}_s{s}", "arm": a, "pair": s}
-                                        for a, seeds in arms_seeds.items() for s in seeds],
-             "comparisons": [list(c) for c in comparisons], "checks": [list(c) for c in checks]}
+def _suite_json(root: Path, arms_seeds: dict[str, list[int]], comparisons, families=None, checks=()) -> dict:
+    suite = {
+        "preset": "unit",
+        "runs": [{"name": f"{a}_s{s}", "arm": a, "pair": s} for a, seeds in arms_seeds.items() for s in seeds],
+        "comparisons": [list(c) for c in comparisons],
+        "checks": [list(c) for c in checks],
+    }
     if families is not None:
         suite["families"] = families
     (root / "suite.json").write_text(json.dumps(suite))
@@ -68,10 +70,13 @@ def twins(tmp_path):
         _twin(tmp_path / f"A1_s{s}", tmp_path / f"A0_s{s}", perturb_step=7 if s == 1 else None)
     for s in seeds:
         _twin(tmp_path / f"A1_s{s}", tmp_path / f"A2_s{s}")
-    suite = _suite_json(tmp_path, {"A0": seeds, "A1": seeds, "A2": seeds},
-                        [("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1")],
-                        {"A0 vs A1": "outcome", "A2 vs A1": "outcome"},
-                        [("A0 = A1", "A0", "A1"), ("A2 = A1", "A2", "A1")])
+    suite = _suite_json(
+        tmp_path,
+        {"A0": seeds, "A1": seeds, "A2": seeds},
+        [("A0 vs A1", "A0", "A1"), ("A2 vs A1", "A2", "A1")],
+        {"A0 vs A1": "outcome", "A2 vs A1": "outcome"},
+        [("A0 = A1", "A0", "A1"), ("A2 = A1", "A2", "A1")],
+    )
     return tmp_path, suite
 
 
@@ -93,9 +98,8 @@ def test_identity_checks_pass_for_twins_and_fail_for_a_perturbed_run(twins, tmp_
     assert "**identical: NO** (ERROR; first difference pair 1, `reward/mean` at step 7" in md
     assert "**ERROR: identical-by-construction check failed: A0 = A1.**" in md.split("\n\n")[1]
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
-    assert [(c["name"], c["identical"]) for c in summary["checks"]] == [("A0 = A1", False),
-                                                                      ("A2 = A1", True)]
-    assert summary["comparisons"] == []            # not interleaved: no timing rows either
+    assert [(c["name"], c["identical"]) for c in summary["checks"]] == [("A0 = A1", False), ("A2 = A1", True)]
+    assert summary["comparisons"] == []  # not interleaved: no timing rows either
     assert rp.failed_checks(tmp_path / "rep" / "report.md") == ["A0 = A1"]
 
 
@@ -143,8 +147,12 @@ def five(tmp_path_factory):
         write_run(root / f"B_s{s}", seed=s, quality=0.85, variant="B")
         write_run(root / f"soft_s{s}", seed=s, quality=0.995 + 0.01 * (s % 2), opt_reset="soft")
     comps = [("hard vs A1", "hard", "A1"), ("B vs A1", "B", "A1"), ("soft vs A1", "soft", "A1")]
-    suite = _suite_json(root, {a: seeds for a in ("A1", "hard", "B", "soft")}, comps,
-                        {"hard vs A1": "one", "B vs A1": "one", "soft vs A1": "two"})
+    suite = _suite_json(
+        root,
+        {a: seeds for a in ("A1", "hard", "B", "soft")},
+        comps,
+        {"hard vs A1": "one", "B vs A1": "one", "soft vs A1": "two"},
+    )
     return root, suite
 
 
@@ -153,7 +161,10 @@ def test_holm_within_families_mde80_and_timing_only_when_interleaved(five):
     arms = cmp.arm_table(load_runs(sorted(p for p in root.iterdir() if p.is_dir())), suite)
     rows = cmp.compare(arms, suite["comparisons"], K, suite["families"])
     assert [(r["name"], r["metric"], r["family"]) for r in rows] == [
-        ("hard vs A1", "score", "one"), ("B vs A1", "score", "one"), ("soft vs A1", "score", "two")]
+        ("hard vs A1", "score", "one"),
+        ("B vs A1", "score", "one"),
+        ("soft vs A1", "score", "two"),
+    ]
     for fam in ("one", "two"):
         members = [r for r in rows if r["family"] == fam]
         assert [r["p_holm"] for r in members] == pytest.approx(stats.holm([r["p"] for r in members]))
@@ -172,12 +183,20 @@ def test_holm_within_families_mde80_and_timing_only_when_interleaved(five):
 
 def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     root, suite = five
-    settings = {"score_evals": K, "preset": "unit", "commit": "abc",
-                "command": f"prorl-bench suite --preset unit --outdir {root}",
-                "machine": "test box"}
-    out = rp.write_report(sorted(p for p in root.iterdir() if p.is_dir()),
-                          tmp_path / "rep" / "report.md", tmp_path / "rep" / "figures",
-                          settings, suite)
+    settings = {
+        "score_evals": K,
+        "preset": "unit",
+        "commit": "abc",
+        "command": f"prorl-bench suite --preset unit --outdir {root}",
+        "machine": "test box",
+    }
+    out = rp.write_report(
+        sorted(p for p in root.iterdir() if p.is_dir()),
+        tmp_path / "rep" / "report.md",
+        tmp_path / "rep" / "figures",
+        settings,
+        suite,
+    )
     md = out.read_text()
     summary = json.loads((out.parent / "summary.json").read_text())
     for c in summary["comparisons"]:
@@ -186,7 +205,7 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert summary["families"] == {"one": 2, "two": 1}
     # no machine path anywhere: the absolute --outdir is printed relative to the report
     assert str(tmp_path) not in json.dumps(summary) and str(tmp_path) not in md
-    assert summary["provenance"]["command"].endswith("--outdir five0")    # outside report, cwd
+    assert summary["provenance"]["command"].endswith("--outdir five0")  # outside report, cwd
     # every pair of hard vs A1 differs by the same amount: its CI is a point that excludes 0,
     # but 6 pairs cannot reach p < 0.05/2 -> the row says which is which, and its mde80 is inf
     hard = next(ln for ln in md.splitlines() if ln.startswith("| hard vs A1 |"))
@@ -194,12 +213,14 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert next(c for c in summary["comparisons"] if c["name"] == "hard vs A1")["mde80"] is None
     # the first paragraph: what was found and how sure; no timing rows and it says why
     opening, first = md.split("\n\n")[1:3]
-    assert opening.startswith("**Answer.** No question reached a verdict: 3 of 3 questions found no detectable "
-                              "difference (effects below mde80 ") and opening.endswith(" reward not ruled out).")
+    assert opening.startswith(
+        "**Answer.** No question reached a verdict: 3 of 3 questions found no detectable "
+        "difference (effects below mde80 "
+    ) and opening.endswith(" reward not ruled out).")
     assert first.startswith("**What it found.** 3 questions in 2 Holm families")
     assert "0 reached a verdict" in first and "with 80% power they could have detected" in first
     assert "2 of them could detect no effect at all" in first
-    assert rp.TIMING_NOTE in md and "## Cost model check" not in md        # no A0 arm here
+    assert rp.TIMING_NOTE in md and "## Cost model check" not in md  # no A0 arm here
     assert "### Family `one`: 2 questions, Holm within" in md
     for line in md.splitlines():
         if line.startswith("| soft vs A1 |") or line.startswith("| B vs A1 |"):
@@ -208,9 +229,13 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
 
 def test_report_interleaved_has_timing_family_and_cost_section(five, tmp_path):
     root, suite = five
-    out = rp.write_report(sorted(p for p in root.iterdir() if p.is_dir()),
-                          tmp_path / "report.md", tmp_path / "figures",
-                          {"score_evals": K, "interleaved": True}, suite)
+    out = rp.write_report(
+        sorted(p for p in root.iterdir() if p.is_dir()),
+        tmp_path / "report.md",
+        tmp_path / "figures",
+        {"score_evals": K, "interleaved": True},
+        suite,
+    )
     md = out.read_text()
     assert "### Family `cost`: 2 questions, Holm within" in md and rp.TIMING_NOTE not in md
     assert "Throughput" in md or (tmp_path / "figures" / "summary.png").is_file()
@@ -233,12 +258,22 @@ def atlas(tmp_path_factory):
             arms[arm] = seeds
             for s in seeds:
                 jitter = 0.01 * ((s * 7 + len(arm)) % 3)
-                write_run(root / f"{arm}_s{s}", seed=s, beta=float(beta), quality=q + jitter,
-                          opt_reset="keep" if t != "hard" else "hard",
-                          reset_every=0 if t == "none" else 10)
-    comps = [c for b in ("0.05", "1") for c in (
-        (f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none"),
-        (f"beta {b}: reset-hard vs reset-keep", f"b{b}-hard", f"b{b}-keep"))]
+                write_run(
+                    root / f"{arm}_s{s}",
+                    seed=s,
+                    beta=float(beta),
+                    quality=q + jitter,
+                    opt_reset="keep" if t != "hard" else "hard",
+                    reset_every=0 if t == "none" else 10,
+                )
+    comps = [
+        c
+        for b in ("0.05", "1")
+        for c in (
+            (f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none"),
+            (f"beta {b}: reset-hard vs reset-keep", f"b{b}-hard", f"b{b}-keep"),
+        )
+    ]
     suite = _suite_json(root, arms, comps, {c[0]: c[0].split(":")[0] for c in comps})
     (root / "settings.json").write_text(json.dumps({"score_evals": K}))
     return root, suite
@@ -248,14 +283,14 @@ def test_atlas_map_cells_and_figures(atlas, tmp_path):
     root, suite = atlas
     dirs = sorted(p for p in root.iterdir() if p.is_dir())
     arms = cmp.arm_table(load_runs(dirs), suite)
-    assert parse_arms(arms) == {"0.05": {"none": "b0.05-none", "keep": "b0.05-keep",
-                                         "hard": "b0.05-hard"},
-                                "1": {"none": "b1-none", "keep": "b1-keep", "hard": "b1-hard"}}
+    assert parse_arms(arms) == {
+        "0.05": {"none": "b0.05-none", "keep": "b0.05-keep", "hard": "b0.05-hard"},
+        "1": {"none": "b1-none", "keep": "b1-keep", "hard": "b1-hard"},
+    }
     rows = cmp.compare(arms, suite["comparisons"], K, suite["families"])
     cells = effect_cells(arms, rows, K)
     # a cell is one comparison, its tested question: hard vs keep (number, interval and verdict agree)
-    d = [cmp.run_score(arms["b1-hard"][s], K) - cmp.run_score(arms["b1-keep"][s], K)
-         for s in range(6)]
+    d = [cmp.run_score(arms["b1-hard"][s], K) - cmp.run_score(arms["b1-keep"][s], K) for s in range(6)]
     cell = cells[("1", "hard")]
     assert cell["diff"] == pytest.approx(np.mean(d)) and cell["tested"] == "hard vs keep"
     assert cell["ci95"] == pytest.approx(stats.paired_interval(np.array(d), resolution=0.001))
@@ -264,13 +299,12 @@ def test_atlas_map_cells_and_figures(atlas, tmp_path):
     assert cell["ci95"] == pytest.approx(hard_row["ci95"])
     keep_row = next(r for r in rows if r["name"] == "beta 1: reset-keep vs no reset")
     assert cells[("1", "keep")]["diff"] == pytest.approx(keep_row["diff"])
-    out = rp.write_report(dirs, tmp_path / "report.md", tmp_path / "figures", {"score_evals": K},
-                          suite)
+    out = rp.write_report(dirs, tmp_path / "report.md", tmp_path / "figures", {"score_evals": K}, suite)
     md = out.read_text()
     assert "## The map: reference treatment x beta" in md and "| beta 1 |" in md
     for png in ("atlas_heatmap.png", "atlas_clamp.png"):
         assert (tmp_path / "figures" / png).stat().st_size > 10_000
-    assert md.index("b0.05-none") < md.index("b0.05-keep") < md.index("b1-none")   # matrix order
+    assert md.index("b0.05-none") < md.index("b0.05-keep") < md.index("b1-none")  # matrix order
 
 
 def test_plan_on_a_synthetic_pilot(atlas, capsys):
@@ -278,8 +312,7 @@ def test_plan_on_a_synthetic_pilot(atlas, capsys):
     assert plan_main([str(root), "--effect", "0.02"]) == 0
     text = capsys.readouterr().out
     arms = cmp.arm_table(load_runs(sorted(p for p in root.iterdir() if p.is_dir())), suite)
-    d = np.array([cmp.run_score(arms["b1-keep"][s], K) - cmp.run_score(arms["b1-none"][s], K)
-                  for s in range(6)])
+    d = np.array([cmp.run_score(arms["b1-keep"][s], K) - cmp.run_score(arms["b1-none"][s], K) for s in range(6)])
     need = int(stats.seeds_needed(float(d.std(ddof=1)), 0.02, 2))
     line = next(ln for ln in text.splitlines() if ln.startswith("beta 1: reset-keep vs no reset"))
     assert line.split()[-1] == str(need) and "beta 1 (2)" in line

@@ -58,7 +58,13 @@ def test_kl_gap_counts_from_resets_of_any_reason():
     kl = {k: 0.5 for k in range(1, 16)}
     fired = _fires(ResetTrigger(every=5, kl_above=0.2, kl_min_gap=3), 15, kl=kl)
     assert [(d.step, d.reason) for d in fired] == [
-        (3, "kl_spike"), (5, "periodic"), (8, "kl_spike"), (10, "periodic"), (13, "kl_spike"), (15, "periodic")]
+        (3, "kl_spike"),
+        (5, "periodic"),
+        (8, "kl_spike"),
+        (10, "periodic"),
+        (13, "kl_spike"),
+        (15, "periodic"),
+    ]
 
 
 @pytest.mark.unit
@@ -79,8 +85,8 @@ def test_stall_counts_validations_fires_after_patience_and_rearms():
 @pytest.mark.unit
 def test_simultaneous_triggers_one_decision_with_priority():
     trig = ResetTrigger(every=2, kl_above=0.1, kl_min_gap=0, stall_patience=1)
-    assert trig.check(1, 0.0, 0.5) is None            # first validation sets best
-    d = trig.check(2, 0.9, 0.4)                        # stall + kl + periodic together
+    assert trig.check(1, 0.0, 0.5) is None  # first validation sets best
+    d = trig.check(2, 0.9, 0.4)  # stall + kl + periodic together
     assert d.reason == "stall" and d.reasons == ("stall", "kl_spike", "periodic")
     assert d.values["kl"] == 0.9 and d.values["every"] == 2 and d.values["best"] == 0.5
     ev = d.to_event()
@@ -124,8 +130,8 @@ class _Tied(nn.Module):
         super().__init__()
         self.emb = nn.Embedding(5, 3)
         self.head = nn.Linear(3, 5, bias=False)
-        self.head.weight = self.emb.weight            # tied
-        self.norm = nn.BatchNorm1d(3)                  # has buffers (incl. an int64 counter)
+        self.head.weight = self.emb.weight  # tied
+        self.norm = nn.BatchNorm1d(3)  # has buffers (incl. an int64 counter)
 
 
 @pytest.mark.unit
@@ -139,12 +145,12 @@ def test_best_tracker_restores_bit_for_bit():
         for p in model.parameters():
             p.add_(torch.randn_like(p))
         model.norm.num_batches_tracked += 7
-    assert best.update(4, 0.5, model) is False         # not strictly better
+    assert best.update(4, 0.5, model) is False  # not strictly better
     assert best.update(5, 0.4, model) is False
     assert best.restore(model) == 3
     for k, v in model.state_dict().items():
         assert torch.equal(v, snapshot[k]), k
-    assert model.head.weight is model.emb.weight       # tie survives restore
+    assert model.head.weight is model.emb.weight  # tie survives restore
 
 
 @pytest.mark.unit
@@ -186,8 +192,7 @@ def test_recovery_count_exact():
     assert rec.pre_level == 0.75
     out = [rec.observe(k, r) for k, r in zip(range(6, 10), [0.25, 0.5, 0.75, 1.0])]
     assert out[:2] == [None, None] and out[3] is None
-    assert out[2] == {"reset_step": 5, "pre_level": 0.75, "recovered": True,
-                      "steps_to_recover": 3, "steps_observed": 3}
+    assert out[2] == {"reset_step": 5, "pre_level": 0.75, "recovered": True, "steps_to_recover": 3, "steps_observed": 3}
 
 
 @pytest.mark.unit
@@ -202,10 +207,15 @@ def test_recovery_pending_closed_by_next_reset_and_resume():
     rec2.load_state_dict(state)
     rec2.observe(5, 0.5)
     pending = rec2.on_reset(5)
-    assert pending == {"reset_step": 3, "pre_level": 1.0, "recovered": False,
-                       "steps_to_recover": None, "steps_observed": 2}
+    assert pending == {
+        "reset_step": 3,
+        "pre_level": 1.0,
+        "recovered": False,
+        "steps_to_recover": None,
+        "steps_observed": 2,
+    }
     assert rec2.pre_level == pytest.approx((1.0 + 0.0 + 0.5) / 3)
-    assert RecoveryTracker(window=2).on_reset(1) is None   # nothing observed: nothing tracked
+    assert RecoveryTracker(window=2).on_reset(1) is None  # nothing observed: nothing tracked
 
 
 @pytest.mark.unit
@@ -214,8 +224,7 @@ def test_trigger_from_spec_zero_means_off():
 
     from noma_prorl_bench.training.resets import trigger_from_spec
 
-    cfg = SimpleNamespace(reset_every=0, reset_kl_above=0.0, reset_kl_min_gap=20,
-                          reset_on_stall=0, stall_min_delta=0.0)
+    cfg = SimpleNamespace(reset_every=0, reset_kl_above=0.0, reset_kl_min_gap=20, reset_on_stall=0, stall_min_delta=0.0)
     trig = trigger_from_spec(cfg)
     assert trig.kl_above is None and trig.stall_patience is None and trig.every == 0
     assert _fires(trig, 50, kl={k: 9.0 for k in range(1, 51)}, val={k: 0.0 for k in range(1, 51)}) == []

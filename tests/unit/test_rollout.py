@@ -1,4 +1,5 @@
 """Rollout: incremental GRU decoding equals teacher forcing; masks, EOS, truncation, counts."""
+
 import pytest
 import torch
 
@@ -18,7 +19,7 @@ def _policy(seed=0):
 
 def test_behaviour_logprobs_equal_teacher_forced_logprobs():
     pol, tok = _policy(), CharTokenizer()
-    prompts = tok.encode_prompts(["123", "98765", "4"], P=8)                 # [3, 8]
+    prompts = tok.encode_prompts(["123", "98765", "4"], P=8)  # [3, 8]
     g = torch.Generator().manual_seed(0)
     resp, logp_old, mask, trunc, stats = generate(pol, prompts, 6, 0.7, EOS, PAD, g)
     logp, _, _ = response_logprobs(pol, torch.cat([prompts, resp], 1), 8, temperature=0.7)
@@ -45,7 +46,7 @@ def test_mask_stops_after_eos_and_pads():
 
     prompts = CharTokenizer().encode_prompts(["1", "2"], P=4)
     resp, logp_old, mask, trunc, _ = generate(EOSAtTwo(), prompts, 5, 1.0, EOS, PAD, greedy=True)
-    assert resp.tolist() == [[11, EOS], [11, EOS]]       # trimmed to the longest response
+    assert resp.tolist() == [[11, EOS], [11, EOS]]  # trimmed to the longest response
     assert mask.tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert not trunc.any()
 
@@ -73,8 +74,11 @@ def test_truncation_flag_when_no_eos():
 def test_collect_groups_and_rewards_in_unit_interval():
     pol, tok, task = _policy(), CharTokenizer(), make_task("reverse_digits", n_val=8)
     import numpy as np
+
     ex = task.sample(np.random.default_rng(0), 3)
-    batch, _ = collect(pol, task, tok, ex, 4, task.max_new_tokens, 1.0, torch.Generator().manual_seed(0), task.prompt_len)
+    batch, _ = collect(
+        pol, task, tok, ex, 4, task.max_new_tokens, 1.0, torch.Generator().manual_seed(0), task.prompt_len
+    )
     assert batch.n == 12 and batch.group.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert batch.tokens.shape[1] == task.prompt_len + batch.T
     assert ((batch.rewards >= 0) & (batch.rewards <= 1)).all()

@@ -3,6 +3,7 @@ follow a symlink planted in a run directory, `--overwrite` clears only empty dir
 tool's runs (never /, the home or the working directory), checkpoints verify their sha256, a
 resume checks metrics.jsonl, and text from a directory is printed in a report as data.
 Every symlink case points at a harmless marker file under tmp_path and checks it is untouched."""
+
 from __future__ import annotations
 
 import json
@@ -58,12 +59,15 @@ def test_write_json_does_not_follow_a_planted_tmp_link(tmp_path, victim):
     assert _untouched(victim) and json.loads((tmp_path / "config.json").read_text()) == {"a": 1}
 
 
-@pytest.mark.parametrize("make", [
-    lambda p: JsonlSink(p, "a"),
-    lambda p: JsonlSink(p, "w"),
-    lambda p: safe_files.write_json(p, {}),
-    lambda p: CsvSink(p, [{"step": 1}]),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: JsonlSink(p, "a"),
+        lambda p: JsonlSink(p, "w"),
+        lambda p: safe_files.write_json(p, {}),
+        lambda p: CsvSink(p, [{"step": 1}]),
+    ],
+)
 def test_run_files_are_never_opened_through_a_link(tmp_path, victim, make):
     target = tmp_path / "metrics.jsonl"
     os.symlink(victim, target)
@@ -93,8 +97,9 @@ def test_clear_run_files_removes_links_not_their_targets(tmp_path, victim):
     assert _untouched(victim) and (elsewhere / "keep.txt").read_text() == "x" and os.listdir(d) == []
 
 
-@pytest.mark.parametrize("name", ["metrics.jsonl.tmp", "config.json", "run.lock", "checkpoints", "summary.json",
-                                  "report.md", ".anything"])
+@pytest.mark.parametrize(
+    "name", ["metrics.jsonl.tmp", "config.json", "run.lock", "checkpoints", "summary.json", "report.md", ".anything"]
+)
 def test_check_outdir_names_a_linked_run_file(tmp_path, victim, name):
     d = tmp_path / "run"
     d.mkdir()
@@ -141,14 +146,14 @@ def test_overwrite_always_refuses_home_cwd_and_root(tmp_path, home, monkeypatch,
     monkeypatch.chdir(cwd)
     d = {"home": home, "cwd": Path("."), "root": Path("/"), "parent_of_cwd": tmp_path / "work"}[where]
     if where != "root":
-        _ours(d)                                   # even one that holds a run of ours
+        _ours(d)  # even one that holds a run of ours
     err = run_dir.check_outdir(RunConfig(outdir=str(d), overwrite=True))
     assert err and err.startswith("argument --overwrite: refusing to clear"), err
 
 
 def test_ours_and_empty_directories_are_accepted_legacy_config_included(tmp_path, home):
     legacy = tmp_path / "legacy"
-    _ours(legacy)                                   # a config.json made before run ids: still ours
+    _ours(legacy)  # a config.json made before run ids: still ours
     (legacy / "metrics.jsonl").write_text("")
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -168,6 +173,7 @@ class _Tiny:
     def __init__(self, seed=0):
         torch.manual_seed(seed)
         from noma_prorl_bench.config import RunConfig
+
         self.cfg = RunConfig(steps=10)
         self.policy = torch.nn.Linear(64, 64)
         self.step_idx = 2
@@ -180,11 +186,11 @@ def test_checkpoint_records_sha256_and_refuses_flipped_bytes(tmp_path):
     path = ck.save(_Tiny(), str(tmp_path), keep=1)
     marker = json.loads((Path(path) / "COMPLETE").read_text())
     assert marker["step"] == 2 and set(marker["sha256"]) == {"tensors.safetensors", "state.json"}
-    ck.read(path)                                          # intact: reads
+    ck.read(path)  # intact: reads
     t = Path(path) / "tensors.safetensors"
     data = bytearray(t.read_bytes())
-    mid = len(data) - 4 * 64                               # inside the tensor data, the header untouched
-    data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
+    mid = len(data) - 4 * 64  # inside the tensor data, the header untouched
+    data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
     t.write_bytes(bytes(data))
     with pytest.raises(ck.CheckpointError, match="tensors.safetensors does not match the sha256"):
         ck.read(path)
@@ -200,7 +206,7 @@ def test_checkpoint_refuses_another_runs_tensors(tmp_path):
 
 def test_legacy_marker_is_read_unverified(tmp_path):
     path = ck.save(_Tiny(), str(tmp_path), keep=1)
-    (Path(path) / "COMPLETE").write_text("2\n")            # written before digests were recorded
+    (Path(path) / "COMPLETE").write_text("2\n")  # written before digests were recorded
     assert ck.read(path).step == 2
 
 
@@ -211,20 +217,23 @@ def test_a_linked_checkpoint_directory_is_not_listed(tmp_path):
     assert ck.list_checkpoints(str(tmp_path / "run")) == []
 
 
-@pytest.mark.parametrize("steps,ok,match", [
-    ([1, 2, 3, 4, 5], True, None),
-    ([1, 2, 3, 4, 5, 6, 7], True, None),                   # lines past the checkpoint: cut back later
-    ([1, 2, 4, 5], False, "missing steps 3"),
-    ([1, 2, 2, 3, 4, 5], False, "repeated steps 2"),
-    ([1, 5], False, "missing steps 2-4"),
-    ([], False, "missing steps 1-5"),
-    ([0, 1, 2, 3, 4, 5], True, None),                      # the step-0 row (evaluation before RL)
-    ([0, 1, 2, 0, 3, 4, 5], False, "repeated steps 0"),
-    ([-1, 1, 2, 3, 4, 5], False, "steps out of range -1"),
-])
+@pytest.mark.parametrize(
+    "steps,ok,match",
+    [
+        ([1, 2, 3, 4, 5], True, None),
+        ([1, 2, 3, 4, 5, 6, 7], True, None),  # lines past the checkpoint: cut back later
+        ([1, 2, 4, 5], False, "missing steps 3"),
+        ([1, 2, 2, 3, 4, 5], False, "repeated steps 2"),
+        ([1, 5], False, "missing steps 2-4"),
+        ([], False, "missing steps 1-5"),
+        ([0, 1, 2, 3, 4, 5], True, None),  # the step-0 row (evaluation before RL)
+        ([0, 1, 2, 0, 3, 4, 5], False, "repeated steps 0"),
+        ([-1, 1, 2, 3, 4, 5], False, "steps out of range -1"),
+    ],
+)
 def test_metrics_log_must_hold_steps_1_to_k_once(tmp_path, steps, ok, match):
     p = tmp_path / "metrics.jsonl"
-    p.write_text("".join(json.dumps({"step": s}) + "\n" for s in steps) + '{"step": 9, "x": 0.')   # partial line
+    p.write_text("".join(json.dumps({"step": s}) + "\n" for s in steps) + '{"step": 9, "x": 0.')  # partial line
     problem = resume.check_metrics_log(str(p), 5)
     assert (problem is None) == ok and (ok or match in problem), problem
 
@@ -268,17 +277,23 @@ def test_plot_refuses_a_linked_out(tmp_path, victim, capsys):
 
 def test_text_from_a_directory_is_rendered_as_data(tmp_path):
     d = _run_dir(tmp_path)
-    (d / "settings.json").write_text(json.dumps({
-        "commit": "abc` $(touch pwned) `def", "machine": "box\n\n# Injected heading",
-        "command": "prorl-bench suite --preset quick; touch pwned\nrm -rf ~"}))
+    (d / "settings.json").write_text(
+        json.dumps(
+            {
+                "commit": "abc` $(touch pwned) `def",
+                "machine": "box\n\n# Injected heading",
+                "command": "prorl-bench suite --preset quick; touch pwned\nrm -rf ~",
+            }
+        )
+    )
     assert report_main([str(d)]) == 0
     text = (d / "report" / "report.md").read_text()
     line = next(x for x in text.splitlines() if "Made at commit" in x)
-    assert "commit ``abc` $(touch pwned) `def`` on" in line     # one code span, its fence longer than any run inside
+    assert "commit ``abc` $(touch pwned) `def`` on" in line  # one code span, its fence longer than any run inside
     assert "\\n" in line and not any(x.lstrip().startswith("#") and "Injected" in x for x in text.splitlines())
     cmd = next(x for x in text.splitlines() if "touch pwned" in x and x.startswith("    "))
     words = shlex.split(cmd)
-    assert len(words) == 1 and words[0].startswith("prorl-bench suite")   # one word: a shell runs nothing
+    assert len(words) == 1 and words[0].startswith("prorl-bench suite")  # one word: a shell runs nothing
     assert not any(x.startswith("rm -rf") for x in text.splitlines())
 
 

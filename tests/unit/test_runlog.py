@@ -45,7 +45,7 @@ def test_partial_last_line_is_dropped_silently(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run = load_run(d)
-    assert run.steps.tolist() == [1, 2, 3, 4, 5, 6]      # step 7's half line is gone
+    assert run.steps.tolist() == [1, 2, 3, 4, 5, 6]  # step 7's half line is gone
     assert run.dropped == ["metrics.jsonl:7"]
     assert not run.complete
 
@@ -77,8 +77,9 @@ def test_not_a_run_raises_clear_errors(tmp_path):
 
 
 def test_repeated_step_keeps_last_row_and_non_numbers_are_skipped():
-    steps, m = align_metrics([{"step": 1, "a": 1.0, "s": "x"}, {"step": 2, "a": 2.0},
-                              {"step": 1, "a": 5.0, "b": True}, {"no_step": 1}])
+    steps, m = align_metrics(
+        [{"step": 1, "a": 1.0, "s": "x"}, {"step": 2, "a": 2.0}, {"step": 1, "a": 5.0, "b": True}, {"no_step": 1}]
+    )
     assert steps.tolist() == [1, 2]
     assert m["a"].tolist() == [5.0, 2.0]
     assert m["b"][0] == 1.0 and np.isnan(m["b"][1]) and "s" not in m
@@ -118,4 +119,4 @@ def test_single_run_label_and_duplicate_labels(tmp_path):
     runs = load_runs([a, b])
     assert [r.label for r in runs] == ["A1 cached [x]", "A1 cached [y]"]
     cfg = json.loads((a / "config.json").read_text())
-    assert cfg["versions"]["torch"] == "fake"          # bookkeeping never enters labels
+    assert cfg["versions"]["torch"] == "fake"  # bookkeeping never enters labels

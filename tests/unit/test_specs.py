@@ -4,6 +4,7 @@ Each spec field is the RunConfig attribute of its name, copied unchanged; the st
 spec and never the config; only the run's entries import RunConfig. Each choice list is written
 once and is what the parser offers, what docs/flags.md lists and what the implementing module uses.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,16 +25,46 @@ SRC = ROOT / "src" / "noma_prorl_bench"
 #: fields no stage spec carries: the run's files, engines, checkpoints and the config's own
 #: inputs that specs carry resolved (clip_eps/eps_low/eps_high as eps_lo/eps_hi, loss_agg as
 #: loss_agg_resolved, warmstart_steps as warmstart_steps_resolved), read by the run entries
-RUN_LEVEL = {"outdir", "overwrite", "report_to", "plots", "preset", "clip_eps", "eps_low", "eps_high", "loss_agg",
-             "warmstart_steps", "engine", "ref_placement", "steps_per_rollout", "max_staleness", "num_generators",
-             "ray_address", "actor_timeout", "weight_sync", "save_every", "keep_checkpoints", "resume"}
+RUN_LEVEL = {
+    "outdir",
+    "overwrite",
+    "report_to",
+    "plots",
+    "preset",
+    "clip_eps",
+    "eps_low",
+    "eps_high",
+    "loss_agg",
+    "warmstart_steps",
+    "engine",
+    "ref_placement",
+    "steps_per_rollout",
+    "max_staleness",
+    "num_generators",
+    "ray_address",
+    "actor_timeout",
+    "weight_sync",
+    "save_every",
+    "keep_checkpoints",
+    "resume",
+}
 #: read by RunSpecs itself (seed, threads, steps) and by KLSpec.from_config (the KL flags)
 RUN_SPECS = {"seed", "threads", "steps", "kl_estimator", "k2_mode", "kl_in", "kl_reward_form", "variant"}
 
 
 def test_every_spec_field_is_a_runconfig_attribute_copied_unchanged():
-    cfg = make_config({"outdir": "x", "loss": "gspo", "kl_estimator": "simple", "reset_every": 3,
-                       "enable_growth": 1, "grow_every": 2, "lr": 3e-4, "eval_samples": 2})
+    cfg = make_config(
+        {
+            "outdir": "x",
+            "loss": "gspo",
+            "kl_estimator": "simple",
+            "reset_every": 3,
+            "enable_growth": 1,
+            "grow_every": 2,
+            "lr": 3e-4,
+            "eval_samples": 2,
+        }
+    )
     specs = RunSpecs.from_config(cfg)
     for cls in SPECS:
         spec = next(v for v in vars(specs).values() if isinstance(v, cls))
@@ -44,9 +75,9 @@ def test_every_spec_field_is_a_runconfig_attribute_copied_unchanged():
             assert getattr(spec, f.name) == getattr(cfg, f.name), (cls.__name__, f.name)
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(spec, dataclasses.fields(cls)[0].name, None)
-    assert (specs.objective.eps_lo, specs.objective.eps_hi) == (3e-4, 4e-4)            # GSPO's, resolved
+    assert (specs.objective.eps_lo, specs.objective.eps_hi) == (3e-4, 4e-4)  # GSPO's, resolved
     assert specs.objective.loss_agg_resolved == "seq-mean-token-mean"
-    assert specs.objective.kl == KLSpec("k1", "theta_over_ref", "loss", "token", "ref")   # simple = k1
+    assert specs.objective.kl == KLSpec("k1", "theta_over_ref", "loss", "token", "ref")  # simple = k1
     assert (specs.reference.mode, specs.reference.rows) == ("cached", cfg.batch_size * cfg.group_size)
     b = RunSpecs.from_config(make_config({"outdir": "x", "variant": "B", "kl_estimator": "k2"}))
     assert b.reference.mode == "none" and b.objective.kl == KLSpec("k2", "theta_over_ref", "loss", "token", "old")
@@ -70,16 +101,31 @@ def test_take_reads_named_attributes_and_keeps_given_ones():
 
 def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
     tree = ast.parse(path.read_text())
-    params = {a.arg for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for a in [*n.args.args, *n.args.kwonlyargs]}
+    params = {
+        a.arg
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for a in [*n.args.args, *n.args.kwonlyargs]
+    }
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     return params, attrs
 
 
-@pytest.mark.parametrize("rel", ["training/learner.py", "training/reset_loop.py", "training/growth_loop.py",
-                                 "training/resets.py", "training/warmstart.py", "rollout/collector.py",
-                                 "rollout/reference.py", "algorithms/kl_term.py", "algorithms/objective.py",
-                                 "io/memory.py"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "training/learner.py",
+        "training/reset_loop.py",
+        "training/growth_loop.py",
+        "training/resets.py",
+        "training/warmstart.py",
+        "rollout/collector.py",
+        "rollout/reference.py",
+        "algorithms/kl_term.py",
+        "algorithms/objective.py",
+        "io/memory.py",
+    ],
+)
 def test_stages_take_their_spec_not_the_config(rel):
     params, attrs = _params_and_attrs(SRC / rel)
     assert "cfg" not in params and "cfg" not in attrs and "RunConfig" not in (SRC / rel).read_text()
@@ -90,17 +136,32 @@ def test_trainer_reads_the_config_only_in_from_config():
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
     for fn in cls.body:
         if isinstance(fn, ast.FunctionDef) and fn.name != "from_config":
-            reads = [n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                     and n.value.id == "cfg"]
-            self_cfg = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Attribute) and n.attr == "cfg"
-                        and isinstance(n.ctx, ast.Load)]
+            reads = [
+                n.attr
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "cfg"
+            ]
+            self_cfg = [
+                n.lineno
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Attribute) and n.attr == "cfg" and isinstance(n.ctx, ast.Load)
+            ]
             assert reads == [] and self_cfg == [], (fn.name, reads, self_cfg)
 
 
 #: the run's entries: the CLI and run entry (run.py, cli.py, engines/, io's run-directory, resume
 #: and pre-flight checks), the suite, the Trainer's from_config, and config/ itself
-ENTRIES = {"__init__.py", "run.py", "cli.py", "suite.py", "engines/local.py", "io/run_dir.py", "io/resume.py",
-           "io/preflight.py", "training/trainer.py"}
+ENTRIES = {
+    "__init__.py",
+    "run.py",
+    "cli.py",
+    "suite.py",
+    "engines/local.py",
+    "io/run_dir.py",
+    "io/resume.py",
+    "io/preflight.py",
+    "training/trainer.py",
+}
 
 
 def test_only_the_entries_import_runconfig():
@@ -157,8 +218,11 @@ def test_no_module_spells_a_choice_list_again():
         if rel.startswith(("config/", "analysis/")):
             continue
         for n in ast.walk(ast.parse(p.read_text())):
-            if isinstance(n, (ast.Tuple, ast.List)) and len(n.elts) >= 2 and all(
-                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts):
+            if (
+                isinstance(n, (ast.Tuple, ast.List))
+                and len(n.elts) >= 2
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
+            ):
                 values = tuple(e.value for e in n.elts)
                 if values in lists:
                     bad.append(f"{rel}:{n.lineno}")

@@ -1,5 +1,6 @@
 """The step as stage objects: the reference strategies, the handed-in collector, and the structural
 rules (a small Trainer, no module replacing its methods, a checkpoint module without reflection)."""
+
 from __future__ import annotations
 
 import ast
@@ -18,10 +19,18 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "noma_prorl_bench"
 
 
 def _batch(n=4, P=2, T=3) -> RolloutBatch:
-    return RolloutBatch(tokens=torch.ones(n, P + T, dtype=torch.long), mask=torch.ones(n, T),
-                        logp_old=torch.full((n, T), -0.5), rewards=torch.zeros(n),
-                        truncated=torch.zeros(n, dtype=torch.bool), group=torch.arange(n), prompt_len=P,
-                        prompts=["p"] * n, answers=["a"] * n, responses=["r"] * n)
+    return RolloutBatch(
+        tokens=torch.ones(n, P + T, dtype=torch.long),
+        mask=torch.ones(n, T),
+        logp_old=torch.full((n, T), -0.5),
+        rewards=torch.zeros(n),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        group=torch.arange(n),
+        prompt_len=P,
+        prompts=["p"] * n,
+        answers=["a"] * n,
+        responses=["r"] * n,
+    )
 
 
 def test_no_reference_anchors_to_logp_old_and_counts_nothing():
@@ -52,8 +61,13 @@ def test_handed_collector_serves_the_batch_once_with_its_counts_and_metrics():
     with pytest.raises(RuntimeError, match="without a handed-in batch"):
         handed.collect()
     b = _batch()
-    handed.hand(b, {"counts": {"count/policy_fwd_rollout": 3, "count/tokens_policy": 60},
-                    "rollout_metrics": {"dapo/extra_rounds": 1.0}})
+    handed.hand(
+        b,
+        {
+            "counts": {"count/policy_fwd_rollout": 3, "count/tokens_policy": 60},
+            "rollout_metrics": {"dapo/extra_rounds": 1.0},
+        },
+    )
     got, metrics = handed.collect()
     assert got is b and metrics == {"dapo/extra_rounds": 1.0}
     assert counters.pop() == {"count/policy_fwd_rollout": 3, "count/tokens_policy": 60}
@@ -77,11 +91,16 @@ def test_no_module_replaces_or_subclasses_trainer_methods():
     bad = []
     for p, tree in _trees():
         for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "Trainer"
-                                                      for b in node.bases):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name) and b.id == "Trainer" for b in node.bases
+            ):
                 bad.append(f"{p.name}: class {node.name}(Trainer)")
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Trainer"
-                    and node.attr != "from_config"):          # its constructor, called, not replaced
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "Trainer"
+                and node.attr != "from_config"
+            ):  # its constructor, called, not replaced
                 bad.append(f"{p.name}:{node.lineno}: Trainer.{node.attr}")
     assert bad == []
 

@@ -36,13 +36,13 @@ def test_holm_hand_worked():
     # NaN is left out of m: (0.02, nan, 0.5) -> 0.02*2 = 0.04, 0.5*1 = 0.5
     adj = stats.holm([0.02, math.nan, 0.5])
     assert adj[0] == pytest.approx(0.04) and math.isnan(adj[1]) and adj[2] == pytest.approx(0.5)
-    assert stats.holm([0.9, 0.8]) == [1.0, 1.0]                 # capped at 1
+    assert stats.holm([0.9, 0.8]) == [1.0, 1.0]  # capped at 1
 
 
 def test_verdict_direction_and_threshold():
     assert stats.verdict(0.1, 0.01) == "better" and stats.verdict(-0.1, 0.01) == "worse"
-    assert stats.verdict(-0.1, 0.01, higher_is_better=False) == "better"    # a time went down
-    assert stats.verdict(0.1, 0.05) == "no detectable difference"           # p must be < alpha
+    assert stats.verdict(-0.1, 0.01, higher_is_better=False) == "better"  # a time went down
+    assert stats.verdict(0.1, 0.05) == "no detectable difference"  # p must be < alpha
     assert stats.verdict(0.1, math.nan) == "no detectable difference"
 
 
@@ -52,7 +52,7 @@ def test_bootstrap_ci_equal_differences_and_coverage():
     # 0.1 +- t(0.975, 2) 0.001 / sqrt(3) = 0.1 +- 4.302653 * 0.000577350
     lo, hi = stats.bootstrap_ci(x, x - 0.1, resolution=0.001)
     assert (lo, hi) == pytest.approx((0.1 - 0.0024841, 0.1 + 0.0024841), abs=1e-7)
-    lo, hi = stats.bootstrap_ci(x, x - 0.1)                    # default resolution 1e-6
+    lo, hi = stats.bootstrap_ci(x, x - 0.1)  # default resolution 1e-6
     assert lo < 0.1 < hi and hi - lo == pytest.approx(2 * 4.302653 * 1e-6 / math.sqrt(3), rel=1e-5)
     assert all(math.isnan(v) for v in stats.bootstrap_ci([1.0], [0.0]))
     # coverage: over 100 synthetic studies of 10 pairs (true mean diff 0.02, sd 0.03) the 95% CI
@@ -74,8 +74,7 @@ def test_small_n_ci_is_the_t_interval_and_covers():
     # A/A at n = 3 (true mean diff 0): the interval covers 0 in ~95% of studies; the BCa bootstrap
     # this replaced covered it in far fewer (a quick-suite A/A gave [+0.017, +0.043])
     rng = np.random.default_rng(1)
-    hits = sum(lo <= 0 <= hi for lo, hi in (stats.bootstrap_ci(rng.normal(0, 1, 3), np.zeros(3))
-                                            for _ in range(400)))
+    hits = sum(lo <= 0 <= hi for lo, hi in (stats.bootstrap_ci(rng.normal(0, 1, 3), np.zeros(3)) for _ in range(400)))
     assert hits >= 0.92 * 400
     # the gain share's Fieller interval (t with n - 1 = 2) is valid at 3 pairs too: these gains
     # are nearly proportional, so it is narrow and contains the point estimate
@@ -115,7 +114,7 @@ def test_ratio_ci_and_criterion():
     assert share == pytest.approx(0.85) and lo == pytest.approx(0.85) and hi == pytest.approx(0.85)
     assert stats.criterion(lo, hi, 0.8) == "held" and stats.criterion(lo, hi, 0.9) == "not held"
     assert stats.criterion(0.75, 0.95, 0.8) == "undecided"
-    assert math.isnan(stats.ratio_ci([0.1, 0.1], [-0.1, -0.2])[0])    # A gained nothing
+    assert math.isnan(stats.ratio_ci([0.1, 0.1], [-0.1, -0.2])[0])  # A gained nothing
 
 
 # ---------------------------------------------------------------- coverage, Fieller, power
@@ -128,8 +127,8 @@ def test_paired_interval_widens_the_t_interval_toward_the_skew_and_is_determinis
     lo, hi = stats.paired_interval(d)
     tlo, thi = stats.t_ci(d)
     assert lo <= tlo and hi > thi + 0.1
-    assert stats.paired_interval(d) == (lo, hi)                # seeded resamples: reproducible
-    assert stats.bootstrap_ci(d, np.zeros(10)) == (lo, hi)     # the report's route to it
+    assert stats.paired_interval(d) == (lo, hi)  # seeded resamples: reproducible
+    assert stats.bootstrap_ci(d, np.zeros(10)) == (lo, hi)  # the report's route to it
     # below MIN_BOOT_T_N pairs: the t interval alone; symmetric data: t and bootstrap-t agree
     assert stats.paired_interval(d[:4]) == pytest.approx(stats.t_ci(d[:4]))
     sym = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, -2.0, -1.0, 0.0, 1.0, 2.0])
@@ -157,8 +156,7 @@ def test_fieller_hand_worked():
     # A = 9 - 10.12796/3 = 5.62401, B = 6 - 10.12796/6 = 4.31201, C = 4 - 10.12796/6 = 2.31201
     # disc = B^2 - A C = 18.59343 - 13.00277 = 5.59066, sqrt = 2.36446
     # lo = (4.31201 - 2.36446)/5.62401 = 0.34629, hi = (4.31201 + 2.36446)/5.62401 = 1.18713
-    assert stats.fieller_ci([1, 3, 2, 2], [2, 4, 2, 4]) == pytest.approx((0.34629, 1.18713),
-                                                                          abs=2e-5)
+    assert stats.fieller_ci([1, 3, 2, 2], [2, 4, 2, 4]) == pytest.approx((0.34629, 1.18713), abs=2e-5)
     share, lo, hi = stats.ratio_ci([1, 3, 2, 2], [2, 4, 2, 4])
     assert (share, lo, hi) == pytest.approx((2 / 3, 0.34629, 1.18713), abs=2e-5)
     # a denominator indistinguishable from 0: unbounded, so every criterion is undecided
@@ -215,6 +213,6 @@ def test_seeds_needed_is_the_smallest_n_with_mde80_below_the_effect():
     for sd, effect, m in ((1.0, 1.0, 1), (1.0, 0.5, 1), (0.03, 0.02, 5), (1.0, 1.0, 17)):
         n = int(stats.seeds_needed(sd, effect, m))
         assert stats.mde80(sd, n, m) <= effect < stats.mde80(sd, n - 1, m)
-    assert stats.seeds_needed(1.0, 1.0, 1) == 10            # mde80(1, 10, 1) = 0.989 above
-    assert stats.seeds_needed(0.0, 0.1, 17) == 10           # only the sign-flip floor binds
+    assert stats.seeds_needed(1.0, 1.0, 1) == 10  # mde80(1, 10, 1) = 0.989 above
+    assert stats.seeds_needed(0.0, 0.1, 17) == 10  # only the sign-flip floor binds
     assert stats.seeds_needed(1.0, 0.0, 1) == math.inf

@@ -1,6 +1,7 @@
 """metrics.jsonl's step-0 row (the greedy evaluation before RL) in the analysis layer: kept apart in
 `Run.initial`, never counted in a score or a per-run number, taken from the `warmstart` event for
 runs written before the row existed, and the first point of the validation curve."""
+
 import json
 import math
 
@@ -28,7 +29,7 @@ def test_score_and_numbers_unchanged_by_the_step0_row(tmp_path, k):
     assert {x: v for x, v in a.items() if not math.isnan(v)} == {x: v for x, v in b.items() if not math.isnan(v)}
     sa = run_stats(old, threshold=0.0, source="val")
     sb = run_stats(new, threshold=0.0, source="val")
-    assert sa == sb and sa["steps_to_thr"] == 5.0            # step 0's value reaches 0.0 but is not an RL step
+    assert sa == sb and sa["steps_to_thr"] == 5.0  # step 0's value reaches 0.0 but is not an RL step
     assert sb["peak_mem"] == sa["peak_mem"] > 290.0
 
 
@@ -54,5 +55,5 @@ def test_validation_curve_starts_at_step_0(tmp_path):
     runs = [load_run(write_run(tmp_path / f"s{s}", seed=s, step0=True)) for s in (0, 2)]
     steps, mean, lo, hi = curve(runs, "reward/val", initial=True)
     assert steps[0] == 0 and mean[0] == pytest.approx(0.01) and (lo[0], hi[0]) == pytest.approx((0.0, 0.02))
-    assert curve(runs, "reward/val")[0][0] == 5                     # without it: the first RL evaluation
-    assert curve(runs, "reward/mean", initial=True)[0][0] == 1      # no step-0 value for train reward
+    assert curve(runs, "reward/val")[0][0] == 5  # without it: the first RL evaluation
+    assert curve(runs, "reward/mean", initial=True)[0][0] == 1  # no step-0 value for train reward

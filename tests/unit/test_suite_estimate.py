@@ -1,5 +1,6 @@
 """The duration the suite prints before it starts (suite.expected_duration): the pending runs' CPU
 work (measured CPU-seconds per step x steps) over the cores its jobs can get at the current load."""
+
 import json
 
 import pytest
@@ -10,20 +11,20 @@ pytestmark = pytest.mark.unit
 
 
 def test_expected_duration_hand_worked_from_the_measured_preset_run(tmp_path):
-    specs = suite.expand("quick")                       # 48 runs x 300 steps
+    specs = suite.expand("quick")  # 48 runs x 300 steps
     line = suite.expected_duration(specs, specs, str(tmp_path), jobs=2, cores=2, load=9.0)
     # 48 x 300 x 23.3 / 300 = 1118.4 CPU-s; each of 2 jobs gets 2 / (9 + 2) of a core:
     # 1118.4 / (2 x 2/11) = 3075.6 s
     assert "~51 min (3076 s)" in line and "48 runs, 1118 CPU-s" in line and "0.18 of a core" in line
     idle = suite.expected_duration(specs, specs, str(tmp_path), jobs=2, cores=2, load=0.0)
-    assert "(559 s)" in idle                             # 1118.4 / 2, a whole core each
+    assert "(559 s)" in idle  # 1118.4 / 2, a whole core each
 
 
 def test_expected_duration_prefers_the_suites_own_finished_runs(tmp_path):
     specs = suite.expand("smoke")
     assert "unknown until the first run finishes" in suite.expected_duration(specs, specs, str(tmp_path), 2)
     done, pending = specs[:2], specs[2:]
-    for s, cpu in zip(done, (6.0, 12.0)):                # 0.5 and 1.0 CPU-s per step over 12 steps
+    for s, cpu in zip(done, (6.0, 12.0)):  # 0.5 and 1.0 CPU-s per step over 12 steps
         (tmp_path / s.name).mkdir()
         (tmp_path / s.name / "summary.json").write_text(json.dumps({"complete": True, "steps": 12, "cpu_seconds": cpu}))
     line = suite.expected_duration(pending, specs, str(tmp_path), jobs=1, cores=2, load=0.0)

@@ -1,6 +1,7 @@
 """The suite's executor interface without Ray: bad --executor / --ray_address flags (exit 2,
 nothing written), the scheduling loop with a scripted executor (capacity, lost runs, signals),
 and the Ray executor's Popen-like handle and forwarded environment."""
+
 import signal
 import socket
 
@@ -13,11 +14,14 @@ from noma_prorl_bench.suite import expand, main, run_all
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("argv, flag, words", [
-    (["--executor", "dask"], "--executor", ["'local'", "'ray'"]),
-    (["--ray_address", "127.0.0.1:6379"], "--ray_address", ["--executor ray"]),
-    (["--executor", "local", "--ray_address", "auto"], "--ray_address", ["--executor local"]),
-])
+@pytest.mark.parametrize(
+    "argv, flag, words",
+    [
+        (["--executor", "dask"], "--executor", ["'local'", "'ray'"]),
+        (["--ray_address", "127.0.0.1:6379"], "--ray_address", ["--executor ray"]),
+        (["--executor", "local", "--ray_address", "auto"], "--ray_address", ["--executor local"]),
+    ],
+)
 def test_bad_executor_flags_exit_2_and_write_nothing(tmp_path, capsys, argv, flag, words):
     out = tmp_path / "suite"
     with pytest.raises(SystemExit) as e:
@@ -97,23 +101,27 @@ class ScriptedExecutor:
 
 
 def test_run_all_keeps_to_capacity_and_counts_lost_and_failed_runs(tmp_path, capsys):
-    specs = expand("aa", 2, 4)                                  # AA-1_s0, AA-2_s1000, AA-1_s1, AA-2_s1001
-    ex = ScriptedExecutor(2, {"AA-2_s1000": (-1, 2, "its Ray task ended without an exit code (NodeDiedError: x)"),
-                              "AA-1_s1": (1, 1, None)})
+    specs = expand("aa", 2, 4)  # AA-1_s0, AA-2_s1000, AA-1_s1, AA-2_s1001
+    ex = ScriptedExecutor(
+        2,
+        {"AA-2_s1000": (-1, 2, "its Ray task ended without an exit code (NodeDiedError: x)"), "AA-1_s1": (1, 1, None)},
+    )
     failures = run_all(specs, str(tmp_path), 99, quiet=True, executor=ex)
     err = capsys.readouterr().err
     assert sorted(failures) == ["AA-1_s1", "AA-2_s1000"]
     assert [s[0] for s in ex.started] == [s.name for s in specs] and ex.most_in_flight == 2
     assert all("--overwrite" in cmd and not append for _, cmd, append in ex.started)
-    assert "suite: run AA-2_s1000 lost: its Ray task ended without an exit code (NodeDiedError: x); " \
-           "the same command restarts it (no checkpoint)" in err
+    assert (
+        "suite: run AA-2_s1000 lost: its Ray task ended without an exit code (NodeDiedError: x); "
+        "the same command restarts it (no checkpoint)" in err
+    )
     assert "suite: run AA-1_s1 failed (exit 1)" in err and "scripted" in err.splitlines()[0]
 
 
 def test_run_all_forwards_a_signal_and_starts_nothing_after_it(tmp_path, capsys):
     stop = SuiteSignals()
 
-    def interrupt(ex):                                          # SIGTERM arrives during the first wait
+    def interrupt(ex):  # SIGTERM arrives during the first wait
         if stop.signum is None:
             stop._handle(signal.SIGTERM, None)
 
@@ -129,7 +137,7 @@ def test_ray_run_is_a_process_to_the_suite_and_the_env_puts_the_driver_package_f
     assert run.poll() is None
     run.send_signal(signal.SIGINT)
     run.send_signal(signal.SIGINT)
-    assert run.signals == [signal.SIGINT, signal.SIGINT]       # delivered in order on the next wait
+    assert run.signals == [signal.SIGINT, signal.SIGINT]  # delivered in order on the next wait
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     monkeypatch.setenv("NOMA_PRORL_FAULT", "generator_exit@2")
     monkeypatch.setenv("HOME", "/driver/home")

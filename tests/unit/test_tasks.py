@@ -1,4 +1,5 @@
 """Toy tasks: deterministic by seed, held-out validation, rewards in [0, 1]."""
+
 import numpy as np
 import pytest
 

@@ -101,8 +101,11 @@ def test_small_pool_and_bad_arguments():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("task", [KeywordInclusionTask(n_keywords=2, n_val=8), ArithmeticTask(n_val=8),
-                                  ArithmeticTask(template="r1_zero", n_val=8)], ids=["kw2", "arith", "arith_r1"])
+@pytest.mark.parametrize(
+    "task",
+    [KeywordInclusionTask(n_keywords=2, n_val=8), ArithmeticTask(n_val=8), ArithmeticTask(template="r1_zero", n_val=8)],
+    ids=["kw2", "arith", "arith_r1"],
+)
 def test_demonstrations_earn_full_reward(task):
     examples = task.sample(np.random.default_rng(3), 40) + task.validation_set()
     assert all(task.reward(task.demonstration(e), e.answer) == 1.0 for e in examples)

@@ -62,8 +62,8 @@ def test_chunk_after_prefix_matches_full_forward():
     with torch.no_grad():
         full = policy(tokens)
         _, state = policy.prefill(tokens[:, :P])
-        chunk = policy._run(tokens[:, P:P + 5], P, state)  # 5 tokens at positions P..P+4
-    torch.testing.assert_close(chunk, full[:, P:P + 5], atol=1e-5, rtol=0)
+        chunk = policy._run(tokens[:, P : P + 5], P, state)  # 5 tokens at positions P..P+4
+    torch.testing.assert_close(chunk, full[:, P : P + 5], atol=1e-5, rtol=0)
 
 
 @pytest.mark.unit

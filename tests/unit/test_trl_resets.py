@@ -26,13 +26,24 @@ from noma_prorl_bench.training.resets import Decision
 pytestmark = [pytest.mark.unit, pytest.mark.hf]
 
 # wall-clock keys, and the run summary's train_loss: transformers averages it over the steps this process ran
-TIME_KEYS = ("step_time", "ref/forward_s", "reset/seconds", "train_runtime", "train_samples_per_second",
-             "train_steps_per_second", "train_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+TIME_KEYS = (
+    "step_time",
+    "ref/forward_s",
+    "reset/seconds",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "eval_runtime",
+    "eval_samples_per_second",
+    "eval_steps_per_second",
+)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
     return str(build_tiny_hf_model(tmp_path_factory.mktemp("tiny") / "m", hidden=32, layers=1, heads=2))
 
 
@@ -43,16 +54,32 @@ def reward(completions, **_):
 
 def grpo_args(out, **kw):
     from trl import GRPOConfig
-    base = dict(output_dir=str(out), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                logging_steps=1, disable_tqdm=True, per_device_train_batch_size=4, num_generations=4,
-                max_completion_length=6, max_steps=3, learning_rate=1e-2, beta=0.1, seed=0,
-                lr_scheduler_type="constant", dataloader_num_workers=0)
+
+    base = dict(
+        output_dir=str(out),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=3,
+        learning_rate=1e-2,
+        beta=0.1,
+        seed=0,
+        lr_scheduler_type="constant",
+        dataloader_num_workers=0,
+    )
     base.update(kw)
     return GRPOConfig(**base)
 
 
 def dataset(n=32):
     from datasets import Dataset
+
     return Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"] * (n // 4)})
 
 
@@ -61,10 +88,20 @@ def trainer(model_dir, out, cfg=None, peft=False, cls=ResetGRPOTrainer, callback
     peft_config = None
     if peft:
         from peft import LoraConfig
-        peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-                                 task_type="CAUSAL_LM")
-    return cls(model=model_dir, reward_funcs=reward, args=grpo_args(out, **kw), train_dataset=dataset(),
-               eval_dataset=eval_ds, peft_config=peft_config, callbacks=callbacks, reset_config=cfg)
+
+        peft_config = LoraConfig(
+            r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        )
+    return cls(
+        model=model_dir,
+        reward_funcs=reward,
+        args=grpo_args(out, **kw),
+        train_dataset=dataset(),
+        eval_dataset=eval_ds,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        reset_config=cfg,
+    )
 
 
 def logs(tr):
@@ -84,10 +121,12 @@ def test_reset_config_uses_the_cli_names_defaults_and_presets():
         assert all(getattr(cfg, k) == v for k, v in values.items()), name
     assert ResetConfig.from_preset("trl_sync", reset_every=64).reset_every == 64
     assert ResetConfig.from_preset("trl_sync").ref_update == "polyak"
-    for bad, msg in [({"opt_reset": "adam"}, "opt_reset must be one of keep, hard, soft, asym"),
-                     ({"reset_to": "init"}, "reset_to must be one of current, best"),
-                     ({"soft_factor": 1.5}, "soft_factor must be in [0, 1]"),
-                     ({"reset_every": -1}, "reset_every must be an integer >= 0")]:
+    for bad, msg in [
+        ({"opt_reset": "adam"}, "opt_reset must be one of keep, hard, soft, asym"),
+        ({"reset_to": "init"}, "reset_to must be one of current, best"),
+        ({"soft_factor": 1.5}, "soft_factor must be in [0, 1]"),
+        ({"reset_every": -1}, "reset_every must be an integer >= 0"),
+    ]:
         with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
             ResetConfig(**bad)
     with pytest.raises(ValueError, match="preset must be one of prorl_v1"):
@@ -97,24 +136,33 @@ def test_reset_config_uses_the_cli_names_defaults_and_presets():
 # ---------------------------------------------------------------- refusals (before any model is loaded)
 
 
-@pytest.mark.parametrize("kw,cfg,msg", [
-    ({"beta": 0.0}, None, "beta=0.0"),
-    ({"sync_ref_model": True}, None, "sync_ref_model=True"),
-    ({"optim": "adafactor"}, None, "optim='adafactor'"),
-    ({"optim": "adamw_bnb_8bit"}, None, "optim='adamw_bnb_8bit'"),
-    ({"optim": "sgd"}, None, "optim='sgd'"),
-    ({}, ResetConfig(reset_on_stall=2), "eval_dataset"),
-    ({}, ResetConfig(reset_to="best"), "eval_dataset"),
-])
+@pytest.mark.parametrize(
+    "kw,cfg,msg",
+    [
+        ({"beta": 0.0}, None, "beta=0.0"),
+        ({"sync_ref_model": True}, None, "sync_ref_model=True"),
+        ({"optim": "adafactor"}, None, "optim='adafactor'"),
+        ({"optim": "adamw_bnb_8bit"}, None, "optim='adamw_bnb_8bit'"),
+        ({"optim": "sgd"}, None, "optim='sgd'"),
+        ({}, ResetConfig(reset_on_stall=2), "eval_dataset"),
+        ({}, ResetConfig(reset_to="best"), "eval_dataset"),
+    ],
+)
 def test_refused_at_construction_with_one_line(tmp_path, kw, cfg, msg):
     with pytest.raises(ValueError, match="^ResetGRPOTrainer: ") as e:
         trainer("/nonexistent-model", tmp_path, cfg, **kw)
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("attr,value,msg", [("fp16", True, "fp16=True"), ("deepspeed", "ds.json", "DeepSpeed/FSDP"),
-                                            ("fsdp", "full_shard", "DeepSpeed/FSDP"),
-                                            ("use_liger_kernel", True, "use_liger_kernel")])
+@pytest.mark.parametrize(
+    "attr,value,msg",
+    [
+        ("fp16", True, "fp16=True"),
+        ("deepspeed", "ds.json", "DeepSpeed/FSDP"),
+        ("fsdp", "full_shard", "DeepSpeed/FSDP"),
+        ("use_liger_kernel", True, "use_liger_kernel"),
+    ],
+)
 def test_refused_setups_the_cpu_cannot_construct(tmp_path, attr, value, msg):
     """fp16 / DeepSpeed / FSDP / Liger cannot be configured on this CPU, so the flag is set after GRPOConfig."""
     args = grpo_args(tmp_path)
@@ -127,13 +175,23 @@ def test_refused_explicit_optimizers(tmp_path):
     p = [torch.nn.Parameter(torch.zeros(2))]
     for opt in (torch.optim.SGD(p, lr=0.1, momentum=0.9), torch.optim.Adagrad(p)):
         with pytest.raises(ValueError, match=f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW"):
-            ResetGRPOTrainer(model="/nonexistent-model", reward_funcs=reward, args=grpo_args(tmp_path),
-                             train_dataset=dataset(), optimizers=(opt, None))
+            ResetGRPOTrainer(
+                model="/nonexistent-model",
+                reward_funcs=reward,
+                args=grpo_args(tmp_path),
+                train_dataset=dataset(),
+                optimizers=(opt, None),
+            )
     group_step = torch.optim.AdamW(p)
-    group_step.param_groups[0]["step"] = 3          # a fused optimizer that keeps t per param group
+    group_step.param_groups[0]["step"] = 3  # a fused optimizer that keeps t per param group
     with pytest.raises(ValueError, match="per-parameter step"):
-        ResetGRPOTrainer(model="/nonexistent-model", reward_funcs=reward, args=grpo_args(tmp_path),
-                         train_dataset=dataset(), optimizers=(group_step, None))
+        ResetGRPOTrainer(
+            model="/nonexistent-model",
+            reward_funcs=reward,
+            args=grpo_args(tmp_path),
+            train_dataset=dataset(),
+            optimizers=(group_step, None),
+        )
 
 
 def test_read_back_check_refuses_state_it_cannot_reach():
@@ -148,7 +206,7 @@ def test_read_back_check_refuses_state_it_cannot_reach():
         verify_reset(opt, state_census(opt), "hard", 0.5, True)
     del opt.param_groups[0]["step"]
     before = state_census(opt)
-    opt.state[p]["exp_avg"].mul_(0.5)                # the transform claims "keep" but the state moved
+    opt.state[p]["exp_avg"].mul_(0.5)  # the transform claims "keep" but the state moved
     with pytest.raises(RuntimeError, match="optimizer reset 'keep'"):
         verify_reset(opt, before, "keep", 0.5, False)
 
@@ -161,13 +219,24 @@ def test_plugin_transforms_equal_the_harness_on_a_trl_optimizer(model_dir, tmp_p
     tr = trainer(model_dir, tmp_path, ResetConfig(), optim=optim, max_steps=2)
     tr.train()
     opt = _torch_optimizer(tr.optimizer)
-    modes = [dict(opt_reset="keep", reset_opt_step=1), dict(opt_reset="soft", soft_factor=0.3),
-             dict(opt_reset="asym", soft_factor=0.7, reset_lr_schedule=1), dict(opt_reset="hard")]
+    modes = [
+        dict(opt_reset="keep", reset_opt_step=1),
+        dict(opt_reset="soft", soft_factor=0.3),
+        dict(opt_reset="asym", soft_factor=0.7, reset_lr_schedule=1),
+        dict(opt_reset="hard"),
+    ]
     for mode in modes:
-        mine = copy.deepcopy(opt)                   # the same state, on copies of the parameters
-        apply_reset_semantics(mine, None, None, opt_reset=mode["opt_reset"], soft_factor=mode.get("soft_factor", 0.2),
-                              reset_opt_step=bool(mode.get("reset_opt_step")), reset_lr_schedule=False,
-                              reset_kl_coef=False)
+        mine = copy.deepcopy(opt)  # the same state, on copies of the parameters
+        apply_reset_semantics(
+            mine,
+            None,
+            None,
+            opt_reset=mode["opt_reset"],
+            soft_factor=mode.get("soft_factor", 0.2),
+            reset_opt_step=bool(mode.get("reset_opt_step")),
+            reset_lr_schedule=False,
+            reset_kl_coef=False,
+        )
         tr.reset_config = ResetConfig(**mode)
         ev = tr._apply(Decision(step=2, reason="periodic", reasons=("periodic",)), 2)
         assert ev["params_walked"] >= 1 and ev["entries_walked"] >= 1
@@ -178,7 +247,7 @@ def test_plugin_transforms_equal_the_harness_on_a_trl_optimizer(model_dir, tmp_p
             assert a.keys() == b.keys()
             for k in a:
                 assert torch.equal(a[k], b[k]), (mode, k)
-    assert all(not s for s in opt.state.values())    # hard left fresh state
+    assert all(not s for s in opt.state.values())  # hard left fresh state
     assert tr.lr_scheduler.last_epoch == 0 and opt.param_groups[0]["lr"] == 1e-2
 
 
@@ -187,6 +256,7 @@ def test_plugin_transforms_equal_the_harness_on_a_trl_optimizer(model_dir, tmp_p
 
 def _ref_and_policy_logps(tr):
     from trl.trainer.utils import use_adapter
+
     x = tr._last_inputs
     ids = torch.cat([x["prompt_ids"], x["completion_ids"]], 1)
     att = torch.cat([x["prompt_mask"], x["completion_mask"]], 1)
@@ -212,8 +282,9 @@ class AfterReset(ResetGRPOTrainer):
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "peft"])
 def test_hard_reset_makes_the_reference_the_policy(model_dir, tmp_path, peft):
-    tr = trainer(model_dir, tmp_path, ResetConfig(reset_every=2, opt_reset="hard"), peft=peft, cls=AfterReset,
-                 max_steps=3)
+    tr = trainer(
+        model_dir, tmp_path, ResetConfig(reset_every=2, opt_reset="hard"), peft=peft, cls=AfterReset, max_steps=3
+    )
     tr.after = []
     tr.train()
     (ev,) = tr.reset_events
@@ -222,7 +293,7 @@ def test_hard_reset_makes_the_reference_the_policy(model_dir, tmp_path, peft):
     ((pol, ref),) = tr.after
     assert torch.equal(pol, ref)
     rows = {h["step"]: h for h in tr.state.log_history if "kl" in h}
-    assert rows[2]["kl"] > 1e-7 and rows[3]["kl"] == 0.0     # TRL's own KL at the first step after the reset
+    assert rows[2]["kl"] > 1e-7 and rows[3]["kl"] == 0.0  # TRL's own KL at the first step after the reset
     assert rows[2]["reset/step"] == 2 and rows[2]["reset/count"] == 1 and "reset/step" not in rows[3]
 
 
@@ -266,11 +337,13 @@ class Recording(ResetGRPOTrainer):
 
     def _generate_and_score_completions(self, *a, **k):
         from noma_prorl_bench.integrations.trl import _checksum
+
         self.trace.append(("gen", self._step, _checksum(self._ref_tensors())))
         return super()._generate_and_score_completions(*a, **k)
 
     def _compute_loss(self, model, inputs):
         from noma_prorl_bench.integrations.trl import _checksum
+
         self.trace.append(("loss", self._step, _checksum(self._ref_tensors())))
         return super()._compute_loss(model, inputs)
 
@@ -295,10 +368,17 @@ def test_resets_land_on_generation_boundaries(model_dir, tmp_path, monkeypatch):
     assert [k for k, _, _ in tr.trace] == ["gen", "loss", "loss", "gen", "loss", "loss"]
     assert _stale_losses(tr.trace) == 0
     fwd = [h["ref/forward_seqs"] for h in tr.state.log_history if "ref/forward_seqs" in h]
-    assert fwd == [4.0, 0.0, 4.0, 0.0]                         # one reference pass per generation
+    assert fwd == [4.0, 0.0, 4.0, 0.0]  # one reference pass per generation
     # gradient accumulation 2 and a generation every 4 micro-steps: a generation every 2 optimizer steps
-    ga = trainer(model_dir, tmp_path / "ga", ResetConfig(reset_every=1), cls=Recording, gradient_accumulation_steps=2,
-                 steps_per_generation=4, max_steps=4)
+    ga = trainer(
+        model_dir,
+        tmp_path / "ga",
+        ResetConfig(reset_every=1),
+        cls=Recording,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+        max_steps=4,
+    )
     ga.trace = []
     ga.train()
     assert [(e["decided_step"], e["step"]) for e in ga.reset_events] == [(1, 2), (3, 4)]
@@ -323,6 +403,7 @@ class StopAt:
                 if state.global_step == step:
                     control.should_training_stop = True
                 return control
+
         return _Stop()
 
 
@@ -348,8 +429,15 @@ def test_resume_after_a_reset_logs_the_same_as_an_unbroken_run(model_dir, tmp_pa
 
 def test_resume_with_the_best_target_and_the_stall_trigger(model_dir, tmp_path):
     cfg = ResetConfig(reset_on_stall=1, stall_min_delta=1e9, reset_to="best", opt_reset="hard")
-    kw = dict(max_steps=4, save_strategy="steps", save_steps=2, eval_ds=dataset(4), eval_strategy="steps",
-              eval_steps=1, per_device_eval_batch_size=4)
+    kw = dict(
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        eval_ds=dataset(4),
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=4,
+    )
     full = trainer(model_dir, tmp_path / "a", cfg, **kw)
     full.train()
     stopped = trainer(model_dir, tmp_path / "b", cfg, callbacks=[StopAt(2)], **kw)
@@ -358,7 +446,7 @@ def test_resume_with_the_best_target_and_the_stall_trigger(model_dir, tmp_path):
     assert (ckpt / "reset_best.safetensors").exists() and json.loads((ckpt / STATE_FILE).read_text())["best"]["step"]
     resumed = trainer(model_dir, tmp_path / "b", cfg, **kw)
     resumed.train(resume_from_checkpoint=str(ckpt))
-    assert [e["reason"] for e in full.reset_events] == ["stall"] * 3            # steps 2, 3, 4: patience 1
+    assert [e["reason"] for e in full.reset_events] == ["stall"] * 3  # steps 2, 3, 4: patience 1
     strip = [{k: v for k, v in e.items() if k != "seconds"} for e in full.reset_events]
     assert [{k: v for k, v in e.items() if k != "seconds"} for e in resumed.reset_events] == strip
     assert logs(resumed) == logs(full)
@@ -366,6 +454,7 @@ def test_resume_with_the_best_target_and_the_stall_trigger(model_dir, tmp_path):
 
 def test_resume_checks_the_reference_and_the_config(model_dir, tmp_path):
     from safetensors.torch import load_file, save_file
+
     cfg = ResetConfig(reset_every=1, opt_reset="hard")
     kw = dict(max_steps=2, save_strategy="steps", save_steps=1)
     trainer(model_dir, tmp_path, cfg, callbacks=[StopAt(1)], **kw).train()
@@ -388,8 +477,16 @@ def test_resume_checks_the_reference_and_the_config(model_dir, tmp_path):
 
 def test_stall_trigger_restores_the_best_evaluated_policy(model_dir, tmp_path):
     cfg = ResetConfig(reset_on_stall=1, stall_min_delta=1e9, reset_to="best", opt_reset="hard")
-    tr = trainer(model_dir, tmp_path, cfg, eval_ds=dataset(4), eval_strategy="steps", eval_steps=1,
-                 per_device_eval_batch_size=4, max_steps=2)
+    tr = trainer(
+        model_dir,
+        tmp_path,
+        cfg,
+        eval_ds=dataset(4),
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=4,
+        max_steps=2,
+    )
     tr.train()
     (ev,) = tr.reset_events
     vals = {h["step"]: h["eval_reward"] for h in tr.state.log_history if "eval_reward" in h}
@@ -402,8 +499,9 @@ def test_stall_trigger_restores_the_best_evaluated_policy(model_dir, tmp_path):
 
 
 def test_kl_spike_trigger_reads_trls_kl_of_the_step(model_dir, tmp_path):
-    tr = trainer(model_dir, tmp_path, ResetConfig(reset_kl_above=1e-9, reset_kl_min_gap=2, opt_reset="keep"),
-                 max_steps=4)
+    tr = trainer(
+        model_dir, tmp_path, ResetConfig(reset_kl_above=1e-9, reset_kl_min_gap=2, opt_reset="keep"), max_steps=4
+    )
     tr.train()
     kl = {h["step"]: h["kl"] for h in tr.state.log_history if "kl" in h}
     # step 1: KL 0 (reference = policy); step 2: KL > 0 and 2 steps since the start; step 3: KL 0 after the
@@ -416,17 +514,21 @@ def test_kl_spike_trigger_reads_trls_kl_of_the_step(model_dir, tmp_path):
 
 def test_read_back_check_catches_a_silent_no_op_inside_trl(model_dir, tmp_path, monkeypatch):
     import noma_prorl_bench.integrations.trl as plug
+
     tr = trainer(model_dir, tmp_path, ResetConfig(opt_reset="soft", soft_factor=0.5), max_steps=2)
     tr.train()
     real = plug.apply_reset_semantics
-    monkeypatch.setattr(plug, "apply_reset_semantics", lambda opt, *a, **k: real(torch.optim.AdamW(
-        [torch.nn.Parameter(torch.zeros(1))]), *a, **k))       # transforms an optimizer that is not TRL's
+    monkeypatch.setattr(
+        plug,
+        "apply_reset_semantics",
+        lambda opt, *a, **k: real(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]), *a, **k),
+    )  # transforms an optimizer that is not TRL's
     with pytest.raises(RuntimeError, match="optimizer reset 'soft' \\(f=0.5\\) read back"):
         tr._apply(Decision(step=2, reason="periodic"), 2)
     monkeypatch.setattr(plug, "apply_reset_semantics", real)
     empty = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-    monkeypatch.setattr(plug, "_torch_optimizer", lambda opt: empty)   # a wrapper whose state is elsewhere
+    monkeypatch.setattr(plug, "_torch_optimizer", lambda opt: empty)  # a wrapper whose state is elsewhere
     ref = {k: v.clone() for k, v in tr.ref_model.state_dict().items()}
     with pytest.raises(RuntimeError, match="walked 0 parameters and 0 state entries"):
         tr._apply(Decision(step=2, reason="periodic"), 2)
-    assert all(torch.equal(v, ref[k]) for k, v in tr.ref_model.state_dict().items())   # refused before any change
+    assert all(torch.equal(v, ref[k]) for k, v in tr.ref_model.state_dict().items())  # refused before any change

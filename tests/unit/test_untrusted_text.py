@@ -70,7 +70,7 @@ def test_md_text_renders_as_the_text_itself(payload):
     html = _markdown().render(f"| a |\n|---|\n| {t} |\n\nbefore {t} after\n")
     assert "<a " not in html and "<img" not in html and "<h1" not in html and "<code" not in html
     assert "<em>" not in html and "<strong>" not in html and "<s>" not in html and "<li>" not in html
-    assert html.count("<td>") == 1             # the row kept its single column
+    assert html.count("<td>") == 1  # the row kept its single column
     shown = visible(payload).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     assert f"<td>{shown}</td>" in html and f"<p>before {shown} after</p>" in html
 
@@ -83,7 +83,7 @@ def test_md_code_is_one_code_span(payload):
     assert html.count("<code>") == 2 and html.count("<td>") == 1 and "<h1" not in html and "<a " not in html
     code = re.findall(r"<code>(.*?)</code>", html, re.S)
     shown = visible(payload).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    if "|" not in payload:                     # a `|` keeps one more backslash in the cell: still one cell
+    if "|" not in payload:  # a `|` keeps one more backslash in the cell: still one cell
         assert code == [shown, shown]
 
 
@@ -92,7 +92,7 @@ def test_plot_text_is_one_line_without_mathtext(payload):
     s = plot_text(payload)
     text = Text(0, 0, s)
     assert "\n" not in s and not _controls(s) and not cbook.is_math_text(s)
-    assert text._preprocess_math(s) == (visible(payload, 80), False)   # shown as written, no mathtext
+    assert text._preprocess_math(s) == (visible(payload, 80), False)  # shown as written, no mathtext
 
 
 @pytest.mark.parametrize("payload", PAYLOADS.values(), ids=IDS)
@@ -108,10 +108,12 @@ def test_long_text_is_cut_with_an_ellipsis():
 
 # ------------------------------------------------------------------ a suite directory full of payloads
 
-ARMS = {"base": "base " + PAYLOADS["html"] + " " + PAYLOADS["math"],
-        "b": "B " + PAYLOADS["table"] + " " + PAYLOADS["ansi"],
-        "a0": "A0 " + PAYLOADS["link"] + " " + PAYLOADS["image"],
-        "twin": "twin " + PAYLOADS["fence"] + PAYLOADS["heading"]}
+ARMS = {
+    "base": "base " + PAYLOADS["html"] + " " + PAYLOADS["math"],
+    "b": "B " + PAYLOADS["table"] + " " + PAYLOADS["ansi"],
+    "a0": "A0 " + PAYLOADS["link"] + " " + PAYLOADS["image"],
+    "twin": "twin " + PAYLOADS["fence"] + PAYLOADS["heading"],
+}
 CFG = {"base": {}, "b": {"variant": "B"}, "a0": {"ref_compute": "naive_epoch"}, "twin": {}}
 PAIRS = [f"{i} | `p`" for i in range(3)]
 
@@ -126,10 +128,10 @@ def hostile(tmp_path_factory):
             d = write_run(root / name, seed=i, steps=20, **CFG[key])
             cfg = json.loads((d / "config.json").read_text())
             cfg["note"] = PAYLOADS["emphasis"] if key == "a0" else PAYLOADS["list"] if key == "b" else "plain"
-            cfg["<b>k</b> " + PAYLOADS["autolink"]] = key == "a0"      # a field name that differs
+            cfg["<b>k</b> " + PAYLOADS["autolink"]] = key == "a0"  # a field name that differs
             (d / "config.json").write_text(json.dumps(cfg))
             rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-            if key == "twin":                  # the check's first difference is this metric key
+            if key == "twin":  # the check's first difference is this metric key
                 rows[0]["loss/" + PAYLOADS["entity"] + PAYLOADS["heading"]] = 1.0
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             samples = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
@@ -137,16 +139,34 @@ def hostile(tmp_path_factory):
                 s.update(prompt=p, response=PAYLOADS["bidi"] + p, answer=PAYLOADS["backslash_pipe"], reward=p)
             (d / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
             runs.append({"name": name, "arm": arm, "pair": pair})
-    comparisons = [["cmp " + PAYLOADS["heading"] + PAYLOADS["emphasis"], ARMS["b"], ARMS["base"]],
-                   ["cmp2 " + PAYLOADS["autolink"], ARMS["a0"], ARMS["base"]]]
-    (root / "suite.json").write_text(json.dumps({
-        "preset": "unit", "runs": runs, "comparisons": comparisons,
-        "families": {comparisons[0][0]: "fam " + PAYLOADS["table"] + "`" + PAYLOADS["ansi"]},
-        "checks": [["check " + PAYLOADS["image"] + PAYLOADS["heading"], ARMS["twin"], ARMS["base"]]]}))
-    (root / "settings.json").write_text(json.dumps({
-        "caveats": list(PAYLOADS.values()), "machine": PAYLOADS["html"] + PAYLOADS["heading"],
-        "command": "prorl-bench suite " + PAYLOADS["ansi"] + PAYLOADS["fence"], "commit": PAYLOADS["fence"] + "x",
-        "score_evals": 2, "interleaved": True, PAYLOADS["html"]: PAYLOADS["table"]}))
+    comparisons = [
+        ["cmp " + PAYLOADS["heading"] + PAYLOADS["emphasis"], ARMS["b"], ARMS["base"]],
+        ["cmp2 " + PAYLOADS["autolink"], ARMS["a0"], ARMS["base"]],
+    ]
+    (root / "suite.json").write_text(
+        json.dumps(
+            {
+                "preset": "unit",
+                "runs": runs,
+                "comparisons": comparisons,
+                "families": {comparisons[0][0]: "fam " + PAYLOADS["table"] + "`" + PAYLOADS["ansi"]},
+                "checks": [["check " + PAYLOADS["image"] + PAYLOADS["heading"], ARMS["twin"], ARMS["base"]]],
+            }
+        )
+    )
+    (root / "settings.json").write_text(
+        json.dumps(
+            {
+                "caveats": list(PAYLOADS.values()),
+                "machine": PAYLOADS["html"] + PAYLOADS["heading"],
+                "command": "prorl-bench suite " + PAYLOADS["ansi"] + PAYLOADS["fence"],
+                "commit": PAYLOADS["fence"] + "x",
+                "score_evals": 2,
+                "interleaved": True,
+                PAYLOADS["html"]: PAYLOADS["table"],
+            }
+        )
+    )
     return root
 
 
@@ -155,6 +175,7 @@ def report(hostile):
     """(exit code, stderr, report.md text) of `prorl-bench report` on the hostile suite."""
     import contextlib
     import io
+
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = report_main([str(hostile)])
@@ -173,17 +194,17 @@ def _prose(line: str) -> str:
 
 def test_report_text_has_no_markup_from_the_directory(report):
     code, err, text = report
-    assert code == 1                                   # the twin check fails (a metric key differs)
-    assert "&lt;h1&gt;FAKE RESULT" in text             # shown, as text
+    assert code == 1  # the twin check fails (a metric key differs)
+    assert "&lt;h1&gt;FAKE RESULT" in text  # shown, as text
     prose = "\n".join(_prose(x) for x in text.splitlines())
-    assert prose.count("FAKE RESULT") >= 5 and not re.search(r"<[A-Za-z/!?]", prose)   # no HTML outside code
+    assert prose.count("FAKE RESULT") >= 5 and not re.search(r"<[A-Za-z/!?]", prose)  # no HTML outside code
     assert not _controls(text) and "\x1b" not in text and "\\x1b" in text
     headings = [x for x in text.splitlines() if x.startswith("#")]
     assert not any("Heading" in h or "FAKE" in h for h in headings)
     assert not any(x.lstrip().startswith(("```", "# Heading", "- item", "> quote")) for x in text.splitlines())
-    for line in prose.splitlines():                     # every `$` outside code is escaped: no math
+    for line in prose.splitlines():  # every `$` outside code is escaped: no math
         assert not re.search(r"(?<!\\)\$", line), line
-    assert len(re.findall(r"(?<!\\)\]\(", prose)) == 2     # links and images: the report's own two figures
+    assert len(re.findall(r"(?<!\\)\]\(", prose)) == 2  # links and images: the report's own two figures
 
 
 def test_report_tables_keep_their_columns(report):
@@ -207,7 +228,7 @@ def test_report_renders_no_foreign_element(report):
     assert [h for h in re.findall(r"<h1>(.*?)</h1>", html)] == ["Result report", "Appendix"]
     assert "evil" not in " ".join(re.findall(r'(?:href|src)="([^"]*)"', html))
     assert not re.search(r"<(?:b|table|script|pre)\b[^>]*>[^<]*(?:FAKE|Heading)", html)
-    for table in re.findall(r"<table>.*?</table>", html, re.S):   # rendered rows as wide as the header
+    for table in re.findall(r"<table>.*?</table>", html, re.S):  # rendered rows as wide as the header
         width = len(re.findall(r"<th[ >]", table))
         assert all(len(re.findall(r"<td[ >]", row)) == width for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:])
 
@@ -222,7 +243,7 @@ def test_plan_prints_names_as_data(hostile, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and not _controls(out) and "\\n# Heading" in out
     rows = [x for x in out.splitlines() if x.startswith("cmp")]
-    assert len(rows) == 6            # two comparisons x (score, s/step, s/token), each one line
+    assert len(rows) == 6  # two comparisons x (score, s/step, s/token), each one line
 
 
 def test_a_dropped_line_warning_names_the_directory_as_data(tmp_path):
@@ -239,13 +260,12 @@ def test_figure_labels_and_titles_are_plain_text(hostile):
     runs = load_runs(sorted(p for p in hostile.iterdir() if (p / "config.json").is_file()))
     for run in runs:
         run.arm = next(a for k, a in ARMS.items() if run.path.name.startswith(k))
-    figs = [summary_figure(runs, by_config=True), ref_cost_figure(runs, by_config=True),
-            diagnostics_figure(runs[-1])]
+    figs = [summary_figure(runs, by_config=True), ref_cost_figure(runs, by_config=True), diagnostics_figure(runs[-1])]
     texts = [t.get_text() for f in figs for t in f.findobj(Text) if t.get_text()]
     texts += [ln.get_label() for f in figs for ax in f.axes for ln in ax.get_lines()]
     assert any("frac" in t for t in texts) and any("x1b" in t for t in texts) and any("twin" in t for t in texts)
     for t in texts:
-        assert "\n" not in t or "capped" in t or t.startswith("Score")     # only the figures' own two-line titles
+        assert "\n" not in t or "capped" in t or t.startswith("Score")  # only the figures' own two-line titles
         assert not cbook.is_math_text(t) and not _controls(t), t
 
 
@@ -264,8 +284,9 @@ def test_plot_refuses_before_writing_any_figure(tmp_path, one_run, capsys, block
     out = tmp_path / "figs"
     out.mkdir()
     second = out / "ref_cost.png"
-    {"symlink": lambda: os.symlink(victim, second), "directory": second.mkdir,
-     "fifo": lambda: os.mkfifo(second)}[blocker]()
+    {"symlink": lambda: os.symlink(victim, second), "directory": second.mkdir, "fifo": lambda: os.mkfifo(second)}[
+        blocker
+    ]()
     with pytest.raises(SystemExit) as e:
         plot_main(["--runs", str(one_run), "--out", str(out / "fig.png")])
     err = capsys.readouterr().err
@@ -308,7 +329,7 @@ def test_report_refuses_a_linked_report_before_any_figure(tmp_path, one_run, cap
 
 
 def test_report_refuses_an_out_whose_numbers_file_is_its_summary(tmp_path, one_run, capsys):
-    out = tmp_path / "rep" / "summary.md"              # report.json beside it would be summary.json
+    out = tmp_path / "rep" / "summary.md"  # report.json beside it would be summary.json
     with pytest.raises(SystemExit) as e:
         report_main([str(one_run), "--out", str(out)])
     assert e.value.code == 2 and "also another file this command writes" in capsys.readouterr().err

@@ -44,8 +44,7 @@ def _metrics(rewards: Tensor, adv: Tensor) -> Metrics:
     }
 
 
-def grpo_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                    normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def grpo_advantages(rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
     """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath, sec. 4.1.2).
 
     A_ig = (r_ig - mean_g r) / (std_g r + eps) with the unbiased std, or r_ig - mean_g r when
@@ -58,8 +57,9 @@ BASELINES = ("mean", "none")
 NORMALIZERS = ("std", "none", "mean")
 
 
-def group_advantages(rewards: Tensor, *, baseline: str = "mean", normalizer: str = "std",
-                     eps: float = 1e-6) -> tuple[Tensor, Metrics]:
+def group_advantages(
+    rewards: Tensor, *, baseline: str = "mean", normalizer: str = "std", eps: float = 1e-6
+) -> tuple[Tensor, Metrics]:
     """Per-group baseline and normaliser: A_ig = (r_ig - b_g) / d_g, the group forms in one place.
 
     baseline   mean: b_g = mean_g r;   none: b_g = 0.
@@ -80,8 +80,7 @@ def group_advantages(rewards: Tensor, *, baseline: str = "mean", normalizer: str
     return adv, _metrics(r, adv)
 
 
-def maxrl_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                     normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def maxrl_advantages(rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
     """MaxRL advantage: (r - mean_g r) / (mean_g r + eps), the group mean as the normaliser.
 
     Source: Stanford CS336 (spring 2026), assignment 5, advantage_normalizer="mean". For 0/1
@@ -91,8 +90,7 @@ def maxrl_advantages(rewards: Tensor, *, eps: float = 1e-6,
     return group_advantages(rewards, baseline="mean", normalizer="mean", eps=eps)
 
 
-def rft_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                   normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def rft_advantages(rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
     """RFT: the raw rewards as advantages (no baseline, no normaliser): with 0/1 rewards, the
     policy gradient of the correct responses only (rejection-sampling fine-tuning; Stanford CS336
     spring 2026, assignment 5, baseline="none", advantage_normalizer="none"). `eps` and
@@ -100,8 +98,7 @@ def rft_advantages(rewards: Tensor, *, eps: float = 1e-6,
     return group_advantages(rewards, baseline="none", normalizer="none", eps=eps)
 
 
-def dr_grpo_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                       normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def dr_grpo_advantages(rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
     """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-like training"): r - mean_g r.
 
     Differs from GRPO by never dividing by the group std (which up-weights groups with low
@@ -112,8 +109,7 @@ def dr_grpo_advantages(rewards: Tensor, *, eps: float = 1e-6,
     return adv, _metrics(r, adv)
 
 
-def rloo_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                    normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def rloo_advantages(rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
     """RLOO advantage (Ahmadian et al. 2024; Kool et al. 2019): leave-one-out baseline.
 
     A_ig = r_ig - (sum_g r - r_ig) / (G - 1) = G/(G-1) * (r_ig - mean_g r), an unbiased
@@ -127,8 +123,9 @@ def rloo_advantages(rewards: Tensor, *, eps: float = 1e-6,
     return adv, _metrics(r, adv)
 
 
-def reinforce_pp_advantages(rewards: Tensor, *, eps: float = 1e-6,
-                            normalize_by_std: bool = True) -> tuple[Tensor, Metrics]:
+def reinforce_pp_advantages(
+    rewards: Tensor, *, eps: float = 1e-6, normalize_by_std: bool = True
+) -> tuple[Tensor, Metrics]:
     """REINFORCE++ advantage (Hu 2025): whitening over the whole batch, not per group.
 
     A = (r - mean_{B,G} r) / (std_{B,G} r + eps) (unbiased std) or r - mean_{B,G} r when
@@ -147,8 +144,9 @@ def reinforce_pp_advantages(rewards: Tensor, *, eps: float = 1e-6,
     return adv, metrics
 
 
-def token_advantages(name: str, rewards: Tensor, penalty: Tensor, mask: Tensor, *,
-                     eps: float = 1e-6) -> tuple[Tensor, Metrics]:
+def token_advantages(
+    name: str, rewards: Tensor, penalty: Tensor, mask: Tensor, *, eps: float = 1e-6
+) -> tuple[Tensor, Metrics]:
     """Per-token advantages `[N, T]` when the KL is in the reward in REINFORCE++'s token form.
 
     rewards[B, G] outcome rewards; penalty[N, T] = beta * sum_{s>=t} m KL_s (the KL part of token
@@ -163,19 +161,19 @@ def token_advantages(name: str, rewards: Tensor, penalty: Tensor, mask: Tensor, 
     With penalty = 0 the group estimators equal their sequence form; reinforce_pp then whitens
     over tokens (a sequence weighs by its length), not over sequences. Zero where mask == 0.
     """
-    r = rewards.float()                                                          # [B, G]
-    m = mask.to(torch.float32)                                                   # [N, T]
-    pen = torch.where(m != 0, penalty.float(), torch.zeros_like(m))              # [N, T]
+    r = rewards.float()  # [B, G]
+    m = mask.to(torch.float32)  # [N, T]
+    pen = torch.where(m != 0, penalty.float(), torch.zeros_like(m))  # [N, T]
     if name == "reinforce_pp":
-        ret = (r.reshape(-1, 1) - pen) * m                                       # [N, T] token returns
+        ret = (r.reshape(-1, 1) - pen) * m  # [N, T] token returns
         n = m.sum().clamp(min=2.0)
         mean = ret.sum() / n
         std = (((ret - mean) * m).pow(2).sum() / (n - 1)).sqrt()
-        adv = (ret - mean) / (std + eps) * m                                     # [N, T]
+        adv = (ret - mean) / (std + eps) * m  # [N, T]
     else:
-        seq, _ = ADVANTAGES[name](r)                                             # [B, G]
-        adv = (seq.reshape(-1, 1) - pen) * m                                     # [N, T]
-    sel = adv.reshape(-1)[m.reshape(-1) != 0]                                    # response tokens
+        seq, _ = ADVANTAGES[name](r)  # [B, G]
+        adv = (seq.reshape(-1, 1) - pen) * m  # [N, T]
+    sel = adv.reshape(-1)[m.reshape(-1) != 0]  # response tokens
     metrics = _metrics(r, sel if sel.numel() else adv.new_zeros(1))
     return adv, metrics
 

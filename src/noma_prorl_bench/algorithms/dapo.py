@@ -40,8 +40,7 @@ def dynamic_sampling_mask(rewards: Tensor, *, min_spread: float = 0.0) -> tuple[
     }
 
 
-def select_informative_groups(rewards: Tensor, n_needed: int, *,
-                              min_spread: float = 0.0) -> tuple[Tensor, Metrics]:
+def select_informative_groups(rewards: Tensor, n_needed: int, *, min_spread: float = 0.0) -> tuple[Tensor, Metrics]:
     """Indices (LongTensor[K], K <= n_needed, in order) of the first informative groups.
 
     The remaining informative groups beyond `n_needed` are discarded (DAPO trims the refilled
@@ -60,12 +59,10 @@ def overlong_filter_mask(mask: Tensor, truncated: Tensor) -> tuple[Tensor, Metri
     masking it removes that noise from the loss (the sample still counts in group statistics).
     """
     keep = (~truncated.bool()).to(mask.dtype).unsqueeze(-1)  # [N,1]
-    return mask * keep, {"dapo/frac_truncated": float(truncated.float().mean().item())
-                         if truncated.numel() else 0.0}
+    return mask * keep, {"dapo/frac_truncated": float(truncated.float().mean().item()) if truncated.numel() else 0.0}
 
 
-def soft_overlong_penalty(lengths: Tensor, max_len: int, cache_len: int,
-                          factor: float = 1.0) -> Tensor:
+def soft_overlong_penalty(lengths: Tensor, max_len: int, cache_len: int, factor: float = 1.0) -> Tensor:
     """DAPO soft overlong punishment R_length(|y|) per sequence (`lengths[N] -> [N]`, <= 0).
 
         0                                   if |y| <= max_len - cache_len
@@ -83,8 +80,9 @@ def soft_overlong_penalty(lengths: Tensor, max_len: int, cache_len: int,
     return factor * pen
 
 
-def overlong_reward_shaping(rewards: Tensor, lengths: Tensor, max_len: int, cache_len: int,
-                            factor: float = 1.0) -> tuple[Tensor, Metrics]:
+def overlong_reward_shaping(
+    rewards: Tensor, lengths: Tensor, max_len: int, cache_len: int, factor: float = 1.0
+) -> tuple[Tensor, Metrics]:
     """Add the soft overlong penalty to the task rewards: `rewards[N] + R_length(lengths[N])`."""
     pen = soft_overlong_penalty(lengths, max_len, cache_len, factor)
     return rewards.float() + pen, {
@@ -93,8 +91,7 @@ def overlong_reward_shaping(rewards: Tensor, lengths: Tensor, max_len: int, cach
     }
 
 
-def linear_length_penalty(rewards: Tensor, lengths: Tensor, coef: float,
-                          max_len: int) -> tuple[Tensor, Metrics]:
+def linear_length_penalty(rewards: Tensor, lengths: Tensor, coef: float, max_len: int) -> tuple[Tensor, Metrics]:
     """Optional length penalty `r - coef * |y| / max_len` (a plain linear cost on length).
 
     Not part of DAPO itself; a common baseline for length control (e.g. Kimi k1.5 uses a

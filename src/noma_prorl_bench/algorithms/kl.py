@@ -67,7 +67,7 @@ def k3_ratio(logp: Tensor, logp_anchor: Tensor, logp_old: Tensor, *, clamp: floa
     KL). At theta = theta_old rho = 1 and the value equals k3. TRL GRPOConfig
     use_bias_correction_kl (DeepSeek-V3.2), OpenRLHF and slime use this form.
     """
-    rho = torch.exp(logp - logp_old.detach())                                   # [N,T]
+    rho = torch.exp(logp - logp_old.detach())  # [N,T]
     return rho * kl_terms(logp, logp_anchor, clamp=clamp)["k3"]
 
 
@@ -79,12 +79,11 @@ def kl_return_to_go(kl_tok: Tensor, mask: Tensor) -> Tensor:
     KL is detached (a reward carries no gradient); masked positions, whatever they hold, add 0.
     """
     m = mask.to(kl_tok.dtype)
-    k = torch.where(m != 0, kl_tok.detach(), torch.zeros_like(kl_tok)) * m       # [N,T]
-    return k.flip(-1).cumsum(-1).flip(-1) * m                                   # [N,T]
+    k = torch.where(m != 0, kl_tok.detach(), torch.zeros_like(kl_tok)) * m  # [N,T]
+    return k.flip(-1).cumsum(-1).flip(-1) * m  # [N,T]
 
 
-def kl_reward_penalty(rewards: Tensor, kl_tok: Tensor, mask: Tensor,
-                      beta: float) -> tuple[Tensor, Metrics]:
+def kl_reward_penalty(rewards: Tensor, kl_tok: Tensor, mask: Tensor, beta: float) -> tuple[Tensor, Metrics]:
     """KL in the reward, sequence-sum form: `r_i - beta * sum_t m_it kl_it`, one number per sequence.
 
     rewards[N], kl_tok[N,T] (any estimator, detached here: a reward carries no gradient),
@@ -97,8 +96,10 @@ def kl_reward_penalty(rewards: Tensor, kl_tok: Tensor, mask: Tensor,
     m = mask.to(kl_tok.dtype)
     kl_seq = (torch.where(m != 0, kl_tok.detach(), torch.zeros_like(kl_tok)) * m).sum(-1)  # [N]
     shaped = rewards.to(kl_seq.dtype) - beta * kl_seq
-    return shaped, {"kl/seq_sum_mean": float(kl_seq.mean().item()),
-                    "kl/reward_penalty_mean": float((beta * kl_seq).mean().item())}
+    return shaped, {
+        "kl/seq_sum_mean": float(kl_seq.mean().item()),
+        "kl/reward_penalty_mean": float((beta * kl_seq).mean().item()),
+    }
 
 
 class AdaptiveKLController:

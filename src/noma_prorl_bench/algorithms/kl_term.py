@@ -16,6 +16,7 @@ tokens, V vocabulary.
   advantages(...)       rewards[N] -> advantages [N] (KL in the loss, or the sequence form) or
                         [N, T] (the REINFORCE++ token form), plus metrics
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,8 +46,13 @@ class KLTerm:
     @classmethod
     def from_spec(cls, spec: KLSpec) -> KLTerm:
         """The KL term of a run's `KLSpec` (config/specs.py; `simple` is already spelled k1 there)."""
-        return cls(estimator=spec.estimator, k2_mode=spec.k2_mode, placement=spec.placement,
-                   reward_form=spec.reward_form, anchor=spec.anchor)
+        return cls(
+            estimator=spec.estimator,
+            k2_mode=spec.k2_mode,
+            placement=spec.placement,
+            reward_form=spec.reward_form,
+            anchor=spec.anchor,
+        )
 
     # ---------------------------------------------------------------- what it needs
     @property
@@ -56,7 +62,7 @@ class KLTerm:
     @property
     def key(self) -> str:
         """metric_key without the `kl/` prefix (the name in the `estimates` dict)."""
-        return self.metric_key[len("kl/"):]
+        return self.metric_key[len("kl/") :]
 
     @property
     def in_reward(self) -> bool:
@@ -76,8 +82,16 @@ class KLTerm:
         return self.estimator == "k2" and self.k2_mode == "ref_over_old"
 
     # ---------------------------------------------------------------- per-token values
-    def estimates(self, logp: Tensor, anchor: Tensor, logp_old: Tensor, *, logits: Tensor | None = None,
-                  logits_anchor: Tensor | None = None, temperature: float = 1.0) -> dict[str, Tensor]:
+    def estimates(
+        self,
+        logp: Tensor,
+        anchor: Tensor,
+        logp_old: Tensor,
+        *,
+        logits: Tensor | None = None,
+        logits_anchor: Tensor | None = None,
+        temperature: float = 1.0,
+    ) -> dict[str, Tensor]:
         """Per-token KL(pi_theta || anchor) estimates [n, T] to log: k1, k2, k3 always; k3_ratio
         (rho = pi_theta / sg(pi_old), logp_old[n, T] the PG ratio's denominator) when chosen; `full`
         from logits [n, T, V] (divided by the temperature, as every logprob is) when both are given."""
@@ -85,7 +99,7 @@ class KLTerm:
         if self.estimator == "k3_ratio":
             kl["k3_ratio"] = kl_lib.k3_ratio(logp, anchor, logp_old)
         if logits is not None and logits_anchor is not None:
-            kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature)   # [n, T]
+            kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature)  # [n, T]
         return kl
 
     def chosen(self, kl: dict[str, Tensor], logp_sampler: Tensor, anchor: Tensor) -> Tensor:
@@ -103,8 +117,18 @@ class KLTerm:
         return self.chosen(kl, logp_sampler, anchor)
 
     # ---------------------------------------------------------------- advantages
-    def advantages(self, rewards: Tensor, mask: Tensor, adv: str, B: int, G: int, *, beta: float,
-                   logp_old: Tensor | None = None, logp_ref: Tensor | None = None) -> tuple[Tensor, Metrics]:
+    def advantages(
+        self,
+        rewards: Tensor,
+        mask: Tensor,
+        adv: str,
+        B: int,
+        G: int,
+        *,
+        beta: float,
+        logp_old: Tensor | None = None,
+        logp_ref: Tensor | None = None,
+    ) -> tuple[Tensor, Metrics]:
         """rewards[N] -> (advantages, metrics) with the KL placed as configured.
 
         loss:            the --adv estimator on rewards[B, G] -> adv [N].
@@ -116,16 +140,19 @@ class KLTerm:
         """
         if not self.in_reward:
             a, m = adv_lib.ADVANTAGES[adv](rewards.view(B, G))
-            return a.reshape(-1), m                                                # [B, G] -> [N]
+            return a.reshape(-1), m  # [B, G] -> [N]
         if logp_old is None or logp_ref is None:
             raise ValueError("a KL in the reward needs logp_old and logp_ref")
-        kl_tok = self.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()   # [N, T]
-        shaped, km = kl_lib.kl_reward_penalty(rewards, kl_tok, mask, beta)         # [N]
-        metrics = {"reward/kl_penalty_mean": km["kl/reward_penalty_mean"], "kl/seq_sum_mean": km["kl/seq_sum_mean"],
-                   "reward/shaped_mean": float(shaped.mean())}
+        kl_tok = self.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()  # [N, T]
+        shaped, km = kl_lib.kl_reward_penalty(rewards, kl_tok, mask, beta)  # [N]
+        metrics = {
+            "reward/kl_penalty_mean": km["kl/reward_penalty_mean"],
+            "kl/seq_sum_mean": km["kl/seq_sum_mean"],
+            "reward/shaped_mean": float(shaped.mean()),
+        }
         if self.reward_form == "sequence":
             a, m = adv_lib.ADVANTAGES[adv](shaped.view(B, G))
-            return a.reshape(-1), {**m, **metrics}                                 # [N]
-        penalty = beta * kl_lib.kl_return_to_go(kl_tok, mask)                      # [N, T]
+            return a.reshape(-1), {**m, **metrics}  # [N]
+        penalty = beta * kl_lib.kl_return_to_go(kl_tok, mask)  # [N, T]
         a, m = adv_lib.token_advantages(adv, rewards.float().view(B, G), penalty, mask)
-        return a, {**m, **metrics}                                                 # [N, T]
+        return a, {**m, **metrics}  # [N, T]

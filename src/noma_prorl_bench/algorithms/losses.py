@@ -58,9 +58,7 @@ def masked_mean_or_zero(tensor: Tensor, mask: Tensor, dim: int | None = None) ->
     return t.sum(dim) / m.sum(dim).clamp(min=1.0)
 
 
-def masked_normalize(
-    tensor: Tensor, mask: Tensor, normalize_constant: float = 1.0, dim: int | None = None
-) -> Tensor:
+def masked_normalize(tensor: Tensor, mask: Tensor, normalize_constant: float = 1.0, dim: int | None = None) -> Tensor:
     """Sum of `tensor` over masked positions (over `dim`, or all if None) / `normalize_constant`."""
     t, _ = _sanitize(tensor, mask)
     total = t.sum() if dim is None else t.sum(dim)
@@ -147,8 +145,9 @@ def _apply_tis(loss: Tensor, tis_weight: Tensor | None, mask: Tensor, metrics: M
 # ---------------------------------------------------------------- losses
 
 
-def _clipped_surrogate(ratio: Tensor, a: Tensor, mask: Tensor, eps_low: float, eps_high: float,
-                       dual_clip_c: float | None) -> tuple[Tensor, Metrics]:
+def _clipped_surrogate(
+    ratio: Tensor, a: Tensor, mask: Tensor, eps_low: float, eps_high: float, dual_clip_c: float | None
+) -> tuple[Tensor, Metrics]:
     """PPO clipped surrogate loss `[N,T]` for a given ratio `[N,T]` and advantages `a[N,1]`.
 
     loss = max(-r A, -clip(r, 1-eps_low, 1+eps_high) A); with dual clip (c > 1, Ye et al. 2020)
@@ -181,14 +180,23 @@ def _ratio_metrics(log_ratio: Tensor, mask: Tensor) -> Metrics:
         return {
             "policy/ratio_mean": float(masked_mean_or_zero(ratio, mask).item()),
             "policy/ratio_max": float(torch.where(mask != 0, ratio, torch.zeros_like(ratio)).max().item())
-            if ratio.numel() else 0.0,
+            if ratio.numel()
+            else 0.0,
             "policy/approx_kl_old": float(masked_mean_or_zero(0.5 * log_ratio.pow(2), mask).item()),
         }
 
 
-def reinforce_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
-                   eps_high: float = 0.2, dual_clip_c: float | None = None,
-                   tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+def reinforce_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
     """Naive policy gradient `-A * logp` per token (no ratio, no clip; Williams 1992).
 
     `logp_old`, `eps_*` and `dual_clip_c` do not enter the loss; `logp_old` is used only for the
@@ -202,9 +210,17 @@ def reinforce_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
-def noclip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
-                eps_high: float = 0.2, dual_clip_c: float | None = None,
-                tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+def noclip_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
     """Importance-weighted policy gradient without a clip: `-r A` per token, r = pi_theta / pi_old.
 
     The ratio's gradient flows (d/dlogp = -r A). `eps_*` and `dual_clip_c` are not used; clip/frac
@@ -218,9 +234,17 @@ def noclip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ep
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
-def grpo_clip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
-                   eps_high: float, dual_clip_c: float | None = None,
-                   tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+def grpo_clip_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
     """PPO/GRPO clipped surrogate per token: `-min(r A, clip(r, 1-eps_low, 1+eps_high) A)`.
 
     Symmetric PPO when eps_low == eps_high (Schulman et al. 2017; GRPO, Shao et al. 2024).
@@ -236,22 +260,39 @@ def grpo_clip_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
-def dapo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
-              eps_high: float, dual_clip_c: float | None = None,
-              tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+def dapo_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
     """DAPO's clip-higher surrogate (Yu et al. 2025): the PPO clip with decoupled bounds.
 
     Identical arithmetic to `grpo_clip_loss`; DAPO uses eps_low=0.2, eps_high=0.28 so that
     low-probability tokens with A > 0 can grow further. DAPO's token-level loss is the
     reduction `aggregate(..., "token-mean")`, chosen by the trainer, not here.
     """
-    return grpo_clip_loss(logp, logp_old, adv, mask, eps_low=eps_low, eps_high=eps_high,
-                          dual_clip_c=dual_clip_c, tis_weight=tis_weight)
+    return grpo_clip_loss(
+        logp, logp_old, adv, mask, eps_low=eps_low, eps_high=eps_high, dual_clip_c=dual_clip_c, tis_weight=tis_weight
+    )
 
 
-def cispo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
-               eps_high: float, dual_clip_c: float | None = None,
-               tis_weight: Tensor | None = None) -> tuple[Tensor, Metrics]:
+def cispo_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
     """CISPO (MiniMax-M1, 2025): `-sg(min(r, 1 + eps_high)) * A * logp` per token.
 
     The importance weight is truncated from above only and detached, so every token keeps a
@@ -266,15 +307,30 @@ def cispo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps
     w = ratio.clamp(max=1.0 + eps_high)
     high = ratio > 1.0 + eps_high
     metrics = _ratio_metrics(log_ratio, mask)
-    metrics.update({"clip/frac": _frac(high, mask), "clip/frac_high": _frac(high, mask),
-                    "clip/frac_low": 0.0, "clip/frac_dual": 0.0})
+    metrics.update(
+        {
+            "clip/frac": _frac(high, mask),
+            "clip/frac_high": _frac(high, mask),
+            "clip/frac_low": 0.0,
+            "clip/frac_dual": 0.0,
+        }
+    )
     loss = torch.where(mask != 0, -w * a * logp, torch.zeros_like(logp))
     return _apply_tis(loss, tis_weight, mask, metrics), metrics
 
 
-def gspo_loss(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float,
-              eps_high: float, dual_clip_c: float | None = None, tis_weight: Tensor | None = None,
-              repeat_masked: bool = False) -> tuple[Tensor, Metrics]:
+def gspo_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None = None,
+    tis_weight: Tensor | None = None,
+    repeat_masked: bool = False,
+) -> tuple[Tensor, Metrics]:
     """GSPO (Zheng et al. 2025): clip a *sequence-level* ratio and broadcast it to the tokens.
 
     s_i = exp( sum_t m log r / sum_t m )  (geometric mean of token ratios, length-normalised),

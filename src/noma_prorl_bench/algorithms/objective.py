@@ -23,6 +23,7 @@ The functions it uses, each of tensors and flags:
 The per-token KL estimates and the KL term of the loss come from kl_term.KLTerm; DAPO group
 assembly (--dynamic_sampling) is a rollout stage: rollout/collector.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,9 @@ def overlong_cache_len(T: int) -> int:
 # ---------------------------------------------------------------- rewards and masks
 
 
-def shape_rewards(rewards: Tensor, mask: Tensor, *, overlong: str, T_max: int,
-                  kl_tok: Optional[Tensor] = None, beta: float = 0.0) -> tuple[Tensor, Metrics]:
+def shape_rewards(
+    rewards: Tensor, mask: Tensor, *, overlong: str, T_max: int, kl_tok: Optional[Tensor] = None, beta: float = 0.0
+) -> tuple[Tensor, Metrics]:
     """rewards[N] -> (the rewards the advantages see [N], metrics).
 
     overlong == "shape": + DAPO's soft overlong penalty R_length(|y|), |y| = generated tokens
@@ -58,7 +60,7 @@ def shape_rewards(rewards: Tensor, mask: Tensor, *, overlong: str, T_max: int,
     """
     shaped, m = rewards.float(), {}
     if overlong == "shape":
-        lengths = mask.sum(-1)                                                   # [N]
+        lengths = mask.sum(-1)  # [N]
         shaped, om = dapo.overlong_reward_shaping(shaped, lengths, T_max, overlong_cache_len(T_max))
         m.update(om)
     if kl_tok is not None:
@@ -83,8 +85,8 @@ def loss_mask(mask: Tensor, truncated: Tensor, overlong: str) -> tuple[Tensor, M
 class UpdateInputs:
     """Per-step tensors the minibatch loss reads; the trainer slices rows per minibatch."""
 
-    mask: Tensor                         # [N, T] loss mask (after --overlong filter)
-    logp_old: Tensor                     # [N, T] ratio denominator: sampler's, or learner's (--tis_cap)
+    mask: Tensor  # [N, T] loss mask (after --overlong filter)
+    logp_old: Tensor  # [N, T] ratio denominator: sampler's, or learner's (--tis_cap)
     tis_weight: Optional[Tensor] = None  # [N, T] min(pi_learner_old / pi_sampler, C), --tis_cap
     old_logits: Optional[Tensor] = None  # [N, T, V] pre-update logits (Variant B, --kl_estimator full)
 
@@ -99,30 +101,57 @@ class Objective:
     kl: KLTerm
     T_max: int
 
-    def advantages(self, rewards: Tensor, mask: Tensor, *, beta: float, logp_old: Optional[Tensor] = None,
-                   logp_ref: Optional[Tensor] = None) -> tuple[Tensor, Metrics, Metrics]:
+    def advantages(
+        self,
+        rewards: Tensor,
+        mask: Tensor,
+        *,
+        beta: float,
+        logp_old: Optional[Tensor] = None,
+        logp_ref: Optional[Tensor] = None,
+    ) -> tuple[Tensor, Metrics, Metrics]:
         """rewards[N] (task rewards) -> (advantages [N], or [N, T] with the KL in the reward in token
         form; advantage metrics; reward-shaping metrics). `logp_ref` [N, T]: only with the KL in the reward."""
         spec = self.spec
-        shaped, shape_metrics = shape_rewards(rewards, mask, overlong=spec.overlong, T_max=self.T_max)   # [N]
-        adv, adv_metrics = self.kl.advantages(shaped, mask, spec.adv, spec.batch_size, spec.group_size, beta=beta,
-                                              logp_old=logp_old, logp_ref=logp_ref)
+        shaped, shape_metrics = shape_rewards(rewards, mask, overlong=spec.overlong, T_max=self.T_max)  # [N]
+        adv, adv_metrics = self.kl.advantages(
+            shaped, mask, spec.adv, spec.batch_size, spec.group_size, beta=beta, logp_old=logp_old, logp_ref=logp_ref
+        )
         return adv, adv_metrics, shape_metrics
 
-    def token_loss(self, logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, anchor: Tensor,
-                   logp_sampler: Tensor, beta: float, tis_weight: Optional[Tensor] = None,
-                   logits: Optional[Tensor] = None,
-                   logits_anchor: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor], Metrics]:
+    def token_loss(
+        self,
+        logp: Tensor,
+        logp_old: Tensor,
+        adv: Tensor,
+        mask: Tensor,
+        *,
+        anchor: Tensor,
+        logp_sampler: Tensor,
+        beta: float,
+        tis_weight: Optional[Tensor] = None,
+        logits: Optional[Tensor] = None,
+        logits_anchor: Optional[Tensor] = None,
+    ) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor], Metrics]:
         """The per-token loss of rows [n, T] -> (policy loss + beta * KL term, policy loss, KL term, every
         KL estimate {name: [n, T]} (logged), metrics). `logp_old`: the ratio's denominator (and the
         estimates' pi_old); `anchor`: logp of the KL's anchor; `logp_sampler`: the sampler's logp (the
         ref_over_old k2 reads it); `logits`, `logits_anchor`: [n, T, V] for --kl_estimator full."""
         spec = self.spec
-        pg, metrics = loss_lib.LOSSES[spec.loss](logp, logp_old, adv, mask, eps_low=spec.eps_lo, eps_high=spec.eps_hi,
-                                                 dual_clip_c=spec.dual_clip_c or None, tis_weight=tis_weight)
-        kl = self.kl.estimates(logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor,
-                               temperature=spec.temperature)
-        kl_tok = self.kl.loss_term(kl, logp_sampler, anchor)                      # zeros when the KL is in the reward
+        pg, metrics = loss_lib.LOSSES[spec.loss](
+            logp,
+            logp_old,
+            adv,
+            mask,
+            eps_low=spec.eps_lo,
+            eps_high=spec.eps_hi,
+            dual_clip_c=spec.dual_clip_c or None,
+            tis_weight=tis_weight,
+        )
+        kl = self.kl.estimates(
+            logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor, temperature=spec.temperature
+        )
+        kl_tok = self.kl.loss_term(kl, logp_sampler, anchor)  # zeros when the KL is in the reward
         return pg + beta * kl_tok, pg, kl_tok, kl, metrics
 
     @property

@@ -65,8 +65,7 @@ def treatments(grid: dict[str, dict[str, str]]) -> list[str]:
 
 
 def _tested_row(rows: list[dict], arm: str, base: str) -> dict | None:
-    return next((r for r in rows if r["metric"] == "score" and r["arm"] == arm
-                 and r["baseline"] == base), None)
+    return next((r for r in rows if r["metric"] == "score" and r["arm"] == arm and r["baseline"] == base), None)
 
 
 def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> dict:
@@ -88,11 +87,14 @@ def effect_cells(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> d
             row = _tested_row(rows, arm, tested_base)
             cells[(beta, t)] = dict(
                 diff=float(np.mean(x[ok] - y[ok])) if ok.any() else np.nan,
-                ci95=list(stats.paired_interval(x[ok] - y[ok], resolution=resolution("score"))), n=int(ok.sum()),
+                ci95=list(stats.paired_interval(x[ok] - y[ok], resolution=resolution("score"))),
+                n=int(ok.sum()),
                 tested=f"{t} vs {'none' if tested_base == base else 'keep'}",
-                verdict=row["verdict"] if row else None, p_holm=row["p_holm"] if row else np.nan,
+                verdict=row["verdict"] if row else None,
+                p_holm=row["p_holm"] if row else np.nan,
                 mde80=row["mde80"] if row else np.nan,
-                tested_diff=row["diff"] if row else np.nan)
+                tested_diff=row["diff"] if row else np.nan,
+            )
     return cells
 
 
@@ -102,12 +104,16 @@ def _fmt(v: float, sign: bool = True) -> str:
 
 def figure_paths(grid: dict[str, dict[str, str]], figures_dir: Path) -> list[Path]:
     """The map's figures: the heatmap, the clamp figure, then one training summary per beta."""
-    return [figures_dir / "atlas_heatmap.png", figures_dir / "atlas_clamp.png",
-            *(figures_dir / f"summary_beta{beta}.png" for beta in grid)]
+    return [
+        figures_dir / "atlas_heatmap.png",
+        figures_dir / "atlas_clamp.png",
+        *(figures_dir / f"summary_beta{beta}.png" for beta in grid),
+    ]
 
 
-def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
-                  figures_dir: Path, rel: Callable[[Path], str]) -> list[str]:
+def atlas_section(
+    arms: dict[str, dict[Any, Run]], rows: list[dict], k: int, figures_dir: Path, rel: Callable[[Path], str]
+) -> list[str]:
     """The map's markdown (a beta x treatment table) and its two figures; [] for other suites."""
     grid = parse_arms(arms)
     if grid is None:
@@ -124,35 +130,56 @@ def atlas_section(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int,
                 continue
             lo, hi = c["ci95"]
             mark = MARKS.get(c["verdict"], "not tested")
-            mde = ("" if c["verdict"] != "no detectable difference" else ", mde80 ∞"
-                   if c["mde80"] == np.inf else f", mde80 {_fmt(c['mde80'], sign=False)}")
+            mde = (
+                ""
+                if c["verdict"] != "no detectable difference"
+                else ", mde80 ∞"
+                if c["mde80"] == np.inf
+                else f", mde80 {_fmt(c['mde80'], sign=False)}"
+            )
             line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})")
         body.append(line)
     heat, clamp, *per_png = figure_paths(grid, figures_dir)
     pngs = dict(zip(grid, per_png))
-    check_outputs([heat, clamp, *per_png], "--figures")   # every path before any figure is written
+    check_outputs([heat, clamp, *per_png], "--figures")  # every path before any figure is written
     makedirs(str(figures_dir))
-    save_figure(heatmap_figure(grid, cells), str(heat), dpi=110, bbox_inches="tight")   # never via a link
+    save_figure(heatmap_figure(grid, cells), str(heat), dpi=110, bbox_inches="tight")  # never via a link
     save_figure(clamp_figure(arms, grid), str(clamp), dpi=110, bbox_inches="tight")
     per_beta = []
-    for beta, ts in grid.items():                  # one readable training summary per beta
+    for beta, ts in grid.items():  # one readable training summary per beta
         runs = [r for arm in ts.values() for r in arms[arm].values()]
-        save_figure(summary_figure(runs, by_config=True, throughput=False), str(pngs[beta]), dpi=100,
-                    bbox_inches="tight")
+        save_figure(
+            summary_figure(runs, by_config=True, throughput=False), str(pngs[beta]), dpi=100, bbox_inches="tight"
+        )
         per_beta.append(f"[beta {beta}]({rel(pngs[beta])})")
     header = ["beta"] + [f"{t}" for t in cols]
-    return ["## The map: reference treatment x beta", "",
+    return (
+        [
+            "## The map: reference treatment x beta",
+            "",
             f"Each cell is one comparison, the question the suite tests for it: `keep` against "
             "that beta's `none` arm (no reference reset), every other treatment against `keep`. "
             f"It shows that comparison's mean paired effect on the score (last {k} evaluations) "
             "with its 95% interval and its verdict (Holm within the beta's family; `n.d.` = no "
-            "detectable difference, with its mde80).", ""] + _table(header, body) + [
-        "", f"![Atlas heatmap]({rel(heat)})", "",
-        "Clamp evidence per beta: the weighted KL term (beta × `loss/kl`, solid) against "
-        "|`loss/pg`| (dashed), and the policy's KL to its warm start (`kl/to_init`) over steps, "
-        "means over seeds; resets dotted.", "", f"![Clamp evidence]({rel(clamp)})", "",
-        "Training curves per beta (one line per treatment, mean over seeds with a min–max "
-        "band): " + ", ".join(per_beta) + ".", ""]
+            "detectable difference, with its mde80).",
+            "",
+        ]
+        + _table(header, body)
+        + [
+            "",
+            f"![Atlas heatmap]({rel(heat)})",
+            "",
+            "Clamp evidence per beta: the weighted KL term (beta × `loss/kl`, solid) against "
+            "|`loss/pg`| (dashed), and the policy's KL to its warm start (`kl/to_init`) over steps, "
+            "means over seeds; resets dotted.",
+            "",
+            f"![Clamp evidence]({rel(clamp)})",
+            "",
+            "Training curves per beta (one line per treatment, mean over seeds with a min–max "
+            "band): " + ", ".join(per_beta) + ".",
+            "",
+        ]
+    )
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -192,22 +219,41 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
             mark = "not tested"
         mde = ""
         if mark == "n.d.":
-            mde = ("\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}"
-                   if np.isfinite(c["mde80"]) else "")
+            mde = (
+                "\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}" if np.isfinite(c["mde80"]) else ""
+            )
         dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
         ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
-        ax.text(j, i, f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
-                ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        ax.text(
+            j,
+            i,
+            f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if dark else "black",
+        )
         if c["verdict"] in ("better", "worse"):
-            ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False, linewidth=2.2,
-                                   edgecolor="black",
-                                   linestyle="-" if c["verdict"] == "better" else "--"))
+            ax.add_patch(
+                Rectangle(
+                    (j - 0.46, i - 0.44),
+                    0.92,
+                    0.88,
+                    fill=False,
+                    linewidth=2.2,
+                    edgecolor="black",
+                    linestyle="-" if c["verdict"] == "better" else "--",
+                )
+            )
     for i, j in zip(*np.nonzero(~np.isfinite(data))):
         ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
     fig.colorbar(im, ax=ax, label="score effect of the cell's comparison")
-    ax.set_title("Score effect per beta: reset + keep vs no reset; each other treatment vs reset + keep\n"
-                 "mean paired difference [95% CI] and its verdict (Holm per beta); "
-                 "frame: solid = better, dashed = worse", fontsize=10)
+    ax.set_title(
+        "Score effect per beta: reset + keep vs no reset; each other treatment vs reset + keep\n"
+        "mean paired difference [95% CI] and its verdict (Holm per beta); "
+        "frame: solid = better, dashed = worse",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -240,16 +286,17 @@ def clamp_figure(arms: dict, grid: dict[str, dict[str, str]]) -> Figure:
         colors = _colors(len(ts))
         for i, (t, arm) in enumerate(ts.items()):
             runs = list(arms[arm].values())
-            _draw(bottom, t, runs, "kl/to_init", colors[i], linestyle=_style(i), marker=".",
-                  markersize=3)
-        resets = sorted({s for arm in ts.values() for r in arms[arm].values()
-                         for s in r.event_steps(*RESET_EVENTS)})
+            _draw(bottom, t, runs, "kl/to_init", colors[i], linestyle=_style(i), marker=".", markersize=3)
+        resets = sorted({s for arm in ts.values() for r in arms[arm].values() for s in r.event_steps(*RESET_EVENTS)})
         for ax in (top, bottom):
             for step in resets:
                 ax.axvline(step, color="gray", linestyle=":", linewidth=0.9, label="_reset")
         bottom.legend(fontsize=7, title="treatment (resets dotted)", title_fontsize=7)
-    fig.suptitle("Clamp evidence: does the KL term dominate the loss, and does the policy stop "
-                 "moving from its warm start? (means over seeds)", fontsize=11)
+    fig.suptitle(
+        "Clamp evidence: does the KL term dominate the loss, and does the policy stop "
+        "moving from its warm start? (means over seeds)",
+        fontsize=11,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 

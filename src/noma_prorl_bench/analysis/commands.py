@@ -3,6 +3,7 @@ parsers live here, and numpy, scipy and matplotlib (analysis/plots.py, analysis/
 imported only after the command line has parsed, so `--help` and argument errors answer at once
 (tests/smoke/test_cli_speed.py asserts that none of them is imported).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,18 @@ from noma_prorl_bench.analysis.untrusted import term_text
 
 
 def plot_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Plot saved runs: writes OUT (summary: reward, validation reward, KL, throughput) "
-        "and ref_cost.png in the same folder (reference forwards/time, stage times)."))
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Plot saved runs: writes OUT (summary: reward, validation reward, KL, throughput) "
+            "and ref_cost.png in the same folder (reference forwards/time, stage times)."
+        ),
+    )
     parser.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories")
     parser.add_argument("--out", required=True, metavar="PATH.png", help="summary figure path")
-    parser.add_argument("--by-config", action="store_true",
-                        help="one line per configuration (mean over seeds, min-max band)")
+    parser.add_argument(
+        "--by-config", action="store_true", help="one line per configuration (mean over seeds, min-max band)"
+    )
     parser.add_argument("--dpi", type=int, default=110, help=f"figure resolution ({DPI_RANGE[0]}..{DPI_RANGE[1]})")
     return parser
 
@@ -41,6 +47,7 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
     from noma_prorl_bench.analysis.plots import save_summary  # noqa: PLC0415 (after parsing)
     from noma_prorl_bench.analysis.runlog import load_runs  # noqa: PLC0415
     from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
+
     try:
         runs = load_runs(args.runs)
     except INPUT_ERRORS as err:
@@ -55,18 +62,22 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
 
 
 def report_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prorl-bench report", description=(
-        "Write report.md (and report.json, figures/) from saved run directories."))
-    parser.add_argument("dirs", nargs="+", metavar="DIR",
-                        help="a suite folder (searched for run directories) or run directories")
-    parser.add_argument("--out", help="report path (default: DIR/report.md for a single suite DIR, "
-                                      "DIR/report/report.md for a single run directory, whose own files "
-                                      "such as summary.json are never overwritten)")
+    parser = argparse.ArgumentParser(
+        prog="prorl-bench report",
+        description=("Write report.md (and report.json, figures/) from saved run directories."),
+    )
+    parser.add_argument(
+        "dirs", nargs="+", metavar="DIR", help="a suite folder (searched for run directories) or run directories"
+    )
+    parser.add_argument(
+        "--out",
+        help="report path (default: DIR/report.md for a single suite DIR, "
+        "DIR/report/report.md for a single run directory, whose own files "
+        "such as summary.json are never overwritten)",
+    )
     parser.add_argument("--figures", help="figure folder (default: figures/ beside the report)")
-    parser.add_argument("--settings", help="JSON settings to print (default: DIR/settings.json "
-                                           "when it exists)")
-    parser.add_argument("--threshold", type=float, help="reward threshold (default: 0.8 x best "
-                                                        "mean final val reward)")
+    parser.add_argument("--settings", help="JSON settings to print (default: DIR/settings.json when it exists)")
+    parser.add_argument("--threshold", type=float, help="reward threshold (default: 0.8 x best mean final val reward)")
     return parser
 
 
@@ -89,6 +100,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     parser = report_parser()
     args = parser.parse_args(argv)
     from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
+
     run_dirs = []
     for d in map(Path, args.dirs):
         found = [d] if (d / "config.json").is_file() else find_run_dirs(d) if d.is_dir() else []
@@ -111,6 +123,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"DIR: {Path(args.dirs[0]) / 'suite.json'}: must hold a JSON object")
     from noma_prorl_bench.analysis.report import write_report  # noqa: PLC0415 (after parsing)
     from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
+
     try:
         path = write_report(run_dirs, out, args.figures or out.parent / "figures", settings, suite)
     except RunDirRefused as err:
@@ -119,22 +132,34 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"DIR: cannot make a report from {', '.join(args.dirs)}: {_short(err)}")
     print(f"wrote {path}")
     from noma_prorl_bench.analysis.report import failed_checks  # noqa: PLC0415
+
     bad = failed_checks(path)
     if bad:
-        print(f"prorl-bench report: ERROR: identical-by-construction check(s) failed: "
-              f"{', '.join(term_text(b, 80) for b in bad)} (see the report's Checks section)", file=sys.stderr)
+        print(
+            f"prorl-bench report: ERROR: identical-by-construction check(s) failed: "
+            f"{', '.join(term_text(b, 80) for b in bad)} (see the report's Checks section)",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 
 def plan_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prorl-bench plan", description=(
-        "Read a pilot suite directory and print, per comparison, the paired seeds needed to "
-        "detect an effect with the given power after its Holm family's correction (from the "
-        "pilot's SD of the paired differences)."))
+    parser = argparse.ArgumentParser(
+        prog="prorl-bench plan",
+        description=(
+            "Read a pilot suite directory and print, per comparison, the paired seeds needed to "
+            "detect an effect with the given power after its Holm family's correction (from the "
+            "pilot's SD of the paired differences)."
+        ),
+    )
     parser.add_argument("dir", metavar="DIR", help="a finished suite folder (suite.json, runs)")
-    parser.add_argument("--effect", type=float, help="effect to detect on the score, in reward "
-                        "units (default: each comparison's observed |mean difference|; timing "
-                        "rows always use theirs)")
+    parser.add_argument(
+        "--effect",
+        type=float,
+        help="effect to detect on the score, in reward "
+        "units (default: each comparison's observed |mean difference|; timing "
+        "rows always use theirs)",
+    )
     parser.add_argument("--power", type=float, default=0.8, help="power (default: 0.8)")
     return parser
 
@@ -149,6 +174,7 @@ def plan_main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.power < 1:
         parser.error(f"--power: must be in (0, 1), got {args.power}")
     from noma_prorl_bench.analysis.runlog import find_run_dirs  # noqa: PLC0415 (after parsing)
+
     root = Path(args.dir)
     dirs = find_run_dirs(root) if root.is_dir() else []
     if not dirs:
@@ -156,6 +182,7 @@ def plan_main(argv: Sequence[str] | None = None) -> int:
     suite = _read_json(parser, root / "suite.json", "DIR")
     settings = _read_json(parser, root / "settings.json", "DIR") or {}
     from noma_prorl_bench.analysis.plan import plan_lines, plan_rows  # noqa: PLC0415
+
     try:
         rows = plan_rows(dirs, suite, settings, args.effect, args.power)
     except (OSError, ValueError) as err:

@@ -57,7 +57,7 @@ def resolution(metric: str) -> float:
     """The precision a report prints `metric` at (one unit of its last printed decimal, in the
     metric's own units): the spread `stats.paired_interval` assumes when every difference is equal."""
     _, _, _, scale, dec = METRICS[metric]
-    return 10.0 ** -dec / scale
+    return 10.0**-dec / scale
 
 
 def run_score(run: Run, k: int) -> float:
@@ -83,11 +83,14 @@ def run_numbers(run: Run, k: int) -> dict[str, float]:
     """score, warm, s_step, s_token and final_val of one run."""
     _, step_t = run.series("time/step")
     _, val = run.series("reward/val")
-    warm = run.initial.get("reward/val", (run.summary or {}).get("warmstart_val_reward"))   # before RL
-    return {"score": run_score(run, k), "final_val": float(val[-1]) if val.size else math.nan,
-            "warm": float(warm) if isinstance(warm, (int, float)) else math.nan,
-            "s_step": float(np.median(step_t)) if step_t.size else math.nan,
-            "s_token": seconds_per_token(run)}
+    warm = run.initial.get("reward/val", (run.summary or {}).get("warmstart_val_reward"))  # before RL
+    return {
+        "score": run_score(run, k),
+        "final_val": float(val[-1]) if val.size else math.nan,
+        "warm": float(warm) if isinstance(warm, (int, float)) else math.nan,
+        "s_step": float(np.median(step_t)) if step_t.size else math.nan,
+        "s_token": seconds_per_token(run),
+    }
 
 
 def _variant(run: Run) -> str:
@@ -143,9 +146,14 @@ def shared_beta(*arm_runs: dict[Any, Run]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]], k: int,
-            families: dict[str, str] | None = None, checks: Sequence[Sequence[str]] = (),
-            timing: bool = False) -> list[dict[str, Any]]:
+def compare(
+    arms: dict[str, dict[Any, Run]],
+    comparisons: Sequence[Sequence[str]],
+    k: int,
+    families: dict[str, str] | None = None,
+    checks: Sequence[Sequence[str]] = (),
+    timing: bool = False,
+) -> list[dict[str, Any]]:
     """One row per (comparison, metric): score for every comparison whose arms are not a check
     pair (`checks`), s/step and s/token too when `timing` (interleaved runs) and the first arm
     is A0, A2 or B. Holm within each family (`families`: name -> family, default "outcome";
@@ -164,16 +172,26 @@ def compare(arms: dict[str, dict[Any, Run]], comparisons: Sequence[Sequence[str]
             ys = np.array([nums[y][p][metric] for p in pairs])
             ok = np.isfinite(xs) & np.isfinite(ys)
             if not ok.any():
-                continue                      # metric not logged by these runs
+                continue  # metric not logged by these runs
             d = xs[ok] - ys[ok]
             lo, hi = stats.paired_interval(d, resolution=resolution(metric))
-            rows.append(dict(name=name, arm=x, baseline=y, metric=metric,
-                             family=(families.get(name, DEFAULT_FAMILY) if metric == "score"
-                                     else COST_FAMILY),
-                             beta=shared_beta(arms[x], arms[y]), n_pairs=int(ok.sum()),
-                             diff=float(d.mean()), ci95=[lo, hi], p=stats.sign_flip_p(d),
-                             sd=float(d.std(ddof=1)) if d.size > 1 else math.nan,
-                             mean_arm=float(xs[ok].mean()), mean_baseline=float(ys[ok].mean())))
+            rows.append(
+                dict(
+                    name=name,
+                    arm=x,
+                    baseline=y,
+                    metric=metric,
+                    family=(families.get(name, DEFAULT_FAMILY) if metric == "score" else COST_FAMILY),
+                    beta=shared_beta(arms[x], arms[y]),
+                    n_pairs=int(ok.sum()),
+                    diff=float(d.mean()),
+                    ci95=[lo, hi],
+                    p=stats.sign_flip_p(d),
+                    sd=float(d.std(ddof=1)) if d.size > 1 else math.nan,
+                    mean_arm=float(xs[ok].mean()),
+                    mean_baseline=float(ys[ok].mean()),
+                )
+            )
     for fam in dict.fromkeys(r["family"] for r in rows):
         members = [r for r in rows if r["family"] == fam]
         m = sum(math.isfinite(r["p"]) for r in members)
@@ -212,8 +230,11 @@ def _first_difference(rx: Run, ry: Run) -> dict[str, Any] | None:
     for key in keys:
         vx, vy = rx.metrics.get(key), ry.metrics.get(key)
         if vx is None or vy is None:
-            return dict(metric=key, step=None, values=["logged" if vx is not None else "absent",
-                                                       "logged" if vy is not None else "absent"])
+            return dict(
+                metric=key,
+                step=None,
+                values=["logged" if vx is not None else "absent", "logged" if vy is not None else "absent"],
+            )
         same = (vx == vy) | (np.isnan(vx) & np.isnan(vy))
         if not same.all():
             i = int(np.argmin(same))
@@ -239,14 +260,24 @@ def gain_kept(arms: dict[str, dict[Any, Run]], rows: list[dict], k: int) -> list
         gb = np.array([x["score"] for x in nb]) - warm
         ga = np.array([x["score"] for x in na]) - warm
         share, lo, hi = stats.ratio_ci(gb, ga)
-        speed = next((r["verdict"] for r in rows if r["name"] == row["name"]
-                      and r["metric"] == "s_step"), NOT_TIMED)
+        speed = next((r["verdict"] for r in rows if r["name"] == row["name"] and r["metric"] == "s_step"), NOT_TIMED)
         crit = {lvl: _criterion(stats.criterion(lo, hi, lvl), speed) for lvl in (0.8, 0.9)}
-        out.append(dict(name=row["name"], b=row["arm"], a=row["baseline"],
-                        n_pairs=int(np.isfinite(gb + ga).sum()), warm=float(np.nanmean(warm)),
-                        gain_a=float(np.nanmean(ga)), gain_b=float(np.nanmean(gb)),
-                        share=share, ci95=[lo, hi], speed=speed,
-                        held_80=crit[0.8], held_90=crit[0.9]))
+        out.append(
+            dict(
+                name=row["name"],
+                b=row["arm"],
+                a=row["baseline"],
+                n_pairs=int(np.isfinite(gb + ga).sum()),
+                warm=float(np.nanmean(warm)),
+                gain_a=float(np.nanmean(ga)),
+                gain_b=float(np.nanmean(gb)),
+                share=share,
+                ci95=[lo, hi],
+                speed=speed,
+                held_80=crit[0.8],
+                held_90=crit[0.9],
+            )
+        )
     return out
 
 

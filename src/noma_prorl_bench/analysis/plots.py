@@ -42,8 +42,7 @@ from noma_prorl_bench.analysis.runlog import (
 from noma_prorl_bench.analysis.untrusted import plot_text
 
 STAGES = ("rollout", "ref", "train", "eval", "other")
-STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
-                "other": "#8c8c8c"}
+STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52", "other": "#8c8c8c"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -68,7 +67,7 @@ def entries(runs: Sequence[Run], by_config: bool = False) -> list[Entry]:
     other seeds) apart from the arm it controls."""
     if not by_config:
         return [(r.label, [r]) for r in runs]
-    group_runs(list(runs))                                  # sets run.group
+    group_runs(list(runs))  # sets run.group
     groups: dict[str, list[Run]] = {}
     for r in runs:
         groups.setdefault(r.arm or r.group, []).append(r)
@@ -88,10 +87,9 @@ def curve(runs: Sequence[Run], key: str, window: int = 1, initial: bool = False)
     return steps, np.nanmean(table, 0), np.nanmin(table, 0), np.nanmax(table, 0)
 
 
-def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, initial: bool = False,
-          **kw) -> None:
+def _draw(ax, label: str, runs: Sequence[Run], key: str, color, window: int = 1, initial: bool = False, **kw) -> None:
     steps, mean, lo, hi = curve(runs, key, window, initial)
-    if 0 < steps.size <= 3:               # measured at 1-3 steps only: a bare line is invisible
+    if 0 < steps.size <= 3:  # measured at 1-3 steps only: a bare line is invisible
         kw = {"marker": "o", **kw}
     ax.plot(steps, mean, color=color, label=plot_text(label, 200), **kw)
     if len(runs) > 1 and steps.size:
@@ -136,8 +134,7 @@ def _mark_events(ax, ents: Sequence[Entry], colors: Sequence) -> None:
     for (_, runs), color in zip(ents, colors):
         for kinds, style, name in ((RESET_EVENTS, ":", "_reset"), (("growth",), "--", "_growth")):
             for step in sorted({s for r in runs for s in r.event_steps(*kinds)}):
-                ax.axvline(step, color=color, linestyle=style, linewidth=0.9, alpha=0.7,
-                           label=name)
+                ax.axvline(step, color=color, linestyle=style, linewidth=0.9, alpha=0.7, label=name)
 
 
 def _panel(ax, title: str, ylabel: str) -> None:
@@ -147,15 +144,17 @@ def _panel(ax, title: str, ylabel: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def _legend(fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D],
-            styles: Sequence | None = None) -> int:
+def _legend(
+    fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D], styles: Sequence | None = None
+) -> int:
     """Figure legend below the panels; returns its number of rows."""
     styles = styles or [_style(i) for i in range(len(ents))]
-    handles = [Line2D([], [], color=c, linestyle=st, label=plot_text(lab, 120))
-               for (lab, _), c, st in zip(ents, colors, styles)]
+    handles = [
+        Line2D([], [], color=c, linestyle=st, label=plot_text(lab, 120))
+        for (lab, _), c, st in zip(ents, colors, styles)
+    ]
     handles += list(extra)
-    fig.legend(handles=handles, loc="lower center", ncol=min(3, max(1, len(handles))),
-               fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=min(3, max(1, len(handles))), fontsize=8, frameon=False)
     return -(-len(handles) // 3)
 
 
@@ -196,8 +195,9 @@ def _clip_outliers(ax, q: float = 99.0, margin: float = 1.3) -> None:
         ax.set_title(ax.get_title() + f"\n(y capped at {top:.3g}; max {peak:.3g})", fontsize=9)
 
 
-def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: bool = True,
-                   twins: dict[str, str] | None = None) -> Figure:
+def summary_figure(
+    runs: Sequence[Run], by_config: bool = False, throughput: bool = True, twins: dict[str, str] | None = None
+) -> Figure:
     """2x2 panels against step, one line per run (or, by_config, per configuration: the mean
     over seeds with a min–max band): train reward (trailing mean), validation reward, KL
     (solid: the estimate in the loss; dash-dot k1, dash-dot-dot k3; for B the anchor is the
@@ -212,7 +212,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: boo
     color = dict(zip((lab for lab, _ in ents), _colors(len(ents))))
     style = {lab: _style(i) for i, (lab, _) in enumerate(ents)}
     members = dict(ents)
-    src = merge_twins(ents, twins)                      # shown label -> entry label
+    src = merge_twins(ents, twins)  # shown label -> entry label
     shown = [(lab, members[orig]) for lab, orig in src.items()]
     n_legend = len(shown) + len(_event_keys(ents)) + 3
     fig = Figure(figsize=(12, 8 + 0.18 * -(-n_legend // 3)))
@@ -235,8 +235,7 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: boo
         for other, kl_style in KL_STYLES:
             if other != key and rs[0].has(other):
                 steps, mean, _, _ = curve(rs, other)
-                axes[2].plot(steps, mean, color=c, linestyle=kl_style, linewidth=0.8,
-                             alpha=0.6, label=f"_{other}")
+                axes[2].plot(steps, mean, color=c, linestyle=kl_style, linewidth=0.8, alpha=0.6, label=f"_{other}")
         if not throughput:
             _draw(axes[3], label, rs, "kl/to_init", c, linestyle=ls)
     if throughput:
@@ -246,14 +245,21 @@ def summary_figure(runs: Sequence[Run], by_config: bool = False, throughput: boo
     for ax in axes:
         _mark_events(ax, shown, [color[src[lab]] for lab, _ in shown])
     kl_keys = [Line2D([], [], color="gray", label="KL in the loss (the entry's line)")]
-    kl_keys += [Line2D([], [], color="gray", linestyle=st, linewidth=0.8, label=f"{k[3:]} (thin)")
-                for k, st in KL_STYLES]
-    extra = [(f"{lab} (throughput panel only)", rs) for lab, rs in ents
-             if lab not in src.values()] if throughput else []
+    kl_keys += [
+        Line2D([], [], color="gray", linestyle=st, linewidth=0.8, label=f"{k[3:]} (thin)") for k, st in KL_STYLES
+    ]
+    extra = (
+        [(f"{lab} (throughput panel only)", rs) for lab, rs in ents if lab not in src.values()] if throughput else []
+    )
     legend_ents = shown + extra
     origin = dict(src) | {f"{lab} (throughput panel only)": lab for lab, _ in ents}
-    rows = _legend(fig, legend_ents, [color[origin[lab]] for lab, _ in legend_ents],
-                   _event_keys(ents) + kl_keys, [style[origin[lab]] for lab, _ in legend_ents])
+    rows = _legend(
+        fig,
+        legend_ents,
+        [color[origin[lab]] for lab, _ in legend_ents],
+        _event_keys(ents) + kl_keys,
+        [style[origin[lab]] for lab, _ in legend_ents],
+    )
     _finish(fig, "Training summary", rows)
     return fig
 
@@ -309,7 +315,7 @@ def _stage_bars(ax, ents: Sequence[Entry]) -> None:
         w = np.array([np.mean([m[stage] for m in ms]) for ms in means])
         ax.barh(y, w, left=left, color=STAGE_COLORS[stage], label=stage)
         left += w
-    ax.set_yticks(y, [plot_text(lab, 200) for lab, _ in ents], fontsize=8)   # whole labels, never cut
+    ax.set_yticks(y, [plot_text(lab, 200) for lab, _ in ents], fontsize=8)  # whole labels, never cut
     ax.invert_yaxis()
     ax.set_xlim(0, 1.3 * max(float(left.max(initial=0.0)), 1e-9))
     ax.legend(fontsize=8, loc="lower right")
@@ -317,9 +323,14 @@ def _stage_bars(ax, ents: Sequence[Entry]) -> None:
 
 # ---------------------------------------------------------------- per-run diagnostics
 
-DIAGNOSTIC_KEYS = (("loss/total", "loss/pg", "loss/kl"), ("clip/frac",), ("policy/entropy",),
-                   ("optim/grad_norm",), ("optim/lr", "kl/beta"),
-                   ("adapter/rank", "reset/steps_since"))
+DIAGNOSTIC_KEYS = (
+    ("loss/total", "loss/pg", "loss/kl"),
+    ("clip/frac",),
+    ("policy/entropy",),
+    ("optim/grad_norm",),
+    ("optim/lr", "kl/beta"),
+    ("adapter/rank", "reset/steps_since"),
+)
 
 
 def diagnostics_figure(run: Run) -> Figure:
@@ -351,12 +362,12 @@ def check_outputs(paths: Sequence[str | Path], flag: str = "--out") -> None:
     `paths` are the same file, or one is a symbolic link or exists as something other than a
     regular file (a directory, FIFO, socket or device); a missing path is fine."""
     from noma_prorl_bench.io.safe_files import RunDirRefused, UnsafePath  # noqa: PLC0415
+
     seen: set[str] = set()
     for p in map(str, paths):
         key = os.path.normpath(os.path.abspath(p))
         if key in seen:
-            raise RunDirRefused(f"argument {flag}: {p!r} is also another file this command writes; "
-                                "choose another name")
+            raise RunDirRefused(f"argument {flag}: {p!r} is also another file this command writes; choose another name")
         seen.add(key)
         try:
             mode = os.lstat(p).st_mode
@@ -365,17 +376,25 @@ def check_outputs(paths: Sequence[str | Path], flag: str = "--out") -> None:
         if stat.S_ISLNK(mode):
             raise UnsafePath(p, flag)
         if not stat.S_ISREG(mode):
-            raise RunDirRefused(f"argument {flag}: {p!r} exists and is not a regular file (a directory, "
-                                "FIFO, socket or device); refusing to write over it")
+            raise RunDirRefused(
+                f"argument {flag}: {p!r} exists and is not a regular file (a directory, "
+                "FIFO, socket or device); refusing to write over it"
+            )
 
 
-def save_summary(runs: Sequence[Run], out_png: str | Path, dpi: int = 110,
-                 by_config: bool = False, throughput: bool = True,
-                 twins: dict[str, str] | None = None) -> tuple[Path, Path]:
+def save_summary(
+    runs: Sequence[Run],
+    out_png: str | Path,
+    dpi: int = 110,
+    by_config: bool = False,
+    throughput: bool = True,
+    twins: dict[str, str] | None = None,
+) -> tuple[Path, Path]:
     """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and `ref_cost_figure`
     to `ref_cost.png` beside it; both paths are checked (`check_outputs`) before either is
     written."""
     from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
+
     out = Path(out_png)
     ref_png = out.parent / "ref_cost.png"
     check_outputs([out, ref_png])
@@ -393,5 +412,6 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     check_outputs([plots / "summary.png", plots / "ref_cost.png", diag], "--outdir")
     written = list(save_summary([run], plots / "summary.png", dpi=dpi))
     from noma_prorl_bench.io.safe_files import save_figure  # noqa: PLC0415
+
     save_figure(diagnostics_figure(run), str(diag), dpi=dpi)
     return written + [diag]

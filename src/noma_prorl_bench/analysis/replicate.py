@@ -20,6 +20,7 @@ A replication on fewer seeds has less power: a committed `better` that comes bac
 difference` on 3 of 10 seeds did not replicate, and its new interval says how far it is from it.
 Exit code: the suite's (0 when every run finished and every check held), 2 on bad input.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,15 +49,35 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
         ci_old, ci_new = list(c.get("ci95") or [math.nan] * 2), list(n.get("ci95") or [math.nan] * 2)
         ci_new = [math.nan if v is None else v for v in ci_new]
         ci_old = [math.nan if v is None else v for v in ci_old]
-        within = (None if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (*ci_new, c.get("diff")))
-                  else bool(ci_new[0] <= c["diff"] <= ci_new[1]))
-        out.append(dict(name=c.get("name"), metric=c.get("metric"), family=c.get("family"),
-                        committed=dict(diff=c.get("diff"), ci95=ci_old, verdict=c.get("verdict"),
-                                       n_pairs=c.get("n_pairs"), p_holm=c.get("p_holm")),
-                        new=dict(diff=n.get("diff"), ci95=ci_new, verdict=n.get("verdict"),
-                                 n_pairs=n.get("n_pairs"), p_holm=n.get("p_holm")),
-                        replicates=c.get("verdict") == n.get("verdict"),
-                        overlap=_overlap(ci_old, ci_new), within=within))
+        within = (
+            None
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (*ci_new, c.get("diff")))
+            else bool(ci_new[0] <= c["diff"] <= ci_new[1])
+        )
+        out.append(
+            dict(
+                name=c.get("name"),
+                metric=c.get("metric"),
+                family=c.get("family"),
+                committed=dict(
+                    diff=c.get("diff"),
+                    ci95=ci_old,
+                    verdict=c.get("verdict"),
+                    n_pairs=c.get("n_pairs"),
+                    p_holm=c.get("p_holm"),
+                ),
+                new=dict(
+                    diff=n.get("diff"),
+                    ci95=ci_new,
+                    verdict=n.get("verdict"),
+                    n_pairs=n.get("n_pairs"),
+                    p_holm=n.get("p_holm"),
+                ),
+                replicates=c.get("verdict") == n.get("verdict"),
+                overlap=_overlap(ci_old, ci_new),
+                within=within,
+            )
+        )
     return out
 
 
@@ -75,11 +96,15 @@ def _yes(v: bool | None) -> str:
 
 def _table(rows: list[dict], term: bool = False) -> list[str]:
     esc = (lambda s: term_text(str(s), 120)) if term else (lambda s: md_text(str(s), 120))
-    lines = ["| comparison | committed | this machine | replicates | intervals overlap | committed effect in new CI |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| comparison | committed | this machine | replicates | intervals overlap | committed effect in new CI |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {esc(r['name'])} | {esc(_cell(r['committed']))} | {esc(_cell(r['new']))} | "
-                     f"{_yes(r['replicates'])} | {_yes(r['overlap'])} | {_yes(r['within'])} |")
+        lines.append(
+            f"| {esc(r['name'])} | {esc(_cell(r['committed']))} | {esc(_cell(r['new']))} | "
+            f"{_yes(r['replicates'])} | {_yes(r['overlap'])} | {_yes(r['within'])} |"
+        )
     return lines
 
 
@@ -87,25 +112,42 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
     """replication.json (the rows, both machines) and replication.md (answer first, then the table)."""
     from noma_prorl_bench.io.machine import kernel_differences  # noqa: PLC0415
     from noma_prorl_bench.io.safe_files import write_json, write_text  # noqa: PLC0415
+
     p_old, p_new = old.get("provenance") or {}, new.get("provenance") or {}
     diffs = kernel_differences(p_old.get("machine_info"), p_new.get("machine_info"))
     same = sum(r["replicates"] for r in rows)
-    write_json(str(out / "replication.json"), {
-        "source": src, "command": "prorl-bench replicate " + " ".join(argv), "rows": rows,
-        "replicated": same, "compared": len(rows),
-        "machines": {"committed": p_old.get("machine"), "new": p_new.get("machine"),
-                     "kernel_differences": diffs},
-        "commits": {"committed": p_old.get("commit"), "new": p_new.get("commit")}})
-    lines = ["# Replication", "",
-             f"**{same} of {len(rows)} verdicts replicated** on this machine "
-             f"({md_text(str(p_new.get('machine')), 240)}); the committed ones were made on "
-             f"{md_text(str(p_old.get('machine')), 240)}.", "",
-             "A verdict *replicates* when the new run gives the same one (better / worse / no detectable "
-             "difference); *intervals overlap* when the two 95% intervals share a value. Fewer seeds than the "
-             "committed suite mean less power: a committed verdict that comes back `no detectable difference` "
-             "on fewer seeds did not replicate here, whatever the reason.", "",
-             f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
-             + (" (the committed report predates machine records)" if diffs == ["unrecorded"] else "")
-             + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
-             f"new {md_text(str(p_new.get('commit')), 80)}.", ""] + _table(rows) + [""]
+    write_json(
+        str(out / "replication.json"),
+        {
+            "source": src,
+            "command": "prorl-bench replicate " + " ".join(argv),
+            "rows": rows,
+            "replicated": same,
+            "compared": len(rows),
+            "machines": {"committed": p_old.get("machine"), "new": p_new.get("machine"), "kernel_differences": diffs},
+            "commits": {"committed": p_old.get("commit"), "new": p_new.get("commit")},
+        },
+    )
+    lines = (
+        [
+            "# Replication",
+            "",
+            f"**{same} of {len(rows)} verdicts replicated** on this machine "
+            f"({md_text(str(p_new.get('machine')), 240)}); the committed ones were made on "
+            f"{md_text(str(p_old.get('machine')), 240)}.",
+            "",
+            "A verdict *replicates* when the new run gives the same one (better / worse / no detectable "
+            "difference); *intervals overlap* when the two 95% intervals share a value. Fewer seeds than the "
+            "committed suite mean less power: a committed verdict that comes back `no detectable difference` "
+            "on fewer seeds did not replicate here, whatever the reason.",
+            "",
+            f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
+            + (" (the committed report predates machine records)" if diffs == ["unrecorded"] else "")
+            + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
+            f"new {md_text(str(p_new.get('commit')), 80)}.",
+            "",
+        ]
+        + _table(rows)
+        + [""]
+    )
     write_text(str(out / "replication.md"), "\n".join(lines))

@@ -98,19 +98,30 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
         steps = sorted({s.get("step") for s in run.samples if isinstance(s.get("step"), int)})
         for step in dict.fromkeys([steps[0], steps[-1]] if steps else []):
             for s in [s for s in run.samples if s.get("step") == step][:per_end]:
-                rows.append([_cell(label, 40), step, _cell(s.get("prompt", "")),
-                             _cell(s.get("response", "")), _cell(s.get("answer", "")),
-                             _cell(_num(s.get("reward", "")))])
+                rows.append(
+                    [
+                        _cell(label, 40),
+                        step,
+                        _cell(s.get("prompt", "")),
+                        _cell(s.get("response", "")),
+                        _cell(s.get("answer", "")),
+                        _cell(_num(s.get("reward", ""))),
+                    ]
+                )
     return rows
 
 
 def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     lines = ["## Settings", ""]
     if settings:
-        lines += _table(["setting", "value"], [[_cell(k, 80), md_code(json.dumps(v), 200)]
-                                               for k, v in settings.items()]) + [""]
-    common = {k: v for k, v in runs[0].config.items() if k not in NOT_CONFIG
-              and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)}
+        lines += _table(
+            ["setting", "value"], [[_cell(k, 80), md_code(json.dumps(v), 200)] for k, v in settings.items()]
+        ) + [""]
+    common = {
+        k: v
+        for k, v in runs[0].config.items()
+        if k not in NOT_CONFIG and all(json.dumps(r.config.get(k)) == json.dumps(v) for r in runs)
+    }
     lines += ["Configuration shared by every run (the matrix labels name what varies):", ""]
     lines += [md_code(json.dumps(common, sort_keys=True), 10_000), ""]
     seeds = sorted({json.dumps(r.seed) for r in runs})
@@ -149,14 +160,21 @@ def failed_checks(report_md: str | Path) -> list[str]:
     return [c["name"] for c in summary.get("checks", []) if c.get("identical") is False]
 
 
-TIMING_NOTE = ("No step-time or per-token comparisons: these arms did not run interleaved in "
-               "time (arms run at different times see different machine loads, so their timings "
-               "would compare the machine, not the method). The `cost` preset runs A0, A1, A2 "
-               "and B alternating seed by seed in one job for that.")
+TIMING_NOTE = (
+    "No step-time or per-token comparisons: these arms did not run interleaved in "
+    "time (arms run at different times see different machine loads, so their timings "
+    "would compare the machine, not the method). The `cost` preset runs A0, A1, A2 "
+    "and B alternating seed by seed in one job for that."
+)
 
 
-def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir: str | Path,
-                 settings: dict | None = None, suite: dict | None = None) -> Path:
+def write_report(
+    run_dirs: Sequence[str | Path],
+    out_md: str | Path,
+    figures_dir: str | Path,
+    settings: dict | None = None,
+    suite: dict | None = None,
+) -> Path:
     """Write `out_md`, `summary.json` and `report.json` beside it, and the figures under
     `figures_dir`. `settings` may hold `score_evals` (K, default 10), `reward_threshold`,
     `smooth_window` (10), `spike_window` (10), `evidence` (False: a smoke run), `interleaved`
@@ -169,11 +187,11 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("write_report: no run directories given")
-    groups = dict(sorted(group_runs(runs).items()))       # configurations: A0, A1, A2, B, ...
+    groups = dict(sorted(group_runs(runs).items()))  # configurations: A0, A1, A2, B, ...
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
     arms = _matrix_order(cmp.arm_table(runs, suite), suite)
-    for arm, members in arms.items():                     # figures: one line per arm (A1-aa apart from A1)
+    for arm, members in arms.items():  # figures: one line per arm (A1-aa apart from A1)
         for run in members.values():
             run.arm = arm if suite else ""
     comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
@@ -190,16 +208,21 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=spike)
     detail = (matrix, threshold, source, window, spike)
     figs, grid = Path(figures_dir), parse_arms(arms)
-    check_outputs([out, out.parent / "summary.json", out.with_suffix(".json")])   # all before writing any
-    check_outputs([figs / "summary.png", figs / "ref_cost.png", *(figure_paths(grid, figs) if grid else [])],
-                  "--figures")
+    check_outputs([out, out.parent / "summary.json", out.with_suffix(".json")])  # all before writing any
+    check_outputs(
+        [figs / "summary.png", figs / "ref_cost.png", *(figure_paths(grid, figs) if grid else [])], "--figures"
+    )
     safe_files.makedirs(str(out.parent))
     twins = {c["arm"]: c["baseline"] for c in check_rows if c["identical"]}
     in_arms = [r for members in arms.values() for r in members.values()]
-    ordered = in_arms + [r for r in runs if all(r is not x for x in in_arms)]   # matrix order
-    summary_png, ref_png = save_summary(ordered, Path(figures_dir) / "summary.png",
-                                        by_config=any(len(rs) > 1 for rs in groups.values()),
-                                        throughput=interleaved, twins=twins)
+    ordered = in_arms + [r for r in runs if all(r is not x for x in in_arms)]  # matrix order
+    summary_png, ref_png = save_summary(
+        ordered,
+        Path(figures_dir) / "summary.png",
+        by_config=any(len(rs) > 1 for rs in groups.values()),
+        throughput=interleaved,
+        twins=twins,
+    )
     rel = lambda p: Path(os.path.relpath(p, out.parent)).as_posix()  # noqa: E731
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
     partial = sum(not r.complete for r in runs)
@@ -207,17 +230,20 @@ def write_report(run_dirs: Sequence[str | Path], out_md: str | Path, figures_dir
     lines = ["# Result report", ""] + ([opening, ""] if opening else []) + [headline(rows, check_rows, evidence), ""]
     lines += provenance_lines(_provenance_as_data(settings), len(runs), len(arms), k, evidence)
     caveats = settings.get("caveats") or []
-    lines += ["## Conclusion", ""] + [f"- {c}" for c in conclusion(
-        cost, rows, gains, n_pairs, partial, evidence, [caveats] if isinstance(caveats, str) else caveats)]
+    lines += ["## Conclusion", ""] + [
+        f"- {c}"
+        for c in conclusion(
+            cost, rows, gains, n_pairs, partial, evidence, [caveats] if isinstance(caveats, str) else caveats
+        )
+    ]
     lines += [""] + check_lines(check_rows)
     lines += atlas_section(arms, rows, k, Path(figures_dir), rel)
     lines += comparison_lines(rows, "" if interleaved else TIMING_NOTE)
     lines += gain_lines(gains) + arm_lines(arms, k)
-    lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})",
-              ""]
+    lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})", ""]
     lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
-    safe_files.write_text(str(out), "\n".join(lines))       # never through a symlink
+    safe_files.write_text(str(out), "\n".join(lines))  # never through a symlink
     _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
     return out
 
@@ -232,53 +258,95 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     lines = ["# Appendix", ""] + per_seed_lines(arms, k) + details_lines(groups, *detail)
     lines += ["## Sample rollouts (earliest and latest logged step)", ""]
     samples = sample_rows(groups)
-    lines += (_table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)
-              if samples else ["No samples.jsonl in these runs."]) + [""]
+    lines += (
+        _table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)
+        if samples
+        else ["No samples.jsonl in these runs."]
+    ) + [""]
     lines += _settings_lines(runs, settings)
-    return lines + ["## Runs", ""] + _table(
-        ["directory", "label", "steps", "complete", "dropped lines"],
-        [[md_code(rel(r.path)), _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)]
-         for r in runs]) + [""]
+    return (
+        lines
+        + ["## Runs", ""]
+        + _table(
+            ["directory", "label", "steps", "complete", "dropped lines"],
+            [[md_code(rel(r.path)), _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)] for r in runs],
+        )
+        + [""]
+    )
 
 
 #: keys of a summary.json comparison (the contract every suite's summary.json follows)
-SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm",
-                "verdict", "mde80")
-PROVENANCE_KEYS = ("commit", "command", "machine", "machine_info", "preset", "interleaved", "seeds",
-                   "steps", "jobs", "score_evals", "wall_seconds_this_invocation")
+SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm", "verdict", "mde80")
+PROVENANCE_KEYS = (
+    "commit",
+    "command",
+    "machine",
+    "machine_info",
+    "preset",
+    "interleaved",
+    "seeds",
+    "steps",
+    "jobs",
+    "score_evals",
+    "wall_seconds_this_invocation",
+)
 
 
-def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, settings, k,
-                   evidence) -> None:
+def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence) -> None:
     """summary.json (the comparisons contract) and report.json (every number) beside out."""
     nums = {a: [cmp.run_numbers(r, k) for r in rs.values()] for a, rs in arms.items()}
     fams = {}
     for r in rows:
         fams[r["family"]] = r["family_size"]
     summary = {
-        "comparisons": [{**{key: r[key] for key in SUMMARY_KEYS},
-                         "unit": cmp.METRICS[r["metric"]][1], "arm": r["arm"],
-                         "baseline": r["baseline"], "ci_excludes_0_uncorrected": r["ci_excludes_0"],
-                         "mde80_reachable": r["mde80"] != math.inf}
-                        for r in rows],
-        "checks": [{"name": c["name"], "identical": c["identical"], "arm": c["arm"],
-                    "baseline": c["baseline"], "pairs": c["pairs"],
-                    "first_difference": c["first_difference"]} for c in check_rows],
-        "provenance": {key: settings.get(key) for key in PROVENANCE_KEYS
-                       if key in settings or key in ("commit", "command", "machine", "preset")},
+        "comparisons": [
+            {
+                **{key: r[key] for key in SUMMARY_KEYS},
+                "unit": cmp.METRICS[r["metric"]][1],
+                "arm": r["arm"],
+                "baseline": r["baseline"],
+                "ci_excludes_0_uncorrected": r["ci_excludes_0"],
+                "mde80_reachable": r["mde80"] != math.inf,
+            }
+            for r in rows
+        ],
+        "checks": [
+            {
+                "name": c["name"],
+                "identical": c["identical"],
+                "arm": c["arm"],
+                "baseline": c["baseline"],
+                "pairs": c["pairs"],
+                "first_difference": c["first_difference"],
+            }
+            for c in check_rows
+        ],
+        "provenance": {
+            key: settings.get(key)
+            for key in PROVENANCE_KEYS
+            if key in settings or key in ("commit", "command", "machine", "preset")
+        },
         "gain_kept": gains,
         "score": {"definition": "mean reward/val over the last K evaluations of a run", "k": k},
-        "alpha": 0.05, "families": fams,
+        "alpha": 0.05,
+        "families": fams,
         "holm_family_size": max(fams.values(), default=0),
         "evidence": evidence,
-        "arms": {a: {m: Stat.of([n[m] for n in ns]).mean for m in ("score", "warm", "final_val",
-                                                                     "s_step", "s_token")}
-                 | {"runs": len(ns)} for a, ns in nums.items()},
+        "arms": {
+            a: {m: Stat.of([n[m] for n in ns]).mean for m in ("score", "warm", "final_val", "s_step", "s_token")}
+            | {"runs": len(ns)}
+            for a, ns in nums.items()
+        },
     }
     text = json.dumps(summary, indent=1, default=str)
     safe_files.write_json(str(out.parent / "summary.json"), _nan_to_none(json.loads(text)), indent=1)
-    numbers = dict(matrix={g: {m: asdict(st) for m, st in row.items()} for g, row in matrix.items()},
-                   cost_model=cost, comparisons=rows, checks=check_rows, gain_kept=gains)
+    numbers = dict(
+        matrix={g: {m: asdict(st) for m, st in row.items()} for g, row in matrix.items()},
+        cost_model=cost,
+        comparisons=rows,
+        checks=check_rows,
+        gain_kept=gains,
+    )
     safe_files.write_json(str(out.with_suffix(".json")), numbers, indent=1, default=str)
 
 

@@ -51,12 +51,36 @@ from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES, kl_metric_key
 from noma_prorl_bench.io import safe_files
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
-NOT_CONFIG = frozenset({
-    "seed", "outdir", "out_dir", "versions", "machine", "git", "git_commit", "commit", "run_id",
-    "command", "argv", "hostname", "started", "start_time", "timestamp", "resume", "resumes",
-    "plots", "overwrite", "quiet", "log_every", "save_every", "keep_checkpoints", "derived",
-    "ray_address", "actor_timeout",
-})
+NOT_CONFIG = frozenset(
+    {
+        "seed",
+        "outdir",
+        "out_dir",
+        "versions",
+        "machine",
+        "git",
+        "git_commit",
+        "commit",
+        "run_id",
+        "command",
+        "argv",
+        "hostname",
+        "started",
+        "start_time",
+        "timestamp",
+        "resume",
+        "resumes",
+        "plots",
+        "overwrite",
+        "quiet",
+        "log_every",
+        "save_every",
+        "keep_checkpoints",
+        "derived",
+        "ray_address",
+        "actor_timeout",
+    }
+)
 
 #: kl_estimator config value -> metric key of the estimate used in the loss (the config's one map).
 KL_LOSS_KEY = KL_METRIC_KEYS
@@ -68,8 +92,17 @@ THROUGHPUT_KEY = "derived/policy_tokens_per_s"
 RESET_EVENTS = ("ref_reset", "opt_reset")
 
 #: Keys shown in labels (in this order) when they vary between runs; others follow sorted.
-LABEL_ORDER = ("opt_reset", "reset_every", "growth", "beta", "kl_estimator", "task",
-               "ppo_epochs", "minibatches", "steps")
+LABEL_ORDER = (
+    "opt_reset",
+    "reset_every",
+    "growth",
+    "beta",
+    "kl_estimator",
+    "task",
+    "ppo_epochs",
+    "minibatches",
+    "steps",
+)
 
 
 @dataclass
@@ -79,16 +112,16 @@ class Run:
 
     path: Path
     config: dict[str, Any]
-    steps: np.ndarray                       # [S] int, sorted, 1-based RL step numbers
-    metrics: dict[str, np.ndarray]          # key -> [S] float
+    steps: np.ndarray  # [S] int, sorted, 1-based RL step numbers
+    metrics: dict[str, np.ndarray]  # key -> [S] float
     events: list[dict[str, Any]]
     samples: list[dict[str, Any]]
     summary: dict[str, Any] | None
-    label: str = ""                         # set by load_run / load_runs
-    group: str = ""                         # label without the seed (configuration label)
-    arm: str = ""                           # the suite arm (report.py sets it from suite.json)
-    dropped: list[str] = field(default_factory=list)   # "file:line" of unparseable lines
-    initial: dict[str, float] = field(default_factory=dict)   # key -> value at step 0 (before RL)
+    label: str = ""  # set by load_run / load_runs
+    group: str = ""  # label without the seed (configuration label)
+    arm: str = ""  # the suite arm (report.py sets it from suite.json)
+    dropped: list[str] = field(default_factory=list)  # "file:line" of unparseable lines
+    initial: dict[str, float] = field(default_factory=dict)  # key -> value at step 0 (before RL)
 
     @property
     def complete(self) -> bool:
@@ -115,8 +148,7 @@ class Run:
 
     def event_steps(self, *kinds: str) -> list[int]:
         """Sorted distinct steps of events whose `event` is in `kinds`."""
-        return sorted({int(e["step"]) for e in self.events
-                       if e.get("event") in kinds and e.get("step") is not None})
+        return sorted({int(e["step"]) for e in self.events if e.get("event") in kinds and e.get("step") is not None})
 
 
 def kl_loss_key(run: Run) -> str:
@@ -233,9 +265,17 @@ def load_run(run_dir: str | Path) -> Run:
             summary = json.loads(_read_text(path / "summary.json"))
         except json.JSONDecodeError:
             dropped.append("summary.json")
-    run = Run(path, config, steps, metrics, events, samples,
-              summary if isinstance(summary, dict) else None, dropped=dropped,
-              initial=initial_values([r for r in rows if _is_step0(r)], events))
+    run = Run(
+        path,
+        config,
+        steps,
+        metrics,
+        events,
+        samples,
+        summary if isinstance(summary, dict) else None,
+        dropped=dropped,
+        initial=initial_values([r for r in rows if _is_step0(r)], events),
+    )
     run.label = run.group = base_label(config)
     add_derived(run)
     return run
@@ -393,19 +433,22 @@ def steps_to_threshold(run: Run, threshold: float, source: str, window: int = 10
 def kl_spike(run: Run, k: int) -> float:
     """Max over reset steps s of the max KL (loss estimate) over steps s+1..s+k."""
     steps, v = run.series(kl_loss_key(run))
-    peaks = [v[(steps > s) & (steps <= s + k)].max() for s in run.event_steps(*RESET_EVENTS)
-             if ((steps > s) & (steps <= s + k)).any()]
+    peaks = [
+        v[(steps > s) & (steps <= s + k)].max()
+        for s in run.event_steps(*RESET_EVENTS)
+        if ((steps > s) & (steps <= s + k)).any()
+    ]
     return float(max(peaks)) if peaks else math.nan
 
 
-def run_stats(run: Run, *, threshold: float, source: str, window: int = 10,
-              k: int = 10) -> dict[str, float]:
+def run_stats(run: Run, *, threshold: float, source: str, window: int = 10, k: int = 10) -> dict[str, float]:
     """Every per-run number of the result matrix (definitions in the module docstring)."""
     kl = kl_loss_key(run)
     return {
         "final_val": last_value(run, "reward/val"),
         "steps_to_thr": steps_to_threshold(run, threshold, source, window),
-        "kl_mean": reduce_key(run, kl, np.mean), "kl_max": reduce_key(run, kl, np.max),
+        "kl_mean": reduce_key(run, kl, np.mean),
+        "kl_max": reduce_key(run, kl, np.max),
         "kl_spike": kl_spike(run, k),
         "ref_fwd": reduce_key(run, "count/ref_fwd", np.mean),
         "step_time": reduce_key(run, "time/step", np.median),

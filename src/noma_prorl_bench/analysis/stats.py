@@ -75,10 +75,10 @@ ALPHA = 0.05
 VERDICTS = ("better", "worse", "no detectable difference")
 N_RESAMPLES = 10_000
 EXACT_MAX_N = 16
-MIN_BOOTSTRAP_N = 10   # fewer pairs: no interval for statistics other than mean(d)
-N_BOOT_T, BOOT_T_SEED = 9_999, 0   # bootstrap-t resamples of `paired_interval`
-MIN_BOOT_T_N = 5       # fewer pairs: the t interval alone (a resample of 4 or fewer is too often constant)
-MDE_STUDIES, MDE_SEED, MDE_SIM_MAX_N = 2_000, 0, EXACT_MAX_N   # simulated power of `mde80`
+MIN_BOOTSTRAP_N = 10  # fewer pairs: no interval for statistics other than mean(d)
+N_BOOT_T, BOOT_T_SEED = 9_999, 0  # bootstrap-t resamples of `paired_interval`
+MIN_BOOT_T_N = 5  # fewer pairs: the t interval alone (a resample of 4 or fewer is too often constant)
+MDE_STUDIES, MDE_SEED, MDE_SIM_MAX_N = 2_000, 0, EXACT_MAX_N  # simulated power of `mde80`
 
 
 def _clean(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -133,8 +133,9 @@ def _boot_t_quantiles(d: np.ndarray, level: float) -> tuple[float, float] | None
     return float(lo), float(hi)
 
 
-def paired_interval(differences: Sequence[float], level: float = 0.95,
-                    resolution: float | None = None) -> tuple[float, float]:
+def paired_interval(
+    differences: Sequence[float], level: float = 0.95, resolution: float | None = None
+) -> tuple[float, float]:
     """The report's interval for the mean of paired differences (module docstring): the t
     interval widened to the bootstrap-t interval on the side where that one reaches further
     (the t interval alone below MIN_BOOT_T_N pairs). Deterministic (seeded resamples). When
@@ -159,8 +160,14 @@ def paired_interval(differences: Sequence[float], level: float = 0.95,
     return lo, hi
 
 
-def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = mean_diff,
-                 level: float = 0.95, seed: int = 0, resolution: float | None = None) -> tuple[float, float]:
+def bootstrap_ci(
+    x: Sequence[float],
+    y: Sequence[float],
+    statistic: Callable = mean_diff,
+    level: float = 0.95,
+    seed: int = 0,
+    resolution: float | None = None,
+) -> tuple[float, float]:
     """CI of `statistic(x, y, axis)` over the (x_i, y_i) pairs. For the default, mean(x - y),
     `paired_interval` of the differences (`resolution` passed on; `seed` is then unused). Any
     other vectorised statistic gets a paired BCa bootstrap (10 000 resamples, percentile when
@@ -178,9 +185,16 @@ def bootstrap_ci(x: Sequence[float], y: Sequence[float], statistic: Callable = m
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = sps.bootstrap((x, y), statistic, paired=True, vectorized=True,
-                                n_resamples=N_RESAMPLES, confidence_level=level, method=method,
-                                random_state=np.random.default_rng(seed))
+            res = sps.bootstrap(
+                (x, y),
+                statistic,
+                paired=True,
+                vectorized=True,
+                n_resamples=N_RESAMPLES,
+                confidence_level=level,
+                method=method,
+                random_state=np.random.default_rng(seed),
+            )
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         if math.isfinite(lo) and math.isfinite(hi):
             return lo, hi
@@ -217,16 +231,14 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
-def verdict(diff: float, p_holm: float, higher_is_better: bool = True,
-            alpha: float = ALPHA) -> str:
+def verdict(diff: float, p_holm: float, higher_is_better: bool = True, alpha: float = ALPHA) -> str:
     """'better' / 'worse' for the first arm when p_holm < alpha, else 'no detectable difference'."""
     if not (math.isfinite(p_holm) and math.isfinite(diff)) or p_holm >= alpha or diff == 0:
         return VERDICTS[2]
     return VERDICTS[0] if (diff > 0) == higher_is_better else VERDICTS[1]
 
 
-def fieller_ci(num: Sequence[float], den: Sequence[float],
-               level: float = 0.95) -> tuple[float, float]:
+def fieller_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """Fieller's interval for mean(num) / mean(den) from paired samples, with t(n-1): the set of
     rho with (a - rho b)^2 <= t^2 (V11 - 2 rho V12 + rho^2 V22), a = mean(num), b = mean(den),
     V11 = var(num)/n, V22 = var(den)/n, V12 = cov(num, den)/n (ddof 1). Its ends are the roots
@@ -246,12 +258,13 @@ def fieller_ci(num: Sequence[float], den: Sequence[float],
     big_a, big_b, big_c = b * b - t2 * v22, a * b - t2 * v12, a * a - t2 * v11
     if big_a <= 0:
         return -math.inf, math.inf
-    root = math.sqrt(max(0.0, big_b * big_b - big_a * big_c))   # >= 0 up to rounding when A > 0
+    root = math.sqrt(max(0.0, big_b * big_b - big_a * big_c))  # >= 0 up to rounding when A > 0
     return (big_b - root) / big_a, (big_b + root) / big_a
 
 
-def ratio_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95,
-             seed: int = 0) -> tuple[float, float, float]:
+def ratio_ci(
+    num: Sequence[float], den: Sequence[float], level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """mean(num) / mean(den) and its Fieller interval (`fieller_ci`; e.g. the share of A's gain
     B keeps, num_i = B's gain on seed i, den_i = A's). NaN point when mean(den) <= 0. `seed` is
     kept for callers and unused: nothing is resampled, so the verdict read from the interval
@@ -270,8 +283,8 @@ def _sign_flip_rejects(d: np.ndarray, signs: np.ndarray, level: float) -> np.nda
     tol = 1e-12 * np.maximum(1.0, np.abs(d).max(axis=1))
     out = np.empty(d.shape[0], dtype=bool)
     for i in range(0, d.shape[0], 250):
-        k = (np.abs(d[i:i + 250] @ signs.T) >= (obs - tol)[i:i + 250, None]).sum(axis=1)
-        out[i:i + 250] = k / signs.shape[0] < level
+        k = (np.abs(d[i : i + 250] @ signs.T) >= (obs - tol)[i : i + 250, None]).sum(axis=1)
+        out[i : i + 250] = k / signs.shape[0] < level
     return out
 
 
@@ -287,7 +300,7 @@ def _mde_factor(n: int, level: float, power: float) -> float:
 
     z = np.random.default_rng(MDE_SEED).standard_normal((MDE_STUDIES, n))
     signs = np.array(list(itertools.product((1.0, -1.0), repeat=n - 1)))
-    signs = np.hstack([np.ones((signs.shape[0], 1)), signs])     # half the patterns: |s.d| = |-s.d|
+    signs = np.hstack([np.ones((signs.shape[0], 1)), signs])  # half the patterns: |s.d| = |-s.d|
     t_guess = float(sps.t.ppf(1 - level / 2, n - 1) + sps.t.ppf(power, n - 1)) / math.sqrt(n)
 
     def share(k: int) -> float:
@@ -332,8 +345,9 @@ def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.
     return float(_mde_factor(int(n), alpha / m, power) * sd)
 
 
-def seeds_needed(sd: float, effect: float, m: int = 1, alpha: float = ALPHA,
-                 power: float = 0.8, max_n: int = 10_000) -> float:
+def seeds_needed(
+    sd: float, effect: float, m: int = 1, alpha: float = ALPHA, power: float = 0.8, max_n: int = 10_000
+) -> float:
     """Smallest number of pairs n whose `mde80(sd, n, m)` is <= |effect| (the seeds a question
     needs to detect `effect` with `power` after its family's correction); inf when even
     `max_n` pairs are not enough or the effect is 0; NaN when sd is not finite. sd = 0 needs
@@ -346,7 +360,7 @@ def seeds_needed(sd: float, effect: float, m: int = 1, alpha: float = ALPHA,
     if effect == 0:
         return math.inf
     floor = 2
-    while floor <= max_n and 2.0 ** (1 - floor) >= alpha / m:   # the permutation test's floor
+    while floor <= max_n and 2.0 ** (1 - floor) >= alpha / m:  # the permutation test's floor
         floor += 1
     if sd == 0:
         return float(floor)
@@ -356,7 +370,7 @@ def seeds_needed(sd: float, effect: float, m: int = 1, alpha: float = ALPHA,
     if hi > max_n and mde80_t(sd, max_n, m, alpha, power) > effect:
         return math.inf
     hi = min(hi, max_n)
-    while lo < hi:                                       # mde80_t decreases with n
+    while lo < hi:  # mde80_t decreases with n
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if mde80_t(sd, mid, m, alpha, power) <= effect else (mid + 1, hi)
     n = lo

@@ -52,8 +52,7 @@ def md_text(value: Any, limit: int = 300) -> str:
     for i, c in enumerate(s):
         if c in _HTML:
             out.append(_HTML[c])
-        elif c in _MD_ALWAYS or (c == "_" and not (0 < i < len(s) - 1 and s[i - 1].isalnum()
-                                                   and s[i + 1].isalnum())):
+        elif c in _MD_ALWAYS or (c == "_" and not (0 < i < len(s) - 1 and s[i - 1].isalnum() and s[i + 1].isalnum())):
             out.append("\\" + c)
         else:
             out.append(c)

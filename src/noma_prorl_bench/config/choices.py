@@ -1,6 +1,7 @@
 """Every choice list of the command line, defined once: a `Literal` type per flag (RunConfig's
 annotation, hence the parser's `choices` and docs/flags.md's values column) and its tuple of values,
 which the modules that implement the choices import instead of spelling them again."""
+
 from __future__ import annotations
 
 from typing import Literal, get_args
@@ -18,23 +19,31 @@ GrowthMigration = Literal["preserve", "reset", "naive", "noma_flat"]
 CompileDecode = Literal["off", "default", "reduce-overhead"]
 AnswerExtraction = Literal["lenient", "tag"]
 
-ADVS: tuple[str, ...] = get_args(Adv)                      # algorithms/advantages.ADVANTAGES
-LOSS_NAMES: tuple[str, ...] = get_args(Loss)               # algorithms/losses.LOSSES
-AGGREGATIONS: tuple[str, ...] = get_args(LossAgg)[1:]      # algorithms/losses.aggregate ("auto" resolved before)
-REF_COMPUTES: tuple[str, ...] = get_args(RefCompute)       # rollout/reference.REF_MODES, plus "none" (Variant B)
-KL_ESTIMATOR_CHOICES: tuple[str, ...] = get_args(KLEstimator)   # config.KL_METRIC_KEYS (simple = k1)
-REF_UPDATES: tuple[str, ...] = get_args(RefUpdate)         # rollout/reference.ReferenceHolder.reset_to
-RESET_TOS: tuple[str, ...] = get_args(ResetTo)             # training/reset_loop (the reset target)
-OPT_RESETS: tuple[str, ...] = get_args(OptReset)           # training/optim_state.apply_reset_semantics
-LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)       # training/optim_state.make_lr_scheduler
-GROWTH_MIGRATIONS: tuple[str, ...] = get_args(GrowthMigration)   # training/growth.grow_adapters
-COMPILE_DECODES: tuple[str, ...] = get_args(CompileDecode)       # models/static_decode
-EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)        # tasks/reasoning_gym
+ADVS: tuple[str, ...] = get_args(Adv)  # algorithms/advantages.ADVANTAGES
+LOSS_NAMES: tuple[str, ...] = get_args(Loss)  # algorithms/losses.LOSSES
+AGGREGATIONS: tuple[str, ...] = get_args(LossAgg)[1:]  # algorithms/losses.aggregate ("auto" resolved before)
+REF_COMPUTES: tuple[str, ...] = get_args(RefCompute)  # rollout/reference.REF_MODES, plus "none" (Variant B)
+KL_ESTIMATOR_CHOICES: tuple[str, ...] = get_args(KLEstimator)  # config.KL_METRIC_KEYS (simple = k1)
+REF_UPDATES: tuple[str, ...] = get_args(RefUpdate)  # rollout/reference.ReferenceHolder.reset_to
+RESET_TOS: tuple[str, ...] = get_args(ResetTo)  # training/reset_loop (the reset target)
+OPT_RESETS: tuple[str, ...] = get_args(OptReset)  # training/optim_state.apply_reset_semantics
+LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)  # training/optim_state.make_lr_scheduler
+GROWTH_MIGRATIONS: tuple[str, ...] = get_args(GrowthMigration)  # training/growth.grow_adapters
+COMPILE_DECODES: tuple[str, ...] = get_args(CompileDecode)  # models/static_decode
+EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)  # tasks/reasoning_gym
 
 #: flag -> its values, for the test that ties each list to the parser and docs/flags.md
 CHOICES: dict[str, tuple[str, ...]] = {
-    "adv": ADVS, "loss": LOSS_NAMES, "loss_agg": get_args(LossAgg), "ref_compute": REF_COMPUTES,
-    "kl_estimator": KL_ESTIMATOR_CHOICES, "ref_update": REF_UPDATES, "reset_to": RESET_TOS, "opt_reset": OPT_RESETS,
-    "lr_schedule": LR_SCHEDULES, "growth_migration": GROWTH_MIGRATIONS, "compile_decode": COMPILE_DECODES,
+    "adv": ADVS,
+    "loss": LOSS_NAMES,
+    "loss_agg": get_args(LossAgg),
+    "ref_compute": REF_COMPUTES,
+    "kl_estimator": KL_ESTIMATOR_CHOICES,
+    "ref_update": REF_UPDATES,
+    "reset_to": RESET_TOS,
+    "opt_reset": OPT_RESETS,
+    "lr_schedule": LR_SCHEDULES,
+    "growth_migration": GROWTH_MIGRATIONS,
+    "compile_decode": COMPILE_DECODES,
     "answer_extraction": EXTRACTIONS,
 }

@@ -14,6 +14,7 @@ unaffected.
 >>> names_code("reward_fn", "my_rewards:score"), names_code("reward_fn", "numeric")
 (True, False)
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,11 @@ def refuse_code_from(values: Mapping, source: str, command_line: Mapping) -> Non
         spec = values.get(flag)
         if not names_code(flag, spec) or flag in command_line:
             continue
-        raise ConfigError(flag, f"{source} names code to import ({flag} {spec!r}); code named in a file is never "
-                                f"imported: to run it, name it on the command line: --{flag} {shlex.quote(str(spec))}")
+        raise ConfigError(
+            flag,
+            f"{source} names code to import ({flag} {spec!r}); code named in a file is never "
+            f"imported: to run it, name it on the command line: --{flag} {shlex.quote(str(spec))}",
+        )
 
 
 def drop_script_dir() -> None:
@@ -57,7 +61,8 @@ def drop_script_dir() -> None:
     is never imported by being there, whether as a task module or as a library's name."""
     import os  # noqa: PLC0415
     import sys  # noqa: PLC0415
-    if getattr(sys.flags, "safe_path", False) or not sys.path:      # python -P (3.11+)
+
+    if getattr(sys.flags, "safe_path", False) or not sys.path:  # python -P (3.11+)
         return
     here = os.path.realpath(os.getcwd())
     given = {os.path.realpath(p or ".") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}

@@ -5,6 +5,7 @@ literal under it) is its `--help` text; `Literal[...]` annotations become `choic
 The parser (parser.py) is built from these fields; validation lives in validate.py and the
 named presets in presets.py.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,8 +37,19 @@ from noma_prorl_bench.config.choices import (
 #: --ref_compute -> the variant code of reports (A0 / A1 / A2; Variant B has no reference).
 REF_CODES: dict[str, str] = {"naive_epoch": "A0", "cached": "A1", "ring": "A2"}
 
-RESUME_SAFE_FIELDS: tuple[str, ...] = ("outdir", "overwrite", "resume", "quiet", "report_to", "steps", "threads", "plots",
-                                       "save_every", "keep_checkpoints", "on_nan")
+RESUME_SAFE_FIELDS: tuple[str, ...] = (
+    "outdir",
+    "overwrite",
+    "resume",
+    "quiet",
+    "report_to",
+    "steps",
+    "threads",
+    "plots",
+    "save_every",
+    "keep_checkpoints",
+    "on_nan",
+)
 
 
 # --warmstart_steps -1 (auto) per model: enough that RL starts "sometimes right" (val ~0.2-0.4 on
@@ -51,8 +63,14 @@ GSPO_EPS = (3e-4, 4e-4)  # Zheng et al. 2025 (GSPO): sequence-ratio clip range (
 #: --kl_estimator value -> the metric key of the per-token KL that enters the loss (and that
 #: --target_kl, --reset_kl_above and the reports read). The one place these strings are mapped;
 #: algorithms/kl_term.KLTerm and analysis/runlog use it.
-KL_METRIC_KEYS = {"simple": "kl/k1", "k1": "kl/k1", "k2": "kl/k2", "k3": "kl/k3", "k3_ratio": "kl/k3_ratio",
-                  "full": "kl/full"}
+KL_METRIC_KEYS = {
+    "simple": "kl/k1",
+    "k1": "kl/k1",
+    "k2": "kl/k2",
+    "k3": "kl/k3",
+    "k3_ratio": "kl/k3_ratio",
+    "full": "kl/full",
+}
 
 
 def kl_metric_key(kl_estimator: str) -> str:
@@ -101,9 +119,9 @@ class RunConfig:
     """jsonl:PATH only: the reward in [0, 1]. exact: stripped response == answer; numeric: the last number in the response within --reward_tol of the answer; regex: the answer is a regular expression matching the whole stripped response; MODULE:FUNCTION: an importable FUNCTION(response, answer) returning a number or a dict with "reward"."""
     reward_tol: float = 1e-6
     """jsonl:PATH with --reward_fn numeric only: the absolute tolerance."""
-    max_task_bytes: int = 256 * 2 ** 20
+    max_task_bytes: int = 256 * 2**20
     """jsonl:PATH only: the largest task file read, in bytes (its size is checked before it is opened)."""
-    max_line_bytes: int = 2 ** 20
+    max_line_bytes: int = 2**20
     """jsonl:PATH only: the longest line of the task file, in bytes (read at most this much per line). A line's JSON may nest at most 64 levels deep."""
     max_prompt_chars: int = 16384
     """jsonl:PATH only: the longest prompt, in characters (the memory estimate sizes sequences by the longest prompt)."""

@@ -13,6 +13,7 @@ it too (config/code_specs.py: code is never imported because a file says so).
 >>> coerce("steps", 40, int), coerce("lr", 1, float), coerce("task_kwargs", {"a": 1}, str)
 (40, 1.0, '{"a": 1}')
 """
+
 from __future__ import annotations
 
 import json
@@ -33,27 +34,31 @@ EXTENSIONS = (".yaml", ".yml", ".toml", ".json")
 def _parse(path: str) -> Any:
     ext = os.path.splitext(path)[1].lower()
     if ext not in EXTENSIONS:
-        raise ConfigError("config", f"{path!r}: unknown extension {ext or '(none)'!r} (choose from "
-                                    f"{', '.join(EXTENSIONS)})")
+        raise ConfigError(
+            "config", f"{path!r}: unknown extension {ext or '(none)'!r} (choose from {', '.join(EXTENSIONS)})"
+        )
     try:
         if ext == ".json":
             with open(path, encoding="utf-8") as f:
                 return json.load(f)
         if ext == ".toml":
             import tomllib  # noqa: PLC0415  (Python 3.11+)
+
             with open(path, "rb") as f:
                 return tomllib.load(f)
         import yaml  # noqa: PLC0415
+
         with open(path, encoding="utf-8") as f:
             return yaml.safe_load(f)
     except OSError as e:
         raise ConfigError("config", f"cannot read {path!r}: {e.strerror or e}") from e
     except ImportError as e:
-        raise ConfigError("config", f"reading {ext} files needs {e.name} (pip install pyyaml; TOML needs "
-                                    "Python 3.11+)") from e
-    except ValueError as e:   # json.JSONDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError (below)
+        raise ConfigError(
+            "config", f"reading {ext} files needs {e.name} (pip install pyyaml; TOML needs Python 3.11+)"
+        ) from e
+    except ValueError as e:  # json.JSONDecodeError, tomllib.TOMLDecodeError, yaml.YAMLError (below)
         raise ConfigError("config", f"{path!r} does not parse: {e}") from e
-    except Exception as e:    # noqa: BLE001  yaml.YAMLError is not a ValueError
+    except Exception as e:  # noqa: BLE001  yaml.YAMLError is not a ValueError
         raise ConfigError("config", f"{path!r} does not parse: {e}") from e
 
 
@@ -63,9 +68,12 @@ def coerce(name: str, value: Any, tp) -> Any:
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise ConfigError("config", f"key {name!r}: invalid choice {value!r}"
-                                        f"{suggest(str(value), map(str, choices))}"
-                                        f" (choose from {', '.join(map(str, choices))})")
+            raise ConfigError(
+                "config",
+                f"key {name!r}: invalid choice {value!r}"
+                f"{suggest(str(value), map(str, choices))}"
+                f" (choose from {', '.join(map(str, choices))})",
+            )
         return value
     if tp is bool:
         if not isinstance(value, bool):
@@ -94,8 +102,7 @@ def load_config_file(path: str) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError("config", f"{path!r} must hold a mapping of flag names to values, got "
-                                    f"{type(data).__name__}")
+        raise ConfigError("config", f"{path!r} must hold a mapping of flag names to values, got {type(data).__name__}")
     run_record = any(k in data for k in RUN_RECORD_KEYS)
     hints = typing.get_type_hints(RunConfig)
     names = [f.name for f in fields(RunConfig)]
@@ -119,8 +126,9 @@ def with_config_file(explicit: dict) -> dict:
     if path is None:
         return explicit
     if explicit.get("resume"):
-        raise ConfigError("config", "cannot be combined with --resume (a resumed run takes its config from its "
-                                    "checkpoint)")
+        raise ConfigError(
+            "config", "cannot be combined with --resume (a resumed run takes its config from its checkpoint)"
+        )
     values = load_config_file(path)
-    refuse_code_from(values, f"the config file {path!r}", explicit)   # module:function only from the command line
+    refuse_code_from(values, f"the config file {path!r}", explicit)  # module:function only from the command line
     return {**values, **explicit}

@@ -3,6 +3,7 @@
 `build_parser()` turns the dataclass into an argparse parser; `parse_config(argv)` applies a
 preset, then the explicit flags, validates (validate.py) and returns a `RunConfig`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,18 @@ def _choices(tp) -> Optional[list]:
 
 
 # --help groups: (section in fields.py, title), in the order a newcomer reads them
-HELP_GROUPS = [("task and model", "task and model"), ("sampling", "RL: sampling"),
-               ("optimisation", "RL: optimisation"), ("loss", "RL: loss and advantages"),
-               ("KL and reference", "KL and reference"), ("resets", "reference resets"),
-               ("growth", "topology growth"), ("engines", "engines (Ray)"),
-               ("run and outputs", "output and run"), ("reliability", "checkpoints and reliability")]
+HELP_GROUPS = [
+    ("task and model", "task and model"),
+    ("sampling", "RL: sampling"),
+    ("optimisation", "RL: optimisation"),
+    ("loss", "RL: loss and advantages"),
+    ("KL and reference", "KL and reference"),
+    ("resets", "reference resets"),
+    ("growth", "topology growth"),
+    ("engines", "engines (Ray)"),
+    ("run and outputs", "output and run"),
+    ("reliability", "checkpoints and reliability"),
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -41,7 +49,7 @@ class Parser(argparse.ArgumentParser):
             flag = m.group(1).split("=")[0]
             message = f"argument {flag}: unrecognized flag{suggest_name(flag, self._option_string_actions)}"
         m = re.search(r"ambiguous option: (--[\w.-]+)", message)
-        if m and m.group(1).lstrip("-").replace("-", "_") in FOREIGN_NAMES:     # --n (verl's rollout.n)
+        if m and m.group(1).lstrip("-").replace("-", "_") in FOREIGN_NAMES:  # --n (verl's rollout.n)
             message += suggest_name(m.group(1), self._option_string_actions)
         m = re.search(r"argument (--\w+): invalid choice: '([^']*)'", message)
         if m and m.group(1) in self._option_string_actions:
@@ -53,13 +61,20 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
     """An argparse parser with one flag per RunConfig field, grouped by fields.py section
     (defaults suppressed so the caller can tell explicit flags from defaults, which presets need)."""
     p = Parser(
-        prog=prog, argument_default=argparse.SUPPRESS, usage="%(prog)s [-h] [--version] --outdir OUTDIR [options]",
+        prog=prog,
+        argument_default=argparse.SUPPRESS,
+        usage="%(prog)s [-h] [--version] --outdir OUTDIR [options]",
         description="Train one KL-regularised RL run (PPO/GRPO family) and write config.json, "
-                    "metrics.jsonl and events.jsonl to --outdir. Flags by section below; "
-                    "docs/flags.md has them as a table.")
+        "metrics.jsonl and events.jsonl to --outdir. Flags by section below; "
+        "docs/flags.md has them as a table.",
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--config", metavar="FILE", help="flag values from a YAML, TOML or JSON file whose keys are the "
-                   "flags' names (a run's own config.json works); flags given here override it")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="flag values from a YAML, TOML or JSON file whose keys are the "
+        "flags' names (a run's own config.json works); flags given here override it",
+    )
     groups = {sec: p.add_argument_group(title) for sec, title in HELP_GROUPS}
     docs, sections = field_docs(), field_sections()
     hints = typing.get_type_hints(RunConfig)
@@ -67,6 +82,7 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
         tp, helptext = hints[f.name], docs.get(f.name, "")
         if f.name == "preset":
             from noma_prorl_bench.config.presets import describe_all  # noqa: PLC0415  (the presets' own text, one per preset)
+
             helptext += " " + " || ".join(describe_all().splitlines())
         g = groups.get(sections.get(f.name, ""), p)
         flag = f"--{f.name}"
@@ -98,6 +114,7 @@ def make_config(explicit: dict) -> RunConfig:
     preset = explicit.get("preset", "none")
     if preset != "none":
         from noma_prorl_bench.config import presets  # noqa: PLC0415  (small module, only needed with presets)
+
         values.update(presets.preset_values(preset))
         if values.get("enable_growth") and explicit.get("enable_growth") in (0, False):
             # the user turned the preset's adapters off (full fine-tune): its growth-only values go too

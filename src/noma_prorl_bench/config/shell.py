@@ -8,6 +8,7 @@ True
 >>> command("python -m noma_prorl_bench.run", "--outdir", "my runs/a").endswith("--outdir 'my runs/a'")
 True
 """
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,9 @@ def program(prog: str) -> str:
     "/path/to/bin/prorl-bench CMD" (the script beside the interpreter; without one,
     "/path/to/python -m noma_prorl_bench.cli CMD"); anything else unchanged."""
     if prog.startswith("python -m "):
-        return shlex.quote(sys.executable) + prog[len("python"):]
+        return shlex.quote(sys.executable) + prog[len("python") :]
     if prog == CONSOLE_SCRIPT or prog.startswith(CONSOLE_SCRIPT + " "):
-        rest = prog[len(CONSOLE_SCRIPT):]
+        rest = prog[len(CONSOLE_SCRIPT) :]
         script = os.path.join(os.path.dirname(sys.executable), CONSOLE_SCRIPT)
         if os.path.isfile(script) and os.access(script, os.X_OK):
             return shlex.quote(script) + rest
@@ -38,5 +39,5 @@ def command(prog: str, *args: str) -> str:
 
 
 def pip_install(*args: str) -> str:
-    """"/path/to/python -m pip install ARGS": installs into the environment that runs the tool."""
+    """ "/path/to/python -m pip install ARGS": installs into the environment that runs the tool."""
     return " ".join([shlex.quote(sys.executable), "-m", "pip", "install", *args])

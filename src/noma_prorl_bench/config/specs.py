@@ -11,6 +11,7 @@ A spec field is named as the `RunConfig` attribute it copies (the flag, or a res
 such as `eps_lo` or `loss_agg_resolved`), so `--x` is `spec.x` wherever it is read; values are
 copied unchanged. Derived values that combine fields are properties of the spec.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,7 +53,7 @@ class ModelSpec:
     """The policy builder's fields (models.build.build_policy) and the precision record."""
 
     model: str
-    task: str                    # hf:PATH with rg:NAME: the chat template
+    task: str  # hf:PATH with rg:NAME: the chat template
     hidden: int
     d_model: int
     n_layers: int
@@ -119,8 +120,13 @@ class KLSpec:
 
     @classmethod
     def from_config(cls, cfg: Any) -> KLSpec:
-        return cls(estimator="k1" if cfg.kl_estimator == "simple" else cfg.kl_estimator, k2_mode=cfg.k2_mode,
-                   placement=cfg.kl_in, reward_form=cfg.kl_reward_form, anchor="old" if cfg.variant == "B" else "ref")
+        return cls(
+            estimator="k1" if cfg.kl_estimator == "simple" else cfg.kl_estimator,
+            k2_mode=cfg.k2_mode,
+            placement=cfg.kl_in,
+            reward_form=cfg.kl_reward_form,
+            anchor="old" if cfg.variant == "B" else "ref",
+        )
 
 
 @dataclass(frozen=True)
@@ -235,14 +241,33 @@ class RunSpecs:
     @classmethod
     def from_config(cls, cfg: Any) -> RunSpecs:
         """The specs of a (validated) RunConfig."""
-        return cls(seed=cfg.seed, threads=cfg.threads, steps=cfg.steps, task=take(TaskSpec, cfg),
-                   model=take(ModelSpec, cfg), warm_start=take(WarmStartSpec, cfg), rollout=take(RolloutSpec, cfg),
-                   reference=take(ReferenceSpec, cfg),
-                   objective=take(ObjectiveSpec, cfg, kl=KLSpec.from_config(cfg)),
-                   optimizer=take(OptimizerSpec, cfg), resets=take(ResetSpec, cfg), growth=take(GrowthSpec, cfg),
-                   evaluation=take(EvalSpec, cfg))
+        return cls(
+            seed=cfg.seed,
+            threads=cfg.threads,
+            steps=cfg.steps,
+            task=take(TaskSpec, cfg),
+            model=take(ModelSpec, cfg),
+            warm_start=take(WarmStartSpec, cfg),
+            rollout=take(RolloutSpec, cfg),
+            reference=take(ReferenceSpec, cfg),
+            objective=take(ObjectiveSpec, cfg, kl=KLSpec.from_config(cfg)),
+            optimizer=take(OptimizerSpec, cfg),
+            resets=take(ResetSpec, cfg),
+            growth=take(GrowthSpec, cfg),
+            evaluation=take(EvalSpec, cfg),
+        )
 
 
 #: every spec class, for the test that ties each field to a RunConfig attribute
-SPECS = (TaskSpec, ModelSpec, WarmStartSpec, RolloutSpec, ReferenceSpec, ObjectiveSpec, OptimizerSpec, ResetSpec,
-         GrowthSpec, EvalSpec)
+SPECS = (
+    TaskSpec,
+    ModelSpec,
+    WarmStartSpec,
+    RolloutSpec,
+    ReferenceSpec,
+    ObjectiveSpec,
+    OptimizerSpec,
+    ResetSpec,
+    GrowthSpec,
+    EvalSpec,
+)

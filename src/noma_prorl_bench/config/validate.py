@@ -1,6 +1,7 @@
 """Validation of a `RunConfig`: the first invalid value or combination raises `ConfigError`
 naming its flag (argparse-style, exit code 2); nothing is written before validation passes.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -42,10 +43,16 @@ FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
     "rloo_k": ("group_size", "TRL's", "samples per prompt"),
     "max_completion_length": ("max_new_tokens", "TRL's", ""),
     "response_length": ("max_new_tokens", "TRL's", ""),
-    "per_device_train_batch_size": ("micro_batch", "TRL's", "rows per forward/backward; prompts per step are "
-                                                            "--batch_size"),
-    "gradient_accumulation_steps": ("micro_batch", "TRL's", "ours gives the rows per accumulated piece of a "
-                                                            "minibatch, not their count"),
+    "per_device_train_batch_size": (
+        "micro_batch",
+        "TRL's",
+        "rows per forward/backward; prompts per step are --batch_size",
+    ),
+    "gradient_accumulation_steps": (
+        "micro_batch",
+        "TRL's",
+        "ours gives the rows per accumulated piece of a minibatch, not their count",
+    ),
     "epsilon": ("clip_eps", "TRL's", "both bounds unless --eps_high is given"),
     "cliprange": ("clip_eps", "TRL's", ""),
     "epsilon_high": ("eps_high", "TRL's", ""),
@@ -146,13 +153,45 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     """Raise ConfigError on the first invalid value or combination."""
     if not cfg.outdir:
         raise ConfigError("outdir", "is required")
-    _positive(cfg, ["steps", "threads", "batch_size", "group_size", "ppo_epochs", "minibatches",
-                    "eval_every", "n_val", "hidden", "d_model", "n_layers", "n_heads", "kl_horizon"])
+    _positive(
+        cfg,
+        [
+            "steps",
+            "threads",
+            "batch_size",
+            "group_size",
+            "ppo_epochs",
+            "minibatches",
+            "eval_every",
+            "n_val",
+            "hidden",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "kl_horizon",
+        ],
+    )
     if cfg.warmstart_steps < -1:
         raise ConfigError("warmstart_steps", f"must be >= 0, or -1 for auto, got {cfg.warmstart_steps}")
-    _nonneg(cfg, ["eval_samples", "max_new_tokens", "warmup_steps", "weight_decay", "max_grad_norm",
-                  "beta", "target_kl", "tis_cap", "reset_every", "reset_kl_above", "reset_kl_min_gap",
-                  "reset_on_stall", "stall_min_delta", "dual_clip_c"])
+    _nonneg(
+        cfg,
+        [
+            "eval_samples",
+            "max_new_tokens",
+            "warmup_steps",
+            "weight_decay",
+            "max_grad_norm",
+            "beta",
+            "target_kl",
+            "tis_cap",
+            "reset_every",
+            "reset_kl_above",
+            "reset_kl_min_gap",
+            "reset_on_stall",
+            "stall_min_delta",
+            "dual_clip_c",
+        ],
+    )
     _check_memory(cfg)
     _validate_report_to(cfg)
     if cfg.lr <= 0:
@@ -163,9 +202,12 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
         raise ConfigError("temperature", f"must be > 0, got {cfg.temperature}")
     horizon = cfg.steps * cfg.ppo_epochs * cfg.minibatches
     if cfg.warmup_steps > horizon:
-        raise ConfigError("warmup_steps", f"counts optimizer steps and must be <= the run's {horizon} (--steps x "
-                                          f"--ppo_epochs x --minibatches; a longer warmup never reaches --lr), "
-                                          f"got {cfg.warmup_steps}")
+        raise ConfigError(
+            "warmup_steps",
+            f"counts optimizer steps and must be <= the run's {horizon} (--steps x "
+            f"--ppo_epochs x --minibatches; a longer warmup never reaches --lr), "
+            f"got {cfg.warmup_steps}",
+        )
     if cfg.clip_eps != -1.0 and not 0.0 < cfg.clip_eps < 1.0:
         raise ConfigError("clip_eps", f"must be -1 (the loss's default) or in (0, 1), got {cfg.clip_eps}")
     for n in ("eps_low", "eps_high"):
@@ -188,8 +230,10 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     if cfg.minibatches > cfg.batch_size * cfg.group_size:
         raise ConfigError("minibatches", f"must be <= batch_size*group_size = {cfg.batch_size * cfg.group_size}")
     if cfg.group_size < 2:
-        raise ConfigError("group_size", f"must be >= 2 for --adv {cfg.adv} (advantages are group functions "
-                                        "rewards[B,G] with an unbiased std)")
+        raise ConfigError(
+            "group_size",
+            f"must be >= 2 for --adv {cfg.adv} (advantages are group functions rewards[B,G] with an unbiased std)",
+        )
     model = cfg.model
     if not (model in ("gru", "transformer") or (model.startswith("hf:") and len(model) > 3)):
         raise ConfigError("model", f"invalid choice: {model!r} (choose from gru, transformer, hf:PATH)")
@@ -208,10 +252,11 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
 TASKS = ("reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithmetic")
 
 
-USER_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")   # module.path:factory
-JSONL_LIMITS = ("max_task_bytes", "max_line_bytes", "max_prompt_chars", "max_answer_chars")   # bounds on the file
-JSONL_FLAGS = tuple((n, getattr(RunConfig, n)) for n in ("prompt_field", "answer_field", "reward_fn", "reward_tol",
-                                                          *JSONL_LIMITS))
+USER_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:factory
+JSONL_LIMITS = ("max_task_bytes", "max_line_bytes", "max_prompt_chars", "max_answer_chars")  # bounds on the file
+JSONL_FLAGS = tuple(
+    (n, getattr(RunConfig, n)) for n in ("prompt_field", "answer_field", "reward_fn", "reward_tol", *JSONL_LIMITS)
+)
 REWARD_FNS = ("exact", "numeric", "regex")
 
 
@@ -221,8 +266,11 @@ def _validate_rg_task(cfg: RunConfig) -> None:
     rg, jsonl = cfg.task.startswith("rg:"), cfg.task.startswith("jsonl:")
     factory = bool(USER_TASK.match(cfg.task)) and not rg and not jsonl
     if not (cfg.task in TASKS or (rg and len(cfg.task) > 3) or (jsonl and len(cfg.task) > 6) or factory):
-        raise ConfigError("task", f"invalid choice: {cfg.task!r}{suggest(cfg.task, TASKS)} (choose from "
-                                  f"{', '.join(TASKS)}, rg:NAME, jsonl:PATH, module.path:factory)")
+        raise ConfigError(
+            "task",
+            f"invalid choice: {cfg.task!r}{suggest(cfg.task, TASKS)} (choose from "
+            f"{', '.join(TASKS)}, rg:NAME, jsonl:PATH, module.path:factory)",
+        )
     if rg and not cfg.model.startswith("hf:"):
         raise ConfigError("task", f"{cfg.task} is a reasoning-gym text task and needs --model hf:PATH")
     if not rg:
@@ -230,12 +278,14 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             if getattr(cfg, n) != default:
                 raise ConfigError(n, f"only applies to --task rg:NAME (got --task {cfg.task})")
     if not (rg or factory) and cfg.task_kwargs:
-        raise ConfigError("task_kwargs",
-                          f"only applies to --task rg:NAME or module.path:factory (got --task {cfg.task})")
+        raise ConfigError(
+            "task_kwargs", f"only applies to --task rg:NAME or module.path:factory (got --task {cfg.task})"
+        )
     if cfg.format_reward < 0:
         raise ConfigError("format_reward", f"must be >= 0, got {cfg.format_reward}")
     if cfg.task_kwargs:
         import json  # noqa: PLC0415
+
         try:
             kw = json.loads(cfg.task_kwargs)
         except ValueError as e:
@@ -252,8 +302,11 @@ def _validate_report_to(cfg: RunConfig) -> None:
     items = [t.strip() for t in cfg.report_to.split(",")]
     for t in items:
         if t not in REPORT_TO:
-            raise ConfigError("report_to", f"invalid choice: {t!r}{suggest(t, REPORT_TO)} (choose from "
-                                           f"{', '.join(REPORT_TO)}, or a comma list such as csv,wandb)")
+            raise ConfigError(
+                "report_to",
+                f"invalid choice: {t!r}{suggest(t, REPORT_TO)} (choose from "
+                f"{', '.join(REPORT_TO)}, or a comma list such as csv,wandb)",
+            )
     if len(items) > 1 and "none" in items or len(set(items)) < len(items):
         raise ConfigError("report_to", f"none stands alone and each name comes once, got {cfg.report_to!r}")
 
@@ -265,8 +318,11 @@ def _validate_user_task(cfg: RunConfig) -> None:
         if not jsonl and getattr(cfg, n) != default:
             raise ConfigError(n, f"only applies to --task jsonl:PATH (got --task {cfg.task})")
     if cfg.reward_fn not in REWARD_FNS and not USER_TASK.match(cfg.reward_fn):
-        raise ConfigError("reward_fn", f"invalid choice: {cfg.reward_fn!r}{suggest(cfg.reward_fn, REWARD_FNS)} "
-                                       f"(choose from {', '.join(REWARD_FNS)}, MODULE:FUNCTION)")
+        raise ConfigError(
+            "reward_fn",
+            f"invalid choice: {cfg.reward_fn!r}{suggest(cfg.reward_fn, REWARD_FNS)} "
+            f"(choose from {', '.join(REWARD_FNS)}, MODULE:FUNCTION)",
+        )
     if cfg.reward_fn != "numeric" and cfg.reward_tol != 1e-6:
         raise ConfigError("reward_tol", f"only applies to --reward_fn numeric (got --reward_fn {cfg.reward_fn})")
     if not cfg.reward_tol >= 0:
@@ -280,21 +336,32 @@ def _validate_ray_checkpoints(cfg: RunConfig) -> None:
     the rest is refused with the reason."""
     flag = "resume" if cfg.resume else "save_every"
     if cfg.variant == "A" and cfg.ref_placement != "learner":
-        raise ConfigError(flag, f"--engine {cfg.engine} checkpoints only with --ref_placement learner (the "
-                                f"reference held by the {cfg.ref_placement} actor is not saved)")
+        raise ConfigError(
+            flag,
+            f"--engine {cfg.engine} checkpoints only with --ref_placement learner (the "
+            f"reference held by the {cfg.ref_placement} actor is not saved)",
+        )
     if cfg.engine == "ray_colocated" and cfg.save_every % cfg.steps_per_rollout:
-        raise ConfigError("save_every", f"--engine ray_colocated checkpoints at the end of a rollout round: "
-                                        f"--save_every must be a multiple of --steps_per_rollout "
-                                        f"{cfg.steps_per_rollout}, got {cfg.save_every}")
+        raise ConfigError(
+            "save_every",
+            f"--engine ray_colocated checkpoints at the end of a rollout round: "
+            f"--save_every must be a multiple of --steps_per_rollout "
+            f"{cfg.steps_per_rollout}, got {cfg.save_every}",
+        )
 
 
 def _validate_engine(cfg: RunConfig) -> None:
     """Engine flags only where they act (a flag the chosen engine ignores is an error)."""
     d = RunConfig()
-    only = {"steps_per_rollout": ("ray_colocated",), "max_staleness": ("ray_async",),
-            "num_generators": ("ray_async",), "ref_placement": ("ray_colocated", "ray_async"),
-            "ray_address": ("ray_colocated", "ray_async"), "actor_timeout": ("ray_colocated", "ray_async"),
-            "weight_sync": ("ray_colocated", "ray_async")}
+    only = {
+        "steps_per_rollout": ("ray_colocated",),
+        "max_staleness": ("ray_async",),
+        "num_generators": ("ray_async",),
+        "ref_placement": ("ray_colocated", "ray_async"),
+        "ray_address": ("ray_colocated", "ray_async"),
+        "actor_timeout": ("ray_colocated", "ray_async"),
+        "weight_sync": ("ray_colocated", "ray_async"),
+    }
     for n, engines in only.items():
         if getattr(cfg, n) != getattr(d, n) and cfg.engine not in engines:
             raise ConfigError(n, f"applies to --engine {' or '.join(engines)}, not {cfg.engine}")
@@ -303,36 +370,49 @@ def _validate_engine(cfg: RunConfig) -> None:
     if not cfg.actor_timeout > 0:
         raise ConfigError("actor_timeout", f"must be > 0 seconds, got {cfg.actor_timeout}")
     if cfg.weight_sync == "nccl":
-        raise ConfigError("weight_sync", "nccl needs CUDA GPUs (one per actor) and is not implemented in this "
-                                         "build; use object_store")
+        raise ConfigError(
+            "weight_sync", "nccl needs CUDA GPUs (one per actor) and is not implemented in this build; use object_store"
+        )
     if cfg.engine == "local":
         return
     if cfg.device == "cuda":
         raise ConfigError("device", f"--engine {cfg.engine} places its actors on CPUs in this build; use --device cpu")
     if cfg.report_to != "none":
-        raise ConfigError("report_to", f"--engine {cfg.engine} writes metrics.jsonl only in this build (use "
-                                       "--engine local, or --report_to none)")
+        raise ConfigError(
+            "report_to",
+            f"--engine {cfg.engine} writes metrics.jsonl only in this build (use --engine local, or --report_to none)",
+        )
     if cfg.save_every or cfg.resume:
         _validate_ray_checkpoints(cfg)
     if cfg.ref_placement != "learner":
         if cfg.variant == "B":
             raise ConfigError("ref_placement", "Variant B (--variant B) has no reference model to place")
         if cfg.ref_compute != "cached":
-            raise ConfigError("ref_placement", f"{cfg.ref_placement} scores logp_ref once per batch outside the "
-                                               f"learner (A1); use --ref_compute cached (got {cfg.ref_compute})")
+            raise ConfigError(
+                "ref_placement",
+                f"{cfg.ref_placement} scores logp_ref once per batch outside the "
+                f"learner (A1); use --ref_compute cached (got {cfg.ref_compute})",
+            )
         if cfg.kl_estimator == "full":
-            raise ConfigError("ref_placement", "--kl_estimator full needs the reference logits in the learner; "
-                                               "use --ref_placement learner")
+            raise ConfigError(
+                "ref_placement",
+                "--kl_estimator full needs the reference logits in the learner; use --ref_placement learner",
+            )
         if cfg.enable_growth:
-            raise ConfigError("ref_placement", "--enable_growth grows pi_ref together with the policy inside the "
-                                               "learner; use --ref_placement learner")
+            raise ConfigError(
+                "ref_placement",
+                "--enable_growth grows pi_ref together with the policy inside the learner; use --ref_placement learner",
+            )
 
 
 def _validate_variant(cfg: RunConfig, explicit: set) -> None:
     if cfg.variant == "B":
         if cfg.ref_compute != "cached" and "ref_compute" in explicit:
-            raise ConfigError("ref_compute", f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) "
-                                             "has none. Drop --ref_compute or use --variant A")
+            raise ConfigError(
+                "ref_compute",
+                f"{cfg.ref_compute} needs a reference model; Variant B (--variant B) "
+                "has none. Drop --ref_compute or use --variant A",
+            )
         for n in ("reset_every", "reset_kl_above", "reset_on_stall"):
             if getattr(cfg, n):
                 raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")
@@ -341,21 +421,33 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
         if cfg.preset not in ("none", "smollm2_demo"):
             raise ConfigError("preset", "reset presets need a reference model; Variant B (--variant B) has none")
     if cfg.kl_in == "reward" and cfg.kl_estimator in ("full", "k3_ratio"):
-        raise ConfigError("kl_estimator", f"{cfg.kl_estimator} is only available with --kl_in loss (full needs "
-                                          "logits; k3_ratio's ratio pi/pi_old is 1 at rollout time, use k3)")
+        raise ConfigError(
+            "kl_estimator",
+            f"{cfg.kl_estimator} is only available with --kl_in loss (full needs "
+            "logits; k3_ratio's ratio pi/pi_old is 1 at rollout time, use k3)",
+        )
     if cfg.kl_in != "reward" and cfg.kl_reward_form != "token":
         raise ConfigError("kl_reward_form", f"only applies to --kl_in reward (got --kl_in {cfg.kl_in})")
     if cfg.target_kl > 0 and cfg.kl_horizon <= 0.2 * cfg.batch_size * cfg.group_size:
-        raise ConfigError("kl_horizon", f"must exceed 0.2 * batch_size * group_size = "
-                                        f"{0.2 * cfg.batch_size * cfg.group_size:g} samples with --target_kl "
-                                        f"(each step moves beta by up to 20% * N / horizon), got {cfg.kl_horizon}")
+        raise ConfigError(
+            "kl_horizon",
+            f"must exceed 0.2 * batch_size * group_size = "
+            f"{0.2 * cfg.batch_size * cfg.group_size:g} samples with --target_kl "
+            f"(each step moves beta by up to 20% * N / horizon), got {cfg.kl_horizon}",
+        )
     if cfg.kl_in == "reward" and cfg.variant == "B":
-        raise ConfigError("kl_in", "reward subtracts beta*KL(pi_old || pi_ref) from the rewards and needs a "
-                                   "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A")
+        raise ConfigError(
+            "kl_in",
+            "reward subtracts beta*KL(pi_old || pi_ref) from the rewards and needs a "
+            "reference model; Variant B (--variant B) has none. Use --kl_in loss or --variant A",
+        )
     if cfg.kl_in == "reward" and cfg.ref_compute == "naive_epoch":
-        raise ConfigError("kl_in", "reward needs logp_ref for the whole batch before the advantages, but "
-                                   "--ref_compute naive_epoch computes it per minibatch. "
-                                   "Use --ref_compute cached or ring")
+        raise ConfigError(
+            "kl_in",
+            "reward needs logp_ref for the whole batch before the advantages, but "
+            "--ref_compute naive_epoch computes it per minibatch. "
+            "Use --ref_compute cached or ring",
+        )
     if cfg.k2_mode != "theta_over_ref" and cfg.kl_estimator != "k2":
         raise ConfigError("k2_mode", f"{cfg.k2_mode} only applies to --kl_estimator k2 (got {cfg.kl_estimator})")
     _validate_loss(cfg)
@@ -363,8 +455,17 @@ def _validate_variant(cfg: RunConfig, explicit: set) -> None:
         raise ConfigError("beta", "the adaptive KL controller (--target_kl) needs an initial --beta > 0")
 
 
-GROWTH_FLAGS = ("grow_every", "rank_step", "initial_rank", "max_rank", "grow_on", "grow_patience",
-                "growth_migration", "adapter_targets", "lora_alpha")
+GROWTH_FLAGS = (
+    "grow_every",
+    "rank_step",
+    "initial_rank",
+    "max_rank",
+    "grow_on",
+    "grow_patience",
+    "growth_migration",
+    "adapter_targets",
+    "lora_alpha",
+)
 
 
 def _validate_growth(cfg: RunConfig) -> None:
@@ -393,12 +494,15 @@ def _validate_growth(cfg: RunConfig) -> None:
         if cfg.variant == "B":
             raise ConfigError("grow_on", "reset grows at reference resets; Variant B (--variant B) has none")
         if not (cfg.reset_every or cfg.reset_kl_above or cfg.reset_on_stall):
-            raise ConfigError("grow_on", "reset needs a reset trigger: --reset_every, --reset_kl_above, "
-                                         "--reset_on_stall or a --preset that sets one")
+            raise ConfigError(
+                "grow_on",
+                "reset needs a reset trigger: --reset_every, --reset_kl_above, "
+                "--reset_on_stall or a --preset that sets one",
+            )
 
 
 FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_TINY = 1.1754943508222875e-38   # numpy.finfo(numpy.float32).tiny (no numpy import before the parser answers)
+FLOAT32_TINY = 1.1754943508222875e-38  # numpy.finfo(numpy.float32).tiny (no numpy import before the parser answers)
 #: float flags that must be > 0 (the others take 0 for off or none)
 POSITIVE_FLOATS = ("lr", "warmstart_lr", "temperature", "actor_timeout", "ref_mix_alpha", "lora_alpha")
 INT64_MAX = 2**63 - 1
@@ -413,8 +517,9 @@ def _validate_reliability(cfg: RunConfig) -> None:
     but not 0 (a --lr or --temperature of 1e-45: no float flag means anything there)."""
     _nonneg(cfg, ["seed", "save_every"])
     if cfg.keep_checkpoints < 1:
-        raise ConfigError("keep_checkpoints", f"must be >= 1 (the newest checkpoint is always kept), "
-                                              f"got {cfg.keep_checkpoints}")
+        raise ConfigError(
+            "keep_checkpoints", f"must be >= 1 (the newest checkpoint is always kept), got {cfg.keep_checkpoints}"
+        )
     if cfg.resume and cfg.overwrite:
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
     hints = typing.get_type_hints(RunConfig)
@@ -422,12 +527,15 @@ def _validate_reliability(cfg: RunConfig) -> None:
         v = getattr(cfg, f.name)
         if hints[f.name] is float and not math.isfinite(v):
             raise ConfigError(f.name, f"must be a finite number, got {v}")
-        if hints[f.name] is float and abs(v) > FLOAT32_MAX:      # tensors are float32: it would become inf
+        if hints[f.name] is float and abs(v) > FLOAT32_MAX:  # tensors are float32: it would become inf
             raise ConfigError(f.name, f"must be within the float32 range (|x| <= {FLOAT32_MAX:.4g}), got {v:g}")
         if hints[f.name] is float and 0 < abs(v) < FLOAT32_TINY:  # it would become 0 (or lose its digits)
             allowed = f">= {FLOAT32_TINY:.4g}" if f.name in POSITIVE_FLOATS else f"0 or >= {FLOAT32_TINY:.4g} in size"
-            raise ConfigError(f.name, f"must be {allowed}, float32's smallest normal number (tensors are float32, "
-                                      f"where {v:g} is 0 or subnormal), got {v:g}")
+            raise ConfigError(
+                f.name,
+                f"must be {allowed}, float32's smallest normal number (tensors are float32, "
+                f"where {v:g} is 0 or subnormal), got {v:g}",
+            )
         if hints[f.name] is int and not isinstance(v, bool) and abs(v) > INT_MAX.get(f.name, INT64_MAX):
             raise ConfigError(f.name, f"must be <= {INT_MAX.get(f.name, INT64_MAX)}, got {v}")
 
@@ -435,14 +543,18 @@ def _validate_reliability(cfg: RunConfig) -> None:
 def _validate_loss(cfg: RunConfig) -> None:
     """Loss flags that the chosen --loss would ignore are errors, not no-ops."""
     if cfg.dual_clip_c and cfg.loss in ("cispo", "reinforce", "noclip"):
-        raise ConfigError("dual_clip_c",
-                          f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}")
+        raise ConfigError(
+            "dual_clip_c", f"applies to the clipped surrogates (grpo_clip, dapo, gspo), not --loss {cfg.loss}"
+        )
     for n in ("clip_eps", "eps_low", "eps_high"):
         if getattr(cfg, n) != -1.0 and cfg.loss in ("reinforce", "noclip"):
             raise ConfigError(n, f"--loss {cfg.loss} has no clip; drop the flag or pick a clipped loss")
     if cfg.eps_low != -1.0 and cfg.loss == "cispo":
-        raise ConfigError("eps_low", "--loss cispo truncates the IS weight from above only (MiniMax-M1): "
-                                     "set --eps_high (or --clip_eps), not --eps_low")
+        raise ConfigError(
+            "eps_low",
+            "--loss cispo truncates the IS weight from above only (MiniMax-M1): "
+            "set --eps_high (or --clip_eps), not --eps_low",
+        )
 
 
 def _check_memory(cfg: RunConfig) -> None:
@@ -452,11 +564,17 @@ def _check_memory(cfg: RunConfig) -> None:
         if getattr(cfg, n) and cfg.model == "gru":
             raise ConfigError(n, "needs --model transformer or hf:PATH (the GRU has no blocks or separate head)")
     if cfg.dtype == "bf16_mixed" and cfg.model == "gru":
-        raise ConfigError("dtype", "bf16_mixed needs --model transformer or hf:PATH; use float32 or bfloat16 "
-                                   "with the GRU")
+        raise ConfigError(
+            "dtype", "bf16_mixed needs --model transformer or hf:PATH; use float32 or bfloat16 with the GRU"
+        )
     if cfg.compile_decode != "off" and cfg.model != "transformer":
-        raise ConfigError("compile_decode", f"compiles our transformer's decode step: needs --model transformer, "
-                                            f"not {cfg.model} (use off)")
+        raise ConfigError(
+            "compile_decode",
+            f"compiles our transformer's decode step: needs --model transformer, not {cfg.model} (use off)",
+        )
     if cfg.logprob_chunk and cfg.kl_estimator == "full":
-        raise ConfigError("logprob_chunk", "cannot be used with --kl_estimator full, which needs the whole "
-                                           "[n, T, V] logits; use 0 or another estimator")
+        raise ConfigError(
+            "logprob_chunk",
+            "cannot be used with --kl_estimator full, which needs the whole "
+            "[n, T, V] logits; use 0 or another estimator",
+        )

@@ -18,6 +18,7 @@ by one controller; see docs/ray.md.
 
 Ray is imported only when a Ray engine runs; the local engine never needs it.
 """
+
 from noma_prorl_bench.engines.driver import EngineError
 from noma_prorl_bench.engines.launch import run_engine
 from noma_prorl_bench.engines.stops import EngineStopped

@@ -26,6 +26,7 @@ every holder.
 Each call returns its stage spans (timeline.py) and the CPU seconds its process used since
 the previous call (`time.process_time`, all threads of the actor process).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,11 +59,13 @@ ROLLOUT_COUNTERS = ("policy_fwd_rollout", "tokens_policy")
 
 def _ray_put(obj):
     import ray  # noqa: PLC0415  (only inside actors)
+
     return ray.put(obj)
 
 
 def _ray_get(ref):
     import ray  # noqa: PLC0415
+
     return ray.get(ref)
 
 
@@ -79,8 +82,9 @@ class CpuClock:
 
 
 # ============================================================================ generator side
-def rollout_collector(spec: RolloutSpec, task, tok, policy, T_max: int, P: Optional[int], data_rng,
-                      sample_gen) -> Collector:
+def rollout_collector(
+    spec: RolloutSpec, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen
+) -> Collector:
     """The local engine's Collector on a generator's policy copy and streams (no warm start,
     optimizer or reference): the generator runs the local sampling code."""
     return Collector.from_spec(spec, task, tok, policy, T_max, P, data_rng, sample_gen, Counters(ROLLOUT_COUNTERS))
@@ -95,15 +99,17 @@ def rng_streams(payload: dict, index: int, seed: int):
         sample_gen = torch.Generator()
         sample_gen.set_state(payload["sample_gen_state"])
         return data_rng, sample_gen
-    return (np.random.default_rng([seed, 1, 1000 + index]),
-            torch.Generator().manual_seed(seed * 1000 + 2 + 7919 * index))
+    return (
+        np.random.default_rng([seed, 1, 1000 + index]),
+        torch.Generator().manual_seed(seed * 1000 + 2 + 7919 * index),
+    )
 
 
 class _RefSide:
     """A ReferenceHolder (A1) that scores batches and applies reset updates by version."""
 
-    ref: Any                       # the ReferenceHolder (None until built)
-    rec: SpanRecorder              # set by the actor that mixes this in
+    ref: Any  # the ReferenceHolder (None until built)
+    rec: SpanRecorder  # set by the actor that mixes this in
     cpu: CpuClock
 
     def _init_ref(self, spec: ReferenceSpec, module, T_max: int):
@@ -114,7 +120,7 @@ class _RefSide:
     def _score(self, batch: RolloutBatch) -> dict:
         """logp_ref[N, T] onto the batch: one counted forward over the whole batch."""
         self.ref.prepare(batch.tokens, batch.prompt_len)
-        batch.logp_ref = self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))   # [N, T]
+        batch.logp_ref = self.ref.minibatch(batch.tokens, batch.prompt_len, slice(None))  # [N, T]
         return {"ref_version": self.ref_version, "ref_counts": self.ref.pop_counts(), "ref_s": self.ref.pop_time()}
 
     def reset_ref(self, update: dict, step: int = 0) -> dict:
@@ -148,7 +154,7 @@ class Generator(_RefSide):
         torch.set_num_threads(self.specs.threads)
         self.index, self.ref_here, self.fault, self.calls = index, ref_here, fault, 0
         self.rec = SpanRecorder(f"generator/{index}", t0)
-        self.core: Any = None          # the Collector, built at start()
+        self.core: Any = None  # the Collector, built at start()
         self.ref = None
 
     def start(self, payload: dict) -> dict:
@@ -159,8 +165,9 @@ class Generator(_RefSide):
         policy = payload["module"]
         data_rng, sample_gen = rng_streams(payload, self.index, specs.seed)
         task = make_task(specs.task.task, n_val=specs.task.n_val, cfg=specs.task)
-        self.core = rollout_collector(specs.rollout, task, payload["tok"], policy, payload["T_max"], payload["P"],
-                                      data_rng, sample_gen)
+        self.core = rollout_collector(
+            specs.rollout, task, payload["tok"], policy, payload["T_max"], payload["P"], data_rng, sample_gen
+        )
         self.version, self.struct_version = payload.get("version", 0), payload["struct_version"]
         if self.ref_here:
             self._init_ref(specs.reference, policy, payload["T_max"])
@@ -177,8 +184,13 @@ class Generator(_RefSide):
         self.version = pub["version"]
         load_s = time.perf_counter() - t_wall
         self.rec.add("sync", t, self.rec.now(), step)
-        return {"version": self.version, "struct_version": self.struct_version, "load_s": load_s,
-                "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+        return {
+            "version": self.version,
+            "struct_version": self.struct_version,
+            "load_s": load_s,
+            "spans": self.rec.drain(),
+            "cpu_s": self.cpu.lap(),
+        }
 
     def generate(self, k: int, step: int):
         """k step-batches with the current weights -> (meta, batch_1, ..., batch_k).
@@ -193,12 +205,17 @@ class Generator(_RefSide):
             with self.rec.span("generate", step + i):
                 try:
                     batch, rollout_metrics = self.core.collect()
-                except NonFiniteLogits as e:         # the driver stops the run on it (exit 3, as local)
+                except NonFiniteLogits as e:  # the driver stops the run on it (exit 3, as local)
                     e.step = step + i
                     raise
             batch.version = self.version
-            info = {"counts": self.core.counters.pop(), "rollout_metrics": rollout_metrics,
-                    "gen_s": time.perf_counter() - t_wall, "version": self.version, "generator": self.index}
+            info = {
+                "counts": self.core.counters.pop(),
+                "rollout_metrics": rollout_metrics,
+                "gen_s": time.perf_counter() - t_wall,
+                "version": self.version,
+                "generator": self.index,
+            }
             if self.ref is not None:
                 with self.rec.span("ref", step + i):
                     info.update(self._score(batch))
@@ -209,8 +226,10 @@ class Generator(_RefSide):
 
     def rng_state(self) -> dict:
         """The sampling streams (prompt sampler, rollout sampler) for the learner's checkpoint."""
-        return {"data_rng_state": self.core.data_rng.bit_generator.state,
-                "sample_gen_state": self.core.sample_gen.get_state()}
+        return {
+            "data_rng_state": self.core.data_rng.bit_generator.state,
+            "sample_gen_state": self.core.sample_gen.get_state(),
+        }
 
     def set_rng(self, state: dict) -> dict:
         """Resume (ray_async, generators 1..): continue the streams `rng_state` saved."""
@@ -229,7 +248,7 @@ class Generator(_RefSide):
         if kind == "generator_exit":
             os._exit(1)
         if kind == "generator_hang":
-            time.sleep(10 ** 6)
+            time.sleep(10**6)
 
 
 class ReferenceScorer(_RefSide):
@@ -246,8 +265,7 @@ class ReferenceScorer(_RefSide):
         self._init_ref(self.spec, payload["module"], payload["T_max"])
         self.ref_struct_version = payload["struct_version"]
         self.rec.add("setup", start, self.rec.now(), 0)
-        return {"pid": os.getpid(), "ref_version": self.ref_version, "spans": self.rec.drain(),
-                "cpu_s": self.cpu.lap()}
+        return {"pid": os.getpid(), "ref_version": self.ref_version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
 
 # ============================================================================ learner side
@@ -260,11 +278,17 @@ class Learner:
         start = self.rec.now()
         self.events, self.samples = MemorySink(), MemorySink()
         counters = Counters(COUNTER_KEYS)
-        remote = RemoteReference() if ref_remote else None       # logp_ref scored elsewhere, resets sent out
-        self.handed = HandedCollector(counters, remote)           # the driver's batches
-        self.trainer = Trainer.from_config(cfg, NullSink(), self.events, self.samples, counters=counters,
-                                           collector=self.handed,
-                                           reference=cast(Optional[ReferenceSource], remote))
+        remote = RemoteReference() if ref_remote else None  # logp_ref scored elsewhere, resets sent out
+        self.handed = HandedCollector(counters, remote)  # the driver's batches
+        self.trainer = Trainer.from_config(
+            cfg,
+            NullSink(),
+            self.events,
+            self.samples,
+            counters=counters,
+            collector=self.handed,
+            reference=cast(Optional[ReferenceSource], remote),
+        )
         if remote is not None:
             remote.bind(self.trainer.policy)
         self.version = 0
@@ -275,25 +299,37 @@ class Learner:
         """What generators and the reference scorer start from (the version-0 policy module,
         tokenizer, shapes, the learner's RNG streams) plus the warm-start info."""
         tr = self.trainer
-        return {"module": tr.policy, "tok": tr.tok, "T_max": tr.T_max, "P": tr.P,
-                "data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state(),
-                "struct_version": self.struct_version, "version": self.version, "warmstart": dict(tr.warmstart_info),
-                "initial_metrics": dict(tr.initial_metrics),     # metrics.jsonl's step-0 row (a new run's)
-                "events": self.events.drain(), "samples": self.samples.drain(), "pid": os.getpid(),
-                "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+        return {
+            "module": tr.policy,
+            "tok": tr.tok,
+            "T_max": tr.T_max,
+            "P": tr.P,
+            "data_rng_state": tr.data_rng.bit_generator.state,
+            "sample_gen_state": tr.sample_gen.get_state(),
+            "struct_version": self.struct_version,
+            "version": self.version,
+            "warmstart": dict(tr.warmstart_info),
+            "initial_metrics": dict(tr.initial_metrics),  # metrics.jsonl's step-0 row (a new run's)
+            "events": self.events.drain(),
+            "samples": self.samples.drain(),
+            "pid": os.getpid(),
+            "spans": self.rec.drain(),
+            "cpu_s": self.cpu.lap(),
+        }
 
     def restore(self, path: str) -> dict:
         """Resume: load the checkpoint written by `save_checkpoint`; its sampling
         streams are generator 0's, handed over by the next `init_payload`. The set-up records
         (already in the run's files) are dropped; a growth due on a shorter run's last step is done."""
         from noma_prorl_bench.io.checkpoint import read  # noqa: PLC0415
+
         tr, ckpt = self.trainer, read(path)
         tr.load_state_dict(ckpt.state)
         self.events.drain()
         self.samples.drain()
         self.version, self.struct_version = tr.step_idx, int(ckpt.extra.get("struct_version", 0))
         self._sig, self._module_ref = structure(tr.policy), None
-        tr.growth.grow_pending(tr.step_idx)          # published as a new structure at the next step
+        tr.growth.grow_pending(tr.step_idx)  # published as a new structure at the next step
         return {"spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
 
     def save_checkpoint(self, outdir: str, keep: int, extra: dict, rng: dict) -> dict:
@@ -301,6 +337,7 @@ class Learner:
         streams in place of the learner's own (unused: batches are handed in), so a resume
         continues sampling where generator 0 stopped."""
         from noma_prorl_bench.io.checkpoint import save  # noqa: PLC0415
+
         tr = self.trainer
         tr.data_rng.bit_generator.state = rng["data_rng_state"]
         tr.sample_gen.set_state(rng["sample_gen_state"])
@@ -318,8 +355,13 @@ class Learner:
             self._sig, self.struct_version = sig, self.struct_version + 1
             self._module_ref = _ray_put(policy)
         pack: WeightPack = pack_state(policy)
-        pub = {"version": self.version, "arrays": [_ray_put(pack)], "struct_version": self.struct_version,
-               "module": [self._module_ref], "bytes": pack.nbytes}
+        pub = {
+            "version": self.version,
+            "arrays": [_ray_put(pack)],
+            "struct_version": self.struct_version,
+            "module": [self._module_ref],
+            "bytes": pack.nbytes,
+        }
         pub["pack_s"] = time.perf_counter() - t_wall
         self.rec.add("sync", t, self.rec.now(), step)
         return pub
@@ -332,23 +374,30 @@ class Learner:
         self.handed.hand(batch, info)
         try:
             m = tr.train_step()
-        except NonFiniteError as e:                  # --on_nan stop: the step's records (its nan_guard event)
-            cast(Any, e).records = {"events": self.events.drain(), "samples": self.samples.drain()}   # go with it
+        except NonFiniteError as e:  # --on_nan stop: the step's records (its nan_guard event)
+            cast(Any, e).records = {"events": self.events.drain(), "samples": self.samples.drain()}  # go with it
             raise
         self.version += 1
         self._train_spans(start, m, step)
         ref = tr.ref.pop_update() if isinstance(tr.ref, RemoteReference) else None
         pub = self.publish(step) if publish else None
-        return {"metrics": m, "events": self.events.drain(), "samples": self.samples.drain(), "pub": pub,
-                "ref_update": ref, "version": self.version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
+        return {
+            "metrics": m,
+            "events": self.events.drain(),
+            "samples": self.samples.drain(),
+            "pub": pub,
+            "ref_update": ref,
+            "version": self.version,
+            "spans": self.rec.drain(),
+            "cpu_s": self.cpu.lap(),
+        }
 
     def _train_spans(self, start: float, m: dict, step: int) -> None:
         """The step's span split by the trainer's stage timers in loop order (ref, train, eval)."""
         end = self.rec.now()
         t = start
         for stage, key in (("ref", "time/ref"), ("train", None), ("eval", "time/eval")):
-            dur = (m.get(key, 0.0) if key else
-                   max(0.0, (end - start) - m.get("time/ref", 0.0) - m.get("time/eval", 0.0)))
+            dur = m.get(key, 0.0) if key else max(0.0, (end - start) - m.get("time/ref", 0.0) - m.get("time/eval", 0.0))
             if dur > 0:
                 self.rec.add(stage, t, min(end, t + dur), step)
                 t += dur

@@ -35,6 +35,7 @@ the schedule is fixed by the config (batch i is sampled by version max(0, i - S)
 reproduces the uninterrupted run; otherwise it depends on timing and a resume keeps the
 invariants (docs/ray.md "Checkpoints and resume").
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -54,11 +55,11 @@ class AsyncEngine(Checkpointing, RayEngine):
     def loop(self) -> None:
         cfg = self.cfg
         self.place_ref = self.ref_place
-        step = self.steps_done                       # > 0 on resume
+        step = self.steps_done  # > 0 on resume
         self.gen_version = [step] * len(self.gens)  # weights version sent to each generator (a resume
-        self.idle = deque(range(len(self.gens)))     # starts them all from the learner's version)
-        self.pending: dict = {}                      # object ref -> Call
-        self.batches: dict[int, dict] = {}           # launch index -> {"ref", "info", "ready", "gen"}
+        self.idle = deque(range(len(self.gens)))  # starts them all from the learner's version)
+        self.pending: dict = {}  # object ref -> Call
+        self.batches: dict[int, dict] = {}  # launch index -> {"ref", "info", "ready", "gen"}
         self.launched = self.next_train = self.v_done = step
         self.training, self.pub = False, None
         if self.ckpt is not None:
@@ -84,8 +85,9 @@ class AsyncEngine(Checkpointing, RayEngine):
             g, step = self.idle.popleft(), self.launched + 1
             if self.gen_version[g] < self.v_done:
                 ack = self.gens[g].set_weights.remote(self.pub, step)
-                self.pending[ack] = self.call(f"generator/{g} weight sync (version {self.v_done})", "sync",
-                                              (g, self.v_done))
+                self.pending[ack] = self.call(
+                    f"generator/{g} weight sync (version {self.v_done})", "sync", (g, self.v_done)
+                )
                 self.gen_version[g] = self.v_done
             meta_ref, batch_ref = self.gens[g].generate.options(num_returns=2).remote(1, step)
             self.pending[meta_ref] = self.call(f"generator/{g} generate (step {step})", "gen", (g, self.launched))
@@ -99,11 +101,13 @@ class AsyncEngine(Checkpointing, RayEngine):
             return False
         info, step = b["info"], self.next_train + 1
         if self.place_ref != "learner" and info["ref_version"] != self.ref_version:
-            self.start_score(b, step)                # a reset since it was scored: re-score first
+            self.start_score(b, step)  # a reset since it was scored: re-score first
             return True
         if step - 1 - info["version"] > self.cfg.max_staleness or self.v_done != self.next_train:
-            raise EngineError(f"internal: a batch of version {info['version']} would train at version "
-                              f"{self.v_done} (step {step}), beyond --max_staleness {self.cfg.max_staleness}")
+            raise EngineError(
+                f"internal: a batch of version {info['version']} would train at version "
+                f"{self.v_done} (step {step}), beyond --max_staleness {self.cfg.max_staleness}"
+            )
         del self.batches[self.next_train]
         ref = self.learner.train_step.remote(b["ref"], info, step < self.cfg.steps)
         self.pending[ref] = self.call(f"learner train (step {step})", "train", info)
@@ -165,13 +169,26 @@ class AsyncEngine(Checkpointing, RayEngine):
         while self.pending:
             self.handle_next()
         step = self.steps_done
-        rngs = [self.get(g.rng_state.remote(), f"generator/{i} sampling state (step {step})")
-                for i, g in enumerate(self.gens)]
-        inflight = [{"index": i, "info": b["info"], "gen": b["gen"],
-                     "batch": batch_state(self.get(b["ref"], f"batch {i + 1} (in flight at step {step})"))}
-                    for i, b in sorted(self.batches.items())]
-        extra = {"launched": self.launched, "inflight": inflight, "gen_rng": rngs[1:],
-                 "sync_pending": dict(self.sync), **(extra or {})}
+        rngs = [
+            self.get(g.rng_state.remote(), f"generator/{i} sampling state (step {step})")
+            for i, g in enumerate(self.gens)
+        ]
+        inflight = [
+            {
+                "index": i,
+                "info": b["info"],
+                "gen": b["gen"],
+                "batch": batch_state(self.get(b["ref"], f"batch {i + 1} (in flight at step {step})")),
+            }
+            for i, b in sorted(self.batches.items())
+        ]
+        extra = {
+            "launched": self.launched,
+            "inflight": inflight,
+            "gen_rng": rngs[1:],
+            "sync_pending": dict(self.sync),
+            **(extra or {}),
+        }
         super().save_checkpoint(reason, extra, rngs[0])
 
     def restore_pipeline(self, extra: dict) -> None:
@@ -179,19 +196,28 @@ class AsyncEngine(Checkpointing, RayEngine):
         train at the saved staleness), generators 1.. continue their saved sampling streams
         (generator 0's came with the learner's payload)."""
         import ray  # noqa: PLC0415
+
         self.launched = int(extra.get("launched", self.steps_done))
         indices = [int(d["index"]) for d in extra.get("inflight", [])]
         if indices != list(range(self.steps_done, self.launched)):
-            raise EngineError(f"checkpoint at step {self.steps_done} is inconsistent: batches in flight {indices}, "
-                              f"launched {self.launched}")
+            raise EngineError(
+                f"checkpoint at step {self.steps_done} is inconsistent: batches in flight {indices}, "
+                f"launched {self.launched}"
+            )
         for d in extra.get("inflight", []):
-            self.batches[int(d["index"])] = {"ref": ray.put(RolloutBatch(**d["batch"])), "info": dict(d["info"]),
-                                             "ready": True, "gen": int(d["gen"])}
+            self.batches[int(d["index"])] = {
+                "ref": ray.put(RolloutBatch(**d["batch"])),
+                "info": dict(d["info"]),
+                "ready": True,
+                "gen": int(d["gen"]),
+            }
         self.sync.update(extra.get("sync_pending", {}))
         states = extra.get("gen_rng", [])
         if len(states) != len(self.gens) - 1:
-            raise EngineError(f"the checkpoint has sampling states for {len(states) + 1} generators, this run has "
-                              f"{len(self.gens)} (--num_generators)")
+            raise EngineError(
+                f"the checkpoint has sampling states for {len(states) + 1} generators, this run has "
+                f"{len(self.gens)} (--num_generators)"
+            )
         for i, state in enumerate(states, start=1):
             self.absorb(self.get(self.gens[i].set_rng.remote(state), f"generator/{i} sampling state", setup=True))
 

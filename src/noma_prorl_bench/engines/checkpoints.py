@@ -16,13 +16,15 @@ Resuming sets the driver's step count to the checkpoint's and restores those cou
 learner loads the Trainer state (`Learner.restore`) before it builds the start payload. See
 docs/ray.md "Checkpoints and resume".
 """
+
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Optional
 
-if TYPE_CHECKING:                  # the engine this is mixed into (a subclass of both)
+if TYPE_CHECKING:  # the engine this is mixed into (a subclass of both)
     from noma_prorl_bench.engines.driver import RayEngine
+
     _Engine = RayEngine
 else:
     _Engine = object
@@ -31,7 +33,7 @@ else:
 class Checkpointing(_Engine):
     """Mixin for a RayEngine: `save_checkpoint(reason)` and `restore_driver(ckpt)`."""
 
-    saved = -1                    # the step of the last checkpoint written or resumed from
+    saved = -1  # the step of the last checkpoint written or resumed from
 
     def save_checkpoint(self, reason: str, extra: Optional[dict] = None, rng: Optional[dict] = None) -> None:
         """The learner saves its Trainer at the driver's step with generator 0's sampling streams
@@ -39,15 +41,30 @@ class Checkpointing(_Engine):
         step = self.steps_done
         if rng is None:
             rng = self.get(self.gens[0].rng_state.remote(), f"generator/0 sampling state (step {step})")
-        extra = {"last_val": self.last_val, "sync_version": self.sync_version, "sync_struct": self.sync_struct,
-                 "staleness": list(self.staleness), "engine": self.name, **(extra or {})}
-        res = self.get(self.learner.save_checkpoint.remote(os.path.abspath(self.cfg.outdir),
-                                                           self.cfg.keep_checkpoints, extra, rng),
-                       f"learner checkpoint (step {step})")
+        extra = {
+            "last_val": self.last_val,
+            "sync_version": self.sync_version,
+            "sync_struct": self.sync_struct,
+            "staleness": list(self.staleness),
+            "engine": self.name,
+            **(extra or {}),
+        }
+        res = self.get(
+            self.learner.save_checkpoint.remote(
+                os.path.abspath(self.cfg.outdir), self.cfg.keep_checkpoints, extra, rng
+            ),
+            f"learner checkpoint (step {step})",
+        )
         self.absorb(res)
         self.saved = step
-        self.files.events.write({"step": step, "event": "checkpoint", "reason": reason,
-                                 "path": os.path.relpath(res["path"], os.path.abspath(self.cfg.outdir))})
+        self.files.events.write(
+            {
+                "step": step,
+                "event": "checkpoint",
+                "reason": reason,
+                "path": os.path.relpath(res["path"], os.path.abspath(self.cfg.outdir)),
+            }
+        )
 
     def restore_driver(self, ckpt) -> None:
         """The driver's side of a resume: step count, sync counters, staleness history, last val."""

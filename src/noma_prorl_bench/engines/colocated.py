@@ -17,6 +17,7 @@ metric for metric (apart from time/perf/sync keys): same code, same RNG streams,
 (float32 through numpy is exact). A reference reset inside a round makes the round's remaining
 batches stale for a remote reference; they are re-scored (counted in `count/ref_fwd`).
 """
+
 from __future__ import annotations
 
 from noma_prorl_bench.engines.checkpoints import Checkpointing
@@ -29,7 +30,7 @@ class ColocatedEngine(Checkpointing, RayEngine):
     def loop(self) -> None:
         cfg = self.cfg
         K, gen = cfg.steps_per_rollout, self.gens[0]
-        step = self.steps_done                       # > 0 on resume (a round end)
+        step = self.steps_done  # > 0 on resume (a round end)
         while step < cfg.steps:
             k = min(K, cfg.steps - step)
             refs = gen.generate.options(num_returns=k + 1).remote(k, step + 1)
@@ -69,8 +70,9 @@ class ColocatedEngine(Checkpointing, RayEngine):
 
     def sync_generator(self, pub: dict, step: int) -> None:
         self.add_sync(pub=pub)
-        ack = self.get(self.gens[0].set_weights.remote(pub, step),
-                       f"generator/0 weight sync (version {pub['version']})")
+        ack = self.get(
+            self.gens[0].set_weights.remote(pub, step), f"generator/0 weight sync (version {pub['version']})"
+        )
         self.absorb(ack)
         if ack["version"] != pub["version"]:
             raise EngineError(f"generator/0 at version {ack['version']} after sync, expected {pub['version']}")

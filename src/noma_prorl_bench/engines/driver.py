@@ -32,6 +32,7 @@ line), `time/learner_step`, `time/rollout` (the batch's generation), `time/ref` 
 outside the learner), `time/sync`, `sync/*`, `perf/samples_per_s`, `perf/tokens_per_s`,
 `perf/cpu_s`, `perf/cpu_s_total`.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,8 @@ from noma_prorl_bench.engines.actors import (
 from noma_prorl_bench.engines.reaper import Reaper, session_env
 from noma_prorl_bench.engines.stops import ray_starting, stops_through_ray
 
-FAULT_ENV = "NOMA_PRORL_FAULT"   # test hook, see actors.Generator._maybe_fault
-SETUP_TIMEOUT_S = 300.0          # actor start-up (process, model build, warm start) may take this long
+FAULT_ENV = "NOMA_PRORL_FAULT"  # test hook, see actors.Generator._maybe_fault
+SETUP_TIMEOUT_S = 300.0  # actor start-up (process, model build, warm start) may take this long
 #: longest single ray.wait: Python runs a stop signal's handler only between calls, and a wait
 #: blocked in Ray's C++ side for the whole start-up timeout could leave SIGHUP unanswered for minutes
 WAIT_SLICE_S = 0.5
@@ -65,8 +66,13 @@ class EngineError(RuntimeError):
     `cause_name`: the class name of the exception raised inside an actor, if any; `cause`: that
     exception itself when Ray could bring it back (e.g. NonFiniteLogits with its step and rows)."""
 
-    def __init__(self, message: str, cause_name: str = "", waited_s: Optional[float] = None,
-                 cause: Optional[BaseException] = None):
+    def __init__(
+        self,
+        message: str,
+        cause_name: str = "",
+        waited_s: Optional[float] = None,
+        cause: Optional[BaseException] = None,
+    ):
         super().__init__(message)
         self.cause_name, self.waited_s, self.cause = cause_name, waited_s, cause
 
@@ -92,7 +98,7 @@ class RayEngine:
     name = "ray"
 
     def __init__(self, cfg, files, ckpt=None):
-        self.cfg, self.files, self.ckpt = cfg, files, ckpt      # ckpt: io.checkpoint.Checkpoint to resume
+        self.cfg, self.files, self.ckpt = cfg, files, ckpt  # ckpt: io.checkpoint.Checkpoint to resume
         self.t0 = time.time()
         self.actors: dict[str, Any] = {}
         self.pg = None
@@ -108,8 +114,8 @@ class RayEngine:
         self.warmstart: dict = {}
         self.t_first = self.t_last = None
         self.bar = None
-        self.setup_error: Optional[EngineError] = None    # a failure in start() (launch.py)
-        self.stops = None                                 # stops.StopSignals of run_engine, checked per wait slice
+        self.setup_error: Optional[EngineError] = None  # a failure in start() (launch.py)
+        self.stops = None  # stops.StopSignals of run_engine, checked per wait slice
 
     # ================================================================ Ray lifecycle
     def start_ray(self) -> None:
@@ -117,6 +123,7 @@ class RayEngine:
         is acted on once `ray.init` returns (stops.ray_starting), with `owns_ray` set for `stop()`."""
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         import ray  # noqa: PLC0415
+
         if ray.is_initialized():
             return
         quiet: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
@@ -125,8 +132,8 @@ class RayEngine:
             if self.cfg.ray_address:
                 ray.init(address=self.cfg.ray_address, **quiet)
             else:
-                self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")   # a private cluster: its reaper
-                self.reaper = Reaper(self.tmpdir)                                 # outlives a kill -9 of this driver
+                self.tmpdir = tempfile.mkdtemp(prefix="nrb_ray_", dir="/tmp")  # a private cluster: its reaper
+                self.reaper = Reaper(self.tmpdir)  # outlives a kill -9 of this driver
                 with session_env(self.tmpdir):
                     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
 
@@ -144,7 +151,7 @@ class RayEngine:
     def _stop_ray(self) -> None:
         ray = sys.modules.get("ray")
         if ray is None or not hasattr(ray, "is_initialized"):
-            return                               # never imported (or its import was cut short): nothing runs
+            return  # never imported (or its import was cut short): nothing runs
         if ray.is_initialized():
             for h in self.actors.values():
                 try:
@@ -153,10 +160,11 @@ class RayEngine:
                     pass
             if self.pg is not None:
                 from ray.util.placement_group import remove_placement_group  # noqa: PLC0415
+
                 remove_placement_group(self.pg)
         if self.owns_ray:
             try:
-                ray.shutdown()                   # also a half-done ray.init's processes
+                ray.shutdown()  # also a half-done ray.init's processes
             except Exception:  # noqa: BLE001  (a start cut short; the reaper sweeps the rest)
                 pass
             if self.tmpdir:
@@ -165,21 +173,26 @@ class RayEngine:
     def place(self, n_actors: int, pack: bool) -> None:
         """CPUs per actor; for `pack`, a STRICT_PACK placement group with one bundle per actor."""
         import ray  # noqa: PLC0415
+
         cpus = ray.cluster_resources().get("CPU", 1.0)
         self.cpus_per_actor = math.floor(1000 * min(1.0, cpus / n_actors)) / 1000
         self.bundles = iter(range(n_actors))
         if pack:
             from ray.util.placement_group import placement_group  # noqa: PLC0415
+
             self.pg = placement_group([{"CPU": self.cpus_per_actor}] * n_actors, strategy="STRICT_PACK")
             self.get(self.pg.ready(), "placement group (all actors on one node)", setup=True)
 
     def spawn(self, cls, name: str, *args):
         import ray  # noqa: PLC0415
+
         opts: dict = {"num_cpus": self.cpus_per_actor, "max_restarts": 0}
         if self.pg is not None:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
+
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=next(self.bundles))
+                placement_group=self.pg, placement_group_bundle_index=next(self.bundles)
+            )
         else:
             opts["scheduling_strategy"] = "SPREAD"
         handle = ray.remote(cls).options(**opts).remote(*args)
@@ -190,15 +203,21 @@ class RayEngine:
         """All actors spawned at once (process starts overlap the learner's warm start), then the
         generators and the reference scorer start from the learner's version-0 payload."""
         cfg = self.cfg
-        self.ref_place = place = cfg.ref_placement if cfg.variant == "A" else "learner"   # B: nothing to place
+        self.ref_place = place = cfg.ref_placement if cfg.variant == "A" else "learner"  # B: nothing to place
         self.place(1 + n_generators + (place == "own_actor"), pack=self.name == "ray_colocated")
         fault = os.environ.get(FAULT_ENV) or None
         self.learner = self.spawn(Learner, "learner", cfg, self.t0, place != "learner")
-        restored = (None if self.ckpt is None else       # actor calls run in order: restored before its payload
-                    self.learner.restore.remote(os.path.abspath(self.ckpt.path)))
+        restored = (
+            None
+            if self.ckpt is None
+            # actor calls run in order: restored before its payload
+            else self.learner.restore.remote(os.path.abspath(self.ckpt.path))
+        )
         payload_ref = self.learner.init_payload.remote()
-        self.gens = [self.spawn(Generator, f"generator/{i}", cfg, i, self.t0, place == "generator", fault)
-                     for i in range(n_generators)]
+        self.gens = [
+            self.spawn(Generator, f"generator/{i}", cfg, i, self.t0, place == "generator", fault)
+            for i in range(n_generators)
+        ]
         self.scorer = self.spawn(ReferenceScorer, "reference", cfg, self.t0) if place == "own_actor" else None
         if restored is not None:
             self.absorb(self.get(restored, f"learner restore ({self.ckpt.path})", setup=True))
@@ -208,14 +227,17 @@ class RayEngine:
         self.last_val = self.warmstart.get("val_reward")
         if self.ckpt is not None:
             self.restore_driver(self.ckpt)
-        else:                                            # resumed: the step-0 row is in metrics.jsonl already
+        else:  # resumed: the step-0 row is in metrics.jsonl already
             self.files.metrics.write(payload["initial_metrics"])
         self.write_records(payload)
         names = [f"generator/{i}" for i in range(n_generators)]
         self.holders = {"generator": list(self.gens), "own_actor": [self.scorer]}.get(place, [])
         self.holder_names = {"generator": names, "own_actor": ["reference"]}.get(place, [])
-        starts = {h.start.remote(payload_ref): self.call(f"{name} start", setup=True)
-                  for name, h in zip(names + ["reference"], self.gens + [self.scorer]) if h is not None}
+        starts = {
+            h.start.remote(payload_ref): self.call(f"{name} start", setup=True)
+            for name, h in zip(names + ["reference"], self.gens + [self.scorer])
+            if h is not None
+        }
         while starts:
             self.absorb(self.wait_any(starts)[2])
 
@@ -229,22 +251,26 @@ class RayEngine:
     def wait_any(self, pending: dict):
         """(ref, Call, value) of the first pending call to finish; EngineError on death or timeout."""
         import ray  # noqa: PLC0415
+
         while True:
             if self.stops is not None:
                 self.stops.check()
             first = min(c.deadline for c in pending.values())
-            with stops_through_ray():              # in slices, so a stop signal is acted on within WAIT_SLICE_S
-                ready, _ = ray.wait(list(pending), num_returns=1,
-                                    timeout=min(WAIT_SLICE_S, max(0.0, first - time.time())))
+            with stops_through_ray():  # in slices, so a stop signal is acted on within WAIT_SLICE_S
+                ready, _ = ray.wait(
+                    list(pending), num_returns=1, timeout=min(WAIT_SLICE_S, max(0.0, first - time.time()))
+                )
             if ready:
                 ref = ready[0]
                 call = pending.pop(ref)
                 return ref, call, self.fetch(ref, call)
             late = [c for c in pending.values() if c.deadline <= time.time()]
             if late:
-                raise EngineError(f"{late[0].what} did not answer within "
-                                  f"{self.timeout_text(late[0])} (the actor hangs or is too slow)",
-                                  waited_s=late[0].waited())
+                raise EngineError(
+                    f"{late[0].what} did not answer within "
+                    f"{self.timeout_text(late[0])} (the actor hangs or is too slow)",
+                    waited_s=late[0].waited(),
+                )
 
     def restore_driver(self, ckpt) -> None:
         """The driver's side of a resume (engines/checkpoints.Checkpointing, mixed in before this class)."""
@@ -254,31 +280,41 @@ class RayEngine:
         return self.wait_any({ref: self.call(what, setup=setup)})[2]
 
     def timeout_text(self, call: Call) -> str:
-        return (f"the start-up timeout of {max(self.cfg.actor_timeout, SETUP_TIMEOUT_S):g} s" if call.setup
-                else f"--actor_timeout {self.cfg.actor_timeout:g} s")
+        return (
+            f"the start-up timeout of {max(self.cfg.actor_timeout, SETUP_TIMEOUT_S):g} s"
+            if call.setup
+            else f"--actor_timeout {self.cfg.actor_timeout:g} s"
+        )
 
     def fetch(self, ref, call: Call):
         import ray  # noqa: PLC0415
         from ray import exceptions as rex  # noqa: PLC0415
+
         try:
             with stops_through_ray():
                 return ray.get(ref, timeout=max(1.0, call.deadline - time.time()))
         except (rex.RayActorError, rex.WorkerCrashedError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise EngineError(f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})",
-                              waited_s=call.waited()) from None
+            raise EngineError(
+                f"{call.what}: the actor died ({type(e).__name__}: {first[:300]})", waited_s=call.waited()
+            ) from None
         except rex.GetTimeoutError:
-            raise EngineError(f"{call.what} did not answer within {self.timeout_text(call)}",
-                              waited_s=call.waited()) from None
+            raise EngineError(
+                f"{call.what} did not answer within {self.timeout_text(call)}", waited_s=call.waited()
+            ) from None
         except rex.RayTaskError as e:
             text = str(e).strip()
-            name = next((ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines())
-                         if "Error" in ln.split(":")[0]), type(e.cause).__name__ if e.cause else "an error")
-            raise EngineError(f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited(),
-                              cause=e.cause) from None
+            name = next(
+                (ln.split(":")[0].split(".")[-1] for ln in reversed(text.splitlines()) if "Error" in ln.split(":")[0]),
+                type(e.cause).__name__ if e.cause else "an error",
+            )
+            raise EngineError(
+                f"{call.what} raised {name}:\n{text}", cause_name=name, waited_s=call.waited(), cause=e.cause
+            ) from None
         except rex.RayError as e:
-            raise EngineError(f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}",
-                              waited_s=call.waited()) from None
+            raise EngineError(
+                f"{call.what}: {type(e).__name__}: {str(e).strip()[:500]}", waited_s=call.waited()
+            ) from None
 
     # ================================================================ bookkeeping
     def absorb(self, result: dict) -> None:
@@ -318,14 +354,27 @@ class RayEngine:
         self.staleness.append(stale)
         n = cfg.batch_size * cfg.group_size
         tokens = m.get("count/tokens_policy", 0) + m.get("count/tokens_ref", 0)
-        m.update({"version": info["version"], "learner_version": step - 1, "staleness": stale,
-                  "time/learner_step": m.get("time/step", 0.0), "time/step": dt, "time/rollout": info["gen_s"],
-                  "time/sync": self.sync["pack_s"] + self.sync["load_s"], "sync/pack_s": self.sync["pack_s"],
-                  "sync/load_s": self.sync["load_s"], "sync/bytes": self.sync["bytes"],
-                  "sync/loads": self.sync["loads"], "sync/version": self.sync_version,
-                  "sync/struct_version": self.sync_struct,
-                  "perf/samples_per_s": n / max(dt, 1e-9), "perf/tokens_per_s": tokens / max(dt, 1e-9),
-                  "perf/cpu_s": cpu, "perf/cpu_s_total": self.cpu_total})
+        m.update(
+            {
+                "version": info["version"],
+                "learner_version": step - 1,
+                "staleness": stale,
+                "time/learner_step": m.get("time/step", 0.0),
+                "time/step": dt,
+                "time/rollout": info["gen_s"],
+                "time/sync": self.sync["pack_s"] + self.sync["load_s"],
+                "sync/pack_s": self.sync["pack_s"],
+                "sync/load_s": self.sync["load_s"],
+                "sync/bytes": self.sync["bytes"],
+                "sync/loads": self.sync["loads"],
+                "sync/version": self.sync_version,
+                "sync/struct_version": self.sync_struct,
+                "perf/samples_per_s": n / max(dt, 1e-9),
+                "perf/tokens_per_s": tokens / max(dt, 1e-9),
+                "perf/cpu_s": cpu,
+                "perf/cpu_s_total": self.cpu_total,
+            }
+        )
         if "ref_version" in info:
             m["ref_version"] = info["ref_version"]
             m["time/ref"] = info["ref_s"]
@@ -343,9 +392,13 @@ class RayEngine:
         if update is None:
             return []
         self.ref_version = update["ref_version"]
-        return [(h.reset_ref.remote(update, step),
-                 self.call(f"{name} reference reset (step {step})", "ref_ack", update["ref_version"]))
-                for h, name in zip(self.holders, self.holder_names)]
+        return [
+            (
+                h.reset_ref.remote(update, step),
+                self.call(f"{name} reference reset (step {step})", "ref_ack", update["ref_version"]),
+            )
+            for h, name in zip(self.holders, self.holder_names)
+        ]
 
     def check_ref_ack(self, ack: dict, call: Call) -> None:
         if ack["ref_version"] != call.data:
@@ -380,23 +433,32 @@ class RayEngine:
     def run(self) -> dict:
         """The steps, after `start()`, with the run's files open; returns the summary."""
         from noma_prorl_bench.io.run_dir import progress  # noqa: PLC0415
+
         self.bar = progress(self.cfg, self.cfg.steps)
-        self.cpu_setup = self.cpu_step + self.cpu.lap()       # Ray start, actors, warm start
+        self.cpu_setup = self.cpu_step + self.cpu.lap()  # Ray start, actors, warm start
         self.cpu_total, self.cpu_step = self.cpu_setup, 0.0
         self.t_first = self.t_last = time.perf_counter()
         self.t_first_wall = time.time()
         self.loop()
         train_s = time.perf_counter() - self.t_first
         n = self.cfg.batch_size * self.cfg.group_size * self.steps_done
-        return {"complete": True, "steps": self.steps_done, "engine": self.name,
-                "final_val_reward": self.last_val, "warmstart_val_reward": self.warmstart.get("val_reward"),
-                "warmstart_seconds": self.warmstart.get("seconds"), "train_seconds": train_s,
-                "samples": n, "samples_per_s": n / max(train_s, 1e-9), "cpu_seconds": self.cpu_total,
-                "cpu_seconds_setup": self.cpu_setup, "setup_seconds": self.t_first_wall - self.t0,
-                "staleness_hist": {str(k): v for k, v in sorted(Counter(self.staleness).items())},
-                "max_staleness_seen": max(self.staleness, default=0),
-                **({} if self.ckpt is None else {"resumed_from_step": self.ckpt.step})}
+        return {
+            "complete": True,
+            "steps": self.steps_done,
+            "engine": self.name,
+            "final_val_reward": self.last_val,
+            "warmstart_val_reward": self.warmstart.get("val_reward"),
+            "warmstart_seconds": self.warmstart.get("seconds"),
+            "train_seconds": train_s,
+            "samples": n,
+            "samples_per_s": n / max(train_s, 1e-9),
+            "cpu_seconds": self.cpu_total,
+            "cpu_seconds_setup": self.cpu_setup,
+            "setup_seconds": self.t_first_wall - self.t0,
+            "staleness_hist": {str(k): v for k, v in sorted(Counter(self.staleness).items())},
+            "max_staleness_seen": max(self.staleness, default=0),
+            **({} if self.ckpt is None else {"resumed_from_step": self.ckpt.step}),
+        }
 
     def n_generators(self) -> int:
         return 1
-

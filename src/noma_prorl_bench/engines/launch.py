@@ -14,6 +14,7 @@ non-finite values raise the local engine's error (exit 3 with its one-line messa
 from a generator (its `nan_guard` event written), NonFiniteError from the learner's NaN guard under
 `--on_nan stop` (the learner's `nan_guard` event written).
 """
+
 from __future__ import annotations
 
 import os
@@ -72,8 +73,8 @@ def run_engine(cfg, ckpt=None) -> dict:
     with stop_on_signals() as stops:
         engine = _started(cfg, ckpt, stops)
         with ExitStack() as cleanup:
-            cleanup.callback(engine.stop)           # also if the lock or OUTDIR is refused
-            with stops.held():                       # the lock and the run's files: taken and opened whole
+            cleanup.callback(engine.stop)  # also if the lock or OUTDIR is refused
+            with stops.held():  # the lock and the run's files: taken and opened whole
                 cleanup.enter_context(run_lock(cfg.outdir))
                 files = _open_files(cfg, ckpt)
                 cleanup.callback(files.close)
@@ -89,11 +90,12 @@ def _started(cfg, ckpt, stops: StopSignals):
     `engine.setup_error`, for `_train` to record in the run's files as any later one."""
     from noma_prorl_bench.engines.async_ import AsyncEngine  # noqa: PLC0415
     from noma_prorl_bench.engines.colocated import ColocatedEngine  # noqa: PLC0415
+
     engine = (ColocatedEngine if cfg.engine == "ray_colocated" else AsyncEngine)(cfg, RunFiles(), ckpt)
     engine.stops = stops
     try:
         engine.start()
-        if stops.signum is not None:     # its exception was raised where Python ignores them (a __del__, say)
+        if stops.signum is not None:  # its exception was raised where Python ignores them (a __del__, say)
             raise EngineStopped(stops.signum)
     except BaseException as e:  # noqa: BLE001  (re-raised below unless it is an EngineError)
         if stops.signum is None and isinstance(e, EngineError):
@@ -103,7 +105,7 @@ def _started(cfg, ckpt, stops: StopSignals):
             engine.stop()
         if stops.signum is not None or isinstance(e, (EngineStopped, KeyboardInterrupt)):
             signum: Any = stops.signum or getattr(e, "signum", signal.SIGINT)
-            raise SetupStopped(int(signum)) from None     # whatever Ray made of the handler's exception
+            raise SetupStopped(int(signum)) from None  # whatever Ray made of the handler's exception
         raise
     return engine
 
@@ -112,6 +114,7 @@ def _open_files(cfg, ckpt) -> RunFiles:
     """A new run's OUTDIR prepared (empty or ours, no symlinked run file: checked again under the
     lock), config.json and the run files; on resume the files cut back to the checkpoint."""
     from noma_prorl_bench.io.run_dir import prepare_new_outdir, resolved_config  # noqa: PLC0415
+
     if ckpt is not None:
         return _open_for_resume(cfg, ckpt)
     safe_files.makedirs(cfg.outdir)
@@ -126,7 +129,7 @@ def _train(cfg, engine, stops: StopSignals, t0: float) -> dict:
     try:
         if engine.setup_error is not None:
             raise engine.setup_error
-        if stops.signum is not None:                 # came while the files were being opened
+        if stops.signum is not None:  # came while the files were being opened
             raise EngineStopped(stops.signum)
         summary = engine.run()
     except (EngineError, EngineStopped, KeyboardInterrupt) as e:
@@ -145,13 +148,15 @@ def _train(cfg, engine, stops: StopSignals, t0: float) -> dict:
         raise error
     cause = getattr(error, "cause", None)
     if isinstance(cause, NonFiniteError):
-        raise cause                          # the local engine's stop: exit 3 with its message (run.py)
+        raise cause  # the local engine's stop: exit 3 with its message (run.py)
     if error is not None:
         raise EngineError(f"--engine {cfg.engine}: {error}", error.cause_name, error.waited_s)
     from noma_prorl_bench.engines.timeline import save_timeline_plot  # noqa: PLC0415
+
     save_timeline_plot(cfg.outdir, title=f"{cfg.engine}: {os.path.basename(cfg.outdir.rstrip('/'))}")
     if cfg.plots:
         from noma_prorl_bench.analysis.plots import run_plots  # noqa: PLC0415
+
         run_plots(cfg.outdir)
     return summary
 
@@ -168,11 +173,19 @@ def _record_failure(cfg, files, step: int, error: BaseException) -> str:
         return str(cause)
     if isinstance(cause, NonFiniteLogits):
         from noma_prorl_bench.io.checkpoint import list_checkpoints  # noqa: PLC0415
+
         ckpts = list_checkpoints(cfg.outdir)
         files.events.write(logits_event(cause, os.path.relpath(ckpts[-1][1], cfg.outdir) if ckpts else None))
         return str(cause)
-    files.events.write({"step": step, "event": "stopped" if isinstance(error, EngineStopped) else "error",
-                        "reason": str(error), "engine": cfg.engine, "waited_s": getattr(error, "waited_s", None)})
+    files.events.write(
+        {
+            "step": step,
+            "event": "stopped" if isinstance(error, EngineStopped) else "error",
+            "reason": str(error),
+            "engine": cfg.engine,
+            "waited_s": getattr(error, "waited_s", None),
+        }
+    )
     return str(error)
 
 
@@ -180,8 +193,10 @@ def _open_for_resume(cfg, ckpt) -> RunFiles:
     """The run files cut back to the checkpoint's step, config.json with the resume recorded, the
     files opened for appending and a `resume` event (as `run_dir.open_outputs` for the local engine)."""
     from noma_prorl_bench.io.run_dir import record_resume  # noqa: PLC0415
+
     resumed = record_resume(cfg, ckpt)
     files = RunFiles(cfg.outdir, "a")
-    files.events.write({"step": ckpt.step, "event": "resume", "reason": "continued from the last complete checkpoint",
-                        **resumed})
+    files.events.write(
+        {"step": ckpt.step, "event": "resume", "reason": "continued from the last complete checkpoint", **resumed}
+    )
     return files

@@ -4,6 +4,7 @@
 `--engine ray_*`, and returns the summary dict; `run.main` and `noma_prorl_bench.train` call it.
 A SIGINT/SIGTERM stops the loop after the current step with a checkpoint.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,15 +29,17 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     signal meanwhile raises guards.SetupStopped (run.main: exit 128 + signal number)."""
     from noma_prorl_bench.io.memory import estimate_event
     from noma_prorl_bench.training.trainer import Trainer
+
     quiet_third_party(cfg)
     buffers = [MemorySink(), MemorySink(), MemorySink()]
-    buffers[1].write(estimate_event(RunSpecs.from_config(cfg)))   # the memory_estimate record, first
-    with stop_during_setup():                        # a stop signal here: SetupStopped, nothing written
+    buffers[1].write(estimate_event(RunSpecs.from_config(cfg)))  # the memory_estimate record, first
+    with stop_during_setup():  # a stop signal here: SetupStopped, nothing written
         trainer = Trainer.from_config(cfg, *buffers)
         if ckpt is not None:
-            trainer.load_state_dict(ckpt.state)      # checkpoint.CheckpointError if it does not fit
+            trainer.load_state_dict(ckpt.state)  # checkpoint.CheckpointError if it does not fit
             from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415
-            require_verified(ckpt)                   # then: its files match their recorded sha256
+
+            require_verified(ckpt)  # then: its files match their recorded sha256
     return trainer, buffers
 
 
@@ -45,8 +48,9 @@ def run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     returns the summary dict. Holds OUTDIR/run.lock throughout (io.lock.RunLocked if
     another live process holds it). A SIGINT/SIGTERM stops it after the current step with a
     checkpoint: the returned dict then has "complete": False, "signal" and "exit_code"."""
-    if cfg.engine != "local":                        # Ray engines (docs/ray.md): their own driver, which
+    if cfg.engine != "local":  # Ray engines (docs/ray.md): their own driver, which
         from noma_prorl_bench.engines.launch import run_engine  # takes the lock after its set-up
+
         return run_engine(cfg, ckpt)
     with run_lock(cfg.outdir):
         return _run(cfg, ckpt, trainer, buffers)
@@ -59,14 +63,15 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
     extra = {} if ckpt is None else ckpt.extra
     last_val = extra.get("last_val", trainer.warmstart_info["val_reward"])
     sinks = open_outputs(cfg, trainer, buffers, ckpt)
-    if ckpt is not None:                             # a growth due on a shorter run's last step (io/resume.py)
+    if ckpt is not None:  # a growth due on a shorter run's last step (io/resume.py)
         trainer.growth.grow_pending(trainer.step_idx)
     state: dict[str, Any] = {"saved": -1 if ckpt is None else ckpt.step, "path": None}
 
     def save(reason: str) -> None:
         wall = extra.get("wall_seconds", 0.0) + time.perf_counter() - t0
-        state["path"] = checkpoint.save(trainer, cfg.outdir, cfg.keep_checkpoints,
-                                        extra={"last_val": last_val, "wall_seconds": wall})
+        state["path"] = checkpoint.save(
+            trainer, cfg.outdir, cfg.keep_checkpoints, extra={"last_val": last_val, "wall_seconds": wall}
+        )
         state["saved"] = trainer.step_idx
         trainer.event("checkpoint", reason, path=os.path.relpath(state["path"], cfg.outdir))
 
@@ -78,9 +83,9 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
         with GracefulStop() as stop:
             try:
                 last_val = _steps(cfg, trainer, stop, bar, save, last_val)
-            except StepAbandoned:                    # a stop signal outlived the grace: keep the last checkpoint
+            except StepAbandoned:  # a stop signal outlived the grace: keep the last checkpoint
                 abandoned = True
-            except NonFiniteLogits as e:             # the policy cannot sample: stop (exit 3), keep the last checkpoint
+            except NonFiniteLogits as e:  # the policy cannot sample: stop (exit 3), keep the last checkpoint
                 _logits_event(cfg, trainer, e, state["path"])
                 raise
             if not abandoned and trainer.step_idx != state["saved"]:
@@ -92,27 +97,39 @@ def _run(cfg: RunConfig, ckpt=None, trainer=None, buffers=None) -> dict:
             s.close()
     if abandoned or trainer.step_idx < cfg.steps:
         path = state["path"] or (ckpt.path if ckpt is not None else None)
-        return {"complete": False, "signal": stop.name, "exit_code": stop.exit_code, "abandoned": abandoned,
-                "step": state["saved"] if abandoned else trainer.step_idx, "checkpoint": path}
+        return {
+            "complete": False,
+            "signal": stop.name,
+            "exit_code": stop.exit_code,
+            "abandoned": abandoned,
+            "step": state["saved"] if abandoned else trainer.step_idx,
+            "checkpoint": path,
+        }
     if trainer.updates_applied == 0 and (ckpt is None or ckpt.step < cfg.steps):
         return _no_updates(cfg, state["path"])
     summary = _complete_summary(cfg, trainer, ckpt, last_val, extra.get("wall_seconds", 0.0) + time.perf_counter() - t0)
     if cfg.plots:
         from noma_prorl_bench.analysis.plots import run_plots
+
         run_plots(cfg.outdir)
     return summary
 
 
 def _complete_summary(cfg: RunConfig, trainer, ckpt, last_val, wall: float) -> dict:
     """Write and return summary.json of a run that reached --steps."""
-    summary = {"complete": True, "steps": cfg.steps, "final_val_reward": last_val,
-               "warmstart_val_reward": trainer.warmstart_info["val_reward"],
-               "val_reward_before_rl": trainer.warmstart_info["val_reward"],
-               "warmstart_seconds": trainer.warmstart_info["seconds"], "wall_seconds": wall,
-               "cpu_seconds": time.process_time()}     # this process's (a resumed run: since its resume)
+    summary = {
+        "complete": True,
+        "steps": cfg.steps,
+        "final_val_reward": last_val,
+        "warmstart_val_reward": trainer.warmstart_info["val_reward"],
+        "val_reward_before_rl": trainer.warmstart_info["val_reward"],
+        "warmstart_seconds": trainer.warmstart_info["seconds"],
+        "wall_seconds": wall,
+        "cpu_seconds": time.process_time(),
+    }  # this process's (a resumed run: since its resume)
     if ckpt is not None:
         summary["resumed_from_step"] = ckpt.step
-    if getattr(trainer, "val_after", None) is not None:      # the last step's evaluation ran in this process
+    if getattr(trainer, "val_after", None) is not None:  # the last step's evaluation ran in this process
         summary["validation"] = before_after(trainer.val_before, trainer.val_after)
     write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     return summary
@@ -127,9 +144,15 @@ def _logits_event(cfg: RunConfig, trainer, e: NonFiniteLogits, last_checkpoint) 
 
 def _no_updates(cfg: RunConfig, last_checkpoint) -> dict:
     """summary.json of a run in which no optimizer step was taken: not complete, exit 3."""
-    summary = {"complete": False, "no_updates": True, "steps": cfg.steps, "exit_code": 3,
-               "reason": "no update was applied in the whole run (every minibatch was skipped by the NaN guard "
-                         "or filtered out)", "checkpoint": last_checkpoint}
+    summary = {
+        "complete": False,
+        "no_updates": True,
+        "steps": cfg.steps,
+        "exit_code": 3,
+        "reason": "no update was applied in the whole run (every minibatch was skipped by the NaN guard "
+        "or filtered out)",
+        "checkpoint": last_checkpoint,
+    }
     write_json(os.path.join(cfg.outdir, "summary.json"), summary)
     return summary
 
@@ -155,6 +178,7 @@ def train(cfg: RunConfig) -> str:
     or input (nothing written), RuntimeError if the run stopped before its last step."""
     from noma_prorl_bench.config import ConfigError, validate
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir
+
     validate(cfg)
     err = check_outdir(cfg) or check_inputs(cfg)
     if err:

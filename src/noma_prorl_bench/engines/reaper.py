@@ -25,6 +25,7 @@ is gone, however it died (the driver's pid is polled as well). A driver that shu
 itself closes the pipe too (`Reaper.finish`): the sweep then finds nothing and the reaper exits.
 It runs in its own session, so a Ctrl-C or a closed terminal reaches the driver, not the reaper.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,8 @@ import time
 from contextlib import contextmanager
 
 SESSION_ENV = "NOMA_PRORL_RAY_SESSION"
-POLL_S = 1.0             # how often the driver's pid is checked while the pipe stays open
-SWEEP_S = 20.0           # the longest a sweep keeps killing (a dying raylet may still start a worker)
+POLL_S = 1.0  # how often the driver's pid is checked while the pipe stays open
+SWEEP_S = 20.0  # the longest a sweep keeps killing (a dying raylet may still start a worker)
 
 
 class Reaper:
@@ -47,8 +48,12 @@ class Reaper:
     def __init__(self, temp_dir: str):
         self.temp_dir = temp_dir
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), str(os.getpid()), temp_dir],      # by path: no torch
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [sys.executable, os.path.abspath(__file__), str(os.getpid()), temp_dir],  # by path: no torch
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def finish(self, timeout: float = 30.0) -> None:
         """Ray is shut down: close the pipe (the reaper sweeps what is left, then exits) and wait."""
@@ -77,6 +82,7 @@ def session_env(temp_dir: str):
 def session_processes(temp_dir: str, exclude: tuple[int, ...] = ()) -> list:
     """psutil.Process objects (alive, not zombies) of the Ray session under temp_dir."""
     import psutil  # noqa: PLC0415  (a dependency of ray)
+
     found = []
     for p in psutil.process_iter():
         if p.pid in exclude:
@@ -84,7 +90,7 @@ def session_processes(temp_dir: str, exclude: tuple[int, ...] = ()) -> list:
         try:
             if belongs(p, temp_dir):
                 found.append(p)
-        except (psutil.Error, OSError):        # gone, a zombie, or not ours to read
+        except (psutil.Error, OSError):  # gone, a zombie, or not ours to read
             continue
     return found
 
@@ -107,6 +113,7 @@ def reap(temp_dir: str, exclude: tuple[int, ...] = (), budget_s: float = SWEEP_S
     """SIGKILL every process of the session until a scan finds none (or `budget_s` passes), then
     remove temp_dir; returns how many processes were killed."""
     import psutil  # noqa: PLC0415
+
     killed, deadline = set(), time.time() + budget_s
     while time.time() < deadline:
         procs = session_processes(temp_dir, exclude)
@@ -126,6 +133,7 @@ def reap(temp_dir: str, exclude: tuple[int, ...] = (), budget_s: float = SWEEP_S
 def wait_for_driver(driver_pid: int) -> None:
     """Return when stdin reaches EOF (the driver closed it or died) or the driver's pid is gone."""
     import psutil  # noqa: PLC0415
+
     try:
         born = psutil.Process(driver_pid).create_time()
     except psutil.Error:
@@ -136,7 +144,7 @@ def wait_for_driver(driver_pid: int) -> None:
         if ready and not os.read(fd, 4096):
             return
         try:
-            if psutil.Process(driver_pid).create_time() != born:      # the pid was reused
+            if psutil.Process(driver_pid).create_time() != born:  # the pid was reused
                 return
         except psutil.Error:
             return
@@ -144,7 +152,7 @@ def wait_for_driver(driver_pid: int) -> None:
 
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)      # outlive the driver's own stop; only SIGKILL ends it early
+        signal.signal(sig, signal.SIG_IGN)  # outlive the driver's own stop; only SIGKILL ends it early
     driver_pid, temp_dir = int(argv[0]), argv[1]
     wait_for_driver(driver_pid)
     reap(temp_dir, exclude=(os.getpid(), driver_pid))

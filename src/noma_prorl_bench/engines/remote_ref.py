@@ -17,6 +17,7 @@ keeps calling `trainer.ref.prepare / minibatch / pop_counts / reset_to`; this cl
 
 Counters (`count/ref_fwd`, `count/tokens_ref`) are the holders' exact counts for the batch.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -30,6 +31,7 @@ from noma_prorl_bench.rollout.reference import REF_UPDATES, anchor_from
 
 def _ray_put(obj):
     import ray  # noqa: PLC0415  (only inside the learner actor)
+
     return ray.put(obj)
 
 
@@ -42,7 +44,7 @@ class RemoteReference:
 
     enabled = True
     mode = "cached"
-    model = None                  # pi_ref lives in the holders (adapter growth needs --ref_placement learner)
+    model = None  # pi_ref lives in the holders (adapter growth needs --ref_placement learner)
 
     def __init__(self, put: Callable = _ray_put):
         self._put = put
@@ -52,7 +54,7 @@ class RemoteReference:
         self._module_ref: Any = None
         self._logp: Optional[torch.Tensor] = None
         self._n: Optional[int] = None
-        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # the holders' counts (io.metrics)
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")  # the holders' counts (io.metrics)
         self.pending: Optional[dict] = None
 
     def bind(self, policy) -> None:
@@ -61,11 +63,12 @@ class RemoteReference:
 
     def receive(self, logp_ref: torch.Tensor, ref_version: int, counts: dict, seconds: float) -> None:
         if ref_version != self.ref_version:
-            raise RuntimeError(f"batch scored by reference version {ref_version}, the learner is at "
-                               f"{self.ref_version} (a reset did not reach the reference holder)")
+            raise RuntimeError(
+                f"batch scored by reference version {ref_version}, the learner is at "
+                f"{self.ref_version} (a reset did not reach the reference holder)"
+            )
         self._logp = logp_ref
-        self.counter.forward(int(counts.get("count/tokens_ref", 0)), seconds,
-                             calls=int(counts.get("count/ref_fwd", 0)))
+        self.counter.forward(int(counts.get("count/tokens_ref", 0)), seconds, calls=int(counts.get("count/ref_fwd", 0)))
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None:
         if self._logp is None or self._logp.shape[0] != tokens.shape[0]:
@@ -78,7 +81,7 @@ class RemoteReference:
         start, stop, _ = sl.indices(self._n)
         if tokens_mb.shape[0] != stop - start:
             raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
-        return self._logp[start:stop]                                        # view [n, T]
+        return self._logp[start:stop]  # view [n, T]
 
     def anchor(self, tokens_mb, P: int, sl: slice, logp_old, old_logits=None, with_logits: bool = False):
         return anchor_from(self, tokens_mb, P, sl, with_logits)
@@ -105,9 +108,14 @@ class RemoteReference:
             self._sig, self.struct_version = sig, self.struct_version + 1
             self._module_ref = self._put(policy_or_state)
         self.ref_version += 1
-        self.pending = {"ref_version": self.ref_version, "rule": rule, "alpha": float(alpha),
-                        "arrays": [self._put(pack_state(policy_or_state))],
-                        "struct_version": self.struct_version, "module": [self._module_ref]}
+        self.pending = {
+            "ref_version": self.ref_version,
+            "rule": rule,
+            "alpha": float(alpha),
+            "arrays": [self._put(pack_state(policy_or_state))],
+            "struct_version": self.struct_version,
+            "module": [self._module_ref],
+        }
         self._logp = self._n = None
         return {"ref_update": rule, "ref_mix_alpha": float(alpha) if rule == "polyak" else None}
 

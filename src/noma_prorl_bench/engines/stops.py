@@ -15,6 +15,7 @@ result with an exception set") whose cause is the EngineStopped. `stops_through_
 those calls gives the EngineStopped back; and `StopSignals.signum` records the first signal, so
 a stop whose exception was lost (raised where Python ignores exceptions) is still acted on.
 """
+
 from __future__ import annotations
 
 import signal
@@ -41,7 +42,7 @@ class StopSignals:
     def __init__(self):
         self.signum: Optional[int] = None
         self._holding = 0
-        self._escape_after: Optional[int] = None      # signals counted when an escapable hold began
+        self._escape_after: Optional[int] = None  # signals counted when an escapable hold began
         self._count = 0
 
     def handler(self, signum, _frame) -> None:
@@ -60,7 +61,7 @@ class StopSignals:
         try:
             for sig in SIGNALS:
                 old[sig] = signal.signal(sig, self.handler)
-        except ValueError:                   # not the main thread: leave the handlers alone
+        except ValueError:  # not the main thread: leave the handlers alone
             pass
         return old
 
@@ -128,7 +129,7 @@ def ray_starting(stops: Optional[StopSignals]):
     """Around `ray.init`: Ray kept from installing its SIGTERM handler, stop signals only recorded
     (a second one raises at once); then the handlers put back over the C++ SIGTERM handler of Ray's
     core worker (a stack dump, then an abort) and a stop recorded meanwhile raised."""
-    with ray_keeps_our_handlers(), stops_through_ray(), (stops.held(True) if stops else nullcontext()):
+    with ray_keeps_our_handlers(), stops_through_ray(), stops.held(True) if stops else nullcontext():
         yield
     if stops is not None:
         stops.install()

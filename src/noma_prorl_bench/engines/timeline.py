@@ -16,6 +16,7 @@ driver appends the spans to timeline.jsonl. Plots read only the saved file:
     timeline_figure(spans).savefig("t.png")      # or save_timeline_plot("runs/async")
     stage_seconds(spans)                         # {(actor, stage): seconds}
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 STAGES = ("setup", "generate", "ref", "train", "eval", "sync", "idle")
-COLORS = {"setup": "#937860", "generate": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52",
-          "sync": "#8172b3", "idle": "#e5e5e5"}
-MIN_IDLE = 1e-4   # gaps shorter than this are not recorded as idle
+COLORS = {
+    "setup": "#937860",
+    "generate": "#4c72b0",
+    "ref": "#dd8452",
+    "train": "#55a868",
+    "eval": "#c44e52",
+    "sync": "#8172b3",
+    "idle": "#e5e5e5",
+}
+MIN_IDLE = 1e-4  # gaps shorter than this are not recorded as idle
 
 
 class SpanRecorder:
@@ -44,8 +52,9 @@ class SpanRecorder:
     def add(self, stage: str, start: float, end: float, step: int) -> None:
         """Record [start, end] (relative seconds); the gap since the previous span is `idle`."""
         if self.last_end is not None and start - self.last_end > MIN_IDLE:
-            self.spans.append({"actor": self.actor, "stage": "idle", "start": self.last_end, "end": start,
-                               "step": step})
+            self.spans.append(
+                {"actor": self.actor, "stage": "idle", "start": self.last_end, "end": start, "step": step}
+            )
         self.spans.append({"actor": self.actor, "stage": stage, "start": start, "end": end, "step": step})
         self.last_end = max(end, self.last_end or end)
 
@@ -94,8 +103,13 @@ def _gantt(ax, spans: list[dict], actors: list[str], lo: float, hi: float) -> No
         for stage in STAGES:
             bars = [(s["start"], s["end"] - s["start"]) for s in mine if s["stage"] == stage]
             if bars:
-                ax.broken_barh(bars, (row - 0.38, 0.76), facecolors=COLORS[stage],
-                               edgecolor="none" if stage == "idle" else "white", linewidth=0.3)
+                ax.broken_barh(
+                    bars,
+                    (row - 0.38, 0.76),
+                    facecolors=COLORS[stage],
+                    edgecolor="none" if stage == "idle" else "white",
+                    linewidth=0.3,
+                )
         busy = sum(min(s["end"], hi) - max(s["start"], lo) for s in mine if s["stage"] != "idle")
         ax.text(hi, row, f" busy {busy / max(hi - lo, 1e-9):.0%}", va="center", fontsize=8)
     ax.set_yticks(range(len(actors)), actors)
@@ -118,6 +132,7 @@ def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int 
     with each row's busy fraction: the whole run on top, the last `zoom_steps` steps below."""
     from matplotlib.figure import Figure  # noqa: PLC0415  (actors import this module; keep them light)
     from matplotlib.patches import Patch  # noqa: PLC0415
+
     actors = sorted({s["actor"] for s in spans}, key=_actor_order)
     fig = Figure(figsize=(11, 2.2 + 1.2 * max(len(actors), 1)))
     ax_all, ax_zoom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
@@ -129,8 +144,13 @@ def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int 
     ax_zoom.set_title(f"last {zoom_steps} steps", fontsize=10)
     ax_zoom.set_xlabel("seconds since run start")
     used = [st for st in STAGES if any(s["stage"] == st for s in spans)]
-    fig.legend(handles=[Patch(color=COLORS[st], label=st) for st in used], loc="lower center", ncol=len(used),
-               frameon=False, fontsize=8)
+    fig.legend(
+        handles=[Patch(color=COLORS[st], label=st) for st in used],
+        loc="lower center",
+        ncol=len(used),
+        frameon=False,
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
@@ -138,6 +158,7 @@ def timeline_figure(spans: list[dict], title: str = "timeline", zoom_steps: int 
 def save_timeline_plot(run_dir: str | Path, dpi: int = 110, title: str | None = None) -> Path:
     """OUTDIR/plots/timeline.png from OUTDIR/timeline.jsonl."""
     from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
+
     run_dir = Path(run_dir)
     out = run_dir / "plots" / "timeline.png"
     makedirs(str(out.parent))

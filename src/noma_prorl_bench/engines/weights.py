@@ -11,6 +11,7 @@ the learner's pack samples exactly what the learner's own policy would.
 (adapter growth adds tensors or ranks), loading arrays is impossible; the sender then also
 ships the module itself (pickled once per structure version) and the receiver replaces its copy.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -28,7 +29,7 @@ class WeightPack:
     """A state dict as numpy arrays (what goes through the object store)."""
 
     arrays: dict[str, np.ndarray]
-    bf16: frozenset = field(default_factory=frozenset)   # names stored as int16 bit patterns
+    bf16: frozenset = field(default_factory=frozenset)  # names stored as int16 bit patterns
 
     @property
     def nbytes(self) -> int:

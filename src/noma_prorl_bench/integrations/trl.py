@@ -74,7 +74,7 @@ from noma_prorl_bench.training.resets import BestTracker, Decision, trigger_from
 STATE_FILE = "reset_state.json"
 REF_FILE = "reset_ref.safetensors"
 BEST_FILE = "reset_best.safetensors"
-SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")   # torch Adam/AdamW: t kept per parameter
+SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")  # torch Adam/AdamW: t kept per parameter
 SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 
 
@@ -82,27 +82,34 @@ SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 class ResetConfig:
     """The CLI's reset switches (same names, defaults and meaning: `prorl-bench run --help`)."""
 
-    reset_every: int = 0            # periodic reset every N optimizer steps (0: never)
-    reset_kl_above: float = 0.0     # reset after a step whose KL (TRL's `kl`) exceeds X (0: off)
-    reset_kl_min_gap: int = 20      # a KL-spike reset needs this many steps since the last reset
-    reset_on_stall: int = 0         # reset after PATIENCE evaluations without improvement (0: off)
-    stall_min_delta: float = 0.0    # improvement of eval_reward over the best that counts as progress
-    reset_to: str = "current"       # current | best (the policy is restored to the best evaluation)
-    ref_update: str = "hard"        # hard | polyak: ref <- a pi + (1 - a) ref
-    ref_mix_alpha: float = 0.6      # a
-    opt_reset: str = "keep"         # keep | hard | soft | asym (optim_state.apply_moment_reset)
-    soft_factor: float = 0.2        # f for soft / asym
-    reset_opt_step: int = 0         # 1: Adam's step count back to 0
-    reset_lr_schedule: int = 0      # 1: the LR schedule restarts (warmup included)
-    reset_kl_coef: int = 0          # 1: the KL coefficient back to its initial value (constant in TRL)
+    reset_every: int = 0  # periodic reset every N optimizer steps (0: never)
+    reset_kl_above: float = 0.0  # reset after a step whose KL (TRL's `kl`) exceeds X (0: off)
+    reset_kl_min_gap: int = 20  # a KL-spike reset needs this many steps since the last reset
+    reset_on_stall: int = 0  # reset after PATIENCE evaluations without improvement (0: off)
+    stall_min_delta: float = 0.0  # improvement of eval_reward over the best that counts as progress
+    reset_to: str = "current"  # current | best (the policy is restored to the best evaluation)
+    ref_update: str = "hard"  # hard | polyak: ref <- a pi + (1 - a) ref
+    ref_mix_alpha: float = 0.6  # a
+    opt_reset: str = "keep"  # keep | hard | soft | asym (optim_state.apply_moment_reset)
+    soft_factor: float = 0.2  # f for soft / asym
+    reset_opt_step: int = 0  # 1: Adam's step count back to 0
+    reset_lr_schedule: int = 0  # 1: the LR schedule restarts (warmup included)
+    reset_kl_coef: int = 0  # 1: the KL coefficient back to its initial value (constant in TRL)
 
     def __post_init__(self) -> None:
-        choices = {"reset_to": RESET_TOS, "ref_update": REF_UPDATES, "opt_reset": OPT_RESETS,
-                   "reset_opt_step": (0, 1), "reset_lr_schedule": (0, 1), "reset_kl_coef": (0, 1)}
+        choices = {
+            "reset_to": RESET_TOS,
+            "ref_update": REF_UPDATES,
+            "opt_reset": OPT_RESETS,
+            "reset_opt_step": (0, 1),
+            "reset_lr_schedule": (0, 1),
+            "reset_kl_coef": (0, 1),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"ResetConfig.{name} must be one of {', '.join(map(str, allowed))}; "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"ResetConfig.{name} must be one of {', '.join(map(str, allowed))}; got {getattr(self, name)!r}"
+                )
         for name in ("reset_every", "reset_kl_min_gap", "reset_on_stall"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"ResetConfig.{name} must be an integer >= 0; got {getattr(self, name)!r}")
@@ -142,8 +149,10 @@ def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) ->
     if not args.beta:
         return "beta=0.0: TRL builds no reference model, so there is nothing to reset; set GRPOConfig(beta=...) > 0"
     if args.sync_ref_model:
-        return ("sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
-                "ResetConfig.from_preset('trl_sync') instead")
+        return (
+            "sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
+            "ResetConfig.from_preset('trl_sync') instead"
+        )
     if args.fp16:
         return "fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
     if args.deepspeed or args.fsdp:
@@ -153,8 +162,9 @@ def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) ->
     opt = optimizers[0] if optimizers else None
     if opt is not None:
         if type(opt) not in SUPPORTED_OPTIMIZERS or any("step" in g for g in opt.param_groups):
-            return (f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) "
-                    "are treated exactly")
+            return (
+                f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) are treated exactly"
+            )
     else:
         name = getattr(args.optim, "value", args.optim)
         if name not in SUPPORTED_OPTIM:
@@ -227,21 +237,21 @@ class ResetGRPOTrainer(GRPOTrainer):
         if missing:
             raise ValueError(f"ResetGRPOTrainer: this TRL lacks GRPOTrainer.{missing[0]} (tested with trl 1.16)")
         self.reset_config = cfg
-        self._trigger = trigger_from_spec(cfg.spec())            # the harness's own trigger, from the same switches
+        self._trigger = trigger_from_spec(cfg.spec())  # the harness's own trigger, from the same switches
         policy = self.accelerator.unwrap_model(self.model)
         self._peft = self.ref_model is None
         if self._peft:
             self._add_ref_adapter(policy)
         self._best = BestTracker(frozen=frozen_parameters(policy))
         self._pending: Decision | None = None
-        self._merged = 0                      # decisions that fired while one was already pending
+        self._merged = 0  # decisions that fired while one was already pending
         self._pending_kl: float | None = None
-        self._pending_step: int | None = None   # an optimizer step whose trigger check waits for its evaluation
+        self._pending_step: int | None = None  # an optimizer step whose trigger check waits for its evaluation
         self.reset_events: list[dict[str, Any]] = []
         self._n_resets = 0
         self._last_inputs: dict[str, Any] | None = None
         self._ref_bucket = "train"
-        self._ref_count = {"train": [0, 0.0], "reset": [0, 0.0]}   # [sequences, seconds]
+        self._ref_count = {"train": [0, 0.0], "reset": [0, 0.0]}  # [sequences, seconds]
         self.add_callback(_ResetCallback(self))
 
     # ------------------------------------------------------------ reference
@@ -295,19 +305,26 @@ class ResetGRPOTrainer(GRPOTrainer):
                 dst.copy_(src)
             n += 1
         alpha = cfg.ref_mix_alpha if cfg.ref_update == "polyak" else None
-        return {"ref_update": cfg.ref_update, "ref_mix_alpha": alpha, "ref_tensors": n,
-                "ref_kind": "peft_ref_adapter" if self._peft else "full_model"}
+        return {
+            "ref_update": cfg.ref_update,
+            "ref_mix_alpha": alpha,
+            "ref_tensors": n,
+            "ref_kind": "peft_ref_adapter" if self._peft else "full_model",
+        }
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
         """TRL's log-prob pass; reference passes are counted (sequences, seconds)."""
-        is_ref = model is self.ref_model if not self._peft else (
-            self.accelerator.unwrap_model(model).active_adapter in ("ref", ["ref"]))
+        is_ref = (
+            model is self.ref_model
+            if not self._peft
+            else (self.accelerator.unwrap_model(model).active_adapter in ("ref", ["ref"]))
+        )
         if not is_ref:
             return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
         t0 = time.perf_counter()
         out = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
         if self._ref_bucket == "train" and not self.model.training:
-            return out                          # TRL's evaluation: not a training step's reference forward
+            return out  # TRL's evaluation: not a training step's reference forward
         count = self._ref_count[self._ref_bucket]
         count[0] += int(input_ids.shape[0])
         count[1] += time.perf_counter() - t0
@@ -345,7 +362,7 @@ class ResetGRPOTrainer(GRPOTrainer):
 
     def _at_generation_boundary(self) -> bool:
         """True when TRL generates a fresh batch (and fresh reference log-probs) at its next micro-step."""
-        per_generation = int(getattr(self.args, "steps_per_generation", 1))   # GRPOConfig's field
+        per_generation = int(getattr(self.args, "steps_per_generation", 1))  # GRPOConfig's field
         return self._step % (per_generation * self.num_iterations) == 0
 
     def _step_kl(self) -> float | None:
@@ -362,7 +379,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         m["ref/forward_s"].append(float(secs))
         self._ref_count["train"] = [0, 0.0]
         kl = self._step_kl()
-        if defer:                               # an evaluation follows: decide with its reward
+        if defer:  # an evaluation follows: decide with its reward
             self._pending_kl = kl
             self._pending_step = step
             return
@@ -370,7 +387,7 @@ class ResetGRPOTrainer(GRPOTrainer):
 
     def _after_evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         if getattr(self, "_pending_step", None) != step:
-            return                              # an evaluation outside the training loop
+            return  # an evaluation outside the training loop
         self._pending_step = None
         val = metrics.get("eval_reward")
         val = None if val is None else float(val)
@@ -388,7 +405,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         if self._pending is not None and self._at_generation_boundary():
             self._apply(self._pending, step)
             self._pending = None
-        self._metrics["train"]["reset/count"] = [float(self._n_resets)]   # the latest value, not a window mean
+        self._metrics["train"]["reset/count"] = [float(self._n_resets)]  # the latest value, not a window mean
 
     def _apply(self, decision: Decision, step: int) -> dict[str, Any]:
         """One reset after optimizer step `step`: target -> reference -> optimizer side, checked."""
@@ -398,36 +415,62 @@ class ResetGRPOTrainer(GRPOTrainer):
         scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)
         policy = self.accelerator.unwrap_model(self.model)
         before = state_census(optimizer)
-        require_reachable(before)             # before anything changes: the state must be where we look
+        require_reachable(before)  # before anything changes: the state must be where we look
         kl_before = self._kl_to_reference(self._last_inputs)
         target: dict[str, Any] = {"reset_to": cfg.reset_to}
         if cfg.reset_to == "best":
             restored = self._best.restore(policy) if self._best.params is not None else None
             target.update(restored_step=restored, best_val=self._best.best)
         ref_rec = self._update_reference()
-        rec = apply_reset_semantics(optimizer, scheduler, None, opt_reset=cfg.opt_reset,
-                                    soft_factor=cfg.soft_factor, reset_opt_step=bool(cfg.reset_opt_step),
-                                    reset_lr_schedule=bool(cfg.reset_lr_schedule),
-                                    reset_kl_coef=bool(cfg.reset_kl_coef))
-        after = verify_reset(optimizer, before, cfg.opt_reset, cfg.soft_factor,
-                             step_reset=bool(rec["opt_step_reset"]))
+        rec = apply_reset_semantics(
+            optimizer,
+            scheduler,
+            None,
+            opt_reset=cfg.opt_reset,
+            soft_factor=cfg.soft_factor,
+            reset_opt_step=bool(cfg.reset_opt_step),
+            reset_lr_schedule=bool(cfg.reset_lr_schedule),
+            reset_kl_coef=bool(cfg.reset_kl_coef),
+        )
+        after = verify_reset(optimizer, before, cfg.opt_reset, cfg.soft_factor, step_reset=bool(rec["opt_step_reset"]))
         kl_after = self._kl_to_reference(self._last_inputs)
         self._n_resets += 1
         ev = decision.to_event()
-        event = {"decided_step": ev.pop("step"), "step": step, "reason": ev.pop("reason"), **ev, **target, **ref_rec,
-                 **{k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None},
-                 "kl_before": kl_before, "kl_after": kl_after,
-                 "m_norm_before": before["optim/m_norm"], "m_norm_after": after["optim/m_norm"],
-                 "v_norm_before": before["optim/v_norm"], "v_norm_after": after["optim/v_norm"],
-                 "params_walked": before["params"], "entries_walked": before["entries"],
-                 "merged_decisions": self._merged, "n_resets": self._n_resets,
-                 "ref_forward_seqs": self._ref_count["reset"][0] - seqs0, "seconds": time.perf_counter() - t0}
+        event = {
+            "decided_step": ev.pop("step"),
+            "step": step,
+            "reason": ev.pop("reason"),
+            **ev,
+            **target,
+            **ref_rec,
+            **{k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None},
+            "kl_before": kl_before,
+            "kl_after": kl_after,
+            "m_norm_before": before["optim/m_norm"],
+            "m_norm_after": after["optim/m_norm"],
+            "v_norm_before": before["optim/v_norm"],
+            "v_norm_after": after["optim/v_norm"],
+            "params_walked": before["params"],
+            "entries_walked": before["entries"],
+            "merged_decisions": self._merged,
+            "n_resets": self._n_resets,
+            "ref_forward_seqs": self._ref_count["reset"][0] - seqs0,
+            "seconds": time.perf_counter() - t0,
+        }
         self._merged = 0
         self.reset_events.append(event)
         m = self._metrics["train"]
         m["reset/step"] = [float(step)]
-        for key in ("kl_before", "kl_after", "m_norm_before", "m_norm_after", "v_norm_before", "v_norm_after",
-                    "ref_forward_seqs", "seconds"):
+        for key in (
+            "kl_before",
+            "kl_after",
+            "m_norm_before",
+            "m_norm_after",
+            "v_norm_before",
+            "v_norm_after",
+            "ref_forward_seqs",
+            "seconds",
+        ):
             if event[key] is not None:
                 m[f"reset/{key}"].append(float(event[key]))
         return event
@@ -435,15 +478,20 @@ class ResetGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------ checkpoints
 
     def _reset_state(self) -> dict[str, Any]:
-        return {"config": self.reset_config.to_dict(), "trigger": self._trigger.state_dict(),
-                "n_resets": self._n_resets, "merged": self._merged, "events": self.reset_events,
-                "pending": None if self._pending is None else dataclasses.asdict(self._pending),
-                "best": {"best": self._best.best, "step": self._best.step},
-                "global_step": self.state.global_step,
-                # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
-                "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
-                "optimizer_step": optimizer_step_count(_torch_optimizer(self.optimizer)),
-                "ref_sha256": _checksum(self._ref_tensors())}
+        return {
+            "config": self.reset_config.to_dict(),
+            "trigger": self._trigger.state_dict(),
+            "n_resets": self._n_resets,
+            "merged": self._merged,
+            "events": self.reset_events,
+            "pending": None if self._pending is None else dataclasses.asdict(self._pending),
+            "best": {"best": self._best.best, "step": self._best.step},
+            "global_step": self.state.global_step,
+            # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
+            "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
+            "optimizer_step": optimizer_step_count(_torch_optimizer(self.optimizer)),
+            "ref_sha256": _checksum(self._ref_tensors()),
+        }
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -453,8 +501,10 @@ class ResetGRPOTrainer(GRPOTrainer):
         ref = {k: v.detach().cpu().clone().contiguous() for k, v in self._ref_tensors().items()}
         save_file(ref, os.path.join(out, REF_FILE))
         if self._best.params is not None:
-            save_file({k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
-                      os.path.join(out, BEST_FILE))
+            save_file(
+                {k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
+                os.path.join(out, BEST_FILE),
+            )
         with open(os.path.join(out, STATE_FILE), "w") as f:
             json.dump(self._reset_state(), f, indent=1)
 
@@ -488,8 +538,11 @@ class ResetGRPOTrainer(GRPOTrainer):
         for key, values in state["unlogged"].items():
             self._metrics["train"][key] = list(values)
         p = state["pending"]
-        self._pending = None if p is None else Decision(step=p["step"], reason=p["reason"], values=p["values"],
-                                                        reasons=tuple(p["reasons"]))
+        self._pending = (
+            None
+            if p is None
+            else Decision(step=p["step"], reason=p["reason"], values=p["values"], reasons=tuple(p["reasons"]))
+        )
         best_path = os.path.join(checkpoint, BEST_FILE)
         if state["best"]["step"] is not None and os.path.exists(best_path):
             self._best.load_state_dict({**state["best"], "params": load_file(best_path)})

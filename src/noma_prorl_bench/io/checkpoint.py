@@ -22,6 +22,7 @@ in `Trainer.state_dict()`): `step`, `components` (each part's own `state_dict()`
 Python, NumPy and torch RNG states. `load_state_tree` loads them back; this module knows no
 Trainer attribute. Resuming a run from a checkpoint is resume.py. See docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,13 +57,13 @@ def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) ->
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        if key in seen:                                   # same tensor twice (tied weights): store once
+        if key in seen:  # same tensor twice (tied weights): store once
             return {"__t__": seen[key]}
         dev = str(t.device)
         t = t.cpu()
         if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
-            t = t.clone(memory_format=torch.contiguous_format)   # safetensors wants whole storages
-        storages = seen.setdefault(None, set())          # storages already in `tensors`
+            t = t.clone(memory_format=torch.contiguous_format)  # safetensors wants whole storages
+        storages = seen.setdefault(None, set())  # storages already in `tensors`
         if t.untyped_storage().data_ptr() in storages:
             t = t.clone()
         storages.add(t.untyped_storage().data_ptr())
@@ -72,8 +73,12 @@ def encode(obj: Any, path: str, tensors: dict[str, torch.Tensor], seen: dict) ->
     if isinstance(obj, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in obj):
             return {k: encode(v, _join(path, k), tensors, seen) for k, v in obj.items()}
-        return {"__dict__": [[encode(k, _join(path, "key"), tensors, seen), encode(v, _join(path, k), tensors, seen)]
-                             for k, v in obj.items()]}
+        return {
+            "__dict__": [
+                [encode(k, _join(path, "key"), tensors, seen), encode(v, _join(path, k), tensors, seen)]
+                for k, v in obj.items()
+            ]
+        }
     if isinstance(obj, tuple):
         return {"__tuple__": [encode(v, _join(path, i), tensors, seen) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
@@ -109,16 +114,22 @@ def decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 # ============================================================================ a state tree of named parts
-def state_tree(step: int, components: dict[str, Any], generators: dict[str, Any],
-               scalars: dict[str, Any]) -> dict[str, Any]:
+def state_tree(
+    step: int, components: dict[str, Any], generators: dict[str, Any], scalars: dict[str, Any]
+) -> dict[str, Any]:
     """The checkpoint tree of named parts: each component's `state_dict()` (in load order), each
     torch / NumPy Generator's state, JSON-able scalars, and the global RNG states."""
     state: dict[str, Any] = {
         "step": int(step),
         "components": {n: obj.state_dict() for n, obj in components.items()},
-        "generators": {}, "scalars": dict(scalars),
-        "global_rng": {"python": random.getstate(), "numpy": np.random.get_state(legacy=False),
-                       "torch": torch.get_rng_state()}}
+        "generators": {},
+        "scalars": dict(scalars),
+        "global_rng": {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(legacy=False),
+            "torch": torch.get_rng_state(),
+        },
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["global_rng"]["cuda"] = torch.cuda.get_rng_state_all()
     for name, g in generators.items():
@@ -131,17 +142,19 @@ def state_tree(step: int, components: dict[str, Any], generators: dict[str, Any]
     return state
 
 
-def load_state_tree(state: dict[str, Any], components: Callable[[], dict[str, Any]],
-                    generators: dict[str, Any]) -> dict[str, Any]:
+def load_state_tree(
+    state: dict[str, Any], components: Callable[[], dict[str, Any]], generators: dict[str, Any]
+) -> dict[str, Any]:
     """Load `state` (from `state_tree`) into the named parts; returns its scalars.
 
     `components()` is asked again before each part (loading one may replace another, e.g. a
     growth that rebuilds the optimizer); a missing, extra or misfitting part raises CheckpointError."""
     names = list(components())
     if set(names) != set(state["components"]):
-        raise CheckpointError(f"checkpoint components {sorted(state['components'])} do not match this "
-                              f"run's {sorted(names)}")
-    for name in names:                                   # the owner's load order
+        raise CheckpointError(
+            f"checkpoint components {sorted(state['components'])} do not match this run's {sorted(names)}"
+        )
+    for name in names:  # the owner's load order
         try:
             components()[name].load_state_dict(state["components"][name])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
@@ -206,24 +219,33 @@ def save(owner, outdir: str, keep: int, extra: Optional[dict] = None) -> str:
     from safetensors.torch import save_file  # noqa: PLC0415
 
     from noma_prorl_bench._version import __version__  # noqa: PLC0415
+
     step, cfg = int(owner.step_idx), owner.cfg.to_dict()
     tensors: dict[str, torch.Tensor] = {}
     seen: dict = {}
     tree = encode(owner.state_dict(), "", tensors, seen)
-    extra_tree = encode(extra or {}, "extra", tensors, seen)     # may hold tensors (ray_async's batches)
+    extra_tree = encode(extra or {}, "extra", tensors, seen)  # may hold tensors (ray_async's batches)
     root = os.path.join(outdir, CKPT_DIR)
     if is_link(root):
         raise UnsafePath(root)
     os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp_step_{step:06d}_{os.getpid()}")
-    remove_tree(tmp)                         # a link is unlinked, not followed
-    os.mkdir(tmp)                            # made by this process: nothing in it is a link
+    remove_tree(tmp)  # a link is unlinked, not followed
+    os.mkdir(tmp)  # made by this process: nothing in it is a link
     save_file(tensors, os.path.join(tmp, TENSORS), metadata={"format": FORMAT})
     os.chmod(os.path.join(tmp, TENSORS), 0o666 & ~_umask())
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "config_hash": config_hash(cfg),
-            "run_id": run_id_of(outdir), "config": cfg,
-            "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
-            "n_tensors": len(tensors), "extra": extra_tree, "state": tree}
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "config_hash": config_hash(cfg),
+        "run_id": run_id_of(outdir),
+        "config": cfg,
+        "versions": {"noma_prorl_bench": __version__, "torch": torch.__version__},
+        "n_tensors": len(tensors),
+        "extra": extra_tree,
+        "state": tree,
+    }
     _write_new(os.path.join(tmp, STATE), json.dumps(meta).encode())
     digests = {name: sha256_file(os.path.join(tmp, name)) for name in (TENSORS, STATE)}
     _write_new(os.path.join(tmp, MARKER), (json.dumps({"step": step, "sha256": digests}) + "\n").encode())
@@ -262,8 +284,12 @@ def list_checkpoints(outdir: str) -> list[tuple[int, str]]:
     out = []
     for name in os.listdir(root) if os.path.isdir(root) and not is_link(root) else []:
         path = os.path.join(root, name)
-        if (name.startswith("step_") and name[5:].isdigit() and not is_link(path)
-                and _is_file(os.path.join(path, MARKER))):
+        if (
+            name.startswith("step_")
+            and name[5:].isdigit()
+            and not is_link(path)
+            and _is_file(os.path.join(path, MARKER))
+        ):
             out.append((int(name[5:]), path))
     return sorted(out)
 
@@ -278,11 +304,11 @@ def prune(outdir: str, keep: int, after_step: Optional[int] = None) -> None:
     for name in os.listdir(root):
         path = os.path.join(root, name)
         if name.startswith(".tmp_") or (name.startswith("step_") and path not in complete):
-            remove_tree(path)                   # a link is unlinked, its target left alone
+            remove_tree(path)  # a link is unlinked, its target left alone
     ckpts = [(s, p) for s, p in list_checkpoints(outdir) if after_step is None or s <= after_step]
     for _, path in [c for c in list_checkpoints(outdir) if c not in ckpts] + ckpts[:-keep]:
         doomed = os.path.join(root, f".tmp_del_{os.path.basename(path)}")
-        os.replace(path, doomed)                # atomic: a kill mid-delete leaves no half checkpoint
+        os.replace(path, doomed)  # atomic: a kill mid-delete leaves no half checkpoint
         remove_tree(doomed)
 
 
@@ -293,8 +319,8 @@ class Checkpoint:
     config: dict
     extra: dict
     state: dict
-    digest_error: Optional[str] = None      # read(..., defer_digests=True): a sha256 mismatch to raise later
-    run_id: Optional[str] = None            # the run that wrote it (None: written before run ids were recorded)
+    digest_error: Optional[str] = None  # read(..., defer_digests=True): a sha256 mismatch to raise later
+    run_id: Optional[str] = None  # the run that wrote it (None: written before run ids were recorded)
 
 
 def _read_small(path: str, limit: int = 1 << 30) -> bytes:
@@ -311,7 +337,7 @@ def verify(path: str) -> Optional[int]:
     except (OSError, RunDirRefused, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}/{MARKER} is unreadable: {e}") from e
     if isinstance(marker, int) and not isinstance(marker, bool):
-        return None                                         # legacy marker: the step only
+        return None  # legacy marker: the step only
     if not isinstance(marker, dict) or not isinstance(marker.get("sha256"), dict):
         raise CheckpointError(f"{path}/{MARKER} is corrupt: no sha256 digests")
     for name in (TENSORS, STATE):
@@ -321,8 +347,10 @@ def verify(path: str) -> Optional[int]:
         except (OSError, RunDirRefused) as e:
             raise CheckpointError(f"{path}/{name} is unreadable: {e}") from e
         if got != want:
-            raise CheckpointError(f"{path}/{name} does not match the sha256 recorded in {MARKER} (the file was "
-                                  "altered, damaged or replaced)")
+            raise CheckpointError(
+                f"{path}/{name} does not match the sha256 recorded in {MARKER} (the file was "
+                "altered, damaged or replaced)"
+            )
     return marker.get("step")
 
 
@@ -331,6 +359,7 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
     `defer_digests` a sha256 mismatch is kept in `digest_error` instead, for the caller to raise
     after trying to load the state (whose "does not fit" names the problem more precisely)."""
     from safetensors.torch import load_file  # noqa: PLC0415
+
     if is_link(path):
         raise CheckpointError(f"{path} is a symbolic link; refusing to read a checkpoint through it")
     if not os.path.lexists(os.path.join(path, MARKER)):
@@ -339,11 +368,13 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
         try:
             st = os.lstat(p)
         except OSError:
-            continue                            # a missing file is named below
+            continue  # a missing file is named below
         what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else not_regular(st)
-        if what:                                # safetensors would open a FIFO and block
-            raise CheckpointError(f"{p} {what if what.startswith('has ') else 'is ' + what}, not a regular file "
-                                  "with one link; refusing to read a checkpoint through it")
+        if what:  # safetensors would open a FIFO and block
+            raise CheckpointError(
+                f"{p} {what if what.startswith('has ') else 'is ' + what}, not a regular file "
+                "with one link; refusing to read a checkpoint through it"
+            )
     try:
         meta = json.loads(_read_small(os.path.join(path, STATE)))
     except (OSError, RunDirRefused, ValueError, RecursionError) as e:
@@ -351,8 +382,9 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a noma_prorl_bench checkpoint (no format tag {FORMAT!r})")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint format {meta.get('format_version')}; this version reads "
-                              f"{FORMAT_VERSION}")
+        raise CheckpointError(
+            f"{path} has checkpoint format {meta.get('format_version')}; this version reads {FORMAT_VERSION}"
+        )
     if not isinstance(meta.get("config"), dict) or meta.get("config_hash") != config_hash(meta["config"]):
         raise CheckpointError(f"{path}/{STATE} is corrupt: its config does not match its config_hash")
     try:
@@ -363,7 +395,7 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
         raise CheckpointError(f"{path}/{TENSORS} holds {len(tensors)} tensors, {STATE} expects {meta.get('n_tensors')}")
     digest_error = None
     try:
-        verify(path)                        # after the checks above, which name the damage more precisely
+        verify(path)  # after the checks above, which name the damage more precisely
     except CheckpointError as e:
         if not defer_digests:
             raise
@@ -377,5 +409,6 @@ def read(path: str, defer_digests: bool = False) -> Checkpoint:
     if step != meta.get("step"):
         raise CheckpointError(f"{path} is corrupt: step {meta.get('step')} vs state step {step}")
     run_id = meta.get("run_id")
-    return Checkpoint(path, step, meta["config"], extra, state, digest_error,
-                      run_id if isinstance(run_id, str) else None)
+    return Checkpoint(
+        path, step, meta["config"], extra, state, digest_error, run_id if isinstance(run_id, str) else None
+    )

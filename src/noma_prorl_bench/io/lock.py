@@ -10,6 +10,7 @@ opened through a symlink (`run.lock -> VICTIM` is refused, exit 2, and VICTIM is
 when it is a FIFO, socket or device (it would block or misbehave) or a hard link (the other name's
 contents would be replaced): safe_files.open_nofollow.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -27,9 +28,11 @@ class RunLocked(RuntimeError):
     """Another live process holds the outdir's lock."""
 
     def __init__(self, outdir: str, holder: dict):
-        super().__init__(f"argument --outdir: {outdir!r} is in use by another run (pid {holder.get('pid')} on "
-                         f"{holder.get('host', '?')}, lock file {os.path.join(outdir, LOCK_FILE)}); wait for it "
-                         "to finish or stop it (SIGTERM writes a checkpoint), then --resume")
+        super().__init__(
+            f"argument --outdir: {outdir!r} is in use by another run (pid {holder.get('pid')} on "
+            f"{holder.get('host', '?')}, lock file {os.path.join(outdir, LOCK_FILE)}); wait for it "
+            "to finish or stop it (SIGTERM writes a checkpoint), then --resume"
+        )
         self.holder = holder
 
 
@@ -70,7 +73,7 @@ def lock_error(outdir: str) -> Optional[str]:
     try:
         return str(RunLocked(outdir, read_lock(outdir) or {})) if _held(fd) else None
     finally:
-        os.close(fd)                                  # also drops the probe's own flock
+        os.close(fd)  # also drops the probe's own flock
 
 
 def acquire(outdir: str) -> int:
@@ -89,13 +92,17 @@ def acquire(outdir: str) -> int:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
             same = False
-        if same:                                      # not a file its holder unlinked meanwhile
+        if same:  # not a file its holder unlinked meanwhile
             break
         os.close(fd)
     old = read_lock(outdir)
     if old:
-        print(f"warning: taking over the stale lock {path} (pid {old.get('pid')} on {old.get('host', '?')} "
-              "is not running)", file=sys.stderr, flush=True)
+        print(
+            f"warning: taking over the stale lock {path} (pid {old.get('pid')} on {old.get('host', '?')} "
+            "is not running)",
+            file=sys.stderr,
+            flush=True,
+        )
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(me).encode(), 0)

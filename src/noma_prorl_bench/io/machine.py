@@ -18,6 +18,7 @@ record) carry:
 `kernel_differences(a, b)` names the fields in which two records differ in a way that changes
 kernels (`prorl-bench replicate` prints them beside a replication).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,11 +27,33 @@ import re
 from typing import Any
 
 #: CPU flags that decide which kernels torch, MKL and oneDNN run (x86 and Arm)
-KERNEL_FLAGS = ("sse4_2", "avx", "fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
-                "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+KERNEL_FLAGS = (
+    "sse4_2",
+    "avx",
+    "fma",
+    "avx2",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+    "sve2",
+)
 #: environment variables that force kernels, reproducibility modes or threads
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA",
-              "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+KERNEL_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_MAX_CPU_ISA",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 #: fields of the record whose difference changes kernels (hence a run's numbers)
 KERNEL_FIELDS = ("cpu", "arch", "cpu_flags", "torch", "torch_cpu_capability", "blas", "mkl", "onednn", "env")
 
@@ -67,9 +90,13 @@ def _torch_build() -> dict[str, Any]:
     blas = re.search(r"BLAS_INFO=([^,\s]+)", show)
     mkl = re.search(r"Math Kernel Library Version ([^\s]+)", show)
     onednn = re.search(r"(?:MKL-DNN|oneDNN) (v[^\s]+)", show)
-    return {"torch": torch.__version__, "torch_cpu_capability": capability,
-            "blas": blas.group(1) if blas else None, "mkl": mkl.group(1) if mkl else None,
-            "onednn": onednn.group(1) if onednn else None}
+    return {
+        "torch": torch.__version__,
+        "torch_cpu_capability": capability,
+        "blas": blas.group(1) if blas else None,
+        "mkl": mkl.group(1) if mkl else None,
+        "onednn": onednn.group(1) if onednn else None,
+    }
 
 
 def machine_info() -> dict[str, Any]:
@@ -77,10 +104,16 @@ def machine_info() -> dict[str, Any]:
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("features") or "").split())
     cpu = info.get("model name") or info.get("cpu model") or platform.processor() or "unknown"
-    return {"cpu": re.sub(r"\s+", " ", cpu), "cores": os.cpu_count(), "arch": platform.machine(),
-            "os": f"{platform.system()} {platform.release()}", "virtualised": "hypervisor" in flags,
-            "cpu_flags": [f for f in KERNEL_FLAGS if f in flags], **_torch_build(),
-            "env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
+    return {
+        "cpu": re.sub(r"\s+", " ", cpu),
+        "cores": os.cpu_count(),
+        "arch": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "virtualised": "hypervisor" in flags,
+        "cpu_flags": [f for f in KERNEL_FLAGS if f in flags],
+        **_torch_build(),
+        "env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ},
+    }
 
 
 def describe(info: dict[str, Any]) -> str:
@@ -88,10 +121,12 @@ def describe(info: dict[str, Any]) -> str:
     amx_bf16; torch 2.13.0 (AVX512 kernels, BLAS mkl, oneDNN v3.12.0)'."""
     top = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve") if f in info.get("cpu_flags", [])]
     env = ", ".join(f"{k}={v}" for k, v in (info.get("env") or {}).items() if k in KERNEL_ENV[:4])
-    return (f"{info.get('cpu', 'unknown')}{' (VM)' if info.get('virtualised') else ''}, {info.get('cores')} cores, "
-            f"{info.get('arch')}; {' '.join(top) or 'no AVX2'}; torch {info.get('torch')} "
-            f"({info.get('torch_cpu_capability')} kernels, BLAS {info.get('blas')}, oneDNN {info.get('onednn')})"
-            + (f"; {env}" if env else ""))
+    return (
+        f"{info.get('cpu', 'unknown')}{' (VM)' if info.get('virtualised') else ''}, {info.get('cores')} cores, "
+        f"{info.get('arch')}; {' '.join(top) or 'no AVX2'}; torch {info.get('torch')} "
+        f"({info.get('torch_cpu_capability')} kernels, BLAS {info.get('blas')}, oneDNN {info.get('onednn')})"
+        + (f"; {env}" if env else "")
+    )
 
 
 def kernel_differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:

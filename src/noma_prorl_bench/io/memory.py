@@ -29,6 +29,7 @@ snapshots exist, so it is compared with the rest as a whole.
 (plus transformers for hf:PATH). The constants below were fitted on this project's CPU machine;
 tests/slow/test_memory_estimate.py checks estimate / measured peak on three sizes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,35 +40,35 @@ from typing import Any
 
 from noma_prorl_bench.config.specs import RunSpecs
 
-MiB = 2 ** 20
-BASELINE = {"toy": 330 * MiB, "hf": 400 * MiB}   # measured peaks: tiny GRU run; tiny HF run (transformers loaded)
-EVAL_BATCH = 32               # prompts per greedy generate call of the evaluation (rollout/sampling.EVAL_BATCH)
-EVAL_CHUNK = 256              # sequences per generate call of pass@k (rollout/pass_at_k.py, --eval_samples)
-MONITOR_ROWS = 64             # drift-monitor sequences (training/reset_loop.MONITOR_PROMPTS)
-MONITOR_CHUNK = 2 ** 24       # logits elements per drift-monitor tensor (training/monitors.py)
-WARMSTART_ROWS = 64           # demonstrations per warm-start step (training/warmstart.py)
-PER_VAL_EXAMPLE = 1024   # bytes per validation prompt (measured ~690 on reverse_digits: Example, response, records)
-LOGITS_COPIES_TRAIN = 5       # logits, /temperature, log_softmax (saved), its gradient, the logits' gradient
-LOGITS_COPIES_NOGRAD = 3      # logits, /temperature, log_softmax
-DEFAULT_PROMPT_TOKENS = 128   # hf:PATH when the task's prompts cannot be tokenised up front
+MiB = 2**20
+BASELINE = {"toy": 330 * MiB, "hf": 400 * MiB}  # measured peaks: tiny GRU run; tiny HF run (transformers loaded)
+EVAL_BATCH = 32  # prompts per greedy generate call of the evaluation (rollout/sampling.EVAL_BATCH)
+EVAL_CHUNK = 256  # sequences per generate call of pass@k (rollout/pass_at_k.py, --eval_samples)
+MONITOR_ROWS = 64  # drift-monitor sequences (training/reset_loop.MONITOR_PROMPTS)
+MONITOR_CHUNK = 2**24  # logits elements per drift-monitor tensor (training/monitors.py)
+WARMSTART_ROWS = 64  # demonstrations per warm-start step (training/warmstart.py)
+PER_VAL_EXAMPLE = 1024  # bytes per validation prompt (measured ~690 on reverse_digits: Example, response, records)
+LOGITS_COPIES_TRAIN = 5  # logits, /temperature, log_softmax (saved), its gradient, the logits' gradient
+LOGITS_COPIES_NOGRAD = 3  # logits, /temperature, log_softmax
+DEFAULT_PROMPT_TOKENS = 128  # hf:PATH when the task's prompts cannot be tokenised up front
 
 
 @dataclass
 class Shape:
     """What the estimate needs to know about the policy (counted on the meta device: no memory)."""
 
-    kind: str                 # gru | transformer | hf
-    copy_bytes: int           # one copy of the policy: unique parameters and buffers, adapters at their largest rank
-    full_params: int          # parameters before adapters (the warm start trains all of them)
-    trainable: int            # parameters with gradients and Adam moments
+    kind: str  # gru | transformer | hf
+    copy_bytes: int  # one copy of the policy: unique parameters and buffers, adapters at their largest rank
+    full_params: int  # parameters before adapters (the warm start trains all of them)
+    trainable: int  # parameters with gradients and Adam moments
     vocab: int
     width: int
     layers: int
-    ffn: int                  # MLP width I
-    kv: int                   # key/value width per layer K
-    param_bytes: int = 4      # bytes per trainable element (gradients and moments are float32 here)
-    act_bytes: int = 4        # activations (2 under bf16 compute)
-    shared_bytes: int = 0     # frozen parameters (a LoRA base): held once, aliased by every copy
+    ffn: int  # MLP width I
+    kv: int  # key/value width per layer K
+    param_bytes: int = 4  # bytes per trainable element (gradients and moments are float32 here)
+    act_bytes: int = 4  # activations (2 under bf16 compute)
+    shared_bytes: int = 0  # frozen parameters (a LoRA base): held once, aliased by every copy
 
 
 @dataclass
@@ -113,11 +114,18 @@ class Estimate:
     def to_event(self) -> dict:
         """The `memory_estimate` event's values (MiB, one decimal)."""
         mib = lambda d: {k: round(v / MiB, 1) for k, v in d.items()}  # noqa: E731
-        return {"total_mib": round(self.total / MiB, 1), "baseline_mib": round(self.baseline / MiB, 1),
-                "held_mib": mib(self.held), "phases_mib": mib(self.phases),
-                "warm_start_mib": round(self.warm_start / MiB, 1), "peak_phase": self.peak_phase,
-                "flags": dict(self.flags), "prompt_tokens": self.prompt_tokens,
-                "response_tokens": self.response_tokens, **self.notes}
+        return {
+            "total_mib": round(self.total / MiB, 1),
+            "baseline_mib": round(self.baseline / MiB, 1),
+            "held_mib": mib(self.held),
+            "phases_mib": mib(self.phases),
+            "warm_start_mib": round(self.warm_start / MiB, 1),
+            "peak_phase": self.peak_phase,
+            "flags": dict(self.flags),
+            "prompt_tokens": self.prompt_tokens,
+            "response_tokens": self.response_tokens,
+            **self.notes,
+        }
 
 
 # ---------------------------------------------------------------------------- the policy's shape
@@ -127,22 +135,31 @@ def _meta_policy(sp: RunSpecs, max_len: int):
     import torch  # noqa: PLC0415
 
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+
     policy: Any
     with torch.device("meta"):
         if sp.model.model.startswith("hf:"):
             from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
             from noma_prorl_bench.models.hf import HFPolicy, check_model_dir  # noqa: PLC0415
+
             _, config = check_model_dir(sp.model.model[3:])
             policy = HFPolicy(AutoModelForCausalLM.from_config(config), pad_id=0)
         elif sp.model.model == "gru":
             from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
+
             policy = GRUPolicy(CharTokenizer().vocab_size, hidden=sp.model.hidden)
         else:
             from noma_prorl_bench.models.build import MIN_MAX_LEN  # noqa: PLC0415
             from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
-            policy = TransformerPolicy(CharTokenizer().vocab_size, d_model=sp.model.d_model, n_layers=sp.model.n_layers,
-                                       n_heads=sp.model.n_heads, max_len=max(max_len, MIN_MAX_LEN))
+
+            policy = TransformerPolicy(
+                CharTokenizer().vocab_size,
+                d_model=sp.model.d_model,
+                n_layers=sp.model.n_layers,
+                n_heads=sp.model.n_heads,
+                max_len=max(max_len, MIN_MAX_LEN),
+            )
     return policy
 
 
@@ -167,6 +184,7 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
 
     from noma_prorl_bench.models.lora import adapter_parameters, attach_lora, parse_targets  # noqa: PLC0415
     from noma_prorl_bench.models.precision import hold_frozen_in_bf16, resolve_dtype_choice  # noqa: PLC0415
+
     policy = _meta_policy(sp, max_len)
     full = sum(p.numel() for p in policy.parameters())
     dtype, _ = resolve_dtype_choice(sp.model.dtype, sp.model.model, "cuda" if sp.model.device == "cuda" else "cpu")
@@ -189,17 +207,29 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
         heads = c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
         kv = getattr(c, "num_key_value_heads", None) or heads
-        dims = (policy.vocab_size, c.hidden_size, c.num_hidden_layers,
-                getattr(c, "intermediate_size", 4 * c.hidden_size), kv * head_dim)
+        dims = (
+            policy.vocab_size,
+            c.hidden_size,
+            c.num_hidden_layers,
+            getattr(c, "intermediate_size", 4 * c.hidden_size),
+            kv * head_dim,
+        )
     elif sp.model.model == "gru":
         dims = (policy.vocab_size, sp.model.hidden, 1, 3 * sp.model.hidden, sp.model.hidden)
     else:
         dims = (policy.vocab_size, sp.model.d_model, sp.model.n_layers, 4 * sp.model.d_model, sp.model.d_model)
     low = dtype in ("bfloat16", "bf16_mixed")
     frozen = _copy_bytes_of([p for p in policy.parameters() if not p.requires_grad])
-    return Shape("hf" if c is not None else sp.model.model, _copy_bytes(policy) + int(adapters * (scale - 1)), full,
-                 trainable, *dims, param_bytes=2 if dtype == "bfloat16" else 4, act_bytes=2 if low else 4,
-                 shared_bytes=frozen)
+    return Shape(
+        "hf" if c is not None else sp.model.model,
+        _copy_bytes(policy) + int(adapters * (scale - 1)),
+        full,
+        trainable,
+        *dims,
+        param_bytes=2 if dtype == "bfloat16" else 4,
+        act_bytes=2 if low else 4,
+        shared_bytes=frozen,
+    )
 
 
 def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
@@ -208,6 +238,7 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
     else up to 64 validation prompts and 64 training draws; for hf:PATH the 128 longest of those in
     characters are tokenised (the tokenizer, chat template included), else DEFAULT_PROMPT_TOKENS."""
     from noma_prorl_bench.tasks.toy import TOY_TASKS  # noqa: PLC0415
+
     task: Any
     if sp.task.task in TOY_TASKS:
         task = TOY_TASKS[sp.task.task](n_val=1)
@@ -216,6 +247,7 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
         import numpy as np  # noqa: PLC0415
 
         from noma_prorl_bench.tasks import make_task  # noqa: PLC0415
+
         task = make_task(sp.task.task, n_val=min(sp.task.n_val, 64), cfg=sp.task)
         T = max(sp.task.max_new_tokens or task.max_new_tokens, 1)
         every = getattr(task, "all_examples", None)
@@ -225,6 +257,7 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
         from transformers import AutoTokenizer  # noqa: PLC0415
 
         from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
+
         hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(sp.model.model[3:]), local_files_only=True)
         tok = HFTokenizerAdapter(hf_tok, chat=sp.task.task.startswith("rg:"))
         longest = sorted({e.prompt for e in ex}, key=len)[-128:]
@@ -237,10 +270,10 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
 def _per_token(s: Shape) -> int:
     """Activation elements one layer saves per token for backward (fitted; see the module doc)."""
     if s.kind == "hf":
-        return 9 * s.width + 3 * s.kv + 4 * s.ffn           # norms, q/k/v and rotary, attention, gate/up/act/product
+        return 9 * s.width + 3 * s.kv + 4 * s.ffn  # norms, q/k/v and rotary, attention, gate/up/act/product
     if s.kind == "transformer":
-        return 10 * s.width + 2 * s.ffn                      # norms, q/k/v, attention, up, GELU
-    return 12 * s.width                                      # GRU gates
+        return 10 * s.width + 2 * s.ffn  # norms, q/k/v, attention, up, GELU
+    return 12 * s.width  # GRU gates
 
 
 def _decode(s: Shape, rows: int, prompts: int, P: int, T: int) -> int:
@@ -265,9 +298,10 @@ def _logprob_pass(sp: RunSpecs, s: Shape, rows: int, P: int, T: int, copies: int
     (`--logprob_chunk` positions at a time when set)."""
     L, a = P + T, _per_token(s) * s.act_bytes
     if train:
-        saved = (rows * L * (s.width * s.layers * s.act_bytes + a) if sp.model.grad_checkpoint
-                 else rows * L * a * s.layers)
-        act = saved + rows * L * a                                   # + one layer's gradients in backward
+        saved = (
+            rows * L * (s.width * s.layers * s.act_bytes + a) if sp.model.grad_checkpoint else rows * L * a * s.layers
+        )
+        act = saved + rows * L * a  # + one layer's gradients in backward
     else:
         act = rows * L * a
     chunk = sp.objective.logprob_chunk
@@ -290,38 +324,59 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
     size_flag = "hidden" if sp.model.model == "gru" else "d_model" if sp.model.model == "transformer" else "model"
     batch_flag = "batch_size" if sp.rollout.batch_size >= sp.rollout.group_size else "group_size"
     copy, s = shape.copy_bytes, shape
-    own = copy - s.shared_bytes                                      # a copy beyond the shared frozen base
-    held = {"weights": copy,
-            "grads_adam": 3 * s.trainable * 4,                       # gradient, exp_avg, exp_avg_sq (float32)
-            "reference": own if sp.reference.variant == "A" else 0,           # ReferenceHolder's copy
-            "monitor_snapshots": 2 * own,                            # kl/to_init and kl/to_prev clones
-            "best_snapshot": own if sp.resets.reset_to == "best" else 0,
-            "kl_full_logits": N * T * s.vocab * 4 if sp.objective.kl.estimator == "full" else 0,
-            "val_set": sp.task.n_val * PER_VAL_EXAMPLE}
+    own = copy - s.shared_bytes  # a copy beyond the shared frozen base
+    held = {
+        "weights": copy,
+        "grads_adam": 3 * s.trainable * 4,  # gradient, exp_avg, exp_avg_sq (float32)
+        "reference": own if sp.reference.variant == "A" else 0,  # ReferenceHolder's copy
+        "monitor_snapshots": 2 * own,  # kl/to_init and kl/to_prev clones
+        "best_snapshot": own if sp.resets.reset_to == "best" else 0,
+        "kl_full_logits": N * T * s.vocab * 4 if sp.objective.kl.estimator == "full" else 0,
+        "val_set": sp.task.n_val * PER_VAL_EXAMPLE,
+    }
     eval_rows = min(sp.task.n_val, EVAL_BATCH)
     if sp.evaluation.eval_samples:
         k = sp.evaluation.eval_samples
         eval_rows = max(eval_rows, min(sp.task.n_val, max(1, EVAL_CHUNK // k)) * k)
-    phases = {"rollout": _decode(s, N, sp.rollout.batch_size, P, T),
-              "logprob_pass": _logprob_pass(sp, s, N, P, T, LOGITS_COPIES_NOGRAD, train=False),
-              "update": _logprob_pass(sp, s, n_train, P, T, LOGITS_COPIES_TRAIN, train=True) + N * (P + T) * 8,
-              "optimizer_step": s.trainable * 4,                     # foreach Adam's sqrt(exp_avg_sq) temporary
-              "evaluation": _decode(s, eval_rows, eval_rows, P, T),
-              "drift_monitor": _monitor(sp, s, P, T)}
+    phases = {
+        "rollout": _decode(s, N, sp.rollout.batch_size, P, T),
+        "logprob_pass": _logprob_pass(sp, s, N, P, T, LOGITS_COPIES_NOGRAD, train=False),
+        "update": _logprob_pass(sp, s, n_train, P, T, LOGITS_COPIES_TRAIN, train=True) + N * (P + T) * 8,
+        "optimizer_step": s.trainable * 4,  # foreach Adam's sqrt(exp_avg_sq) temporary
+        "evaluation": _decode(s, eval_rows, eval_rows, P, T),
+        "drift_monitor": _monitor(sp, s, P, T),
+    }
     warm = 0
     if s.kind != "hf" and sp.warm_start.warmstart_steps_resolved > 0:
-        warm = (5 * s.full_params * 4 + WARMSTART_ROWS * (P + T) * _per_token(s) * 4 * (s.layers + 1)
-                + 3 * WARMSTART_ROWS * (P + T) * s.vocab * 4)
-    rank_flag = "max_rank" if sp.growth.enable_growth else size_flag     # adapters at their largest rank drive these
-    flags = {"weights": rank_flag if own > s.shared_bytes else size_flag, "grads_adam": rank_flag,
-             "reference": rank_flag, "monitor_snapshots": rank_flag, "best_snapshot": "reset_to",
-             "kl_full_logits": "kl_estimator", "val_set": "n_val", "rollout": batch_flag,
-             "logprob_pass": batch_flag, "update": "micro_batch" if sp.optimizer.micro_batch > 0 else batch_flag,
-             "optimizer_step": rank_flag, "evaluation": "n_val", "drift_monitor": "n_val",
-             "warm_start": "warmstart_steps"}
-    notes: dict[str, object] = {"params_per_copy_mib": round(copy / MiB, 1),
-                                "shared_frozen_mib": round(s.shared_bytes / MiB, 1), "trainable_params": s.trainable,
-                                "update_rows": n_train, "eval_rows": eval_rows}
+        warm = (
+            5 * s.full_params * 4
+            + WARMSTART_ROWS * (P + T) * _per_token(s) * 4 * (s.layers + 1)
+            + 3 * WARMSTART_ROWS * (P + T) * s.vocab * 4
+        )
+    rank_flag = "max_rank" if sp.growth.enable_growth else size_flag  # adapters at their largest rank drive these
+    flags = {
+        "weights": rank_flag if own > s.shared_bytes else size_flag,
+        "grads_adam": rank_flag,
+        "reference": rank_flag,
+        "monitor_snapshots": rank_flag,
+        "best_snapshot": "reset_to",
+        "kl_full_logits": "kl_estimator",
+        "val_set": "n_val",
+        "rollout": batch_flag,
+        "logprob_pass": batch_flag,
+        "update": "micro_batch" if sp.optimizer.micro_batch > 0 else batch_flag,
+        "optimizer_step": rank_flag,
+        "evaluation": "n_val",
+        "drift_monitor": "n_val",
+        "warm_start": "warmstart_steps",
+    }
+    notes: dict[str, object] = {
+        "params_per_copy_mib": round(copy / MiB, 1),
+        "shared_frozen_mib": round(s.shared_bytes / MiB, 1),
+        "trainable_params": s.trainable,
+        "update_rows": n_train,
+        "eval_rows": eval_rows,
+    }
     return Estimate(BASELINE["hf" if s.kind == "hf" else "toy"], held, phases, warm, flags, P, T, notes)
 
 
@@ -338,13 +393,13 @@ def estimate(sp: RunSpecs) -> Estimate:
 
 
 def gib(n: float) -> str:
-    return f"{n / 2 ** 30:.1f} GiB"
+    return f"{n / 2**30:.1f} GiB"
 
 
 def parts_text(est: Estimate) -> str:
     """'update --batch_size: 1.2 GiB, weights --d_model: 0.5 GiB, ..., baseline 0.3 GiB': the terms
     of `total` of at least 1/16 GiB, largest first, each with its flag."""
-    parts = sorted(((k, v) for k, v in est.contributions().items() if v >= 2 ** 26), key=lambda kv: -kv[1])
+    parts = sorted(((k, v) for k, v in est.contributions().items() if v >= 2**26), key=lambda kv: -kv[1])
     return ", ".join([*(f"{k} --{est.flags[k]}: {gib(v)}" for k, v in parts), f"baseline {gib(est.baseline)}"])
 
 
@@ -352,8 +407,11 @@ def estimate_event(sp: RunSpecs) -> dict:
     """The `memory_estimate` record of events.jsonl (step 0); if the policy cannot be described
     up front (an architecture transformers cannot build from its config alone), a record that
     says so, and the run goes on."""
-    record = {"step": 0, "event": "memory_estimate",
-              "reason": "estimated peak resident memory by term (io/memory.py); measured: perf/peak_rss_mb"}
+    record = {
+        "step": 0,
+        "event": "memory_estimate",
+        "reason": "estimated peak resident memory by term (io/memory.py); measured: perf/peak_rss_mb",
+    }
     try:
         return {**record, **estimate(sp).to_event()}
     except (ValueError, OSError, RuntimeError, ImportError, TypeError, AttributeError) as e:

@@ -7,6 +7,7 @@ records for `--report_to`, and so does `WandbSink` (Weights & Biases, offline by
 `NullSink` drops everything; `MultiSink` fans out.
 Code never branches on whether logging is on.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,7 +47,7 @@ class JsonlSink:
     def __init__(self, path: str, mode: str = "a"):
         self.path = path
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if mode == "w" else 0)
-        self._fd: Optional[int] = safe_files.open_nofollow(path, flags, 0o644)   # never through a symlink
+        self._fd: Optional[int] = safe_files.open_nofollow(path, flags, 0o644)  # never through a symlink
 
     def write(self, record: dict) -> None:
         data = (json.dumps({k: _clean(v) for k, v in record.items()}) + "\n").encode("utf-8")
@@ -138,8 +139,9 @@ class CsvSink:
         return buf.getvalue()
 
     def _rewrite(self) -> None:
-        safe_files.write_text(self.path, self._line({k: k for k in self.columns})
-                              + "".join(self._line(r) for r in self.rows))
+        safe_files.write_text(
+            self.path, self._line({k: k for k in self.columns}) + "".join(self._line(r) for r in self.rows)
+        )
 
     def write(self, record: dict) -> None:
         if self._add(record):
@@ -159,7 +161,8 @@ class TensorBoardSink:
 
     def __init__(self, logdir: str, history: Iterable[dict] = ()):
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (optional package)
-        safe_files.remove_tree(logdir)              # a symlink is removed, not followed
+
+        safe_files.remove_tree(logdir)  # a symlink is removed, not followed
         self._w = SummaryWriter(log_dir=logdir, flush_secs=10)
         for rec in history:
             self.write(rec)
@@ -185,16 +188,21 @@ class WandbSink:
 
     def __init__(self, outdir: str, config: Optional[dict] = None, history: Iterable[dict] = ()):
         import wandb  # noqa: PLC0415  (optional package)
+
         self._own_service = wandb.run is None
         logdir = os.path.join(outdir, "wandb")
         if os.path.isdir(logdir):
             shutil.rmtree(logdir)
         os.makedirs(logdir)
-        mode: Any = os.environ.get("WANDB_MODE", "offline")       # wandb checks the value
-        self._run: Any = wandb.init(dir=outdir, config=config or {}, mode=mode,
-                               project=os.environ.get("WANDB_PROJECT", "prorl-bench"),
-                               name=os.path.basename(os.path.abspath(outdir)),
-                               settings=wandb.Settings(silent=True, console="off"))
+        mode: Any = os.environ.get("WANDB_MODE", "offline")  # wandb checks the value
+        self._run: Any = wandb.init(
+            dir=outdir,
+            config=config or {},
+            mode=mode,
+            project=os.environ.get("WANDB_PROJECT", "prorl-bench"),
+            name=os.path.basename(os.path.abspath(outdir)),
+            settings=wandb.Settings(silent=True, console="off"),
+        )
         for rec in history:
             self.write(rec)
 
@@ -211,6 +219,7 @@ class WandbSink:
         before this sink started is left alone."""
         if self._run is not None:
             import wandb  # noqa: PLC0415  (optional package)
+
             self._run.finish()
             self._run = None
             if self._own_service and wandb.run is None:

@@ -29,6 +29,7 @@ the node's installed copy) and the variables in FORWARDED_ENV or with a FORWARDE
 prefix. Module level imports are the standard library only: this module is sent to the
 workers by value, so a worker needs Ray, not this package, to run the task.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,7 @@ import tempfile
 from typing import Any, Optional
 
 POLL_S = 0.5
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # io/run_procs.py SuiteSignals
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # io/run_procs.py SuiteSignals
 FORWARDED_ENV = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAY_AUTH_MODE")
 FORWARDED_PREFIXES = ("NOMA_PRORL_", "PRORL_BENCH_")
 
@@ -64,6 +65,7 @@ class SignalBoard:
 def _signals_for(board, name: str) -> list[int]:
     """The signals sent to run `name` so far ([] if the board cannot be reached)."""
     import ray  # noqa: PLC0415
+
     try:
         return list(ray.get(board.get.remote(name), timeout=30))
     except Exception:  # noqa: BLE001  (the driver is gone: Ray ends this task's worker, PDEATHSIG the run)
@@ -75,17 +77,20 @@ def _child_setup(nice: int):
     default action (as in a shell), SIGTERM when the worker that started it dies (Linux), and
     the driver's niceness `nice`, as a local run inherits the suite's (Ray starts its workers at
     niceness 15; raising a process's priority needs CAP_SYS_NICE, else the worker's stays)."""
+
     def setup() -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())      # a Ray worker blocks some: exec keeps the mask
-        for signum in FORWARDED_SIGNALS:                         # ... and ignored ones stay ignored
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())  # a Ray worker blocks some: exec keeps the mask
+        for signum in FORWARDED_SIGNALS:  # ... and ignored ones stay ignored
             signal.signal(signum, signal.SIG_DFL)
         if sys.platform.startswith("linux"):
             import ctypes  # noqa: PLC0415
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # PR_SET_PDEATHSIG
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
         try:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
-        except OSError:                            # not permitted: keep the worker's
+        except OSError:  # not permitted: keep the worker's
             pass
+
     return setup
 
 
@@ -93,13 +98,19 @@ def run_command(name: str, cmd: list[str], log_path: str, append: bool, env: dic
     """The Ray task: run `cmd` (its interpreter replaced by this node's Python) with its output to
     `log_path`, forward the suite's signals to it, return {"rc", "node", "started"}."""
     import ray  # noqa: PLC0415
+
     node = f"{ray.util.get_node_ip_address()} {ray.get_runtime_context().get_node_id()[:8]}"
     outdir = os.path.dirname(log_path)
     if not os.path.isdir(outdir):
-        return {"rc": None, "node": node, "started": False, "error": f"{outdir} does not exist on node {node}: "
-                "the suite's --outdir must be on a filesystem every node sees, at the same path"}
+        return {
+            "rc": None,
+            "node": node,
+            "started": False,
+            "error": f"{outdir} does not exist on node {node}: "
+            "the suite's --outdir must be on a filesystem every node sees, at the same path",
+        }
     sent = _signals_for(board, name)
-    if sent:                                       # stopped before it started: nothing to run
+    if sent:  # stopped before it started: nothing to run
         return {"rc": 128 + sent[0], "node": node, "started": False}
     full_env = dict(os.environ)
     full_env.update(env)
@@ -107,8 +118,14 @@ def run_command(name: str, cmd: list[str], log_path: str, append: bool, env: dic
         full_env["PYTHONPATH"] = env["PYTHONPATH"] + os.pathsep + os.environ["PYTHONPATH"]
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     with os.fdopen(os.open(log_path, flags, 0o644), "w") as log:
-        proc = subprocess.Popen([sys.executable, *cmd[1:]], env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_child_setup(nice))
+        proc = subprocess.Popen(
+            [sys.executable, *cmd[1:]],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_child_setup(nice),
+        )
     forwarded = 0
     while True:
         try:
@@ -131,7 +148,7 @@ class RayRun:
         self.returncode: Optional[int] = None
         self.node: Optional[str] = None
         self.error: Optional[str] = None
-        self.signals: list[int] = []               # every signal sent to it, in order
+        self.signals: list[int] = []  # every signal sent to it, in order
 
     def poll(self) -> Optional[int]:
         return self.returncode
@@ -173,21 +190,26 @@ class RayExecutor:
         import ray  # noqa: PLC0415
         from ray import cloudpickle  # noqa: PLC0415
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+
         self.ray, self.address, self.jobs, self.tmpdir = ray, address, jobs, None
         quiet: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         if address:
             ray.init(address=address, **quiet)
         else:
-            self.tmpdir = tempfile.mkdtemp(prefix="nrb_suite_", dir="/tmp")   # short: Ray's unix sockets live here
+            self.tmpdir = tempfile.mkdtemp(prefix="nrb_suite_", dir="/tmp")  # short: Ray's unix sockets live here
             ray.init(num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False, _temp_dir=self.tmpdir, **quiet)
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": here, "max_restarts": -1,
-                                   "max_task_retries": -1}
+        options: dict[str, Any] = {
+            "num_cpus": 0,
+            "scheduling_strategy": here,
+            "max_restarts": -1,
+            "max_task_retries": -1,
+        }
         self.board: Any = ray.remote(**options)(SignalBoard).remote()
         self.task = ray.remote(num_cpus=1, max_retries=0)(run_command)
         self.env, self.nice = forwarded_env(src), os.getpriority(os.PRIO_PROCESS, 0)
-        self.runs: dict = {}                       # ObjectRef -> RayRun, not yet collected
+        self.runs: dict = {}  # ObjectRef -> RayRun, not yet collected
 
     def describe(self) -> str:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
@@ -200,8 +222,7 @@ class RayExecutor:
         return self.jobs or max(1, int(self.ray.cluster_resources().get("CPU", 0)))
 
     def start(self, name: str, cmd: list[str], log_path: str, append: bool) -> RayRun:
-        ref = self.task.options(name=f"run:{name}").remote(name, cmd, log_path, append, self.env, self.nice,
-                                                                 self.board)
+        ref = self.task.options(name=f"run:{name}").remote(name, cmd, log_path, append, self.env, self.nice, self.board)
         run = self.runs[ref] = RayRun(name, ref)
         return run
 
@@ -222,8 +243,11 @@ class RayExecutor:
         try:
             out = self.ray.get(ref)
         except self.ray.exceptions.RayError as e:
-            run.returncode, run.error = -1, f"its Ray task ended without an exit code ({type(e).__name__}: " \
-                                            f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''})"
+            run.returncode, run.error = (
+                -1,
+                f"its Ray task ended without an exit code ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''})",
+            )
             return
         run.node = out.get("node")
         run.returncode = -1 if out.get("rc") is None else int(out["rc"])

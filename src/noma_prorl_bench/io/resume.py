@@ -17,6 +17,7 @@ match config.json), and a ``module:function`` task or reward function in it is i
 the command line names it again (config/code_specs.py). Every problem is a ConfigError naming
 the flag (exit 2, nothing written). See docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,19 +49,19 @@ def truncate_jsonl(path: str, step: int) -> dict[str, int]:
     except FileNotFoundError:
         return {"kept": 0, "dropped": 0, "partial": 0}
     lines = raw.split(b"\n")
-    partial = int(lines[-1] != b"")                     # no trailing newline: killed mid-write
+    partial = int(lines[-1] != b"")  # no trailing newline: killed mid-write
     kept, dropped = [], 0
     for line in lines[:-1]:
         try:
             rec = json.loads(line)
             ok = isinstance(rec, dict) and not (isinstance(rec.get("step"), (int, float)) and rec["step"] > step)
-        except (ValueError, RecursionError):           # RecursionError: deeply nested JSON
+        except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
             ok = False
         if ok:
             kept.append(line)
         else:
             dropped += 1
-    write_bytes(path, b"".join(x + b"\n" for x in kept), fsync=True)   # exclusive temp file, no link followed
+    write_bytes(path, b"".join(x + b"\n" for x in kept), fsync=True)  # exclusive temp file, no link followed
     return {"kept": len(kept), "dropped": dropped, "partial": partial}
 
 
@@ -73,7 +74,7 @@ def check_metrics_log(path: str, step: int) -> str | None:
         raw = read_bytes(path)
     except FileNotFoundError:
         return f"{path} is missing" if step else None
-    except RunDirRefused as e:                          # a symlink, FIFO, socket, device or hard link
+    except RunDirRefused as e:  # a symlink, FIFO, socket, device or hard link
         return str(e).removeprefix("argument --outdir: ")
     except OSError as e:
         return f"{path} is unreadable: {e}"
@@ -93,11 +94,15 @@ def check_metrics_log(path: str, step: int) -> str | None:
     repeated = sorted(s for s, n in counts.items() if n > 1)
     foreign = sorted(s for s in counts if s < 0)
     if missing or repeated or foreign:
-        parts = [f"missing steps {_ranges(missing)}" if missing else "",
-                 f"repeated steps {_ranges(repeated)}" if repeated else "",
-                 f"steps out of range {_ranges(foreign)}" if foreign else ""]
-        return (f"{path} does not hold steps 1..{step} exactly once and step 0 at most once "
-                f"({'; '.join(p for p in parts if p)})")
+        parts = [
+            f"missing steps {_ranges(missing)}" if missing else "",
+            f"repeated steps {_ranges(repeated)}" if repeated else "",
+            f"steps out of range {_ranges(foreign)}" if foreign else "",
+        ]
+        return (
+            f"{path} does not hold steps 1..{step} exactly once and step 0 at most once "
+            f"({'; '.join(p for p in parts if p)})"
+        )
     return None
 
 
@@ -113,22 +118,27 @@ def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
     (`check_metrics_log`); called by the CLI after `resume_config`, before anything is written."""
     problem = check_metrics_log(os.path.join(cfg.outdir, "metrics.jsonl"), ckpt.step)
     if problem:
-        raise ConfigError("resume", f"{problem}; the log cannot be continued exactly from {ckpt.path}: "
-                                    f"{_older_fit(cfg.outdir, ckpt.step)}restore the log, or start the run again "
-                                    "with --overwrite")
+        raise ConfigError(
+            "resume",
+            f"{problem}; the log cannot be continued exactly from {ckpt.path}: "
+            f"{_older_fit(cfg.outdir, ckpt.step)}restore the log, or start the run again "
+            "with --overwrite",
+        )
 
 
 def _older_fit(outdir: str, step: int) -> str:
     """'delete X (`rm -r X`) to resume from Y (step k), ' when metrics.jsonl can be continued from the newest
     checkpoint Y older than `step` (e.g. a torn or lost last row after the final checkpoint), else ''."""
     log = os.path.join(outdir, "metrics.jsonl")
-    fit = next(((s, p) for s, p in reversed(list_checkpoints(outdir)) if s < step and check_metrics_log(log, s)
-                is None), None)
+    fit = next(
+        ((s, p) for s, p in reversed(list_checkpoints(outdir)) if s < step and check_metrics_log(log, s) is None), None
+    )
     if fit is None:
         return ""
     newer = [p for s, p in list_checkpoints(outdir) if s > fit[0]]
-    return f"delete {' and '.join(newer)} (`{shlex.join(['rm', '-r', *newer])}`) to resume from {fit[1]} " \
-           f"(step {fit[0]}), "
+    return (
+        f"delete {' and '.join(newer)} (`{shlex.join(['rm', '-r', *newer])}`) to resume from {fit[1]} (step {fit[0]}), "
+    )
 
 
 def require_own_checkpoint(outdir: str, ckpt: Checkpoint, names: set) -> None:
@@ -145,22 +155,33 @@ def require_own_checkpoint(outdir: str, ckpt: Checkpoint, names: set) -> None:
     except FileNotFoundError:
         rec = None
     except (OSError, RunDirRefused, ValueError, RecursionError, UnicodeDecodeError) as e:
-        raise ConfigError("resume", f"{path} is unreadable ({str(e)[:100]}); the checkpoint cannot be tied to this "
-                                    "run") from e
+        raise ConfigError(
+            "resume", f"{path} is unreadable ({str(e)[:100]}); the checkpoint cannot be tied to this run"
+        ) from e
     if not isinstance(rec, dict):
-        raise ConfigError("resume", f"{path} is missing or not a run's config: a checkpoint resumes only in the run "
-                                    "directory whose config.json names the run (start again with --overwrite)")
+        raise ConfigError(
+            "resume",
+            f"{path} is missing or not a run's config: a checkpoint resumes only in the run "
+            "directory whose config.json names the run (start again with --overwrite)",
+        )
     own = rec.get("run_id")
     if ckpt.run_id is not None and ckpt.run_id != own:
-        raise ConfigError("resume", f"{name} belongs to another run (its run_id {ckpt.run_id[:12]}..., this run's "
-                                    f"config.json: {str(own)[:12]}...): a checkpoint continues only the run that "
-                                    f"wrote it; {drop}")
-    differ = sorted(k for k in names if k not in RESUME_SAFE_FIELDS and k in rec and k in ckpt.config
-                    and rec[k] != ckpt.config[k])
+        raise ConfigError(
+            "resume",
+            f"{name} belongs to another run (its run_id {ckpt.run_id[:12]}..., this run's "
+            f"config.json: {str(own)[:12]}...): a checkpoint continues only the run that "
+            f"wrote it; {drop}",
+        )
+    differ = sorted(
+        k for k in names if k not in RESUME_SAFE_FIELDS and k in rec and k in ckpt.config and rec[k] != ckpt.config[k]
+    )
     if differ:
         shown = ", ".join(f"--{k} (checkpoint {ckpt.config[k]!r}, config.json {rec[k]!r})" for k in differ[:4])
-        raise ConfigError("resume", f"{name} was written with other settings than this run's config.json: {shown}"
-                                    f"{' ...' if len(differ) > 4 else ''}; {drop}")
+        raise ConfigError(
+            "resume",
+            f"{name} was written with other settings than this run's config.json: {shown}"
+            f"{' ...' if len(differ) > 4 else ''}; {drop}",
+        )
 
 
 def _ranges(xs: list[int]) -> str:
@@ -184,8 +205,11 @@ def find_resumable(outdir: str) -> str:
         return ckpts[-1][1]
     if not os.path.isfile(os.path.join(outdir, "config.json")):
         raise ConfigError("resume", f"{outdir!r} is not a run directory (no config.json, no {CKPT_DIR}/)")
-    raise ConfigError("resume", f"{outdir!r} has no complete checkpoint (checkpoints are written every "
-                                "--save_every steps and at the end); start it again with --overwrite")
+    raise ConfigError(
+        "resume",
+        f"{outdir!r} has no complete checkpoint (checkpoints are written every "
+        "--save_every steps and at the end); start it again with --overwrite",
+    )
 
 
 def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
@@ -195,11 +219,11 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
         raise ConfigError("outdir", "is required")
     if explicit.get("overwrite"):
         raise ConfigError("resume", "continues the run in --outdir and --overwrite starts a new one: pass one of them")
-    err = run_dir_links(explicit["outdir"])        # a symlink, FIFO, socket, hard link: before anything is read
+    err = run_dir_links(explicit["outdir"])  # a symlink, FIFO, socket, hard link: before anything is read
     if err:
         raise ConfigError("outdir", err.removeprefix("argument --outdir: "))
     try:
-        ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)   # raised by require_verified
+        ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)  # raised by require_verified
     except CheckpointError as e:
         raise ConfigError("resume", f"{e} (delete that checkpoint directory to resume from an older one)") from e
     known = {f.name: f.default for f in fields(RunConfig)}
@@ -207,23 +231,29 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     if unknown:
         raise ConfigError("resume", f"the checkpoint's config has fields this version does not know: {unknown}")
     require_own_checkpoint(explicit["outdir"], ckpt, set(known))
-    refuse_code_from(ckpt.config, f"the checkpoint {ckpt.path}", explicit)   # before anything is built
+    refuse_code_from(ckpt.config, f"the checkpoint {ckpt.path}", explicit)  # before anything is built
     saved = {**known, **ckpt.config}
     changed = {k: (saved[k], v) for k, v in explicit.items() if k in known and saved[k] != v}
     unsafe = [k for k in changed if k not in RESUME_SAFE_FIELDS]
     if unsafe:
         diffs = ", ".join(f"--{k} (checkpoint {changed[k][0]!r}, now {changed[k][1]!r})" for k in unsafe)
-        raise ConfigError("resume", f"refusing to resume with a different config: {diffs}. Fields safe to change "
-                                    f"on resume: {', '.join('--' + f for f in RESUME_SAFE_FIELDS)}")
+        raise ConfigError(
+            "resume",
+            f"refusing to resume with a different config: {diffs}. Fields safe to change "
+            f"on resume: {', '.join('--' + f for f in RESUME_SAFE_FIELDS)}",
+        )
     cfg = RunConfig(**{**saved, **explicit, "resume": True, "overwrite": False})
     validate(cfg, set(explicit))
     if ckpt.step > cfg.steps:
         raise ConfigError("steps", f"the last checkpoint is at step {ckpt.step}, beyond --steps {cfg.steps}")
     problem = inexact_steps_change(int(saved["steps"]), ckpt.step, cfg)
     if problem:
-        raise ConfigError("steps", f"refusing to resume with --steps {cfg.steps} (the run had --steps "
-                                   f"{saved['steps']}): {problem}. Start a new run with --steps {cfg.steps} "
-                                   "(--overwrite), or resume without changing --steps")
+        raise ConfigError(
+            "steps",
+            f"refusing to resume with --steps {cfg.steps} (the run had --steps "
+            f"{saved['steps']}): {problem}. Start a new run with --steps {cfg.steps} "
+            "(--overwrite), or resume without changing --steps",
+        )
     return cfg, ckpt
 
 
@@ -238,27 +268,36 @@ def inexact_steps_change(old_steps: int, step: int, cfg: RunConfig) -> str | Non
     if cfg.steps == old_steps:
         return None
     if cfg.lr_schedule != "constant":
-        return (f"--lr_schedule {cfg.lr_schedule} spans --steps, so a {cfg.steps}-step run has other learning "
-                f"rates from step 1 on")
+        return (
+            f"--lr_schedule {cfg.lr_schedule} spans --steps, so a {cfg.steps}-step run has other learning "
+            f"rates from step 1 on"
+        )
     if cfg.engine == "ray_async" and step + cfg.max_staleness > old_steps:
-        return (f"--engine ray_async samples batches ahead of training (--max_staleness {cfg.max_staleness}), "
-                f"but the {old_steps}-step run sampled none for the steps after {old_steps}, so steps "
-                f"{old_steps + 1}.. would train on batches sampled by newer policy versions than in a "
-                f"{cfg.steps}-step run")
+        return (
+            f"--engine ray_async samples batches ahead of training (--max_staleness {cfg.max_staleness}), "
+            f"but the {old_steps}-step run sampled none for the steps after {old_steps}, so steps "
+            f"{old_steps + 1}.. would train on batches sampled by newer policy versions than in a "
+            f"{cfg.steps}-step run"
+        )
     if step == old_steps < cfg.steps and step % cfg.eval_every:
-        return (f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
-                f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
-                f"from step {step} on")
+        return (
+            f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
+            f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
+            f"from step {step} on"
+        )
     return None
 
 
 def prepare_outdir_for_resume(outdir: str, step: int, keep: int) -> dict[str, dict]:
     """Cut the run's JSONL files back to `step`, drop summary.json and newer or partial
     checkpoints. Returns what was dropped per file."""
-    dropped = {f: truncate_jsonl(os.path.join(outdir, f), step) for f in JSONL_FILES
-               if os.path.lexists(os.path.join(outdir, f))}
+    dropped = {
+        f: truncate_jsonl(os.path.join(outdir, f), step)
+        for f in JSONL_FILES
+        if os.path.lexists(os.path.join(outdir, f))
+    }
     summary = os.path.join(outdir, "summary.json")
     if os.path.lexists(summary):
-        os.remove(summary)                                  # a link is removed, its target left alone
+        os.remove(summary)  # a link is removed, its target left alone
     prune(outdir, keep, after_step=step)
     return dropped

@@ -11,6 +11,7 @@ directory whose run files are symlinks, FIFOs, sockets, devices or hard links is
 wrote (its `versions` name the package; new runs also carry a `run_id`). That check is repeated
 under the run lock just before files are cleared or created.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ def run_marker(outdir: str) -> Optional[dict]:
     """The run's config.json if this tool wrote it (a JSON object whose `versions` name the
     package; runs made since run ids were added also carry `run_id`), else None."""
     try:
-        d = json.loads(read_bytes(os.path.join(outdir, "config.json")))    # never a link, FIFO or hard link
+        d = json.loads(read_bytes(os.path.join(outdir, "config.json")))  # never a link, FIFO or hard link
     except (OSError, ValueError, RecursionError, RunDirRefused):
         return None
     ok = isinstance(d, dict) and isinstance(d.get("versions"), dict) and PACKAGE in d["versions"]
@@ -79,8 +80,10 @@ def ownership_error(d: str, overwrite: bool) -> Optional[str]:
     if not overwrite:
         return f"argument --outdir: {d!r} exists and is not empty (pass --overwrite to replace its run files)"
     if run_marker(d) is None:
-        return (f"argument --overwrite: {d!r} is not a run directory of this tool (no config.json written by "
-                f"{PACKAGE}); refusing to delete its files: choose an empty or new --outdir")
+        return (
+            f"argument --overwrite: {d!r} is not a run directory of this tool (no config.json written by "
+            f"{PACKAGE}); refusing to delete its files: choose an empty or new --outdir"
+        )
     return None
 
 
@@ -95,6 +98,7 @@ def check_outdir(cfg: RunConfig) -> Optional[str]:
 def check_inputs(cfg: RunConfig) -> Optional[str]:
     """An error message for inputs that would only fail after the run has started, else None."""
     from noma_prorl_bench.io import preflight
+
     err = preflight.outdir_error(cfg.outdir) or preflight.missing_dependency(cfg)
     if err:
         return err
@@ -102,15 +106,17 @@ def check_inputs(cfg: RunConfig) -> Optional[str]:
         from noma_prorl_bench.models.hf import (
             check_model_dir,  # path, config.json, a causal-LM config
         )
+
         try:
             check_model_dir(cfg.model[3:])
         except ValueError as e:
             return f"argument --model: {e}"
-    err = preflight.memory_error(cfg)                 # builds the policy on the meta device (a valid model dir)
+    err = preflight.memory_error(cfg)  # builds the policy on the meta device (a valid model dir)
     if err:
         return err
     if cfg.device == "cuda":
         import torch
+
         if not torch.cuda.is_available():
             return "argument --device: cuda requested but no CUDA device is available (choose from cpu, cuda, auto)"
     return None
@@ -136,11 +142,15 @@ def prepare_new_outdir(cfg: RunConfig) -> None:
 def git_commit(mark_dirty: bool = False) -> Optional[str]:
     """HEAD of the checkout the package runs from (with mark_dirty, + " (+ uncommitted changes)"
     when the package's files differ from it); None outside a git checkout."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the package directory
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package directory
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = mark_dirty and subprocess.run(["git", "-C", here, "status", "--porcelain", "--", "."],
-                                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = (
+            mark_dirty
+            and subprocess.run(
+                ["git", "-C", here, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     head = out.stdout.strip() if out.returncode == 0 else ""
@@ -150,6 +160,7 @@ def git_commit(mark_dirty: bool = False) -> Optional[str]:
 def resolved_device(name: str) -> str:
     """--device with auto resolved (cuda when available, else cpu)."""
     import torch
+
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
@@ -160,15 +171,27 @@ def resolved_config(cfg: RunConfig) -> dict:
     import torch
 
     from noma_prorl_bench.models.precision import resolve_dtype_choice
+
     d = cfg.to_dict()
     device = resolved_device(cfg.device)
     dtype, why = resolve_dtype_choice(cfg.dtype, cfg.model, device)
-    d["derived"] = {"variant_label": cfg.variant_label, **cfg.clip_used, "loss_agg": cfg.loss_agg_resolved,
-                    "warmstart_steps": cfg.warmstart_steps_resolved, "device": device,
-                    "dtype": dtype, "dtype_reason": why}
-    d["versions"] = {"noma_prorl_bench": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
-                     "python": platform.python_version(), "git_commit": git_commit()}
-    d["machine"] = machine_info()       # the kernels a run's numbers depend on (io/machine.py)
+    d["derived"] = {
+        "variant_label": cfg.variant_label,
+        **cfg.clip_used,
+        "loss_agg": cfg.loss_agg_resolved,
+        "warmstart_steps": cfg.warmstart_steps_resolved,
+        "device": device,
+        "dtype": dtype,
+        "dtype_reason": why,
+    }
+    d["versions"] = {
+        "noma_prorl_bench": __version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
+    }
+    d["machine"] = machine_info()  # the kernels a run's numbers depend on (io/machine.py)
     d["argv"] = sys.argv[1:]
     d["run_id"] = uuid.uuid4().hex
     return d
@@ -186,8 +209,10 @@ def quiet_third_party(cfg: RunConfig) -> None:
         return
     try:
         import transformers
+
         transformers.utils.logging.disable_progress_bar()
         import huggingface_hub.utils
+
         huggingface_hub.utils.disable_progress_bars()
     except ImportError:
         pass
@@ -198,8 +223,14 @@ def progress(cfg: RunConfig, total: int):
     if cfg.quiet:
         return None
     from tqdm import tqdm
-    return tqdm(total=total, desc=os.path.basename(cfg.outdir.rstrip("/")) or "run", file=sys.stderr,
-                dynamic_ncols=True, leave=True)
+
+    return tqdm(
+        total=total,
+        desc=os.path.basename(cfg.outdir.rstrip("/")) or "run",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=True,
+    )
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -219,13 +250,17 @@ def record_resume(cfg: RunConfig, ckpt) -> dict:
     old = run_marker(cfg.outdir) or {}
     config["resumes"] = old.get("resumes", []) if isinstance(old.get("resumes"), list) else []
     if isinstance(old.get("run_id"), str):
-        config["run_id"] = old["run_id"]           # the same run, continued
-    changed = {k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items()
-               if ckpt.config.get(k) != v and k != "resume"}
+        config["run_id"] = old["run_id"]  # the same run, continued
+    changed = {
+        k: [ckpt.config.get(k), v] for k, v in cfg.to_dict().items() if ckpt.config.get(k) != v and k != "resume"
+    }
     config["resumes"].append({"from_step": ckpt.step, "argv": config["argv"], "changed": changed})
     write_json(os.path.join(cfg.outdir, "config.json"), config)
-    return {"checkpoint": os.path.relpath(ckpt.path, cfg.outdir), "changed": changed,
-            "dropped_lines": {f: d["dropped"] + d["partial"] for f, d in dropped.items()}}
+    return {
+        "checkpoint": os.path.relpath(ckpt.path, cfg.outdir),
+        "changed": changed,
+        "dropped_lines": {f: d["dropped"] + d["partial"] for f, d in dropped.items()},
+    }
 
 
 def open_outputs(cfg: RunConfig, trainer, buffers, ckpt=None) -> list:

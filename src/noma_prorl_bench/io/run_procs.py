@@ -26,6 +26,7 @@ each run as a child process of the suite (the default); io/ray_procs.py `RayExec
 task on a cluster. Both: `start(name, cmd, log_path, append)` -> a Popen-like handle (`poll`,
 `returncode`, `send_signal`), `wait(timeout)`, `capacity()` (runs at once), `describe()`, `close()`.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,9 +70,14 @@ def has_checkpoint(run_dir: str) -> bool:
     `step_XXXXXX/COMPLETE`, no link followed), without importing torch."""
     root = os.path.join(run_dir, "checkpoints")
     names = os.listdir(root) if os.path.isdir(root) and not safe_files.is_link(root) else []
-    return any(n.startswith("step_") and n[5:].isdigit() and not safe_files.is_link(os.path.join(root, n))
-               and safe_files.entry_error(os.path.join(root, n, "COMPLETE")) is None
-               and os.path.isfile(os.path.join(root, n, "COMPLETE")) for n in names)
+    return any(
+        n.startswith("step_")
+        and n[5:].isdigit()
+        and not safe_files.is_link(os.path.join(root, n))
+        and safe_files.entry_error(os.path.join(root, n, "COMPLETE")) is None
+        and os.path.isfile(os.path.join(root, n, "COMPLETE"))
+        for n in names
+    )
 
 
 def suite_dir_error(outdir: str, names: list[str]) -> Optional[str]:
@@ -83,8 +89,9 @@ def suite_dir_error(outdir: str, names: list[str]) -> Optional[str]:
         return None
     files = [*safe_files.REPORT_FILES, "summary.json", *(f"{n}.log" for n in names)]
     dirs = [*safe_files.REPORT_DIRS, *(n for n in names if not safe_files.is_link(os.path.join(outdir, n)))]
-    for path, directory in [(os.path.join(outdir, f), False) for f in files] + \
-            [(os.path.join(outdir, d), True) for d in dirs]:
+    for path, directory in [(os.path.join(outdir, f), False) for f in files] + [
+        (os.path.join(outdir, d), True) for d in dirs
+    ]:
         err = safe_files.entry_error(path, directory)
         if err:
             return err
@@ -92,7 +99,7 @@ def suite_dir_error(outdir: str, names: list[str]) -> Optional[str]:
 
 
 def run_state(run_dir: str, argv: list[str]) -> str:
-    """"complete", "resumable" or "new" for the run `argv` would make in run_dir (see above)."""
+    """ "complete", "resumable" or "new" for the run `argv` would make in run_dir (see above)."""
     config = _read_json(os.path.join(run_dir, "config.json"))
     if config is None or run_flags(config.get("argv", [])) != run_flags(argv):
         return "new"
@@ -106,27 +113,36 @@ def live_holder(run_dir: str) -> Optional[dict]:
     """The lock record of a live process that holds run_dir (a run an earlier suite started and
     that outlived it), else None. io/lock.py: an flock, so a dead holder never counts."""
     if not os.path.isdir(run_dir) or safe_files.entry_error(os.path.join(run_dir, LOCK_FILE)):
-        return None                                 # a link, FIFO or hard link is no lock (refused up front)
+        return None  # a link, FIFO or hard link is no lock (refused up front)
     return (read_lock(run_dir) or {}) if lock_error(run_dir) else None
 
 
 def report_end(name: str, proc, outdir: str, stop: SuiteSignals, failures: list) -> None:
     """Print how a run that ended did; append it to `failures` unless it succeeded or was stopped."""
     run_dir = os.path.join(outdir, name)
-    then = ("the same command resumes it from its checkpoint" if has_checkpoint(run_dir)
-            else "the same command restarts it (no checkpoint)")
+    then = (
+        "the same command resumes it from its checkpoint"
+        if has_checkpoint(run_dir)
+        else "the same command restarts it (no checkpoint)"
+    )
     error, node = getattr(proc, "error", None), getattr(proc, "node", None)
-    if error is not None:                           # a Ray task lost with its worker or node, or refused to start
+    if error is not None:  # a Ray task lost with its worker or node, or refused to start
         failures.append(name)
         print(f"suite: run {name} lost{f' on node {node}' if node else ''}: {error}; {then}", file=sys.stderr)
     elif proc.returncode != 0 and stop.signum is not None:
-        where = "at a checkpoint; the same command resumes it" if has_checkpoint(run_dir) else \
-            "before its first checkpoint; the same command restarts it"
+        where = (
+            "at a checkpoint; the same command resumes it"
+            if has_checkpoint(run_dir)
+            else "before its first checkpoint; the same command restarts it"
+        )
         print(f"suite: run {name} stopped (exit {proc.returncode}) {where}", file=sys.stderr)
     elif proc.returncode != 0:
         failures.append(name)
-        print(f"suite: run {name} failed (exit {proc.returncode}{f' on node {node}' if node else ''}); "
-              f"see {outdir}/{name}.log", file=sys.stderr)
+        print(
+            f"suite: run {name} failed (exit {proc.returncode}{f' on node {node}' if node else ''}); "
+            f"see {outdir}/{name}.log",
+            file=sys.stderr,
+        )
 
 
 class SuiteSignals:
@@ -136,12 +152,12 @@ class SuiteSignals:
     `exit_code` is 128 + the first signal's number (130 SIGINT, 143 SIGTERM), as for a run.
     Handlers are installed only from the main thread."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # HUP: the terminal closed
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # HUP: the terminal closed
 
     def __init__(self):
         self.signum: Optional[int] = None
         self.count = 0
-        self.children: dict = {}                       # name -> Popen
+        self.children: dict = {}  # name -> Popen
         self._old: dict = {}
 
     @property
@@ -160,7 +176,7 @@ class SuiteSignals:
                 try:
                     proc.send_signal(signum)
                     n += 1
-                except OSError:                        # exited in between
+                except OSError:  # exited in between
                     pass
         return n
 
@@ -171,18 +187,25 @@ class SuiteSignals:
         n = self.forward(signum)
         name = signal.Signals(signum).name
         if self.count == 1:
-            print(f"\nsuite: received {name}: forwarded to {n} running run(s), which finish their step and write "
-                  "a checkpoint; no new run starts. Send it again to abort them at once (their previous "
-                  "checkpoints stay).", file=sys.stderr, flush=True)
+            print(
+                f"\nsuite: received {name}: forwarded to {n} running run(s), which finish their step and write "
+                "a checkpoint; no new run starts. Send it again to abort them at once (their previous "
+                "checkpoints stay).",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
-            print(f"\nsuite: received {name} again: forwarded to {n} running run(s) (abort at once).",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\nsuite: received {name} again: forwarded to {n} running run(s) (abort at once).",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def install(self) -> "SuiteSignals":
         try:
             for sig in self.SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handle)
-        except ValueError:                             # not the main thread
+        except ValueError:  # not the main thread
             self._old.clear()
         return self
 

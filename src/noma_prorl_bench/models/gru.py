@@ -3,6 +3,7 @@
 The seed's default policy. `prefill`/`decode` carry the GRU hidden state, so incremental
 sampling costs O(T) and equals the teacher-forced forward to float tolerance.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,12 +21,12 @@ class GRUPolicy(nn.Module):
         self.head = nn.Linear(hidden, vocab_size)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h, _ = self.gru(self.embed(tokens))          # [N, L, H]
-        return self.head(h)                          # [N, L, V]
+        h, _ = self.gru(self.embed(tokens))  # [N, L, H]
+        return self.head(h)  # [N, L, V]
 
     def prefill(self, tokens: torch.Tensor):
-        out, state = self.gru(self.embed(tokens))    # out [N, P, H], state [layers, N, H]
-        return self.head(out[:, -1]), state          # [N, V]
+        out, state = self.gru(self.embed(tokens))  # out [N, P, H], state [layers, N, H]
+        return self.head(out[:, -1]), state  # [N, V]
 
     @staticmethod
     def repeat_state(state: torch.Tensor, G: int) -> torch.Tensor:
@@ -33,5 +34,5 @@ class GRUPolicy(nn.Module):
         return state.repeat_interleave(G, 1)
 
     def decode(self, tok: torch.Tensor, state):
-        out, state = self.gru(self.embed(tok[:, None]), state)   # [N, 1, H]
-        return self.head(out[:, 0]), state                      # [N, V]
+        out, state = self.gru(self.embed(tok[:, None]), state)  # [N, 1, H]
+        return self.head(out[:, 0]), state  # [N, V]

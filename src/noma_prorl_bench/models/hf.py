@@ -49,6 +49,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 # ----------------------------------------------------------------------------- masks and positions
 
+
 def left_pad_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     """tokens[N, L] -> mask[N, L] (long): 0 on leading PADs, 1 from the first real token on."""
     return ((tokens != pad_id).long().cumsum(1) > 0).long()
@@ -61,27 +62,28 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- policy
 
+
 @dataclass
 class HFState:
     """Decoding state: the model's KV cache, the attention mask so far and the next positions."""
 
-    cache: Any                 # transformers Cache (DynamicCache)
-    mask: torch.Tensor         # [N, S] long
-    next_pos: torch.Tensor     # [N] position id of the next token
+    cache: Any  # transformers Cache (DynamicCache)
+    mask: torch.Tensor  # [N, S] long
+    next_pos: torch.Tensor  # [N] position id of the next token
 
 
 class HFPolicy(nn.Module):
     """A Hugging Face causal LM behind the Policy protocol (forward / prefill / decode)."""
 
-    slice_logits = True   # models.base.response_logits asks for the response positions only
-    frozen_bf16 = True    # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
+    slice_logits = True  # models.base.response_logits asks for the response positions only
+    frozen_bf16 = True  # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
 
     def __init__(self, model: Any, pad_id: int):
         super().__init__()
-        self.model = model               # a transformers PreTrainedModel
+        self.model = model  # a transformers PreTrainedModel
         self.pad_id = int(pad_id)
-        self.compute_dtype: torch.dtype | None = None   # --dtype bf16_mixed: bf16 autocast over float32 weights
-        self._ckpt = False          # --grad_checkpoint is on (set_grad_checkpoint)
+        self.compute_dtype: torch.dtype | None = None  # --dtype bf16_mixed: bf16 autocast over float32 weights
+        self._ckpt = False  # --grad_checkpoint is on (set_grad_checkpoint)
         head = self.model.get_output_embeddings()
         self.vocab_size = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
         disable_dropout(self.model)
@@ -94,17 +96,23 @@ class HFPolicy(nn.Module):
         """
         mask = left_pad_mask(tokens, self.pad_id)
         with autocast(self):
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask),
-                             use_cache=False, logits_to_keep=keep_last)
+            out = self.model(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=positions_from_mask(mask),
+                use_cache=False,
+                logits_to_keep=keep_last,
+            )
         return out.logits.float()  # [N, L or k, V]
 
     def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
         """tokens[N, L] -> the decoder's final (normed) hidden states [N, L or k, C]."""
         mask = left_pad_mask(tokens, self.pad_id)
         with autocast(self):
-            out = self.model.base_model(input_ids=tokens, attention_mask=mask,
-                                        position_ids=positions_from_mask(mask), use_cache=False)
-        h = out.last_hidden_state                                               # [N, L, C]
+            out = self.model.base_model(
+                input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False
+            )
+        h = out.last_hidden_state  # [N, L, C]
         return h[:, -keep_last:] if keep_last > 0 else h
 
     def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
@@ -120,8 +128,11 @@ class HFPolicy(nn.Module):
         m = self.model
         self._ckpt = bool(on)
         if hasattr(m, "activation_checkpointing_enable"):
-            (m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False}) if on
-             else m.activation_checkpointing_disable())
+            (
+                m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                if on
+                else m.activation_checkpointing_disable()
+            )
         elif on:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
@@ -138,8 +149,7 @@ class HFPolicy(nn.Module):
         if capacity is not None and self._sdpa():
             return prefill_static(self, tokens, mask, pos, capacity)
         with autocast(self), self._no_ckpt():
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos,
-                             use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, pos[:, -1] + 1)
 
     def decode(self, tok: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
@@ -154,8 +164,13 @@ class HFPolicy(nn.Module):
             # 4D mask as is); same mask, same logits, ~20% less time per decode on small models.
             attn = mask.bool()[:, None, None, :]
         with autocast(self), self._no_ckpt():
-            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=state.next_pos[:, None],
-                             past_key_values=state.cache, use_cache=True)
+            out = self.model(
+                input_ids=tok[:, None],
+                attention_mask=attn,
+                position_ids=state.next_pos[:, None],
+                past_key_values=state.cache,
+                use_cache=True,
+            )
         return out.logits[:, -1].float(), HFState(out.past_key_values, mask, state.next_pos + 1)
 
     def repeat_state(self, state: Any, G: int) -> Any:
@@ -185,8 +200,9 @@ class HFPolicy(nn.Module):
 
     def _static_step(self, ids, attn, pos, cache) -> torch.Tensor:
         """One decode forward on the StaticCache -> logits[N, 1, V] (compiled by `compile_decode`)."""
-        return self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                          use_cache=True).logits
+        return self.model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
+        ).logits
 
     def compile_decode(self, mode: str = "reduce-overhead") -> None:
         """CUDA only, opt-in, NOT RUN so far (no GPU was available): compile the static-cache
@@ -195,7 +211,7 @@ class HFPolicy(nn.Module):
         ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""
         if next(self.model.parameters()).device.type != "cuda":
             raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
-        setattr(self, "_static_step", torch.compile(self._static_step, mode=mode, dynamic=False))   # this instance
+        setattr(self, "_static_step", torch.compile(self._static_step, mode=mode, dynamic=False))  # this instance
         self._compiled = True
 
 
@@ -210,6 +226,7 @@ def disable_dropout(model: nn.Module) -> int:
 
 
 # ----------------------------------------------------------------------------- tokenizer
+
 
 class HFTokenizerAdapter:
     """An HF tokenizer with the interface of ``tasks.base.CharTokenizer``.
@@ -234,7 +251,8 @@ class HFTokenizerAdapter:
         """One prompt -> token ids (special tokens as the tokenizer adds them)."""
         if self.chat:
             text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
@@ -264,6 +282,7 @@ class HFTokenizerAdapter:
 
 
 # ----------------------------------------------------------------------------- loading
+
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'float32' | 'bfloat16' | 'float16' | 'bf16_mixed' | torch.dtype -> the parameters' torch.dtype
@@ -300,17 +319,21 @@ def check_model_dir(path: str | Path):
     except Exception as e:  # noqa: BLE001  (malformed or unknown config: report, don't trace)
         raise ValueError(f"cannot read the model config in {p}: {_first_line(e)}") from e
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise ValueError(f"{p} holds a {config.model_type!r} model, which is not a causal LM "
-                         "(AutoModelForCausalLM cannot load it)")
+        raise ValueError(
+            f"{p} holds a {config.model_type!r} model, which is not a causal LM (AutoModelForCausalLM cannot load it)"
+        )
     for key, value in config.to_dict().items():
         if isinstance(value, float) and ("dropout" in key or key.endswith("_pdrop")):
             setattr(config, key, 0.0)
     return p, config
 
 
-def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
-                   dtype: str | torch.dtype = "float32", chat: bool = False,
-                   ) -> tuple[HFPolicy, HFTokenizerAdapter]:
+def load_hf_policy(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    chat: bool = False,
+) -> tuple[HFPolicy, HFTokenizerAdapter]:
     """Load a local HF causal LM and its tokenizer -> (HFPolicy on ``device``, adapter).
 
     ``device``: 'cpu' | 'cuda' | 'auto' | torch.device. ``dtype``: parameter dtype, or
@@ -328,12 +351,16 @@ def load_hf_policy(path: str | Path, device: str | torch.device = "cpu",
         tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"cannot load a tokenizer from {p}: {_first_line(e)}") from e
-    load = lambda **kw: AutoModelForCausalLM.from_pretrained(p, config=config, dtype=torch_dtype,  # noqa: E731
-                                                             local_files_only=True, trust_remote_code=False, **kw)
+
+    def load(**kw):
+        return AutoModelForCausalLM.from_pretrained(
+            p, config=config, dtype=torch_dtype, local_files_only=True, trust_remote_code=False, **kw
+        )
+
     try:
         try:
             model = load(attn_implementation="sdpa")
-        except ValueError:             # an architecture without SDPA support: its default attention
+        except ValueError:  # an architecture without SDPA support: its default attention
             model = load()
     except OSError as e:  # missing or unreadable weight files
         raise ValueError(f"cannot load model weights from {p}: {_first_line(e)}") from e

@@ -5,6 +5,7 @@
 are its `_prefill_static` / `_decode_static`, kept here so hf.py stays one screen per concern).
 Shapes: N sequences, P prompt length, cap = capacity columns, V logits width.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,20 +21,21 @@ class StaticHFState:
     """Decoding state over a preallocated StaticCache: which of its columns are attendable,
     how many are written, and the next positions."""
 
-    cache: Any                 # transformers StaticCache, capacity columns
-    valid: torch.Tensor        # [N, capacity] bool, updated in place
-    filled: int                # columns written so far
-    next_pos: torch.Tensor     # [N]
-    prefix: bool = True        # attention reads the written columns only (prefix_layer_class)
+    cache: Any  # transformers StaticCache, capacity columns
+    valid: torch.Tensor  # [N, capacity] bool, updated in place
+    filled: int  # columns written so far
+    next_pos: torch.Tensor  # [N]
+    prefix: bool = True  # attention reads the written columns only (prefix_layer_class)
 
 
 def prefill_static(self, tokens, mask, pos, capacity: int):
     """Prefill into a StaticCache of ``capacity`` columns; ``valid[N, capacity]`` marks the
     columns a query may attend (real prompt tokens, then each decoded token as it is written)."""
     from transformers import StaticCache  # noqa: PLC0415  (transformers is imported lazily)
+
     N, P = tokens.shape
     cache = StaticCache(config=self.model.config, max_cache_len=capacity)
-    prefix = not getattr(self, "_compiled", False)        # compiled steps need fixed shapes
+    prefix = not getattr(self, "_compiled", False)  # compiled steps need fixed shapes
     for layer in cache.layers:
         if type(layer).__name__ == "StaticLayer":
             layer.__class__ = prefix_layer_class() if prefix else cast_layer_class()
@@ -41,12 +43,18 @@ def prefill_static(self, tokens, mask, pos, capacity: int):
             # leave v_proj in bf16; the cache holds both in the compute dtype (what SDPA reads
             # under autocast anyway), else the lazily allocated buffers disagree with one of them.
             cast(Any, layer).cast_dtype = getattr(self, "compute_dtype", None)
-    valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)     # [N, cap]
+    valid = torch.zeros(N, capacity, dtype=torch.bool, device=tokens.device)  # [N, cap]
     valid[:, :P] = mask.bool()
-    attn = mask if prefix else valid.long()   # 2D over the columns attended: HF adds causality
+    attn = mask if prefix else valid.long()  # 2D over the columns attended: HF adds causality
     with autocast(self), self._no_ckpt():
-        out = self.model(input_ids=tokens, attention_mask=attn, position_ids=pos,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=attn,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
     return out.logits[:, -1].float(), StaticHFState(cache, valid, P, pos[:, -1] + 1, prefix)
 
 
@@ -54,11 +62,12 @@ def decode_static(self, tok: torch.Tensor, state: StaticHFState):
     """One decode step: write column `filled` in place, attend through `valid` -> (logits[N, V], state)."""
     if state.filled >= state.valid.shape[1]:
         raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
-    state.valid[:, state.filled] = True                                          # the column written now
+    state.valid[:, state.filled] = True  # the column written now
     cols = state.filled + 1 if state.prefix else state.valid.shape[1]
     with autocast(self), self._no_ckpt():
-        logits = self._static_step(tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None],
-                                   state.cache)
+        logits = self._static_step(
+            tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None], state.cache
+        )
     state.filled += 1
     state.next_pos = state.next_pos + 1
     return logits[:, -1].float(), state
@@ -71,11 +80,16 @@ def repeat_static(state: StaticHFState, G: int, compiled: bool = False) -> Stati
             layer.keys = layer.keys.repeat_interleave(G, 0)
             layer.values = layer.values.repeat_interleave(G, 0)
             layer.batch_size = layer.keys.shape[0]
-            if compiled:                                   # new tensors: tell dynamo they stay put
+            if compiled:  # new tensors: tell dynamo they stay put
                 torch._dynamo.mark_static_address(layer.keys)
                 torch._dynamo.mark_static_address(layer.values)
-    return StaticHFState(state.cache, state.valid.repeat_interleave(G, 0), state.filled,
-                         state.next_pos.repeat_interleave(G, 0), state.prefix)
+    return StaticHFState(
+        state.cache,
+        state.valid.repeat_interleave(G, 0),
+        state.filled,
+        state.next_pos.repeat_interleave(G, 0),
+        state.prefix,
+    )
 
 
 _PREFIX_LAYER: list = []
@@ -106,13 +120,14 @@ def prefix_layer_class():
     step t, not P + T - 1 (the unwritten ones were masked anyway, so the same logits up to
     float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
     if not _PREFIX_LAYER:
+
         class PrefixStaticLayer(cast_layer_class()):
             written = 0
 
             def update(self, key_states, value_states, *args, **kwargs):
                 k, v = super().update(key_states, value_states, *args, **kwargs)
                 self.written += key_states.shape[-2]
-                return k[:, :, :self.written], v[:, :, :self.written]
+                return k[:, :, : self.written], v[:, :, : self.written]
 
             def get_mask_sizes(self, query_length: int, *args, **kwargs):
                 return self.written + query_length, 0

@@ -34,9 +34,9 @@ A_INITS = ("kaiming", "normal", "zeros")
 def _draw(kind: str, shape: tuple[int, int], fan_in: int, generator: torch.Generator) -> torch.Tensor:
     """A tensor of ``shape`` from init ``kind`` (float32, CPU)."""
     if kind == "kaiming":
-        return (torch.rand(shape, generator=generator) * 2 - 1) * fan_in ** -0.5
+        return (torch.rand(shape, generator=generator) * 2 - 1) * fan_in**-0.5
     if kind == "normal":
-        return torch.randn(shape, generator=generator) * fan_in ** -0.5
+        return torch.randn(shape, generator=generator) * fan_in**-0.5
     if kind == "zeros":
         return torch.zeros(shape)
     raise ValueError(f"unknown a_init {kind!r} (one of {A_INITS})")
@@ -45,8 +45,7 @@ def _draw(kind: str, shape: tuple[int, int], fan_in: int, generator: torch.Gener
 class LoRALinear(nn.Module):
     """``base(x) + (alpha / initial_rank) * x @ A.T @ B.T`` around an existing ``nn.Linear``."""
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float = 1.0, a_init: str = "kaiming",
-                 seed: int = 0):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float = 1.0, a_init: str = "kaiming", seed: int = 0):
         super().__init__()
         if rank < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
@@ -55,11 +54,11 @@ class LoRALinear(nn.Module):
         self.base = base
         self.in_features, self.out_features = base.in_features, base.out_features
         self.alpha, self.initial_rank, self.a_init, self.seed = float(alpha), rank, a_init, seed
-        self.scale = self.alpha / rank            # fixed across growth (see module doc)
-        self.grow_count = 0                       # seeds the draws of each growth
+        self.scale = self.alpha / rank  # fixed across growth (see module doc)
+        self.grow_count = 0  # seeds the draws of each growth
         w = base.weight
         a = _draw(a_init, (rank, self.in_features), self.in_features, self._generator())
-        self.lora_A = nn.Parameter(a.to(dtype=w.dtype, device=w.device))                    # [r, in]
+        self.lora_A = nn.Parameter(a.to(dtype=w.dtype, device=w.device))  # [r, in]
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, dtype=w.dtype, device=w.device))  # [out, r]
 
     @property
@@ -73,8 +72,7 @@ class LoRALinear(nn.Module):
         """init_fn for ``growth.realloc_param``: rows ``[rank:new_rank]`` of ``A`` drawn with
         init ``kind`` (default ``a_init``) from this adapter's generator for the next growth."""
         kind = kind or self.a_init
-        old_rank, gen = self.rank, torch.Generator().manual_seed(
-            int(self.seed) * 1_000_003 + self.grow_count + 1)
+        old_rank, gen = self.rank, torch.Generator().manual_seed(int(self.seed) * 1_000_003 + self.grow_count + 1)
 
         def init_fn(shape, dtype, device):
             out = torch.zeros(shape, dtype=dtype, device=device)
@@ -89,8 +87,10 @@ class LoRALinear(nn.Module):
         return self.base(x) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
 
     def extra_repr(self) -> str:
-        return (f"in={self.in_features}, out={self.out_features}, rank={self.rank}, "
-                f"alpha={self.alpha}, scale={self.scale:g}, a_init={self.a_init}")
+        return (
+            f"in={self.in_features}, out={self.out_features}, rank={self.rank}, "
+            f"alpha={self.alpha}, scale={self.scale:g}, a_init={self.a_init}"
+        )
 
 
 def parse_targets(text: str) -> list[str]:
@@ -104,19 +104,30 @@ def _matches(name: str, pattern: str) -> bool:
     return name == pattern or name.endswith("." + pattern) or fnmatch.fnmatchcase(name, pattern)
 
 
-def attach_lora(model: nn.Module, targets: list[str], rank: int, alpha: float = 1.0,
-                freeze_base: bool = True, a_init: str = "kaiming", seed: int = 0) -> list[str]:
+def attach_lora(
+    model: nn.Module,
+    targets: list[str],
+    rank: int,
+    alpha: float = 1.0,
+    freeze_base: bool = True,
+    a_init: str = "kaiming",
+    seed: int = 0,
+) -> list[str]:
     """Wrap every ``nn.Linear`` of ``model`` whose dotted name matches one of ``targets`` in a
     ``LoRALinear`` (in place); returns the wrapped names. ``freeze_base`` sets
     ``requires_grad=False`` on every non-adapter parameter of ``model`` (PEFT's convention).
     Adapter ``i`` (in module order) gets seed ``seed * 1000 + i``. Raises if nothing matches."""
-    found = [n for n, m in model.named_modules()
-             if isinstance(m, nn.Linear) and n and any(_matches(n, t) for t in targets)
-             and not n.endswith(".base")]
+    found = [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and n and any(_matches(n, t) for t in targets) and not n.endswith(".base")
+    ]
     if not found:
         linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
-        raise ValueError(f"argument --adapter_targets: no nn.Linear in {type(model).__name__} matches {targets} "
-                         f"(its Linear layers: {', '.join(linear[:12]) or 'none'})")
+        raise ValueError(
+            f"argument --adapter_targets: no nn.Linear in {type(model).__name__} matches {targets} "
+            f"(its Linear layers: {', '.join(linear[:12]) or 'none'})"
+        )
     for i, name in enumerate(found):
         *path, leaf = name.split(".")
         parent = model

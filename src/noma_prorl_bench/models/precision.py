@@ -26,6 +26,7 @@ CPU-s, in one demo step), and ``.to(bfloat16)`` rounds as autocast's cast does, 
 same bits (tests/unit/test_bf16_hf.py). Every forward of an HF policy runs under autocast, so a bf16
 weight only ever meets bf16 activations.
 """
+
 from __future__ import annotations
 
 import platform
@@ -76,8 +77,10 @@ def bf16_support(device: str | torch.device = "cpu") -> tuple[bool, str]:
             return True, f"CPU flags {', '.join(found)} (torch CPU capability {cap})"
         if _mkldnn_bf16() or "AMX" in cap.upper():
             return True, f"oneDNN reports bf16 support (torch CPU capability {cap})"
-        return False, (f"this CPU has no avx512_bf16 or amx_bf16 (torch CPU capability {cap}): bf16 matmuls "
-                       "would be emulated, slower than float32")
+        return False, (
+            f"this CPU has no avx512_bf16 or amx_bf16 (torch CPU capability {cap}): bf16 matmuls "
+            "would be emulated, slower than float32"
+        )
     if machine in ("aarch64", "arm64"):
         if "bf16" in flags:
             return True, f"CPU feature bf16 (torch CPU capability {cap})"
@@ -119,7 +122,7 @@ def hold_frozen_in_bf16(policy: nn.Module) -> int:
             p = getattr(mod, name)
             if p is None or p.requires_grad or p.dtype != torch.float32:
                 continue
-            if id(p) in tied:          # a new tensor for the head; the embedding's stays float32
+            if id(p) in tied:  # a new tensor for the head; the embedding's stays float32
                 setattr(mod, name, nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False))
                 untied += 1
             else:

@@ -21,6 +21,7 @@ The compiled function is built lazily on the first decode and never copied: `dee
 reference policy) and pickling (Ray) give a `CompiledStep` with the same mode that compiles its
 own on first use.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,17 +33,18 @@ import torch.nn.functional as F
 
 from noma_prorl_bench.config.choices import COMPILE_DECODES
 
-COMPILE_MODES = COMPILE_DECODES   # --compile_decode (config/choices.py)
+COMPILE_MODES = COMPILE_DECODES  # --compile_decode (config/choices.py)
 
 
-def _attention(attn, x: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, pos: torch.Tensor,
-               seen: torch.Tensor) -> torch.Tensor:
+def _attention(
+    attn, x: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, pos: torch.Tensor, seen: torch.Tensor
+) -> torch.Tensor:
     """x[N, 1, C] at position pos -> y[N, 1, C]; writes this position's K/V into kbuf/vbuf [N, H, cap, D]."""
     N, _, C = x.shape
     q, k, v = attn._heads(attn.q_proj(x)), attn._heads(attn.k_proj(x)), attn._heads(attn.v_proj(x))  # [N, H, 1, D]
     kbuf.index_copy_(2, pos, k.to(kbuf.dtype))
     vbuf.index_copy_(2, pos, v.to(vbuf.dtype))
-    y = F.scaled_dot_product_attention(q, kbuf, vbuf, attn_mask=seen)                  # [N, H, 1, D]
+    y = F.scaled_dot_product_attention(q, kbuf, vbuf, attn_mask=seen)  # [N, H, 1, D]
     return attn.o_proj(y.transpose(1, 2).reshape(N, 1, C))
 
 
@@ -50,12 +52,12 @@ def static_step(policy, amp, tok: torch.Tensor, pos: torch.Tensor, ks: list, vs:
     """tok[N] at position pos[1] -> logits[N, V]; K/V written into ks[i], vs[i] [N, H, cap, D].
     `amp`: (device type, dtype) of the policy's autocast (--dtype bf16_mixed) or None."""
     with torch.autocast(amp[0], dtype=amp[1]) if amp else contextlib.nullcontext():
-        x = policy.tok_emb(tok[:, None]) + policy.pos_emb(pos)                        # [N, 1, C]
-        seen = (torch.arange(ks[0].shape[2], device=tok.device) <= pos)[None]         # [1, cap] bool
+        x = policy.tok_emb(tok[:, None]) + policy.pos_emb(pos)  # [N, 1, C]
+        seen = (torch.arange(ks[0].shape[2], device=tok.device) <= pos)[None]  # [1, cap] bool
         for i, block in enumerate(policy.blocks):
             x = x + _attention(block.attn, block.ln1(x), ks[i], vs[i], pos, seen)
             x = x + block.mlp(block.ln2(x))
-        return policy.head(policy.ln_f(x))[:, 0]                                      # [N, V]
+        return policy.head(policy.ln_f(x))[:, 0]  # [N, V]
 
 
 class CompiledStep:
@@ -81,8 +83,9 @@ class CompiledStep:
         self.cuda_graphs = self.mode == "reduce-overhead" and device.type == "cuda"
         mode = self.mode if self.cuda_graphs else "default"
         kw: dict[str, Any] = {"mode": mode} if self.backend == "inductor" else {}
-        self.fn = torch.compile(functools.partial(static_step, policy, amp), backend=self.backend,
-                                fullgraph=True, dynamic=False, **kw)
+        self.fn = torch.compile(
+            functools.partial(static_step, policy, amp), backend=self.backend, fullgraph=True, dynamic=False, **kw
+        )
 
     def decode(self, policy, tok: torch.Tensor, state) -> torch.Tensor:
         """tok[N] -> logits[N, V]; `state` (models.transformer.KVCache) advanced by one position."""
@@ -95,7 +98,7 @@ class CompiledStep:
                     torch._dynamo.mark_static_address(buf)
         if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        logits = self.fn(tok, state.pos_t, state.k, state.v)                          # [N, V]
+        logits = self.fn(tok, state.pos_t, state.k, state.v)  # [N, V]
         state.pos += 1
         state.pos_t.add_(1)
-        return logits.clone() if self.cuda_graphs else logits                       # graph outputs are reused
+        return logits.clone() if self.cuda_graphs else logits  # graph outputs are reused

@@ -80,13 +80,26 @@ def build_char_tokenizer(add_bos: bool):
             single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, vocab[BOS])]
         )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK,
-        padding_side="left", model_max_length=4096,
+        tokenizer_object=tok,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=4096,
     )
 
 
-def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int,
-                init_std: float = 0.02, max_positions: int = 2048, tie: bool = False):
+def tiny_config(
+    arch: str,
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    init_std: float = 0.02,
+    max_positions: int = 2048,
+    tie: bool = False,
+):
     """A Llama/Qwen2 config of the given size (grouped-query attention with heads/2 KV heads);
     ``tie``: the output head shares the input embedding (as in SmolLM2)."""
     from transformers import LlamaConfig, Qwen2Config
@@ -98,20 +111,36 @@ def tiny_config(arch: str, vocab_size: int, hidden: int, layers: int, heads: int
     ids = char_vocab()
     kv_heads = heads // 2 if heads % 2 == 0 else heads
     common: dict[str, Any] = dict(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        max_position_embeddings=max_positions, initializer_range=init_std,
-        tie_word_embeddings=tie, attention_dropout=0.0,
-        pad_token_id=ids[PAD], bos_token_id=ids[BOS], eos_token_id=ids[EOS],
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        initializer_range=init_std,
+        tie_word_embeddings=tie,
+        attention_dropout=0.0,
+        pad_token_id=ids[PAD],
+        bos_token_id=ids[BOS],
+        eos_token_id=ids[EOS],
     )
     if arch == "llama":
         return LlamaConfig(**common)
     return Qwen2Config(**common)
 
 
-def build_tiny_hf_model(out_dir: str | Path, arch: str = "llama", hidden: int = 64, layers: int = 2,
-                        heads: int = 4, seed: int = 0, init_std: float = 0.02, vocab_size: int | None = None,
-                        tie: bool = False) -> Path:
+def build_tiny_hf_model(
+    out_dir: str | Path,
+    arch: str = "llama",
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    init_std: float = 0.02,
+    vocab_size: int | None = None,
+    tie: bool = False,
+) -> Path:
     """Write a random ``arch`` model (safetensors) and the char tokenizer to ``out_dir``; return it.
 
     Deterministic in ``seed``: the same arguments give bit-identical weights. ``vocab_size``: the

@@ -122,14 +122,13 @@ class Block(nn.Module):
 class TransformerPolicy(nn.Module):
     """Causal transformer LM implementing the Policy protocol (forward / prefill / decode)."""
 
-    def __init__(self, vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
-                 max_len: int = 512):
+    def __init__(self, vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, max_len: int = 512):
         super().__init__()
         self.vocab_size, self.max_len = vocab_size, max_len
-        self.grad_checkpoint = False   # --grad_checkpoint: recompute each block in backward
-        self.compute_dtype = None      # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
-        self.reuse_kv_on = {"cuda"}    # device types whose KV buffers are reused across rollouts
-        self.static_decode: CompiledStep | None = None   # --compile_decode (compile_decode())
+        self.grad_checkpoint = False  # --grad_checkpoint: recompute each block in backward
+        self.compute_dtype = None  # --dtype bf16_mixed: torch.bfloat16 autocast over fp32 weights
+        self.reuse_kv_on = {"cuda"}  # device types whose KV buffers are reused across rollouts
+        self.static_decode: CompiledStep | None = None  # --compile_decode (compile_decode())
         self._kv_pool: dict = {}
         self.d_model, self.n_layers, self.n_heads = d_model, n_layers, n_heads
         self.tok_emb = nn.Embedding(vocab_size, d_model)
@@ -147,8 +146,9 @@ class TransformerPolicy(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-    def _run(self, tokens: torch.Tensor, start: int, cache: KVCache | None, keep_last: int = 0,
-             head: bool = True) -> torch.Tensor:
+    def _run(
+        self, tokens: torch.Tensor, start: int, cache: KVCache | None, keep_last: int = 0, head: bool = True
+    ) -> torch.Tensor:
         """tokens[N, S] at positions start..start+S-1 -> logits[N, S, V] (last ``keep_last`` if > 0;
         ``head=False``: the final hidden states [N, S, C] after ``ln_f``)."""
         S = tokens.shape[1]
@@ -211,7 +211,7 @@ class TransformerPolicy(nn.Module):
         new cache memory step after step (a sampler caller never keeps the state)."""
         like = self.tok_emb.weight
         H, D = self.n_heads, self.d_model // self.n_heads
-        new = like.new_empty if self.static_decode is None else like.new_zeros   # compiled: finite everywhere
+        new = like.new_empty if self.static_decode is None else like.new_zeros  # compiled: finite everywhere
         if like.device.type not in self.reuse_kv_on:
             return [new(N, H, cap, D) for _ in range(self.n_layers)]
         key = (name, N, cap, like.dtype, str(like.device))
@@ -229,7 +229,7 @@ class TransformerPolicy(nn.Module):
         """One step: tok[N] at position ``state.pos`` -> (logits[N, V], state advanced by one)."""
         if state.pos >= state.capacity:
             raise ValueError(f"KV cache full ({state.capacity} positions); prefill with a larger capacity")
-        if self.static_decode is not None:                  # --compile_decode
+        if self.static_decode is not None:  # --compile_decode
             return self.static_decode.decode(self, tok, state), state
         logits = self._run(tok[:, None], state.pos, state)  # [N, 1, V]
         state.pos += 1

@@ -4,6 +4,7 @@ Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response le
 `Collector` runs the local engine's sampling and the Ray generators' alike; `HandedCollector`
 serves batches sampled elsewhere (the Ray learner). DAPO group assembly lives here too.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Protocol
@@ -17,7 +18,7 @@ from noma_prorl_bench.config.specs import RolloutSpec
 from noma_prorl_bench.io.metrics import Counters, Metrics
 from noma_prorl_bench.rollout.sampling import RolloutBatch, collect
 
-DS_MAX_EXTRA_ROUNDS = 3   # --dynamic_sampling: at most 3 extra rollout rounds of B prompts per step
+DS_MAX_EXTRA_ROUNDS = 3  # --dynamic_sampling: at most 3 extra rollout rounds of B prompts per step
 
 
 class BatchSource(Protocol):
@@ -30,20 +31,54 @@ class Collector:
     """Samples with the policy from the task: the prompt stream `data_rng`, the token stream
     `sample_gen`; every policy forward is counted in `counters`."""
 
-    def __init__(self, task, tok, policy, *, batch_size: int, group_size: int, T_max: int, P: Optional[int],
-                 temperature: float, dynamic_sampling: bool, data_rng: np.random.Generator,
-                 sample_gen: torch.Generator, counters: Counters):
+    def __init__(
+        self,
+        task,
+        tok,
+        policy,
+        *,
+        batch_size: int,
+        group_size: int,
+        T_max: int,
+        P: Optional[int],
+        temperature: float,
+        dynamic_sampling: bool,
+        data_rng: np.random.Generator,
+        sample_gen: torch.Generator,
+        counters: Counters,
+    ):
         self.task, self.tok, self.policy = task, tok, policy
         self.B, self.G, self.T_max, self.P = batch_size, group_size, T_max, P
         self.temperature, self.dynamic_sampling = temperature, bool(dynamic_sampling)
         self.data_rng, self.sample_gen, self.counters = data_rng, sample_gen, counters
 
     @classmethod
-    def from_spec(cls, spec: RolloutSpec, task, tok, policy, T_max: int, P: Optional[int], data_rng, sample_gen,
-                  counters: Counters) -> "Collector":
-        return cls(task, tok, policy, batch_size=spec.batch_size, group_size=spec.group_size, T_max=T_max, P=P,
-                   temperature=spec.temperature, dynamic_sampling=bool(spec.dynamic_sampling), data_rng=data_rng,
-                   sample_gen=sample_gen, counters=counters)
+    def from_spec(
+        cls,
+        spec: RolloutSpec,
+        task,
+        tok,
+        policy,
+        T_max: int,
+        P: Optional[int],
+        data_rng,
+        sample_gen,
+        counters: Counters,
+    ) -> "Collector":
+        return cls(
+            task,
+            tok,
+            policy,
+            batch_size=spec.batch_size,
+            group_size=spec.group_size,
+            T_max=T_max,
+            P=P,
+            temperature=spec.temperature,
+            dynamic_sampling=bool(spec.dynamic_sampling),
+            data_rng=data_rng,
+            sample_gen=sample_gen,
+            counters=counters,
+        )
 
     def collect(self) -> tuple[RolloutBatch, Metrics]:
         """B prompts x G samples, scored. --dynamic_sampling 1 (DAPO): while fewer than B groups
@@ -61,8 +96,9 @@ class Collector:
     def sample_round(self) -> RolloutBatch:
         """One round of B fresh prompts x G samples; every policy forward is counted."""
         examples = self.task.sample(self.data_rng, self.B)
-        batch, gs = collect(self.policy, self.task, self.tok, examples, self.G, self.T_max,
-                            self.temperature, self.sample_gen, self.P)
+        batch, gs = collect(
+            self.policy, self.task, self.tok, examples, self.G, self.T_max, self.temperature, self.sample_gen, self.P
+        )
         self.counters.add("policy_fwd_rollout", gs.fwd_calls)
         self.counters.add("tokens_policy", gs.tokens)
         return batch
@@ -91,10 +127,9 @@ class HandedCollector:
         return batch, dict(info["rollout_metrics"])
 
 
-
 def informative_groups(batch: RolloutBatch, G: int) -> Tensor:
     """Keep-mask [B'] of the groups of `batch` whose task rewards are not all equal."""
-    keep, _ = dapo.dynamic_sampling_mask(batch.rewards.view(-1, G))              # [B']
+    keep, _ = dapo.dynamic_sampling_mask(batch.rewards.view(-1, G))  # [B']
     return keep
 
 
@@ -118,28 +153,47 @@ def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> 
             (picks if k else fill).append((r, g))
             n_zero += not k
     n_fill = max(0, B - len(picks))
-    chosen = picks[:B] + fill[:n_fill]                                            # B (round, group)
+    chosen = picks[:B] + fill[:n_fill]  # B (round, group)
     P = max(b.prompt_len for b in rounds)
     T = max(b.T for b in rounds)
     parts = []
     for r, g in chosen:
         b = rounds[r]
-        rows = list(range(g * G, (g + 1) * G))                                    # G row indices
+        rows = list(range(g * G, (g + 1) * G))  # G row indices
         p_pad, t_pad = P - b.prompt_len, T - b.T
-        tok = b.tokens[rows]                                                      # [G, L_r]
+        tok = b.tokens[rows]  # [G, L_r]
         tok = torch.cat([tok.new_full((G, p_pad), pad_id), tok, tok.new_full((G, t_pad), pad_id)], 1)  # [G, P+T]
         zeros = b.mask.new_zeros(G, t_pad)
-        parts.append((tok, torch.cat([b.mask[rows], zeros], 1), torch.cat([b.logp_old[rows], zeros], 1),
-                      b.rewards[rows], b.truncated[rows],
-                      [b.prompts[i] for i in rows], [b.answers[i] for i in rows], [b.responses[i] for i in rows]))
+        parts.append(
+            (
+                tok,
+                torch.cat([b.mask[rows], zeros], 1),
+                torch.cat([b.logp_old[rows], zeros], 1),
+                b.rewards[rows],
+                b.truncated[rows],
+                [b.prompts[i] for i in rows],
+                [b.answers[i] for i in rows],
+                [b.responses[i] for i in rows],
+            )
+        )
     cols = list(zip(*parts))
     batch = RolloutBatch(
-        tokens=torch.cat(cols[0]), mask=torch.cat(cols[1]), logp_old=torch.cat(cols[2]),
-        rewards=torch.cat(cols[3]), truncated=torch.cat(cols[4]),
+        tokens=torch.cat(cols[0]),
+        mask=torch.cat(cols[1]),
+        logp_old=torch.cat(cols[2]),
+        rewards=torch.cat(cols[3]),
+        truncated=torch.cat(cols[4]),
         group=torch.arange(B, device=rounds[0].group.device).repeat_interleave(G),
-        prompt_len=P, prompts=sum(cols[5], []), answers=sum(cols[6], []), responses=sum(cols[7], []),
-        version=rounds[0].version)
-    metrics = {"dapo/dropped_groups": float(n_zero - n_fill), "dapo/filler_groups": float(n_fill),
-               "dapo/extra_rounds": float(len(rounds) - 1),
-               "dapo/reward_mean_sampled": float(torch.cat([b.rewards for b in rounds]).mean())}
+        prompt_len=P,
+        prompts=sum(cols[5], []),
+        answers=sum(cols[6], []),
+        responses=sum(cols[7], []),
+        version=rounds[0].version,
+    )
+    metrics = {
+        "dapo/dropped_groups": float(n_zero - n_fill),
+        "dapo/filler_groups": float(n_fill),
+        "dapo/extra_rounds": float(len(rounds) - 1),
+        "dapo/reward_mean_sampled": float(torch.cat([b.rewards for b in rounds]).mean()),
+    }
     return batch, metrics

@@ -16,6 +16,7 @@ their reward (rg:), else `reward(...) >= 1`.
 >>> pass_at_k(4, 0, 2), pass_at_k(4, 3, 2)
 (0.0, 1.0)
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -50,23 +51,32 @@ def is_correct(task, response: str, answer: str) -> bool:
     return (parts(response, answer)["correct"] if parts else task.reward(response, answer)) >= 1.0
 
 
-def sampled_pass_at_k(policy, task, tok, examples, K: int, max_new_tokens: int, temperature: float,
-                      generator: torch.Generator, prompt_len: Optional[int] = None,
-                      chunk: int = 256) -> tuple[dict[str, float], GenStats]:
+def sampled_pass_at_k(
+    policy,
+    task,
+    tok,
+    examples,
+    K: int,
+    max_new_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+    prompt_len: Optional[int] = None,
+    chunk: int = 256,
+) -> tuple[dict[str, float], GenStats]:
     """({"reward/val_pass@k": mean over prompts}, GenStats) from K samples per example, at most
     `chunk` sequences per generate call (whole prompts: the K copies of a prompt stay together)."""
     per = max(1, chunk // K)
     correct, stats = [], GenStats()
     for i in range(0, len(examples), per):
-        ex = examples[i:i + per]
+        ex = examples[i : i + per]
         ids = tok.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))
-        ids = ids.repeat_interleave(K, dim=0)                                   # [len(ex) * K, P]
-        resp, _, _, _, st = generate(policy, ids, max_new_tokens, temperature, tok.eos_id, tok.pad_id,
-                                     generator=generator, group_size=K)
+        ids = ids.repeat_interleave(K, dim=0)  # [len(ex) * K, P]
+        resp, _, _, _, st = generate(
+            policy, ids, max_new_tokens, temperature, tok.eos_id, tok.pad_id, generator=generator, group_size=K
+        )
         stats.fwd_calls += st.fwd_calls
         stats.tokens += st.tokens
         texts = [tok.decode(r) for r in resp.tolist()]
         for j, e in enumerate(ex):
-            correct.append(sum(is_correct(task, s, e.answer) for s in texts[j * K:(j + 1) * K]))
-    return ({f"reward/val_pass@{k}": float(np.mean([pass_at_k(K, c, k) for c in correct])) for k in ks_for(K)},
-            stats)
+            correct.append(sum(is_correct(task, s, e.answer) for s in texts[j * K : (j + 1) * K]))
+    return ({f"reward/val_pass@{k}": float(np.mean([pass_at_k(K, c, k) for c in correct])) for k in ks_for(K)}, stats)

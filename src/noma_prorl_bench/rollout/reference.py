@@ -55,7 +55,7 @@ from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import frozen_parameters, policy_logprobs, same_tensor
 
-REF_MODES = (*REF_COMPUTES, "none")   # --ref_compute, and "none" for Variant B (no reference model)
+REF_MODES = (*REF_COMPUTES, "none")  # --ref_compute, and "none" for Variant B (no reference model)
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -83,9 +83,15 @@ class ReferenceSource(Protocol):
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
 
-    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
-               old_logits: Optional[torch.Tensor] = None,
-               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
+    def anchor(
+        self,
+        tokens_mb: torch.Tensor,
+        P: int,
+        sl: slice,
+        logp_old: torch.Tensor,
+        old_logits: Optional[torch.Tensor] = None,
+        with_logits: bool = False,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
 
     def pop_counts(self) -> dict[str, int]: ...
 
@@ -98,8 +104,9 @@ class ReferenceSource(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def anchor_from(ref: Any, tokens_mb: torch.Tensor, P: int, sl: slice,
-                with_logits: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def anchor_from(
+    ref: Any, tokens_mb: torch.Tensor, P: int, sl: slice, with_logits: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(logp_ref[n, T], logits[n, T, V] or None) of rows `sl` from a holder of pi_ref."""
     logp = ref.minibatch(tokens_mb, P, sl)
     return logp, (ref.minibatch_logits(tokens_mb, P, sl) if with_logits else None)
@@ -113,15 +120,21 @@ class NoReference:
     model = None
 
     def __init__(self) -> None:
-        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # stays 0: count/ref_fwd is 0 in B
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")  # stays 0: count/ref_fwd is 0 in B
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None:
         """Nothing to score."""
 
-    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
-               old_logits: Optional[torch.Tensor] = None,
-               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        return logp_old, old_logits                              # the caller's rows of pi_old
+    def anchor(
+        self,
+        tokens_mb: torch.Tensor,
+        P: int,
+        sl: slice,
+        logp_old: torch.Tensor,
+        old_logits: Optional[torch.Tensor] = None,
+        with_logits: bool = False,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        return logp_old, old_logits  # the caller's rows of pi_old
 
     def pop_counts(self) -> dict[str, int]:
         return self.counter.pop_counts()
@@ -140,8 +153,15 @@ class NoReference:
             raise ValueError(f"checkpoint ref mode {state['mode']!r} vs this run's 'none'")
 
 
-def make_reference(policy: nn.Module, mode: str, temperature: float, max_seqs: int, max_resp_len: int,
-                   keep_logits: bool = False, chunk: int = 0) -> ReferenceHolder | NoReference:
+def make_reference(
+    policy: nn.Module,
+    mode: str,
+    temperature: float,
+    max_seqs: int,
+    max_resp_len: int,
+    keep_logits: bool = False,
+    chunk: int = 0,
+) -> ReferenceHolder | NoReference:
     """The reference strategy of a run: `none` (Variant B) -> NoReference, else a ReferenceHolder."""
     if mode == "none":
         return NoReference()
@@ -151,27 +171,35 @@ def make_reference(policy: nn.Module, mode: str, temperature: float, max_seqs: i
 class ReferenceHolder:
     """Frozen reference policy + logp_ref provider; see the module docstring for the modes."""
 
-    def __init__(self, policy: nn.Module | None, mode: str, temperature: float = 1.0,
-                 max_seqs: int = 0, max_resp_len: int = 0, keep_logits: bool = False, chunk: int = 0):
+    def __init__(
+        self,
+        policy: nn.Module | None,
+        mode: str,
+        temperature: float = 1.0,
+        max_seqs: int = 0,
+        max_resp_len: int = 0,
+        keep_logits: bool = False,
+        chunk: int = 0,
+    ):
         if mode not in REF_MODES:
             raise ValueError(f"ref_compute must be one of {REF_MODES}, got {mode!r}")
         if chunk > 0 and keep_logits:
             raise ValueError("chunked reference log-probs (chunk > 0) keep no logits: keep_logits must be False")
-        self.chunk = int(chunk)                      # --logprob_chunk: positions per head call
+        self.chunk = int(chunk)  # --logprob_chunk: positions per head call
         self.mode = mode
         self.temperature = float(temperature)
         self.model: nn.Module | None = None
-        self._buf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len]
-        self._cache: torch.Tensor | None = None      # cached: [N, T]
-        self._n: int | None = None                   # rows of the prepared batch
-        self._t: int | None = None                   # response length of the prepared batch
+        self._buf: torch.Tensor | None = None  # ring: [max_seqs, max_resp_len]
+        self._cache: torch.Tensor | None = None  # cached: [N, T]
+        self._n: int | None = None  # rows of the prepared batch
+        self._t: int | None = None  # response length of the prepared batch
         self.keep_logits = bool(keep_logits)
         self._fwd_logits: torch.Tensor | None = None  # logits of the last forward (keep_logits)
-        self._logits: torch.Tensor | None = None      # cached: [N, T, V]
-        self._lbuf: torch.Tensor | None = None        # ring: [max_seqs, max_resp_len, V]
+        self._logits: torch.Tensor | None = None  # cached: [N, T, V]
+        self._lbuf: torch.Tensor | None = None  # ring: [max_seqs, max_resp_len, V]
         self._naive_last: tuple[int, int] | None = None  # naive: rows of the last minibatch forward
-        self.counter = ForwardCounter("ref_fwd", "tokens_ref")   # exact per step (io.metrics)
-        self.shared: dict[str, torch.Tensor] = {}     # the policy's frozen parameters, aliased
+        self.counter = ForwardCounter("ref_fwd", "tokens_ref")  # exact per step (io.metrics)
+        self.shared: dict[str, torch.Tensor] = {}  # the policy's frozen parameters, aliased
         if mode == "none":
             return
         if policy is None:
@@ -183,12 +211,12 @@ class ReferenceHolder:
         if mode == "ring":
             if max_seqs < 1 or max_resp_len < 1:
                 raise ValueError("ring needs max_seqs >= 1 and max_resp_len >= 1")
-            self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32,
-                                    device=_model_device(self.model))
+            self._buf = torch.empty(max_seqs, max_resp_len, dtype=torch.float32, device=_model_device(self.model))
             if self.keep_logits:
                 vocab = int(cast(int, policy.vocab_size))
-                self._lbuf = torch.empty(max_seqs, max_resp_len, vocab, dtype=torch.float32,
-                                         device=_model_device(self.model))
+                self._lbuf = torch.empty(
+                    max_seqs, max_resp_len, vocab, dtype=torch.float32, device=_model_device(self.model)
+                )
 
     # ------------------------------------------------------------ properties
 
@@ -228,18 +256,18 @@ class ReferenceHolder:
         n, t = tokens.shape[0], tokens.shape[1] - P
         self._n, self._t, self._cache = n, t, None
         if self.mode == "cached":
-            self._cache = self._forward(tokens, P)                           # [N, T]
-            self._logits = self._fwd_logits                                  # [N, T, V] | None
+            self._cache = self._forward(tokens, P)  # [N, T]
+            self._logits = self._fwd_logits  # [N, T, V] | None
         elif self.mode == "ring":
-            buf = cast(torch.Tensor, self._buf)                              # allocated for ring
+            buf = cast(torch.Tensor, self._buf)  # allocated for ring
             if n > buf.shape[0] or t > buf.shape[1]:
                 raise ValueError(f"batch [{n}, {t}] exceeds the ring buffer {list(buf.shape)}")
-            logp = self._forward(tokens, P)                                  # [N, T]
+            logp = self._forward(tokens, P)  # [N, T]
             t0 = time.perf_counter()
-            buf[:n, :t].copy_(logp)                                          # in place, no realloc
+            buf[:n, :t].copy_(logp)  # in place, no realloc
             if self._lbuf is not None:
-                self._lbuf[:n, :t].copy_(cast(torch.Tensor, self._fwd_logits))   # [N, T, V]
-            self.counter.seconds += time.perf_counter() - t0                # the ring write's time
+                self._lbuf[:n, :t].copy_(cast(torch.Tensor, self._fwd_logits))  # [N, T, V]
+            self.counter.seconds += time.perf_counter() - t0  # the ring write's time
 
     def minibatch(self, tokens_mb: torch.Tensor, P: int, sl: slice) -> torch.Tensor:
         """logp_ref[n, T] for rows `sl` (a contiguous slice) of the prepared batch.
@@ -257,14 +285,20 @@ class ReferenceHolder:
             raise ValueError(f"slice {sl} does not match a minibatch of {tokens_mb.shape[0]} rows")
         if self.mode == "naive_epoch":
             self._naive_last = (start, stop)
-            return self._forward(tokens_mb, P)                               # [n, T]
+            return self._forward(tokens_mb, P)  # [n, T]
         if self.mode == "cached":
-            return cast(torch.Tensor, self._cache)[start:stop]               # view [n, T]
-        return cast(torch.Tensor, self._buf)[start:stop, : self._t]          # view [n, T]
+            return cast(torch.Tensor, self._cache)[start:stop]  # view [n, T]
+        return cast(torch.Tensor, self._buf)[start:stop, : self._t]  # view [n, T]
 
-    def anchor(self, tokens_mb: torch.Tensor, P: int, sl: slice, logp_old: torch.Tensor,
-               old_logits: Optional[torch.Tensor] = None,
-               with_logits: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def anchor(
+        self,
+        tokens_mb: torch.Tensor,
+        P: int,
+        sl: slice,
+        logp_old: torch.Tensor,
+        old_logits: Optional[torch.Tensor] = None,
+        with_logits: bool = False,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The KL anchor of rows `sl`: (logp_ref[n, T], reference logits[n, T, V] if with_logits)."""
         return anchor_from(self, tokens_mb, P, sl, with_logits)
 
@@ -286,10 +320,10 @@ class ReferenceHolder:
             if self._naive_last != (start, stop):
                 self._forward(tokens_mb, P)
             self._naive_last = None
-            return cast(torch.Tensor, self._fwd_logits)                      # [n, T, V]
+            return cast(torch.Tensor, self._fwd_logits)  # [n, T, V]
         if self.mode == "cached":
-            return cast(torch.Tensor, self._logits)[start:stop]              # view [n, T, V]
-        return cast(torch.Tensor, self._lbuf)[start:stop, : self._t]         # view [n, T, V]
+            return cast(torch.Tensor, self._logits)[start:stop]  # view [n, T, V]
+        return cast(torch.Tensor, self._lbuf)[start:stop, : self._t]  # view [n, T, V]
 
     # ------------------------------------------------------------ counters
 
@@ -304,8 +338,9 @@ class ReferenceHolder:
     # ------------------------------------------------------------ updates and checkpoints
 
     @torch.no_grad()
-    def reset_to(self, policy_or_state: nn.Module | dict[str, torch.Tensor], rule: str = "hard",
-                 alpha: float = 1.0) -> dict[str, Any]:
+    def reset_to(
+        self, policy_or_state: nn.Module | dict[str, torch.Tensor], rule: str = "hard", alpha: float = 1.0
+    ) -> dict[str, Any]:
         """Update pi_ref from the policy (or a state dict): `hard` copy or `polyak` mix.
 
         polyak: ref <- alpha * pi + (1 - alpha) * ref on floating tensors (non-float
@@ -315,7 +350,7 @@ class ReferenceHolder:
         if rule not in REF_UPDATES:
             raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
         src = _state_of(policy_or_state)
-        self._n = self._t = self._cache = None       # a prepared batch is stale now
+        self._n = self._t = self._cache = None  # a prepared batch is stale now
         self._logits = self._fwd_logits = self._naive_last = None
         if rule == "hard":
             self._load(src)
@@ -342,8 +377,10 @@ class ReferenceHolder:
         if same_tensor(value, t):
             return
         if value.shape != t.shape or not torch.equal(value.to(t.device, t.dtype), t):
-            raise ValueError(f"reference state {name!r} differs from the policy's frozen parameter it shares; "
-                             "a reference with a base of its own is not supported")
+            raise ValueError(
+                f"reference state {name!r} differs from the policy's frozen parameter it shares; "
+                "a reference with a base of its own is not supported"
+            )
 
     def _load(self, src: dict[str, torch.Tensor]) -> None:
         """Copy `src` into the reference: every entry but the shared frozen ones (checked equal)."""
@@ -354,8 +391,9 @@ class ReferenceHolder:
         for name in self.shared:
             if name in src:
                 self._check_shared(name, src[name])
-        missing, unexpected = model.load_state_dict({k: v for k, v in src.items() if k not in self.shared},
-                                                    strict=False)
+        missing, unexpected = model.load_state_dict(
+            {k: v for k, v in src.items() if k not in self.shared}, strict=False
+        )
         missing = [k for k in missing if k not in self.shared]
         if missing or unexpected:
             raise KeyError(f"reference state dict: missing {missing[:5]}, unexpected {unexpected[:5]}")

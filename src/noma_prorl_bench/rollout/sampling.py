@@ -19,6 +19,7 @@ the mask, EOS bookkeeping as tensor ops, and one host synchronisation ("all fini
 `sync_every` tokens (docs/performance.md). Policies with `repeat_state` (transformer, HF, GRU)
 prefill each distinct prompt once and share the cache across its G samples.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -35,18 +36,18 @@ from noma_prorl_bench.models.base import policy_device
 class RolloutBatch:
     """One step's rollouts (see docs/ARCHITECTURE.md)."""
 
-    tokens: torch.Tensor        # [N, L] prompt (left-padded) + response
-    mask: torch.Tensor          # [N, T] 1.0 on generated tokens up to and including EOS
-    logp_old: torch.Tensor      # [N, T] behaviour log-probs
-    rewards: torch.Tensor       # [N]
-    truncated: torch.Tensor     # [N] bool: no EOS within max_new_tokens
-    group: torch.Tensor         # [N] prompt index 0..B-1
+    tokens: torch.Tensor  # [N, L] prompt (left-padded) + response
+    mask: torch.Tensor  # [N, T] 1.0 on generated tokens up to and including EOS
+    logp_old: torch.Tensor  # [N, T] behaviour log-probs
+    rewards: torch.Tensor  # [N]
+    truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
+    group: torch.Tensor  # [N] prompt index 0..B-1
     prompt_len: int
     prompts: list = field(default_factory=list)
     answers: list = field(default_factory=list)
     responses: list = field(default_factory=list)
-    logp_ref: Optional[torch.Tensor] = None     # [N, T]
-    advantages: Optional[torch.Tensor] = None   # [N]
+    logp_ref: Optional[torch.Tensor] = None  # [N, T]
+    advantages: Optional[torch.Tensor] = None  # [N]
     version: int = 0
 
     @property
@@ -62,13 +63,22 @@ class RolloutBatch:
 class GenStats:
     """Exact counts of one `generate` call."""
 
-    fwd_calls: int = 0   # prefill + decode calls
-    tokens: int = 0      # token positions pushed through the policy
+    fwd_calls: int = 0  # prefill + decode calls
+    tokens: int = 0  # token positions pushed through the policy
 
 
-def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
-             pad_id: int, generator: Optional[torch.Generator] = None, greedy: bool = False,
-             sync_every: Optional[int] = None, group_size: int = 1):
+def generate(
+    policy,
+    prompts: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    eos_id: int,
+    pad_id: int,
+    generator: Optional[torch.Generator] = None,
+    greedy: bool = False,
+    sync_every: Optional[int] = None,
+    group_size: int = 1,
+):
     """prompts[N, P] -> (response[N, T], logp_old[N, T], mask[N, T], truncated[N], GenStats).
 
     Runs under torch.inference_mode (no autograd bookkeeping at all; about 10% faster than
@@ -88,8 +98,9 @@ def generate(policy, prompts: torch.Tensor, max_new_tokens: int, temperature: fl
     number of rows in the last bits); the default toy runs' trajectories are unchanged."""
     k = sync_every or (1 if prompts.device.type == "cpu" else SYNC_EVERY_CUDA)
     with torch.inference_mode():
-        response, logp, mask, done, stats = _sample(policy, prompts, max_new_tokens, temperature, eos_id,
-                                                    pad_id, generator, greedy, k, group_size)
+        response, logp, mask, done, stats = _sample(
+            policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, k, group_size
+        )
     return response.clone(), logp.clone(), mask.clone(), done.logical_not(), stats
 
 
@@ -123,8 +134,9 @@ def _buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device, f
     return torch.full(shape, fill, dtype=dtype, device=device)
 
 
-def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, sync_every=1,
-            group_size=1):
+def _sample(
+    policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, sync_every=1, group_size=1
+):
     """The sampling loop of `generate` -> (response, logp_old, mask, done[N], GenStats).
 
     Prefill is one batched forward over the distinct prompts (with `group_size` G > 1 and rows
@@ -135,34 +147,35 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
     T = max_new_tokens
     stats = GenStats()
     G = group_size if _shares_prefix(policy, prompts, group_size) else 1
-    uniq = prompts[::G]                                         # [N/G, P]: each distinct prompt once
+    uniq = prompts[::G]  # [N/G, P]: each distinct prompt once
     if _prefill_takes_capacity(policy):
-        cap = P + max(T - 1, 0)                                 # positions written: P + (T - 1) decodes
-        logits, state = policy.prefill(uniq, capacity=cap)      # [N/G, V]
+        cap = P + max(T - 1, 0)  # positions written: P + (T - 1) decodes
+        logits, state = policy.prefill(uniq, capacity=cap)  # [N/G, V]
     else:
-        logits, state = policy.prefill(uniq)                    # [N/G, V]
+        logits, state = policy.prefill(uniq)  # [N/G, V]
     if G > 1:
-        logits, state = logits.repeat_interleave(G, 0), policy.repeat_state(state, G)   # [N, V]
+        logits, state = logits.repeat_interleave(G, 0), policy.repeat_state(state, G)  # [N, V]
     stats.fwd_calls, stats.tokens = 1, uniq.shape[0] * P
     done = torch.zeros(N, dtype=torch.bool, device=prompts.device)
     dev = prompts.device
-    response = _buffer("response", (N, T), prompts.dtype, dev, pad_id)      # [N, T]
-    logps = _buffer("logp_old", (N, T), torch.float32, dev, 0.0)             # [N, T]
-    masks = _buffer("mask", (N, T), torch.float32, dev, 0.0)                 # [N, T]
+    response = _buffer("response", (N, T), prompts.dtype, dev, pad_id)  # [N, T]
+    logps = _buffer("logp_old", (N, T), torch.float32, dev, 0.0)  # [N, T]
+    masks = _buffer("mask", (N, T), torch.float32, dev, 0.0)  # [N, T]
     pad = torch.full((N,), pad_id, dtype=prompts.dtype, device=prompts.device)
     t = -1
     for t in range(T):
-        logp_all = F.log_softmax(logits.float() / temperature, dim=-1)         # [N, V]
+        logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
         if greedy:
-            tok = logp_all.argmax(-1)                                          # [N]
+            tok = logp_all.argmax(-1)  # [N]
         else:
             try:
                 tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
-            except RuntimeError as e:                   # "probability tensor contains either inf, nan or ..."
+            except RuntimeError as e:  # "probability tensor contains either inf, nan or ..."
                 bad = ~torch.isfinite(logp_all).all(-1)
                 if not bool(bad.any()):
                     raise
                 from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits  # noqa: PLC0415
+
                 raise NonFiniteLogits(rows=int(bad.sum())) from e
         live = ~done
         logps[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
@@ -176,7 +189,7 @@ def _sample(policy, prompts, max_new_tokens, temperature, eos_id, pad_id, genera
         stats.fwd_calls += 1
         stats.tokens += N
     used = t + 1
-    if sync_every > 1 and used > 0:                              # drop the columns after the last EOS
+    if sync_every > 1 and used > 0:  # drop the columns after the last EOS
         used = int(masks[:, :used].any(0).nonzero().max()) + 1
     return response[:, :used], logps[:, :used], masks[:, :used], done, stats
 
@@ -196,24 +209,40 @@ def _prefill_takes_capacity(policy) -> bool:
         return False
 
 
-def collect(policy, task, tokenizer, examples, group_size: int, max_new_tokens: int,
-            temperature: float, generator: torch.Generator, prompt_len: Optional[int] = None):
+def collect(
+    policy,
+    task,
+    tokenizer,
+    examples,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+    prompt_len: Optional[int] = None,
+):
     """Sample `group_size` responses for each example and score them -> (RolloutBatch, GenStats)."""
     B, G = len(examples), group_size
     prompts = [e.prompt for e in examples for _ in range(G)]
     answers = [e.answer for e in examples for _ in range(G)]
     device = policy_device(policy)
-    prompt_ids = tokenizer.encode_prompts(prompts, prompt_len).to(device)     # [N, P]
+    prompt_ids = tokenizer.encode_prompts(prompts, prompt_len).to(device)  # [N, P]
     resp, logp_old, mask, truncated, stats = generate(
-        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator,
-        group_size=G)
+        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator, group_size=G
+    )
     texts = [tokenizer.decode(r) for r in resp.tolist()]
-    rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32,
-                           device=device)
+    rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32, device=device)
     batch = RolloutBatch(
-        tokens=torch.cat([prompt_ids, resp], 1), mask=mask, logp_old=logp_old, rewards=rewards,
-        truncated=truncated, group=torch.arange(B, device=device).repeat_interleave(G),
-        prompt_len=prompt_ids.shape[1], prompts=prompts, answers=answers, responses=texts)
+        tokens=torch.cat([prompt_ids, resp], 1),
+        mask=mask,
+        logp_old=logp_old,
+        rewards=rewards,
+        truncated=truncated,
+        group=torch.arange(B, device=device).repeat_interleave(G),
+        prompt_len=prompt_ids.shape[1],
+        prompts=prompts,
+        answers=answers,
+        responses=texts,
+    )
     return batch, stats
 
 
@@ -223,8 +252,17 @@ EVAL_BATCH = 32
 
 
 @torch.no_grad()
-def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len: Optional[int] = None,
-             chunk: int = 256, bar=None, batch: Optional[int] = None):
+def evaluate(
+    policy,
+    task,
+    tokenizer,
+    examples,
+    max_new_tokens: int,
+    prompt_len: Optional[int] = None,
+    chunk: int = 256,
+    bar=None,
+    batch: Optional[int] = None,
+):
     """Greedy decoding on `examples` -> (mean reward, responses, GenStats).
 
     Prompts are encoded (padded to a common length) `chunk` at a time and decoded `batch` rows per
@@ -233,19 +271,20 @@ def evaluate(policy, task, tokenizer, examples, max_new_tokens: int, prompt_len:
     EVAL_BATCH). `bar` (a tqdm bar or None) is advanced by each call's prompts."""
     total, texts, stats, batch = 0.0, [], GenStats(), batch or EVAL_BATCH
     for i in range(0, len(examples), chunk):
-        ex = examples[i:i + chunk]
-        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))   # [n, P]
+        ex = examples[i : i + chunk]
+        ids = tokenizer.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))  # [n, P]
         for j in range(0, len(ex), batch):
-            resp, _, _, _, st = generate(policy, ids[j:j + batch], max_new_tokens, 1.0, tokenizer.eos_id,
-                                         tokenizer.pad_id, greedy=True)
+            resp, _, _, _, st = generate(
+                policy, ids[j : j + batch], max_new_tokens, 1.0, tokenizer.eos_id, tokenizer.pad_id, greedy=True
+            )
             stats.fwd_calls += st.fwd_calls
             stats.tokens += st.tokens
-            for r, e in zip(resp.tolist(), ex[j:j + batch]):
+            for r, e in zip(resp.tolist(), ex[j : j + batch]):
                 s = tokenizer.decode(r)
                 texts.append(s)
                 total += task.reward(s, e.answer)
             if bar is not None:
-                bar.update(len(ex[j:j + batch]))
+                bar.update(len(ex[j : j + batch]))
     if bar is not None:
         bar.close()
     return total / max(len(examples), 1), texts, stats

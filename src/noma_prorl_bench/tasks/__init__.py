@@ -1,5 +1,6 @@
 """Tasks: toy verifiable sequence tasks (char vocabulary), text tasks for HF models, and your own
 (``--task module.path:factory`` or ``--task jsonl:PATH``; docs/tasks.md)."""
+
 from __future__ import annotations
 
 import re
@@ -20,15 +21,18 @@ def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
     if name.startswith("jsonl:"):
         return _jsonl_task(name, n_val, cfg)
     from noma_prorl_bench.tasks.custom import is_factory_spec, load_factory_task  # noqa: PLC0415
+
     if is_factory_spec(name):
         return load_factory_task(name, n_val, getattr(cfg, "task_kwargs", ""))
     if name.startswith("rg:"):
         from noma_prorl_bench.tasks.reasoning_gym import make_rg_task  # noqa: PLC0415  (needs reasoning-gym)
+
         return make_rg_task(name, n_val=n_val, cfg=cfg)
     if name in TOY_TASKS:
         cls = TOY_TASKS[name]
         return cls(n_val=min(n_val, 128)) if name == "parity" else cls(n_val=n_val)
     from noma_prorl_bench.tasks import text  # noqa: PLC0415  (text tasks are only needed with HF models)
+
     return text.make_text_task(name, n_val=n_val)
 
 
@@ -36,6 +40,7 @@ def _read_task_file(path: str, build: Callable[[], T]) -> T:
     """build(), its errors reading the jsonl:PATH task file as ConfigError naming the flag (--task,
     --n_val, or the bound's own flag, which tasks/jsonl.py raises as ConfigError already)."""
     from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
+
     try:
         return build()
     except ConfigError:
@@ -48,9 +53,13 @@ def _read_task_file(path: str, build: Callable[[], T]) -> T:
 
 def _jsonl_task(name: str, n_val: int, cfg) -> Task:
     from noma_prorl_bench.tasks.jsonl import LIMITS, JsonlTask  # noqa: PLC0415
-    opts = {k: getattr(cfg, k) for k in ("prompt_field", "answer_field", "reward_fn", "reward_tol", *LIMITS)
-            if hasattr(cfg, k)}
-    path = name[len("jsonl:"):]
+
+    opts = {
+        k: getattr(cfg, k)
+        for k in ("prompt_field", "answer_field", "reward_fn", "reward_tol", *LIMITS)
+        if hasattr(cfg, k)
+    }
+    path = name[len("jsonl:") :]
     return _read_task_file(path, lambda: JsonlTask(path, n_val=n_val, **opts))
 
 
@@ -58,12 +67,14 @@ def jsonl_n_val(cfg, cap: int) -> int:
     """The --n_val a jsonl:PATH run uses when none is given (tasks/jsonl.fitted_n_val); ConfigError
     naming the flag when the file cannot be read or exceeds a bound."""
     from noma_prorl_bench.tasks.jsonl import fitted_n_val  # noqa: PLC0415
-    return _read_task_file(cfg.task[len("jsonl:"):], lambda: fitted_n_val(cfg, cap))
+
+    return _read_task_file(cfg.task[len("jsonl:") :], lambda: fitted_n_val(cfg, cap))
 
 
 def is_user_task(name: str) -> bool:
     """True for jsonl:PATH and module.path:factory (tasks this package does not define)."""
     from noma_prorl_bench.tasks.custom import is_factory_spec  # noqa: PLC0415
+
     return name.startswith("jsonl:") or is_factory_spec(name)
 
 

@@ -13,6 +13,7 @@ ids back into strings; the toy tasks use `CharTokenizer`, HF models their own to
 >>> tok.decode([8, 7, 3, 0])
 '43'
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

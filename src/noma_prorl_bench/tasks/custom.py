@@ -12,6 +12,7 @@ Every check raises ``ConfigError`` naming the flag (the CLI exits 2 before writi
 the import, the kwargs, the returned object's methods, and (``check_vocabulary``) whether a
 char-vocabulary model (gru, transformer) can spell the task's prompts and answers.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -38,9 +39,12 @@ def import_attr(spec: str, flag: str):
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001  (any error of the user's module is reported, not raised)
         here = os.path.isfile(mod_name.split(".")[0] + ".py") or os.path.isdir(mod_name.split(".")[0])
-        hint = (" (it is in the current directory, which is not searched: PYTHONPATH=. names it)" if here else "")
-        raise ConfigError(flag.lstrip("-"), f"cannot import {mod_name!r} ({type(e).__name__}: {e}); the module "
-                                            f"must be importable from PYTHONPATH or installed{hint}") from e
+        hint = " (it is in the current directory, which is not searched: PYTHONPATH=. names it)" if here else ""
+        raise ConfigError(
+            flag.lstrip("-"),
+            f"cannot import {mod_name!r} ({type(e).__name__}: {e}); the module "
+            f"must be importable from PYTHONPATH or installed{hint}",
+        ) from e
     if not hasattr(mod, attr):
         raise ConfigError(flag.lstrip("-"), f"module {mod_name!r} has no attribute {attr!r}")
     return getattr(mod, attr)
@@ -81,8 +85,11 @@ def check_protocol(task, spec: str) -> None:
     """The object has the Task protocol's members and a non-empty validation set."""
     missing = [m for m in REQUIRED if not hasattr(task, m)]
     if missing:
-        raise ConfigError("task", f"{spec} returned {type(task).__name__}, which lacks {', '.join(missing)} "
-                                  "(the Task protocol: docs/tasks.md)")
+        raise ConfigError(
+            "task",
+            f"{spec} returned {type(task).__name__}, which lacks {', '.join(missing)} "
+            "(the Task protocol: docs/tasks.md)",
+        )
     if not isinstance(task.max_new_tokens, int) or task.max_new_tokens < 1:
         raise ConfigError("task", f"{spec}: max_new_tokens must be a positive int, got {task.max_new_tokens!r}")
     if not task.validation_set():
@@ -93,14 +100,18 @@ def check_vocabulary(task, tok, cfg, n_train: int = 256) -> None:
     """For char-vocabulary models: every character of the validation set and of ``n_train``
     training examples (every line of a JSONL task) must be in the vocabulary."""
     stoi = getattr(tok, "stoi", None)
-    if stoi is None:                                   # an HF tokenizer spells any text
+    if stoi is None:  # an HF tokenizer spells any text
         return
     import numpy as np  # noqa: PLC0415
+
     every = getattr(task, "all_examples", None)
     examples = every() if every else task.validation_set() + task.sample(np.random.default_rng(0), n_train)
     bad = sorted({c for e in examples for c in e.prompt + e.answer if c not in stoi})
     if bad:
-        raise ConfigError("task", f"{task.name} uses characters outside the character vocabulary of --model "
-                                  f"{cfg.model} ({''.join(bad)!r}); that vocabulary is lowercase letters, digits and "
-                                  f"{''.join(c for c in tok.itos[4:] if not c.isalnum())!r}. Use --model hf:PATH "
-                                  "(any text) or map your text into it")
+        raise ConfigError(
+            "task",
+            f"{task.name} uses characters outside the character vocabulary of --model "
+            f"{cfg.model} ({''.join(bad)!r}); that vocabulary is lowercase letters, digits and "
+            f"{''.join(c for c in tok.itos[4:] if not c.isalnum())!r}. Use --model hf:PATH "
+            "(any text) or map your text into it",
+        )

@@ -34,6 +34,7 @@ out a fifth of the distinct prompts, at most 256 (``fitted_n_val``).
 >>> reward_by_name("exact")("ab", "ab "), reward_by_name("exact")("a", "b")
 (1.0, 0.0)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,6 +71,7 @@ def _numeric(tol: float) -> Callable[[str, str], float]:
     def reward(response: str, answer: str) -> float:
         x, y = _last_number(response), _last_number(answer)
         return float(x is not None and y is not None and abs(x - y) <= tol)
+
     return reward
 
 
@@ -80,23 +82,28 @@ def _verifier(spec: str) -> Callable[[str, str], float]:
 
     from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
     from noma_prorl_bench.tasks.custom import import_attr  # noqa: PLC0415
+
     fn = import_attr(spec, "--reward_fn")
     if not callable(fn):
         raise ConfigError("reward_fn", f"{spec} is a {type(fn).__name__}, not a function of (response, answer)")
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        sig = None                                  # a builtin without a signature: called as it is
+        sig = None  # a builtin without a signature: called as it is
     if sig is not None:
         try:
             sig.bind("response", "answer")
         except TypeError as e:
-            raise ConfigError("reward_fn", f"{spec}{sig} cannot be called as {spec.split(':')[1]}(response, answer) "
-                                           f"({e}); a verifier takes the response and the answer") from None
+            raise ConfigError(
+                "reward_fn",
+                f"{spec}{sig} cannot be called as {spec.split(':')[1]}(response, answer) "
+                f"({e}); a verifier takes the response and the answer",
+            ) from None
 
     def reward(response: str, answer: str) -> float:
         out = fn(response, answer)
         return float(out["reward"] if isinstance(out, dict) else out)
+
     return reward
 
 
@@ -116,7 +123,7 @@ def reward_by_name(name: str, tol: float = 1e-6) -> Callable[[str, str], float]:
 #: Bounds on a task file by flag, with their defaults (config/fields.py; docs/tasks.md), each
 #: checked before what it bounds is read or built.
 LIMITS: dict[str, int] = {k: field_default(k) for k in JSONL_LIMITS}
-MAX_DEPTH = 64                # JSON nesting of one line
+MAX_DEPTH = 64  # JSON nesting of one line
 
 
 def _depth(value) -> int:
@@ -143,8 +150,9 @@ def _parse(line: bytes, where: str):
     else:
         deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth(rec) > MAX_DEPTH
     if deep:
-        raise ValueError(f"{where} nests JSON deeper than {MAX_DEPTH} levels (a line is one object of prompt and "
-                         f"answer)")
+        raise ValueError(
+            f"{where} nests JSON deeper than {MAX_DEPTH} levels (a line is one object of prompt and answer)"
+        )
     return rec
 
 
@@ -154,8 +162,11 @@ def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -
     `limits`): the file's size is checked before it is opened, a line before it is parsed."""
     lim, size = {**LIMITS, **limits}, os.stat(path).st_size
     if size > lim["max_task_bytes"]:
-        raise ConfigError("max_task_bytes", f"{path} is {size:,} bytes, more than --max_task_bytes "
-                                            f"{lim['max_task_bytes']:,} (raise it to read a larger task file)")
+        raise ConfigError(
+            "max_task_bytes",
+            f"{path} is {size:,} bytes, more than --max_task_bytes "
+            f"{lim['max_task_bytes']:,} (raise it to read a larger task file)",
+        )
     out, total, cap = [], 0, lim["max_line_bytes"]
     with open(path, "rb") as f:
         for i in itertools.count(1):
@@ -163,24 +174,33 @@ def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -
             if not line:
                 break
             total += len(line)
-            if total > lim["max_task_bytes"]:                  # a file that grew, or is not a regular file
-                raise ConfigError("max_task_bytes", f"{path} holds more than --max_task_bytes "
-                                                    f"{lim['max_task_bytes']:,} bytes (raise it to read it)")
+            if total > lim["max_task_bytes"]:  # a file that grew, or is not a regular file
+                raise ConfigError(
+                    "max_task_bytes",
+                    f"{path} holds more than --max_task_bytes {lim['max_task_bytes']:,} bytes (raise it to read it)",
+                )
             if len(line.rstrip(b"\r\n")) > cap:
-                raise ConfigError("max_line_bytes", f"{path}:{i} is longer than --max_line_bytes {cap:,} bytes "
-                                                    f"(raise it for longer lines)")
+                raise ConfigError(
+                    "max_line_bytes",
+                    f"{path}:{i} is longer than --max_line_bytes {cap:,} bytes (raise it for longer lines)",
+                )
             if not line.strip():
                 continue
             rec = _parse(line, f"{path}:{i}")
             if not isinstance(rec, dict) or prompt_field not in rec or answer_field not in rec:
-                raise ValueError(f"{path}:{i} lacks the field {prompt_field!r} or {answer_field!r} "
-                                 f"(set them with --prompt_field, --answer_field)")
+                raise ValueError(
+                    f"{path}:{i} lacks the field {prompt_field!r} or {answer_field!r} "
+                    f"(set them with --prompt_field, --answer_field)"
+                )
             e = Example(str(rec[prompt_field]), str(rec[answer_field]))
             for what, text in (("prompt", e.prompt), ("answer", e.answer)):
                 flag = f"max_{what}_chars"
                 if len(text) > lim[flag]:
-                    raise ConfigError(flag, f"{path}:{i}: the {what} is {len(text):,} characters long, more than "
-                                            f"--{flag} {lim[flag]:,} (raise it for longer {what}s)")
+                    raise ConfigError(
+                        flag,
+                        f"{path}:{i}: the {what} is {len(text):,} characters long, more than "
+                        f"--{flag} {lim[flag]:,} (raise it for longer {what}s)",
+                    )
             out.append(e)
     if not out:
         raise ValueError(f"{path} holds no example")
@@ -195,16 +215,18 @@ def limits_of(cfg) -> dict[str, int]:
 def fitted_n_val(cfg, cap: int) -> int:
     """--n_val for a jsonl:PATH task given without one: a fifth of the file's distinct prompts, at
     most `cap` (the default 256 or a preset's value), at least 1 and leaving one training prompt."""
-    n = len({e.prompt for e in read_lines(cfg.task[len("jsonl:"):], cfg.prompt_field, cfg.answer_field,
-                                          **limits_of(cfg))})
+    n = len(
+        {e.prompt for e in read_lines(cfg.task[len("jsonl:") :], cfg.prompt_field, cfg.answer_field, **limits_of(cfg))}
+    )
     _need_two(n)
     return max(1, min(cap, n // 5, n - 1))
 
 
 def _need_two(n_prompts: int) -> None:
     if n_prompts < 2:
-        raise ValueError(f"the task file has {n_prompts} distinct prompt: it needs at least 2 (one for validation, "
-                         f"one for training)")
+        raise ValueError(
+            f"the task file has {n_prompts} distinct prompt: it needs at least 2 (one for validation, one for training)"
+        )
 
 
 def split(examples: list[Example], n_val: int) -> tuple[list[Example], list[Example]]:
@@ -215,8 +237,10 @@ def split(examples: list[Example], n_val: int) -> tuple[list[Example], list[Exam
     order = sorted(first, key=lambda p: hashlib.sha256(p.encode("utf-8")).hexdigest())
     _need_two(len(order))
     if n_val >= len(order):
-        raise ValueError(f"{n_val} leaves no training prompt: the file has {len(order)} distinct prompts "
-                         f"(use --n_val at most {len(order) - 1}, e.g. {max(1, len(order) // 5)})")
+        raise ValueError(
+            f"{n_val} leaves no training prompt: the file has {len(order)} distinct prompts "
+            f"(use --n_val at most {len(order) - 1}, e.g. {max(1, len(order) // 5)})"
+        )
     val_prompts = set(order[:n_val])
     return [e for e in examples if e.prompt not in val_prompts], [first[p] for p in order[:n_val]]
 
@@ -224,8 +248,16 @@ def split(examples: list[Example], n_val: int) -> tuple[list[Example], list[Exam
 class JsonlTask:
     """A task read from a JSONL file (the Task protocol of tasks/base.py)."""
 
-    def __init__(self, path: str, n_val: int = 256, prompt_field: str = "prompt", answer_field: str = "answer",
-                 reward_fn: str = "exact", reward_tol: float = 1e-6, **limits: int):
+    def __init__(
+        self,
+        path: str,
+        n_val: int = 256,
+        prompt_field: str = "prompt",
+        answer_field: str = "answer",
+        reward_fn: str = "exact",
+        reward_tol: float = 1e-6,
+        **limits: int,
+    ):
         self.name, self.path = f"jsonl:{path}", path
         self._reward = reward_by_name(reward_fn, reward_tol)
         examples = read_lines(path, prompt_field, answer_field, **limits)
@@ -234,8 +266,9 @@ class JsonlTask:
                 try:
                     re.compile(e.answer)
                 except re.error as err:
-                    raise ValueError(f"--reward_fn regex: the answer {e.answer!r} is not a regular expression "
-                                     f"({err})") from None
+                    raise ValueError(
+                        f"--reward_fn regex: the answer {e.answer!r} is not a regular expression ({err})"
+                    ) from None
         self._train, self._val = split(examples, n_val)
         self.max_new_tokens = max(len(e.answer) for e in examples) + 1
 

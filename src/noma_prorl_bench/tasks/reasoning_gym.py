@@ -32,6 +32,7 @@ correctness given the form is ``mean(correct_in_form) / mean(answer_form)`` and 
 ``Example.answer`` is a JSON string holding the entry's ``answer`` and ``metadata`` (what
 ``score_answer`` reads), so a reward is a pure function of (response, answer) with no state.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ INDEX_RANGE = 2**30  # training indices are drawn from [0, INDEX_RANGE)
 INSTRUCTION = "\nGive only the final answer inside <answer></answer> tags."
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_ENDS_IN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[^\w]*\Z")   # a number, then only non-word characters
+_ENDS_IN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?[^\w]*\Z")  # a number, then only non-word characters
 
 
 def require_reasoning_gym():
@@ -60,9 +61,12 @@ def require_reasoning_gym():
         import reasoning_gym  # noqa: PLC0415
     except ImportError:
         from noma_prorl_bench.config.shell import pip_install  # noqa: PLC0415
-        raise ValueError("--task rg:NAME needs the package reasoning-gym; run: "
-                         f"{pip_install(repr('reasoning-gym==0.1.25'))} "
-                         f"(or {pip_install('-e', repr('.[real]'))})") from None
+
+        raise ValueError(
+            "--task rg:NAME needs the package reasoning-gym; run: "
+            f"{pip_install(repr('reasoning-gym==0.1.25'))} "
+            f"(or {pip_install('-e', repr('.[real]'))})"
+        ) from None
     return reasoning_gym
 
 
@@ -109,9 +113,15 @@ def answer_form(response: str, reference: str, mode: str = "lenient") -> float:
 class ReasoningGymTask:
     """One reasoning-gym dataset behind the Task protocol (tasks/base.py)."""
 
-    def __init__(self, rg_name: str, n_val: int = 256, max_new_tokens: int = 64,
-                 task_kwargs: dict[str, Any] | None = None, extraction: str = "lenient",
-                 format_weight: float = 0.0):
+    def __init__(
+        self,
+        rg_name: str,
+        n_val: int = 256,
+        max_new_tokens: int = 64,
+        task_kwargs: dict[str, Any] | None = None,
+        extraction: str = "lenient",
+        format_weight: float = 0.0,
+    ):
         rg = require_reasoning_gym()
         if extraction not in EXTRACTIONS:
             raise ValueError(f"--answer_extraction must be one of {', '.join(EXTRACTIONS)}, got {extraction!r}")
@@ -123,14 +133,16 @@ class ReasoningGymTask:
             self._train = rg.create_dataset(rg_name, seed=TRAIN_SEED, size=INDEX_RANGE, **self.task_kwargs)
             self._valds = rg.create_dataset(rg_name, seed=VAL_SEED, size=INDEX_RANGE, **self.task_kwargs)
         except (ValueError, TypeError, AssertionError) as e:
-            raise ValueError(f"reasoning-gym cannot build {rg_name!r} with --task_kwargs "
-                             f"{json.dumps(self.task_kwargs)}: {e}") from e
+            raise ValueError(
+                f"reasoning-gym cannot build {rg_name!r} with --task_kwargs {json.dumps(self.task_kwargs)}: {e}"
+            ) from e
         self._val = self._build_val()
         self._val_q = frozenset(e.prompt for e in self._val)
 
     def _example(self, entry: dict) -> Example:
-        answer = json.dumps({"answer": entry["answer"], "metadata": entry.get("metadata", {})},
-                            sort_keys=True, default=str)
+        answer = json.dumps(
+            {"answer": entry["answer"], "metadata": entry.get("metadata", {})}, sort_keys=True, default=str
+        )
         return Example(entry["question"] + INSTRUCTION, answer)
 
     def _build_val(self) -> list[Example]:
@@ -139,8 +151,10 @@ class ReasoningGymTask:
         i = 0
         while len(out) < self.n_val:
             if i > 50 * (self.n_val + 10):
-                raise ValueError(f"rg:{self.rg_name} has fewer than {self.n_val} distinct questions with "
-                                 f"--task_kwargs {json.dumps(self.task_kwargs)}; lower --n_val or widen the task")
+                raise ValueError(
+                    f"rg:{self.rg_name} has fewer than {self.n_val} distinct questions with "
+                    f"--task_kwargs {json.dumps(self.task_kwargs)}; lower --n_val or widen the task"
+                )
             ex = self._example(self._valds[i])
             i += 1
             if ex.prompt not in seen:
@@ -171,8 +185,12 @@ class ReasoningGymTask:
         extracted = extract_answer(response, str(entry["answer"]), self.extraction)
         correct = float(self._train.score_answer(extracted, entry)) if extracted is not None else 0.0
         form = answer_form(response, str(entry["answer"]), self.extraction)
-        return {"correct": correct, "format": format_ok(response), "answer_form": form,
-                "correct_in_form": correct * form}
+        return {
+            "correct": correct,
+            "format": format_ok(response),
+            "answer_form": form,
+            "correct_in_form": correct * form,
+        }
 
     def reward(self, response: str, answer: str) -> float:
         parts = self.reward_parts(response, answer)
@@ -188,6 +206,10 @@ def make_rg_task(name: str, n_val: int, cfg=None) -> ReasoningGymTask:
         raise ValueError(f"--task_kwargs is not valid JSON: {e}") from e
     if not isinstance(kwargs, dict):
         raise ValueError(f"--task_kwargs must be a JSON object, got {kwargs_json!r}")
-    return ReasoningGymTask(name[3:], n_val=n_val, task_kwargs=kwargs,
-                            extraction=getattr(cfg, "answer_extraction", "lenient"),
-                            format_weight=getattr(cfg, "format_reward", 0.0))
+    return ReasoningGymTask(
+        name[3:],
+        n_val=n_val,
+        task_kwargs=kwargs,
+        extraction=getattr(cfg, "answer_extraction", "lenient"),
+        format_weight=getattr(cfg, "format_reward", 0.0),
+    )

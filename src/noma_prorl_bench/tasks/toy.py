@@ -10,6 +10,7 @@ its prompts are excluded from training. Rewards are in [0, 1].
 >>> Parity().reward("1", "1"), Parity().reward("0", "1")
 (1.0, 0.0)
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -54,7 +54,7 @@ def is_adam(optimizer) -> bool:
 
 def _c(b: float, t: float, k: float) -> float:
     """c(b, t, k) = (1 - b^t) / (1 - b^k): stored / raw moment of a cohort with count k."""
-    return 1.0 if t == k or b == 0.0 else (1.0 - b ** t) / (1.0 - b ** k)
+    return 1.0 if t == k or b == 0.0 else (1.0 - b**t) / (1.0 - b**k)
 
 
 def start_cohort(state: dict, old_state: dict, old_shape, new_shape, grow) -> None:
@@ -75,7 +75,7 @@ def start_cohort(state: dict, old_state: dict, old_shape, new_shape, grow) -> No
 
 def _effective_grad(p: torch.Tensor, group: dict, optimizer) -> torch.Tensor:
     """The g torch's Adam puts into its moments: -grad under maximize, + wd * p for L2 decay."""
-    grad = cast(torch.Tensor, p.grad)                  # called for parameters with a gradient only
+    grad = cast(torch.Tensor, p.grad)  # called for parameters with a gradient only
     g = -grad if group.get("maximize", False) else grad
     decoupled = isinstance(optimizer, torch.optim.AdamW) or group.get("decoupled_weight_decay", False)
     if group.get("weight_decay", 0) and not decoupled:
@@ -101,7 +101,7 @@ def _correct(p: torch.Tensor, st: dict, group: dict, optimizer) -> None:
         ratio, shift = [1.0], [0.0]
         for k in counts:
             a_next = _c(b, t + 1, k + 1)
-            ratio.append(0.0 if k == 0 else a_next / _c(b, t, k))      # k == 0: buf is 0 there
+            ratio.append(0.0 if k == 0 else a_next / _c(b, t, k))  # k == 0: buf is 0 there
             shift.append((a_next - 1.0) * (1.0 - b) / b)
         new = _table(ratio, buf)[idx] * buf
         if grad_term is not None:
@@ -114,7 +114,7 @@ def _correct(p: torch.Tensor, st: dict, group: dict, optimizer) -> None:
 def _retire(st: dict, b1: float, b2: float) -> None:
     """Fold cohorts whose bias corrections equal cohort 0's to < RETIRE_BELOW into cohort 0."""
     counts = st[COUNTS]
-    keep = [j for j, k in enumerate(counts, 1) if max(b1 ** k, b2 ** k) >= RETIRE_BELOW]
+    keep = [j for j, k in enumerate(counts, 1) if max(b1**k, b2**k) >= RETIRE_BELOW]
     if len(keep) == len(counts):
         return
     if not keep:
@@ -137,8 +137,10 @@ def _pre_step_hook(optimizer, args, kwargs) -> None:
             if not st or COHORT not in st or p.grad is None:
                 continue
             if any(a is not None for a in args[1:]) or kwargs.get("closure") is not None:  # args[0]: self
-                raise RuntimeError("Adam.step(closure) is not supported while a grown parameter has young "
-                                   "entries (the closure recomputes the gradient after the cohort correction)")
+                raise RuntimeError(
+                    "Adam.step(closure) is not supported while a grown parameter has young "
+                    "entries (the closure recomputes the gradient after the cohort correction)"
+                )
             if p.grad.is_sparse:
                 raise RuntimeError("sparse gradients are not supported for grown Adam parameters")
             with torch.no_grad():

@@ -42,7 +42,7 @@ from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS
 from noma_prorl_bench.models.lora import LoRALinear
 from noma_prorl_bench.training import adam_cohorts
 
-MODES = GROWTH_MIGRATIONS   # --growth_migration (config/choices.py)
+MODES = GROWTH_MIGRATIONS  # --growth_migration (config/choices.py)
 
 # init_fn(shape, dtype, device) -> Tensor[shape]: values for the grown tensor (the old block is
 # then written over it), so only the entries outside the old block matter.
@@ -50,6 +50,7 @@ InitFn = Callable[[torch.Size, torch.dtype, torch.device], torch.Tensor]
 
 
 # ----------------------------------------------------------------------------- tensor layouts
+
 
 def _check_shapes(old_shape: Sequence[int], new_shape: Sequence[int]) -> None:
     if len(old_shape) != len(new_shape):
@@ -77,8 +78,9 @@ def grow_flat_prefix(old: torch.Tensor, new_shape: Sequence[int], fill: torch.Te
     return out
 
 
-def make_init(kind: str, *, fan_in: int | None = None, std: float | None = None,
-              generator: torch.Generator | None = None) -> InitFn:
+def make_init(
+    kind: str, *, fan_in: int | None = None, std: float | None = None, generator: torch.Generator | None = None
+) -> InitFn:
     """Declared inits for grown entries: ``zeros``, ``normal`` (std, default 1/sqrt(fan_in)),
     ``kaiming`` (U(-1/sqrt(fan_in), 1/sqrt(fan_in)), nn.Linear's default). Draws use ``generator``
     (CPU) so that every migration mode gets the same new values for the same seed."""
@@ -88,16 +90,19 @@ def make_init(kind: str, *, fan_in: int | None = None, std: float | None = None,
         raise ValueError(f"init {kind!r} needs fan_in or std")
     if kind == "normal":
         s = std if std is not None else cast(int, fan_in) ** -0.5
-        return lambda shape, dtype, device: (
-            torch.randn(shape, generator=generator, dtype=torch.float32) * s).to(dtype=dtype, device=device)
+        return lambda shape, dtype, device: (torch.randn(shape, generator=generator, dtype=torch.float32) * s).to(
+            dtype=dtype, device=device
+        )
     if kind == "kaiming":
-        b = fan_in ** -0.5 if fan_in is not None else cast(float, std)
+        b = fan_in**-0.5 if fan_in is not None else cast(float, std)
         return lambda shape, dtype, device: (
-            (torch.rand(shape, generator=generator, dtype=torch.float32) * 2 - 1) * b).to(dtype=dtype, device=device)
+            (torch.rand(shape, generator=generator, dtype=torch.float32) * 2 - 1) * b
+        ).to(dtype=dtype, device=device)
     raise ValueError(f"unknown init {kind!r} (zeros|normal|kaiming)")
 
 
 # ----------------------------------------------------------------------------- one parameter
+
 
 def _resolve(module: nn.Module, name: str) -> tuple[nn.Module, str]:
     *path, leaf = name.split(".")
@@ -116,14 +121,14 @@ def _migrate_state(opt: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parame
         migrated = {}
         for key, val in state.items():
             if key in (adam_cohorts.COHORT, adam_cohorts.COUNTS):
-                continue                                      # rebuilt below
+                continue  # rebuilt below
             if torch.is_tensor(val) and val.dim() > 0 and val.shape == old.shape:
-                migrated[key] = grow(val, new.shape)          # moments: old block, zero elsewhere
+                migrated[key] = grow(val, new.shape)  # moments: old block, zero elsewhere
             elif torch.is_tensor(val):
-                migrated[key] = val.clone()                   # step (0-d): kept, never aliased
+                migrated[key] = val.clone()  # step (0-d): kept, never aliased
             else:
-                migrated[key] = val                           # None, python scalars
-        if adam_cohorts.is_adam(opt) and "exp_avg" in migrated:   # new entries: own step count
+                migrated[key] = val  # None, python scalars
+        if adam_cohorts.is_adam(opt) and "exp_avg" in migrated:  # new entries: own step count
             adam_cohorts.start_cohort(migrated, state, old.shape, new.shape, grow)
         opt.state[new] = migrated
     for group in opt.param_groups:
@@ -131,8 +136,14 @@ def _migrate_state(opt: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parame
 
 
 @torch.no_grad()
-def realloc_param(module: nn.Module, name: str, new_shape: Sequence[int], init_fn: InitFn | None = None,
-                  optimizer: torch.optim.Optimizer | None = None, mode: str = "preserve") -> nn.Parameter:
+def realloc_param(
+    module: nn.Module,
+    name: str,
+    new_shape: Sequence[int],
+    init_fn: InitFn | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    mode: str = "preserve",
+) -> nn.Parameter:
     """Grow parameter ``module.<name>`` (dotted) to ``new_shape`` and install the new Parameter.
 
     Values: ``preserve``/``reset``/``naive`` copy the old block in place (``grow_block``);
@@ -161,22 +172,29 @@ def realloc_param(module: nn.Module, name: str, new_shape: Sequence[int], init_f
 
 # ----------------------------------------------------------------------------- whole model
 
-def rebuild_optimizer(optimizer: torch.optim.Optimizer,
-                      mapping: dict[nn.Parameter, nn.Parameter]) -> torch.optim.Optimizer:
+
+def rebuild_optimizer(
+    optimizer: torch.optim.Optimizer, mapping: dict[nn.Parameter, nn.Parameter]
+) -> torch.optim.Optimizer:
     """A new optimizer of the same class with the same groups and group hyperparameters (current
     values, e.g. a scheduled lr), params substituted through ``mapping``, and *empty state*:
     what ``type(opt)(new_model.parameters(), **same_kwargs)`` does after a growth."""
-    groups = [{**{k: v for k, v in g.items() if k != "params"},
-               "params": [mapping.get(p, p) for p in g["params"]]} for g in optimizer.param_groups]
+    groups = [
+        {**{k: v for k, v in g.items() if k != "params"}, "params": [mapping.get(p, p) for p in g["params"]]}
+        for g in optimizer.param_groups
+    ]
     try:
         return type(optimizer)(groups, **optimizer.defaults)
     except TypeError:  # an optimizer whose defaults are not all constructor arguments
         return cast(Callable[..., torch.optim.Optimizer], type(optimizer))(groups)
 
 
-def realloc_params(model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                   plan: dict[str, tuple[Sequence[int], InitFn | None]], mode: str = "preserve"
-                   ) -> torch.optim.Optimizer | None:
+def realloc_params(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    plan: dict[str, tuple[Sequence[int], InitFn | None]],
+    mode: str = "preserve",
+) -> torch.optim.Optimizer | None:
     """Grow several parameters of ``model`` (``plan``: dotted name -> (new_shape, init_fn)) under
     one migration ``mode``; returns the optimizer to use from now on (a new one only for ``naive``).
     Raises if an old tensor is still reachable from the model (e.g. a tied weight)."""
@@ -195,8 +213,13 @@ def realloc_params(model: nn.Module, optimizer: torch.optim.Optimizer | None,
     return optimizer
 
 
-def grow_adapters(model: nn.Module, optimizer: torch.optim.Optimizer | None, new_rank: int,
-                  mode: str = "preserve", init: str | None = None) -> torch.optim.Optimizer | None:
+def grow_adapters(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    new_rank: int,
+    mode: str = "preserve",
+    init: str | None = None,
+) -> torch.optim.Optimizer | None:
     """Grow every ``LoRALinear`` in ``model`` to ``new_rank``: append rows of ``A`` (declared init
     ``init``, default each adapter's ``a_init``, seeded per adapter and growth) and zero columns
     of ``B``. Returns the optimizer to use from now on (same object except for ``naive``)."""
@@ -209,7 +232,7 @@ def grow_adapters(model: nn.Module, optimizer: torch.optim.Optimizer | None, new
                 continue
             prefix = f"{name}." if name else ""
             plan[prefix + "lora_A"] = ((new_rank, mod.in_features), mod.a_rows_init(new_rank, init))
-            plan[prefix + "lora_B"] = ((mod.out_features, new_rank), None)   # zeros: output unchanged
+            plan[prefix + "lora_B"] = ((mod.out_features, new_rank), None)  # zeros: output unchanged
             mod.grow_count += 1
     if not plan:
         return optimizer

@@ -43,6 +43,7 @@ which the policy, reference and optimizer state dicts fit; then rebuild or load 
 optimizer and scheduler as usual. This is the only place that resizes adapters on resume
 (the Trainer lists `growth` first among its checkpoint components).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence, cast
@@ -87,8 +88,11 @@ def migrate_snapshot(params: dict[str, torch.Tensor] | None, model: torch.nn.Mod
         new = current.get(name)
         if new is None or new.shape == old.shape:
             continue
-        fill = (new.detach().to(old.device, old.dtype, copy=True) if name.endswith("lora_A")
-                else torch.zeros(new.shape, dtype=old.dtype, device=old.device))
+        fill = (
+            new.detach().to(old.device, old.dtype, copy=True)
+            if name.endswith("lora_A")
+            else torch.zeros(new.shape, dtype=old.dtype, device=old.device)
+        )
         params[name] = grow_block(old, new.shape, fill)
         n += 1
     return n
@@ -113,13 +117,29 @@ def attach_adapters(spec: GrowthSpec, policy: nn.Module, emit: Callable[[dict], 
         return []
     if spec.growth_migration not in MODES:
         raise ValueError(f"growth_migration must be one of {MODES}")
-    targets = attach_lora(policy, parse_targets(spec.adapter_targets), spec.initial_rank,
-                          alpha=spec.lora_alpha, freeze_base=True, seed=spec.seed)
+    targets = attach_lora(
+        policy,
+        parse_targets(spec.adapter_targets),
+        spec.initial_rank,
+        alpha=spec.lora_alpha,
+        freeze_base=True,
+        seed=spec.seed,
+    )
     n_train = sum(p.numel() for p in adapter_parameters(policy))
     n_total = sum(p.numel() for p in policy.parameters())
-    emit({"step": 0, "event": "adapters", "reason": "LoRA adapters attached after the warm start; base frozen",
-          "targets": targets, "rank": spec.initial_rank, "lora_alpha": spec.lora_alpha,
-          "scale": spec.lora_alpha / spec.initial_rank, "trainable_params": n_train, "total_params": n_total})
+    emit(
+        {
+            "step": 0,
+            "event": "adapters",
+            "reason": "LoRA adapters attached after the warm start; base frozen",
+            "targets": targets,
+            "rank": spec.initial_rank,
+            "lora_alpha": spec.lora_alpha,
+            "scale": spec.lora_alpha / spec.initial_rank,
+            "trainable_params": n_train,
+            "total_params": n_total,
+        }
+    )
     return targets
 
 
@@ -127,8 +147,17 @@ class GrowthManager:
     """Growth triggers and the growth itself (see the module docstring); adapters are attached
     before it is built (`attach_adapters`)."""
 
-    def __init__(self, spec: GrowthSpec, opt_spec: OptimizerSpec, policy: nn.Module, ref: ReferenceSource,
-                 optim: OptimSide, emit: Callable[[dict], None], resets, snapshot_holders: Sequence = ()):
+    def __init__(
+        self,
+        spec: GrowthSpec,
+        opt_spec: OptimizerSpec,
+        policy: nn.Module,
+        ref: ReferenceSource,
+        optim: OptimSide,
+        emit: Callable[[dict], None],
+        resets,
+        snapshot_holders: Sequence = (),
+    ):
         """`spec`: the growth flags; `opt_spec`: the LR schedule a rebuilt scheduler follows; `ref`: the
         reference holder; `resets`: anything with `n_resets` (`--grow_on reset`); `snapshot_holders`:
         objects whose `snapshots()` lists parameter dicts to migrate."""
@@ -138,9 +167,12 @@ class GrowthManager:
         self.enabled = bool(spec.enable_growth)
         self.n_growths = 0
         self.resets_seen = 0
-        self.pending: str | None = None   # growth due on the last step (skipped), see grow_pending
-        self.stall = (ResetTrigger(stall_patience=spec.grow_patience, stall_min_delta=spec.stall_min_delta)
-                      if self.enabled and spec.grow_on == "stall" else None)
+        self.pending: str | None = None  # growth due on the last step (skipped), see grow_pending
+        self.stall = (
+            ResetTrigger(stall_patience=spec.grow_patience, stall_min_delta=spec.stall_min_delta)
+            if self.enabled and spec.grow_on == "stall"
+            else None
+        )
 
     @property
     def rank(self) -> int:
@@ -158,7 +190,7 @@ class GrowthManager:
         if reason is not None and self.rank < self.spec.max_rank:
             if step < self.spec.steps:
                 self.grow(step, reason)
-            else:                       # the last step: remembered for a resume that extends --steps
+            else:  # the last step: remembered for a resume that extends --steps
                 self.pending = reason
         return out
 
@@ -179,7 +211,7 @@ class GrowthManager:
             n = self.resets.n_resets
             fired, self.resets_seen = n > self.resets_seen, n
             return "reset" if fired else None
-        stall = cast(ResetTrigger, self.stall)                          # built when --grow_on stall
+        stall = cast(ResetTrigger, self.stall)  # built when --grow_on stall
         return "stall" if stall.check(step, None, m.get("reward/val")) is not None else None
 
     # ------------------------------------------------------------ the growth
@@ -193,35 +225,49 @@ class GrowthManager:
         scheduler_rebuilt = opt.optimizer is not old_opt
         if scheduler_rebuilt:
             opt.scheduler = rebuild_scheduler(opt.scheduler, opt.optimizer, self.opt_spec)
-        if self.ref.model is not None:                                  # pi_ref here (not Variant B)
+        if self.ref.model is not None:  # pi_ref here (not Variant B)
             grow_adapters(self.ref.model, None, new_rank, "preserve")
         migrated = self.migrate_snapshots()
         self.n_growths += 1
-        record = {"step": step, "event": "growth", "reason": reason, "old_rank": old_rank,
-                  "new_rank": new_rank, "migration": spec.growth_migration,
-                  "stale_state_problems": check_no_stale_state(self.policy, opt.optimizer),
-                  "scheduler_rebuilt": scheduler_rebuilt, "snapshots_migrated": migrated,
-                  "n_growths": self.n_growths}
+        record = {
+            "step": step,
+            "event": "growth",
+            "reason": reason,
+            "old_rank": old_rank,
+            "new_rank": new_rank,
+            "migration": spec.growth_migration,
+            "stale_state_problems": check_no_stale_state(self.policy, opt.optimizer),
+            "scheduler_rebuilt": scheduler_rebuilt,
+            "snapshots_migrated": migrated,
+            "n_growths": self.n_growths,
+        }
         self.emit(record)
         return record
 
     def migrate_snapshots(self) -> int:
         """Grow every parameter snapshot the holders keep (see `migrate_snapshot`)."""
-        return sum(migrate_snapshot(params, self.policy)
-                   for holder in self.snapshot_holders for params in holder.snapshots())
+        return sum(
+            migrate_snapshot(params, self.policy) for holder in self.snapshot_holders for params in holder.snapshots()
+        )
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "n_growths": self.n_growths, "resets_seen": self.resets_seen,
-                "grow_counts": [m.grow_count for _, m in adapters(self.policy)],
-                "stall": None if self.stall is None else self.stall.state_dict(), "pending": self.pending}
+        return {
+            "rank": self.rank,
+            "n_growths": self.n_growths,
+            "resets_seen": self.resets_seen,
+            "grow_counts": [m.grow_count for _, m in adapters(self.policy)],
+            "stall": None if self.stall is None else self.stall.state_dict(),
+            "pending": self.pending,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Grow policy (and its optimizer's state, preserve) and reference to the saved rank,
         then restore counters and growth seeds. Call before loading the model state dicts."""
         if self.enabled and state["rank"] > self.rank:
-            self.optim.optimizer = cast(Optimizer, grow_adapters(self.policy, self.optim.optimizer, state["rank"],
-                                                                 "preserve"))
+            self.optim.optimizer = cast(
+                Optimizer, grow_adapters(self.policy, self.optim.optimizer, state["rank"], "preserve")
+            )
             if self.ref.model is not None:
                 grow_adapters(self.ref.model, None, state["rank"], "preserve")
             self.migrate_snapshots()

@@ -27,6 +27,7 @@ signal is abandoned (`StepAbandoned` raised inside it by SIGALRM): its half-done
 saved, the last checkpoint stays the run's resume point. The environment variable
 NOMA_PRORL_STOP_GRACE_S overrides the grace (tests).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ import torch
 from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits  # noqa: F401  (re-exported)
 
 INJECT_NAN_ENV = "NOMA_PRORL_INJECT_NAN_STEP"
-MAX_PARAM_NAMES = 8          # parameters with non-finite gradients named in the event
+MAX_PARAM_NAMES = 8  # parameters with non-finite gradients named in the event
 
 
 def inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
@@ -62,31 +63,46 @@ def _describe(t: torch.Tensor, n: int) -> dict:
     return out
 
 
-def nonfinite_report(loss: torch.Tensor, grad_norm: torch.Tensor, logp: torch.Tensor, kl: torch.Tensor,
-                     mask: torch.Tensor, model: Optional[torch.nn.Module] = None) -> dict:
+def nonfinite_report(
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    logp: torch.Tensor,
+    kl: torch.Tensor,
+    mask: torch.Tensor,
+    model: Optional[torch.nn.Module] = None,
+) -> dict:
     """{} when loss, grad_norm, logp[n, T] and kl[n, T] (on tokens where mask[n, T] > 0) are all
     finite, else a description of each offending quantity (and the names of parameters whose
     gradient is non-finite). One host sync when everything is finite."""
-    on = mask > 0                                                  # [n, T] response tokens
+    on = mask > 0  # [n, T] response tokens
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     gn = torch.as_tensor(grad_norm).detach().reshape(1).to(loss.device)
-    quantities = {"loss": loss.detach().reshape(1), "grad_norm": gn,
-                  "logp": torch.where(on, logp.detach(), zero), "kl": torch.where(on, kl.detach(), zero)}
+    quantities = {
+        "loss": loss.detach().reshape(1),
+        "grad_norm": gn,
+        "logp": torch.where(on, logp.detach(), zero),
+        "kl": torch.where(on, kl.detach(), zero),
+    }
     if bool(torch.stack([torch.isfinite(q).all() for q in quantities.values()]).all()):
         return {}
     n_tok = int(on.sum())
-    report = {k: _describe(q, 1 if q.numel() == 1 else n_tok) for k, q in quantities.items()
-              if not bool(torch.isfinite(q).all())}
+    report = {
+        k: _describe(q, 1 if q.numel() == 1 else n_tok)
+        for k, q in quantities.items()
+        if not bool(torch.isfinite(q).all())
+    }
     if model is not None:
-        names = [n for n, p in model.named_parameters()
-                 if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+        names = [
+            n for n, p in model.named_parameters() if p.grad is not None and not bool(torch.isfinite(p.grad).all())
+        ]
         if names:
             report["grads"] = {"params": names[:MAX_PARAM_NAMES], "n_params": len(names)}
     return report
 
 
-def nan_guard(policy, optimizer, on_nan: str, event: Callable[..., None], step: int, sl: slice, *,
-              loss, grad_norm, logp, kl, mask) -> bool:
+def nan_guard(
+    policy, optimizer, on_nan: str, event: Callable[..., None], step: int, sl: slice, *, loss, grad_norm, logp, kl, mask
+) -> bool:
     """True when this minibatch's update must be skipped (the optimizer's gradients already
     dropped); writes the `nan_guard` event through `event(name, reason, **values)`; raises
     NonFiniteError under --on_nan stop (`on_nan`)."""
@@ -102,7 +118,7 @@ def nan_guard(policy, optimizer, on_nan: str, event: Callable[..., None], step: 
 
 
 # ============================================================================ signals
-STOP_GRACE_S = 5.0           # a step may go on this long after a stop signal, then it is abandoned
+STOP_GRACE_S = 5.0  # a step may go on this long after a stop signal, then it is abandoned
 
 
 class StepAbandoned(BaseException):
@@ -128,8 +144,10 @@ class SetupStopped(BaseException):
 def stop_during_setup():
     """While the Trainer is built, SIGINT/SIGTERM/SIGHUP/SIGUSR1 raise SetupStopped (main thread
     only; elsewhere signals stay as they were)."""
+
     def handler(signum, _frame):
         raise SetupStopped(signum)
+
     old = {}
     if threading.current_thread() is threading.main_thread():
         for s in GracefulStop.SIGNALS:
@@ -147,7 +165,7 @@ class GracefulStop:
     Handlers are only installed from the main thread (elsewhere signals stay as they were).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)   # HUP: a closed terminal
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # HUP: a closed terminal
 
     def __init__(self, quiet: bool = False):
         self.signum: Optional[int] = None
@@ -169,8 +187,12 @@ class GracefulStop:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
         self.signum = signum
         grace = float(os.environ.get("NOMA_PRORL_STOP_GRACE_S", STOP_GRACE_S))
-        print(f"\nreceived {self.name}: finishing the current step (abandoned after {grace:g} s), then writing a "
-              f"checkpoint (send it again to abort at once)", file=sys.stderr, flush=True)
+        print(
+            f"\nreceived {self.name}: finishing the current step (abandoned after {grace:g} s), then writing a "
+            f"checkpoint (send it again to abort at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         if self._in_step and self._old:
             signal.setitimer(signal.ITIMER_REAL, max(grace, 1e-3))
 

@@ -42,6 +42,7 @@ FILES = ("params.safetensors", "optim.safetensors", "batch.safetensors", "meta.j
 
 # ----------------------------------------------------------------------------- json helpers
 
+
 def _to_json(v):
     """Group hyperparameters -> JSON: tuples become lists, tensors ``{"tensor": value}``."""
     if torch.is_tensor(v):
@@ -61,7 +62,7 @@ def _from_json(v, like):
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to("cpu").clone().contiguous()     # safetensors refuses shared storage
+    return t.detach().to("cpu").clone().contiguous()  # safetensors refuses shared storage
 
 
 def _param_names(model: nn.Module) -> dict[int, str]:
@@ -70,11 +71,13 @@ def _param_names(model: nn.Module) -> dict[int, str]:
 
 # ----------------------------------------------------------------------------- export
 
+
 def _optim_meta(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     names = _param_names(model)
-    groups = [{"params": [names[id(p)] for p in g["params"]],
-               **{k: _to_json(v) for k, v in g.items() if k != "params"}}
-              for g in optimizer.param_groups]
+    groups = [
+        {"params": [names[id(p)] for p in g["params"]], **{k: _to_json(v) for k, v in g.items() if k != "params"}}
+        for g in optimizer.param_groups
+    ]
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, Any] = {}
     for p, state in optimizer.state.items():
@@ -85,13 +88,22 @@ def _optim_meta(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dic
                 scalars.setdefault(names[id(p)], {})[key] = {"value": val.item(), "dtype": str(val.dtype)[6:]}
             else:
                 scalars.setdefault(names[id(p)], {})[key] = {"value": val, "dtype": None}
-    meta = {"class": type(optimizer).__name__, "defaults": {k: _to_json(v) for k, v in optimizer.defaults.items()},
-            "param_groups": groups, "state_scalars": scalars}
+    meta = {
+        "class": type(optimizer).__name__,
+        "defaults": {k: _to_json(v) for k, v in optimizer.defaults.items()},
+        "param_groups": groups,
+        "state_scalars": scalars,
+    }
     return meta, tensors
 
 
-def export_state(out_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 batch: dict[str, torch.Tensor | None], scalars: dict) -> dict[str, str]:
+def export_state(
+    out_dir: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, torch.Tensor | None],
+    scalars: dict,
+) -> dict[str, str]:
     """Write the four files of the schema into ``out_dir``; returns ``{file name: path}``.
     ``batch`` values may be None (skipped, e.g. ``logp_ref`` in Variant B); ``scalars`` must be
     JSON-serialisable (step counts, hyperparameters, KL coefficient, prompt length ...)."""
@@ -105,8 +117,10 @@ def export_state(out_dir: str, model: nn.Module, optimizer: torch.optim.Optimize
         "schema_version": SCHEMA_VERSION,
         "torch_version": torch.__version__,
         "adapter_rank": adapter_rank(model),
-        "params": {n: {"shape": list(p.shape), "dtype": str(p.dtype)[6:], "requires_grad": p.requires_grad}
-                   for n, p in model.named_parameters()},
+        "params": {
+            n: {"shape": list(p.shape), "dtype": str(p.dtype)[6:], "requires_grad": p.requires_grad}
+            for n, p in model.named_parameters()
+        },
         "optimizer": optim_meta,
         "batch": {k[6:]: {"shape": list(v.shape), "dtype": str(v.dtype)[6:]} for k, v in batch_t.items()},
         "scalars": scalars,
@@ -122,23 +136,27 @@ def export_state(out_dir: str, model: nn.Module, optimizer: torch.optim.Optimize
 
 # ----------------------------------------------------------------------------- import
 
+
 @torch.no_grad()
 def _load_params(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     targets: dict[str, torch.Tensor] = {f"param/{n}": p for n, p in model.named_parameters()}
     persistent = set(model.state_dict().keys())
     targets.update({f"buffer/{n}": b for n, b in model.named_buffers() if n in persistent})
     if set(targets) != set(tensors):
-        raise ValueError(f"parameter names differ: missing {sorted(set(targets) - set(tensors))}, "
-                         f"unexpected {sorted(set(tensors) - set(targets))}")
+        raise ValueError(
+            f"parameter names differ: missing {sorted(set(targets) - set(tensors))}, "
+            f"unexpected {sorted(set(tensors) - set(targets))}"
+        )
     for key, t in tensors.items():
         dst = targets[key]
         if dst.shape != t.shape or dst.dtype != t.dtype:
             raise ValueError(f"{key}: file has {tuple(t.shape)} {t.dtype}, model {tuple(dst.shape)} {dst.dtype}")
-        dst.copy_(t)                                     # in place: optimizer references stay valid
+        dst.copy_(t)  # in place: optimizer references stay valid
 
 
-def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict,
-                    tensors: dict[str, torch.Tensor]) -> None:
+def _load_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, tensors: dict[str, torch.Tensor]
+) -> None:
     if meta["class"] != type(optimizer).__name__:
         raise ValueError(f"state is for {meta['class']}, optimizer is {type(optimizer).__name__}")
     names = _param_names(model)
@@ -153,7 +171,7 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: di
                 group[k] = _from_json(v, group.get(k))
     optimizer.state.clear()
     for key, t in tensors.items():
-        name, skey = key[len("optim/"):].rsplit("/", 1)
+        name, skey = key[len("optim/") :].rsplit("/", 1)
         optimizer.state[by_name[name]][skey] = t.to(by_name[name].device)
     for name, entries in meta["state_scalars"].items():
         for skey, e in entries.items():
@@ -161,8 +179,9 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: di
             optimizer.state[by_name[name]][skey] = val
 
 
-def import_state(in_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer
-                 ) -> tuple[dict[str, torch.Tensor | None], dict]:
+def import_state(
+    in_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, torch.Tensor | None], dict]:
     """Restore parameters, buffers and optimizer state (hyperparameters included) written by
     ``export_state`` into ``model``/``optimizer`` in place; returns ``(batch, scalars)`` with every
     key of ``BATCH_KEYS`` present (None where absent). Raises on any name/shape/class mismatch."""
@@ -180,5 +199,5 @@ def import_state(in_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer
     _load_optimizer(model, optimizer, meta["optimizer"], load_file(os.path.join(in_dir, "optim.safetensors")))
     raw = load_file(os.path.join(in_dir, "batch.safetensors"))
     batch: dict[str, torch.Tensor | None] = {k: None for k in BATCH_KEYS}
-    batch.update({k[len("batch/"):]: v for k, v in raw.items()})
+    batch.update({k[len("batch/") :]: v for k, v in raw.items()})
     return batch, meta["scalars"]

@@ -5,6 +5,7 @@ M minibatches. `Learner.update(batch, reference)` -> metrics; the Learner owns t
 side (`OptimSide`: optimizer, scheduler, adaptive-KL controller) that the managers share, and
 calls its `Objective` (algorithms/objective.py) for the advantages and the per-token loss.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, cast
@@ -38,18 +39,28 @@ class Learner:
     """The policy's optimizer side and the loss of one step; reads no reference state of its own:
     the step hands the `ReferenceSource` in (pi_ref for Variant A, pi_old for Variant B)."""
 
-    def __init__(self, spec: ObjectiveSpec, optim: OptimizerSpec, policy: torch.nn.Module, kl: KLTerm,
-                 T_max: int, counters: Counters, timer: StageTimer, order_gen: torch.Generator,
-                 event: Callable[..., None]):
+    def __init__(
+        self,
+        spec: ObjectiveSpec,
+        optim: OptimizerSpec,
+        policy: torch.nn.Module,
+        kl: KLTerm,
+        T_max: int,
+        counters: Counters,
+        timer: StageTimer,
+        order_gen: torch.Generator,
+        event: Callable[..., None],
+    ):
         """`spec`: advantages, loss, KL coefficient; `optim`: optimizer, schedule, update loop."""
         self.spec, self.opt_spec, self.policy, self.kl, self.T_max = spec, optim, policy, kl, T_max
-        self.objective = objective_lib.Objective(spec, kl, T_max)   # advantages and the per-token loss
+        self.objective = objective_lib.Objective(spec, kl, T_max)  # advantages and the per-token loss
         self.counters, self.timer, self.order_gen, self.event = counters, timer, order_gen, event
         optimizer = make_optimizer(optim, policy)
-        kl_ctrl = (kl_lib.AdaptiveKLController(spec.beta, spec.target_kl, spec.kl_horizon)
-                   if spec.target_kl > 0 else None)
-        self.optim = OptimSide(optimizer, run_scheduler(optimizer, optim), kl_ctrl)   # shared with the managers
-        self.updates_applied = 0        # optimizer steps taken (a run with none ends non-zero)
+        kl_ctrl = (
+            kl_lib.AdaptiveKLController(spec.beta, spec.target_kl, spec.kl_horizon) if spec.target_kl > 0 else None
+        )
+        self.optim = OptimSide(optimizer, run_scheduler(optimizer, optim), kl_ctrl)  # shared with the managers
+        self.updates_applied = 0  # optimizer steps taken (a run with none ends non-zero)
 
     @property
     def beta(self) -> float:
@@ -59,10 +70,14 @@ class Learner:
     def advantages(self, batch: RolloutBatch, reference: ReferenceSource) -> tuple[dict, dict]:
         """batch.advantages ([N], or [N, T] with the KL in the reward in token form) from the task
         rewards with --overlong shape applied -> (advantage metrics, shaping metrics)."""
-        ref = (reference.anchor(batch.tokens, batch.prompt_len, slice(None), batch.logp_old)[0]   # [N, T] view
-               if self.kl.in_reward else None)                                                 # --kl_in reward
+        ref = (
+            reference.anchor(batch.tokens, batch.prompt_len, slice(None), batch.logp_old)[0]  # [N, T] view
+            if self.kl.in_reward
+            else None
+        )  # --kl_in reward
         batch.advantages, adv_metrics, shape_metrics = self.objective.advantages(
-            batch.rewards, batch.mask, beta=self.beta, logp_old=batch.logp_old, logp_ref=ref)
+            batch.rewards, batch.mask, beta=self.beta, logp_old=batch.logp_old, logp_ref=ref
+        )
         return adv_metrics, shape_metrics
 
     def update(self, batch: RolloutBatch, reference: ReferenceSource, step: int = 0) -> dict:
@@ -72,19 +87,20 @@ class Learner:
         slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         sums: dict[str, float] = {}
         n_pass = 0
-        anchors = torch.zeros_like(batch.logp_old)                      # the anchor the loss saw, [N, T]
+        anchors = torch.zeros_like(batch.logp_old)  # the anchor the loss saw, [N, T]
         self.policy.train()
         inp, out_once = self.update_inputs(batch)
         for epoch in range(self.opt_spec.ppo_epochs):
             for j in torch.randperm(M, generator=self.order_gen).tolist():
-                mb = self.minibatch_step(batch, slices[j], inp, reference, step,
-                                         anchors=anchors if epoch == 0 else None)
+                mb = self.minibatch_step(
+                    batch, slices[j], inp, reference, step, anchors=anchors if epoch == 0 else None
+                )
                 for k, v in mb.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_pass += 1
         out = {k: v / n_pass for k, v in sums.items()}
         out.update(out_once)
-        if reference.enabled:                                           # the blog's k2 of pi_ref vs pi_old
+        if reference.enabled:  # the blog's k2 of pi_ref vs pi_old
             k2 = kl_lib.kl_terms(batch.logp_old, anchors, clamp=REF_OVER_OLD_CLAMP)["k2"]
             out["kl/ref_over_old_k2"] = float(loss_lib.masked_mean_or_zero(k2, batch.mask))
         return out
@@ -99,47 +115,83 @@ class Learner:
         b_full = self.kl.needs_old_logits
         if spec.tis_cap > 0 or b_full:
             with torch.no_grad():
-                logp, _, logits = policy_logprobs(self.policy, batch.tokens, batch.prompt_len, spec.temperature,
-                                                  chunk=spec.logprob_chunk)   # logits None when chunked
+                logp, _, logits = policy_logprobs(
+                    self.policy, batch.tokens, batch.prompt_len, spec.temperature, chunk=spec.logprob_chunk
+                )  # logits None when chunked
             self.counters.add("policy_fwd_train", 1)
             self.counters.add("tokens_policy", batch.tokens.numel())
             if spec.tis_cap > 0:
-                inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, spec.tis_cap)   # [N, T]
+                inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, spec.tis_cap)  # [N, T]
                 inp.logp_old = logp
-            inp.old_logits = logits if b_full else None                                  # [N, T, V]
+            inp.old_logits = logits if b_full else None  # [N, T, V]
         return inp, metrics
 
-    def minibatch_step(self, batch: RolloutBatch, sl: slice, inp: objective_lib.UpdateInputs,
-                       reference: ReferenceSource, step: int = 0, anchors: Optional[torch.Tensor] = None) -> dict:
+    def minibatch_step(
+        self,
+        batch: RolloutBatch,
+        sl: slice,
+        inp: objective_lib.UpdateInputs,
+        reference: ReferenceSource,
+        step: int = 0,
+        anchors: Optional[torch.Tensor] = None,
+    ) -> dict:
         """One optimizer step on rows `sl`: --micro_batch pieces accumulate, clip, NaN guard, step."""
         os_ = self.opt_spec
         opt = self.optim
         mask = inp.mask[sl]
-        opt.optimizer.zero_grad(set_to_none=True)                      # --micro_batch: grads accumulate
-        parts = [self._micro_backward(batch, m, sl, inp, reference, step, anchors)
-                 for m in micro.slices(sl, os_.micro_batch)]
-        loss, logp, ent, pg, kl, kl_tok, metrics = micro.join(parts)   # the minibatch's, detached
-        gn = (torch.nn.utils.clip_grad_norm_(self.policy.parameters(), os_.max_grad_norm)
-              if os_.max_grad_norm > 0 else _grad_norm(self.policy))
-        skipped = guards.nan_guard(self.policy, opt.optimizer, os_.on_nan, self.event, step, sl, loss=loss,
-                                   grad_norm=gn, logp=logp, kl=kl_tok, mask=batch.mask[sl])   # --on_nan: skip/stop
+        opt.optimizer.zero_grad(set_to_none=True)  # --micro_batch: grads accumulate
+        parts = [
+            self._micro_backward(batch, m, sl, inp, reference, step, anchors) for m in micro.slices(sl, os_.micro_batch)
+        ]
+        loss, logp, ent, pg, kl, kl_tok, metrics = micro.join(parts)  # the minibatch's, detached
+        gn = (
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), os_.max_grad_norm)
+            if os_.max_grad_norm > 0
+            else _grad_norm(self.policy)
+        )
+        skipped = guards.nan_guard(
+            self.policy,
+            opt.optimizer,
+            os_.on_nan,
+            self.event,
+            step,
+            sl,
+            loss=loss,
+            grad_norm=gn,
+            logp=logp,
+            kl=kl_tok,
+            mask=batch.mask[sl],
+        )  # --on_nan: skip/stop
         if not skipped:
             opt.optimizer.step()
             opt.scheduler.step()
             self.updates_applied += 1
         with torch.no_grad():
-            resp = batch.mask[sl]                                       # KL/entropy over all responses
+            resp = batch.mask[sl]  # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean_or_zero(v, resp)) for k, v in kl.items()}
-            out.update({"loss/total": float(loss), "optim/grad_norm": float(gn),
-                        "loss/pg": float(self.objective.reduce(pg, mask)),
-                        "loss/kl": float(self.objective.reduce(kl_tok, mask)),
-                        "policy/entropy": float(loss_lib.masked_mean_or_zero(ent, resp)),
-                        "guard/nan_skip_frac": float(skipped)})
+            out.update(
+                {
+                    "loss/total": float(loss),
+                    "optim/grad_norm": float(gn),
+                    "loss/pg": float(self.objective.reduce(pg, mask)),
+                    "loss/kl": float(self.objective.reduce(kl_tok, mask)),
+                    "policy/entropy": float(loss_lib.masked_mean_or_zero(ent, resp)),
+                    "guard/nan_skip_frac": float(skipped),
+                }
+            )
         out.update(metrics)
         return out
 
-    def _micro_backward(self, batch: RolloutBatch, sl: slice, ctx: slice, inp: objective_lib.UpdateInputs,
-                        reference: ReferenceSource, step: int, anchors: Optional[torch.Tensor]) -> micro.Part:
+    def _micro_backward(
+        self,
+        batch: RolloutBatch,
+        sl: slice,
+        ctx: slice,
+        inp: objective_lib.UpdateInputs,
+        reference: ReferenceSource,
+        step: int,
+        anchors: Optional[torch.Tensor],
+    ) -> micro.Part:
         """Forward, loss and backward of rows `sl` of minibatch `ctx` (its share of ctx's loss)."""
         spec = self.spec
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
@@ -147,21 +199,38 @@ class Learner:
         self.counters.add("policy_fwd_train", 1)
         self.counters.add("tokens_policy", tokens.numel())
         old_logits = None if inp.old_logits is None else inp.old_logits[sl]
-        with self.timer("ref_in_train"):                                # A0 runs a reference forward here
-            anchor, logits_anchor = reference.anchor(tokens, P, sl, inp.logp_old[sl], old_logits,
-                                                     with_logits=self.kl.needs_ref_logits)
-        if anchors is not None:                                         # once per row: the k2 diagnostic
+        with self.timer("ref_in_train"):  # A0 runs a reference forward here
+            anchor, logits_anchor = reference.anchor(
+                tokens, P, sl, inp.logp_old[sl], old_logits, with_logits=self.kl.needs_ref_logits
+            )
+        if anchors is not None:  # once per row: the k2 diagnostic
             anchors[sl] = anchor.detach()
-        adv = cast(torch.Tensor, batch.advantages)[sl]                   # set by `advantages` before the update
-        tok, pg, kl_tok, kl, metrics = self.objective.token_loss(       # pg + beta * KL term, [n, T]
-            logp, inp.logp_old[sl], adv, mask, anchor=anchor, logp_sampler=batch.logp_old[sl], beta=self.beta,
-            tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl], logits=logits,
-            logits_anchor=logits_anchor)
+        adv = cast(torch.Tensor, batch.advantages)[sl]  # set by `advantages` before the update
+        tok, pg, kl_tok, kl, metrics = self.objective.token_loss(  # pg + beta * KL term, [n, T]
+            logp,
+            inp.logp_old[sl],
+            adv,
+            mask,
+            anchor=anchor,
+            logp_sampler=batch.logp_old[sl],
+            beta=self.beta,
+            tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl],
+            logits=logits,
+            logits_anchor=logits_anchor,
+        )
         loss = micro.aggregate_in(tok, inp.mask[ctx], sl, ctx, self.objective.agg, self.T_max)
-        loss = guards.inject_nan(loss, step)                           # test hook, see guards.py
+        loss = guards.inject_nan(loss, step)  # test hook, see guards.py
         loss.backward()
-        return micro.Part(loss.detach(), logp.detach(), ent, pg.detach(), {k: v.detach() for k, v in kl.items()},
-                          kl_tok.detach(), metrics, float(mask.sum()))
+        return micro.Part(
+            loss.detach(),
+            logp.detach(),
+            ent,
+            pg.detach(),
+            {k: v.detach() for k, v in kl.items()},
+            kl_tok.detach(),
+            metrics,
+            float(mask.sum()),
+        )
 
 
 def _grad_norm(model) -> torch.Tensor:

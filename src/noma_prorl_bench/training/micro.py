@@ -14,6 +14,7 @@ tensors come back detached and are concatenated, so the logged metrics are the m
 too; the loss function's own metrics (clip fractions, ...) are averaged with weights = response
 tokens per micro-batch (exact for token means such as clip/frac).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def aggregate_in(x: Tensor, mask_ctx: Tensor, rows: slice, ctx: slice, agg: str,
         return loss_lib.aggregate(x, mask_ctx, agg, norm_const=norm_const)
     before, after = rows.start - ctx.start, ctx.stop - rows.stop
     T = x.shape[1]
-    full = torch.cat([x.new_zeros(before, T), x, x.new_zeros(after, T)])       # [n, T]
+    full = torch.cat([x.new_zeros(before, T), x, x.new_zeros(after, T)])  # [n, T]
     return loss_lib.aggregate(full, mask_ctx, agg, norm_const=norm_const)
 
 
@@ -53,14 +54,14 @@ def logprobs(policy, tokens: Tensor, P: int, temperature: float, chunk: int):
 class Part:
     """What one micro-batch leaves behind after its backward (all detached)."""
 
-    loss: Tensor            # scalar: its share of the minibatch loss
-    logp: Tensor            # [m, T]
-    ent: Tensor             # [m, T]
-    pg: Tensor              # [m, T]
-    kl: dict                # {name: [m, T]}
-    kl_tok: Tensor          # [m, T]
-    metrics: dict           # the loss function's own metrics
-    n_tok: float            # response tokens (loss mask) in this micro-batch
+    loss: Tensor  # scalar: its share of the minibatch loss
+    logp: Tensor  # [m, T]
+    ent: Tensor  # [m, T]
+    pg: Tensor  # [m, T]
+    kl: dict  # {name: [m, T]}
+    kl_tok: Tensor  # [m, T]
+    metrics: dict  # the loss function's own metrics
+    n_tok: float  # response tokens (loss mask) in this micro-batch
 
 
 def join(parts: list[Part]) -> tuple[Tensor, Tensor, Tensor, Tensor, dict, Tensor, dict]:
@@ -73,5 +74,12 @@ def join(parts: list[Part]) -> tuple[Tensor, Tensor, Tensor, Tensor, dict, Tenso
     tot = sum(w) or 1.0
     metrics = {k: sum(wi * float(p.metrics[k]) for wi, p in zip(w, parts)) / tot for k in parts[0].metrics}
     kl = {k: cat([p.kl[k] for p in parts]) for k in parts[0].kl}
-    return (torch.stack([p.loss for p in parts]).sum(), cat([p.logp for p in parts]), cat([p.ent for p in parts]),
-            cat([p.pg for p in parts]), kl, cat([p.kl_tok for p in parts]), metrics)
+    return (
+        torch.stack([p.loss for p in parts]).sum(),
+        cat([p.logp for p in parts]),
+        cat([p.ent for p in parts]),
+        cat([p.pg for p in parts]),
+        kl,
+        cat([p.kl_tok for p in parts]),
+        metrics,
+    )

@@ -33,7 +33,7 @@ from noma_prorl_bench.training.resets import adopt_frozen, clone_state_dict
 
 Params = dict[str, torch.Tensor]
 #: the drift monitor's row chunk holds at most this many logits per [n, T, V] tensor (64 MiB float32)
-MONITOR_CHUNK_ELEMENTS = 2 ** 24
+MONITOR_CHUNK_ELEMENTS = 2**24
 
 
 def vocab_size(policy: nn.Module) -> int:
@@ -77,12 +77,18 @@ def _functional(policy: nn.Module, params: Params):
     return call
 
 
-def _scaled_logits(policy: nn.Module, params: Params | None, tokens: torch.Tensor, P: int,
-                   temperature: float, counter: MonitorCounter | None) -> torch.Tensor:
+def _scaled_logits(
+    policy: nn.Module,
+    params: Params | None,
+    tokens: torch.Tensor,
+    P: int,
+    temperature: float,
+    counter: MonitorCounter | None,
+) -> torch.Tensor:
     """logits[N, T, V] / temperature of `policy`, or of its architecture with `params`."""
     t0 = time.perf_counter()
     model = policy if params is None else _functional(policy, params)
-    logits = response_logits(model, tokens, P) / temperature            # [N, T, V]
+    logits = response_logits(model, tokens, P) / temperature  # [N, T, V]
     if counter is not None:
         counter.forward(tokens.numel(), time.perf_counter() - t0)
     return logits
@@ -90,15 +96,21 @@ def _scaled_logits(policy: nn.Module, params: Params | None, tokens: torch.Tenso
 
 def _masked_kl(logits_p: torch.Tensor, logits_q: torch.Tensor, mask: torch.Tensor) -> float:
     """Masked mean over response tokens of KL(p || q): [N,T,V], [N,T,V], [N,T] -> float."""
-    kl = kl_full(logits_p, logits_q)                                     # [N, T]
+    kl = kl_full(logits_p, logits_q)  # [N, T]
     m = mask.to(kl.dtype)
     return float((kl * m).sum() / m.sum().clamp_min(1.0))
 
 
 @torch.no_grad()
-def drift_kl(policy: nn.Module, other: nn.Module | Params, tokens: torch.Tensor, P: int,
-             mask: torch.Tensor, temperature: float = 1.0,
-             counter: MonitorCounter | None = None) -> float:
+def drift_kl(
+    policy: nn.Module,
+    other: nn.Module | Params,
+    tokens: torch.Tensor,
+    P: int,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    counter: MonitorCounter | None = None,
+) -> float:
     """KL(pi_policy || pi_other) averaged over response tokens (mask[N, T]); 2 counted forwards.
 
     `other` is a module with the same vocabulary, or a parameter snapshot of `policy`'s
@@ -132,17 +144,20 @@ class PrevPolicySnapshot:
     def __init__(self, frozen: Params | None = None) -> None:
         self.params: Params | None = None
         self.step: int | None = None
-        self.frozen = frozen or {}   # the live policy's frozen parameters: a loaded snapshot aliases them
+        self.frozen = frozen or {}  # the live policy's frozen parameters: a loaded snapshot aliases them
 
     def capture(self, policy: nn.Module, step: int | None = None) -> None:
         """Copy `policy`'s current parameters and buffers (reusing storage when shapes match)."""
         sd = policy.state_dict()
         params = self.params
-        same = params is not None and params.keys() == sd.keys() and all(
-            params[k].shape == v.shape and params[k].dtype == v.dtype for k, v in sd.items())
+        same = (
+            params is not None
+            and params.keys() == sd.keys()
+            and all(params[k].shape == v.shape and params[k].dtype == v.dtype for k, v in sd.items())
+        )
         if same and params is not None:
             for k, v in sd.items():
-                if not same_tensor(params[k], v):     # an aliased frozen tensor is already current
+                if not same_tensor(params[k], v):  # an aliased frozen tensor is already current
                     params[k].copy_(v)
         else:
             self.params = clone_state_dict(policy, share_frozen=True)
@@ -160,12 +175,11 @@ class PrevPolicySnapshot:
 class DriftMonitor:
     """kl/to_init and kl/to_prev on a fixed evaluation batch, with their own forward counter."""
 
-    def __init__(self, policy: nn.Module, tokens: torch.Tensor, P: int, mask: torch.Tensor,
-                 temperature: float = 1.0):
+    def __init__(self, policy: nn.Module, tokens: torch.Tensor, P: int, mask: torch.Tensor, temperature: float = 1.0):
         if mask.shape != (tokens.shape[0], tokens.shape[1] - P):
             raise ValueError(f"mask {tuple(mask.shape)} does not match tokens {tuple(tokens.shape)} with P={P}")
         self.tokens, self.P, self.mask, self.temperature = tokens, P, mask, float(temperature)
-        self.frozen = frozen_parameters(policy)     # a LoRA base: aliased by both snapshots, held once
+        self.frozen = frozen_parameters(policy)  # a LoRA base: aliased by both snapshots, held once
         self.init_params: Params = clone_state_dict(policy, share_frozen=True)
         self.prev = PrevPolicySnapshot(self.frozen)
         self.counter = MonitorCounter()
@@ -185,12 +199,12 @@ class DriftMonitor:
             others["kl/to_prev"] = self.prev.params
         N, T = self.mask.shape
         rows = N if not T else max(1, MONITOR_CHUNK_ELEMENTS // (T * vocab_size(policy)))
-        sums: dict[str, Any] = {k: 0.0 for k in others}       # float, then a 0-dim tensor
+        sums: dict[str, Any] = {k: 0.0 for k in others}  # float, then a 0-dim tensor
         t0 = time.perf_counter()
         with _eval_mode(policy):
             for a in range(0, N, rows):
-                tok, m = self.tokens[a:a + rows], self.mask[a:a + rows].float()
-                lp = _scaled_logits(policy, None, tok, self.P, self.temperature, None)              # [n, T, V]
+                tok, m = self.tokens[a : a + rows], self.mask[a : a + rows].float()
+                lp = _scaled_logits(policy, None, tok, self.P, self.temperature, None)  # [n, T, V]
                 for key, params in others.items():
                     kl = kl_full(lp, _scaled_logits(policy, params, tok, self.P, self.temperature, None))
                     sums[key] = sums[key] + (kl * m).sum()

@@ -292,16 +292,21 @@ def state_census(optimizer: Optimizer) -> dict[str, Any]:
     `step` of their own (fused/8-bit optimizers that keep t per group, out of this module's reach)."""
     params = {id(p) for g in optimizer.param_groups for p in g["params"]}
     n_params = n_entries = 0
-    foreign = 0                                  # state keys that are not parameters of this optimizer
+    foreign = 0  # state keys that are not parameters of this optimizer
     for p, state in optimizer.state.items():
         if id(p) not in params:
             foreign += 1
         if state:
             n_params += 1
             n_entries += sum(1 for v in state.values() if isinstance(v, torch.Tensor))
-    return {"params": n_params, "entries": n_entries, "foreign": foreign,
-            "group_steps": sum(1 for g in optimizer.param_groups if "step" in g),
-            "max_step": optimizer_step_count(optimizer), **moment_norms(optimizer)}
+    return {
+        "params": n_params,
+        "entries": n_entries,
+        "foreign": foreign,
+        "group_steps": sum(1 for g in optimizer.param_groups if "step" in g),
+        "max_step": optimizer_step_count(optimizer),
+        **moment_norms(optimizer),
+    }
 
 
 def require_reachable(census: dict[str, Any]) -> None:
@@ -309,15 +314,25 @@ def require_reachable(census: dict[str, Any]) -> None:
     entry, found no param group with its own `step` and no state key outside the param groups: the
     state a reset would transform is where the transforms look (not in a wrapper, offloaded, sharded)."""
     if census["params"] < 1 or census["entries"] < 1:
-        raise RuntimeError(f"optimizer reset walked {census['params']} parameters and {census['entries']} state "
-                           "entries: the optimizer's state is not where the transforms look")
+        raise RuntimeError(
+            f"optimizer reset walked {census['params']} parameters and {census['entries']} state "
+            "entries: the optimizer's state is not where the transforms look"
+        )
     if census["group_steps"] or census["foreign"]:
-        raise RuntimeError(f"optimizer keeps state the transforms cannot reach ({census['group_steps']} param groups "
-                           f"with a `step`, {census['foreign']} state keys that are not its parameters)")
+        raise RuntimeError(
+            f"optimizer keeps state the transforms cannot reach ({census['group_steps']} param groups "
+            f"with a `step`, {census['foreign']} state keys that are not its parameters)"
+        )
 
 
-def verify_reset(optimizer: Optimizer, before: dict[str, Any], opt_reset: str, soft_factor: float,
-                 step_reset: bool, rtol: float = 1e-5) -> dict[str, Any]:
+def verify_reset(
+    optimizer: Optimizer,
+    before: dict[str, Any],
+    opt_reset: str,
+    soft_factor: float,
+    step_reset: bool,
+    rtol: float = 1e-5,
+) -> dict[str, Any]:
     """Read the state back after `apply_reset_semantics` and check it did what it says; return the
     census after. `before` is `state_census` taken just before the reset.
 
@@ -344,8 +359,10 @@ def verify_reset(optimizer: Optimizer, before: dict[str, Any], opt_reset: str, s
     else:  # asym
         ok = close(m1, f * m0) and v1 == v0
     if not ok:
-        raise RuntimeError(f"optimizer reset {opt_reset!r} (f={f}) read back m_norm {m0:.6g} -> {m1:.6g}, "
-                           f"v_norm {v0:.6g} -> {v1:.6g}, {after['params']} parameters with state")
+        raise RuntimeError(
+            f"optimizer reset {opt_reset!r} (f={f}) read back m_norm {m0:.6g} -> {m1:.6g}, "
+            f"v_norm {v0:.6g} -> {v1:.6g}, {after['params']} parameters with state"
+        )
     if opt_reset != "hard":
         want = 0 if step_reset else before["max_step"]
         if after["max_step"] != want:

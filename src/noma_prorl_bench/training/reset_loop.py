@@ -30,6 +30,7 @@ policy on the rollout batch).
 
 Both have `state_dict()` / `load_state_dict()` for checkpoints; docs/resets.md has the semantics.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -52,8 +53,8 @@ from noma_prorl_bench.training.resets import (
     trigger_from_spec,
 )
 
-RECOVERY_WINDOW = 10   # pre-reset level = mean train reward over the last 10 steps
-MONITOR_PROMPTS = 64   # fixed drift-monitor batch: this many validation prompts (or n_val)
+RECOVERY_WINDOW = 10  # pre-reset level = mean train reward over the last 10 steps
+MONITOR_PROMPTS = 64  # fixed drift-monitor batch: this many validation prompts (or n_val)
 
 
 def monitor_prompts(val_set: list, tok, P: int | None) -> torch.Tensor:
@@ -63,8 +64,9 @@ def monitor_prompts(val_set: list, tok, P: int | None) -> torch.Tensor:
 
 
 @torch.no_grad()
-def fixed_batch(policy: nn.Module, prompts: torch.Tensor, T_max: int, tok
-                ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+def fixed_batch(
+    policy: nn.Module, prompts: torch.Tensor, T_max: int, tok
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Greedy responses of `policy` to prompts[n, P], made once: (tokens[n, L], mask[n, T],
     forwards, tokens processed)."""
     prompts = prompts.to(policy_device(policy))
@@ -87,14 +89,21 @@ def _jsonable(d: dict) -> dict:
 class ResetManager:
     """Triggers, reset target, reference rule, optimizer semantics, recovery (see module doc)."""
 
-    def __init__(self, spec: ResetSpec, policy: nn.Module, ref: ReferenceSource, optim: OptimSide,
-                 emit: Callable[[dict], None], kl_key: str):
+    def __init__(
+        self,
+        spec: ResetSpec,
+        policy: nn.Module,
+        ref: ReferenceSource,
+        optim: OptimSide,
+        emit: Callable[[dict], None],
+        kl_key: str,
+    ):
         """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `kl_key`: the
         metric the KL-spike trigger reads (the loss estimator's, e.g. "kl/k3")."""
         self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
-        self.enabled = ref.enabled                    # Variant B: no reference, no resets
+        self.enabled = ref.enabled  # Variant B: no reference, no resets
         self.trigger = trigger_from_spec(spec)
-        self.best = BestTracker(frozen=frozen_parameters(policy))   # a frozen base is aliased, not cloned
+        self.best = BestTracker(frozen=frozen_parameters(policy))  # a frozen base is aliased, not cloned
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
         self.kl_key = kl_key
 
@@ -129,30 +138,54 @@ class ResetManager:
         spec, opt = self.spec, self.optim
         target: dict[str, Any] = {"reset_to": spec.reset_to}
         if spec.reset_to == "best":
-            if self.best.params is None:          # no validation yet: the current policy is the best we have
+            if self.best.params is None:  # no validation yet: the current policy is the best we have
                 target.update(restored_step=None, best_val=None)
             else:
                 target.update(restored_step=self.best.restore(self.policy), best_val=self.best.best)
         ref_rec = self.ref.reset_to(self.policy, spec.ref_update, spec.ref_mix_alpha)
         ev = decision.to_event()
-        record = {"step": ev.pop("step"), "event": "ref_reset", "reason": ev.pop("reason"), **ev,
-                  **ref_rec, **target, "n_resets": self.trigger.n_resets}
+        record = {
+            "step": ev.pop("step"),
+            "event": "ref_reset",
+            "reason": ev.pop("reason"),
+            **ev,
+            **ref_rec,
+            **target,
+            "n_resets": self.trigger.n_resets,
+        }
         self.emit(record)
         changed = apply_reset_semantics(
-            opt.optimizer, opt.scheduler, opt.kl_ctrl, opt_reset=spec.opt_reset, soft_factor=spec.soft_factor,
-            reset_opt_step=bool(spec.reset_opt_step), reset_lr_schedule=bool(spec.reset_lr_schedule),
-            reset_kl_coef=bool(spec.reset_kl_coef))
-        self.emit({"step": decision.step, "event": "opt_reset", "reason": decision.reason,
-                   "mode": spec.opt_reset, **_jsonable(changed)})
+            opt.optimizer,
+            opt.scheduler,
+            opt.kl_ctrl,
+            opt_reset=spec.opt_reset,
+            soft_factor=spec.soft_factor,
+            reset_opt_step=bool(spec.reset_opt_step),
+            reset_lr_schedule=bool(spec.reset_lr_schedule),
+            reset_kl_coef=bool(spec.reset_kl_coef),
+        )
+        self.emit(
+            {
+                "step": decision.step,
+                "event": "opt_reset",
+                "reason": decision.reason,
+                "mode": spec.opt_reset,
+                **_jsonable(changed),
+            }
+        )
         pending = self.recovery.on_reset(decision.step)
         if pending is not None:
-            self.emit({"step": decision.step, "event": "recovery", "reason": "a new reset came before recovery",
-                       **pending})
+            self.emit(
+                {"step": decision.step, "event": "recovery", "reason": "a new reset came before recovery", **pending}
+            )
         return record
 
     def state_dict(self) -> dict[str, Any]:
-        return {"trigger": self.trigger.state_dict(), "best": self.best.state_dict(),
-                "recovery": self.recovery.state_dict()}
+        return {
+            "trigger": self.trigger.state_dict(),
+            "best": self.best.state_dict(),
+            "recovery": self.recovery.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.trigger.load_state_dict(state["trigger"])
@@ -163,18 +196,33 @@ class ResetManager:
 class EvalMonitors:
     """kl/to_init, kl/to_prev and policy/delta_logp on eval steps, in count/monitor_fwd."""
 
-    def __init__(self, spec: EvalSpec, policy: nn.Module, counters: Counters, emit: Callable[[dict], None],
-                 prompts: torch.Tensor, T_max: int, tok):
+    def __init__(
+        self,
+        spec: EvalSpec,
+        policy: nn.Module,
+        counters: Counters,
+        emit: Callable[[dict], None],
+        prompts: torch.Tensor,
+        T_max: int,
+        tok,
+    ):
         """`prompts[n, P]`: the encoded validation prompts of the fixed batch (`monitor_prompts`);
         `counters`: the step's counters (count/monitor_fwd, count/tokens_monitor go there)."""
         self.spec, self.policy, self.counters = spec, policy, counters
         tokens, mask, fwd, n_tok = fixed_batch(policy, prompts, T_max, tok)
-        P = tokens.shape[1] - mask.shape[1]                                             # L - T
+        P = tokens.shape[1] - mask.shape[1]  # L - T
         self.drift = DriftMonitor(policy, tokens, P, mask, spec.temperature)
-        emit({"step": 0, "event": "monitor_setup",
-              "reason": "fixed drift-monitor batch: greedy responses of the warm-started policy",
-              "sequences": int(tokens.shape[0]), "response_len": int(mask.shape[1]), "fwd_calls": fwd,
-              "tokens": n_tok})
+        emit(
+            {
+                "step": 0,
+                "event": "monitor_setup",
+                "reason": "fixed drift-monitor batch: greedy responses of the warm-started policy",
+                "sequences": int(tokens.shape[0]),
+                "response_len": int(mask.shape[1]),
+                "fwd_calls": fwd,
+                "tokens": n_tok,
+            }
+        )
 
     def snapshots(self) -> list:
         """The parameter snapshots the drift monitor keeps (initial and previous policy)."""
@@ -191,8 +239,9 @@ class EvalMonitors:
         out = self.drift.measure(policy)
         was_training = policy.training
         policy.eval()
-        logp, _, _ = policy_logprobs(policy, batch.tokens, batch.prompt_len, self.spec.temperature,
-                                     chunk=self.spec.logprob_chunk)                                  # [N, T]
+        logp, _, _ = policy_logprobs(
+            policy, batch.tokens, batch.prompt_len, self.spec.temperature, chunk=self.spec.logprob_chunk
+        )  # [N, T]
         policy.train(was_training)
         out["policy/delta_logp"] = float(loss_lib.masked_mean_or_zero((logp - batch.logp_old).abs(), batch.mask))
         counts = self.drift.pop_counts()
@@ -201,10 +250,13 @@ class EvalMonitors:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"drift": self.drift.state_dict(), "tokens": self.drift.tokens, "mask": self.drift.mask,
-                "P": self.drift.P}
+        return {
+            "drift": self.drift.state_dict(),
+            "tokens": self.drift.tokens,
+            "mask": self.drift.mask,
+            "P": self.drift.P,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.drift.tokens, self.drift.mask, self.drift.P = state["tokens"], state["mask"], int(state["P"])
         self.drift.load_state_dict(state["drift"])
-

@@ -50,8 +50,14 @@ class Decision:
 class ResetTrigger:
     """Stateful reset trigger; call `check` once per step, after that step's update."""
 
-    def __init__(self, every: int = 0, kl_above: float | None = None, kl_min_gap: int = 0,
-                 stall_patience: int | None = None, stall_min_delta: float = 0.0):
+    def __init__(
+        self,
+        every: int = 0,
+        kl_above: float | None = None,
+        kl_min_gap: int = 0,
+        stall_patience: int | None = None,
+        stall_min_delta: float = 0.0,
+    ):
         if every < 0 or kl_min_gap < 0 or (stall_patience is not None and stall_patience < 1):
             raise ValueError("need every >= 0, kl_min_gap >= 0, stall_patience >= 1 or None")
         self.every = int(every)
@@ -59,10 +65,10 @@ class ResetTrigger:
         self.kl_min_gap = int(kl_min_gap)
         self.stall_patience = stall_patience
         self.stall_min_delta = float(stall_min_delta)
-        self.last_reset = 0          # step of the last reset of any reason (0 = start)
+        self.last_reset = 0  # step of the last reset of any reason (0 = start)
         self.n_resets = 0
         self.best_val: float | None = None
-        self.bad_vals = 0            # validations since the last improvement (or re-arm)
+        self.bad_vals = 0  # validations since the last improvement (or re-arm)
 
     def steps_since_reset(self, step: int) -> int:
         """Steps completed since the last reset (or since the start): the metric `reset/steps_since`."""
@@ -82,26 +88,33 @@ class ResetTrigger:
         self.bad_vals += 1
         if self.bad_vals < self.stall_patience:
             return None
-        self.bad_vals = 0            # re-arm
-        return {"val_reward": float(val_reward), "best": self.best_val,
-                "patience": self.stall_patience, "min_delta": self.stall_min_delta}
+        self.bad_vals = 0  # re-arm
+        return {
+            "val_reward": float(val_reward),
+            "best": self.best_val,
+            "patience": self.stall_patience,
+            "min_delta": self.stall_min_delta,
+        }
 
     def _kl_spike(self, step: int, kl_value: float | None) -> dict[str, float | int | None] | None:
         if kl_value is None or self.kl_above is None or not kl_value > self.kl_above:
             return None
         if step - self.last_reset < self.kl_min_gap:
             return None
-        return {"kl": float(kl_value), "threshold": float(self.kl_above),
-                "min_gap": self.kl_min_gap, "steps_since_reset": step - self.last_reset}
+        return {
+            "kl": float(kl_value),
+            "threshold": float(self.kl_above),
+            "min_gap": self.kl_min_gap,
+            "steps_since_reset": step - self.last_reset,
+        }
 
-    def check(self, step: int, kl_value: float | None = None,
-              val_reward: float | None = None) -> Decision | None:
+    def check(self, step: int, kl_value: float | None = None, val_reward: float | None = None) -> Decision | None:
         """Feed step `step` (1-based) with its KL estimate and, on eval steps, the val reward.
 
         Returns a Decision when a reset should happen now (and records it), else None.
         """
         fired: dict[str, dict[str, float | int | None]] = {}
-        stall = self._stall(val_reward)        # always updated: best/patience see every val
+        stall = self._stall(val_reward)  # always updated: best/patience see every val
         if stall is not None:
             fired["stall"] = stall
         kl = self._kl_spike(step, kl_value)
@@ -119,8 +132,12 @@ class ResetTrigger:
         return Decision(step=step, reason=reasons[0], values=values, reasons=reasons)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_reset": self.last_reset, "n_resets": self.n_resets,
-                "best_val": self.best_val, "bad_vals": self.bad_vals}
+        return {
+            "last_reset": self.last_reset,
+            "n_resets": self.n_resets,
+            "best_val": self.best_val,
+            "bad_vals": self.bad_vals,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.last_reset = int(state["last_reset"])
@@ -131,16 +148,21 @@ class ResetTrigger:
 
 def trigger_from_spec(spec: ResetSpec) -> ResetTrigger:
     """Build the trigger from a ResetSpec (0 means off for reset_kl_above / reset_on_stall)."""
-    return ResetTrigger(every=spec.reset_every, kl_above=spec.reset_kl_above or None,
-                        kl_min_gap=spec.reset_kl_min_gap, stall_patience=spec.reset_on_stall or None,
-                        stall_min_delta=spec.stall_min_delta)
+    return ResetTrigger(
+        every=spec.reset_every,
+        kl_above=spec.reset_kl_above or None,
+        kl_min_gap=spec.reset_kl_min_gap,
+        stall_patience=spec.reset_on_stall or None,
+        stall_min_delta=spec.stall_min_delta,
+    )
 
 
 # ---------------------------------------------------------------- parameter snapshots
 
 
-def clone_state_dict(module: nn.Module, device: str | torch.device | None = None,
-                     share_frozen: bool = False) -> dict[str, torch.Tensor]:
+def clone_state_dict(
+    module: nn.Module, device: str | torch.device | None = None, share_frozen: bool = False
+) -> dict[str, torch.Tensor]:
     """Detached clones of `module.state_dict()` (parameters and buffers), aliasing kept.
 
     Entries that share storage in the module (tied weights) share one clone, so the result
@@ -180,8 +202,8 @@ class BestTracker:
     """Best validation reward so far and a clone of the parameters at that time."""
 
     def __init__(self, device: str | torch.device | None = None, frozen: dict[str, torch.Tensor] | None = None):
-        self.device = device         # where the snapshot lives (e.g. "cpu" to spare GPU memory)
-        self.frozen = frozen or {}   # the live policy's frozen parameters: a loaded snapshot aliases them
+        self.device = device  # where the snapshot lives (e.g. "cpu" to spare GPU memory)
+        self.frozen = frozen or {}  # the live policy's frozen parameters: a loaded snapshot aliases them
         self.best: float | None = None
         self.step: int | None = None
         self.params: dict[str, torch.Tensor] | None = None
@@ -209,8 +231,11 @@ class BestTracker:
         self.best = None if state["best"] is None else float(state["best"])
         self.step = None if state["step"] is None else int(state["step"])
         params = state["params"]
-        self.params = None if params is None else adopt_frozen(
-            {k: v.detach().to(self.device, copy=True) for k, v in params.items()}, self.frozen)
+        self.params = (
+            None
+            if params is None
+            else adopt_frozen({k: v.detach().to(self.device, copy=True) for k, v in params.items()}, self.frozen)
+        )
 
 
 # ---------------------------------------------------------------- recovery after a reset
@@ -234,9 +259,13 @@ class RecoveryTracker:
         self.pre_level: float | None = None
 
     def _record(self, recovered: bool, steps: int) -> dict[str, Any]:
-        return {"reset_step": self.reset_step, "pre_level": self.pre_level,
-                "recovered": recovered, "steps_to_recover": steps if recovered else None,
-                "steps_observed": steps}
+        return {
+            "reset_step": self.reset_step,
+            "pre_level": self.pre_level,
+            "recovered": recovered,
+            "steps_to_recover": steps if recovered else None,
+            "steps_observed": steps,
+        }
 
     def observe(self, step: int, train_reward: float) -> dict[str, Any] | None:
         """Feed one step's mean train reward; returns the recovery record on the step it recovers."""
@@ -265,8 +294,12 @@ class RecoveryTracker:
         return pending
 
     def state_dict(self) -> dict[str, Any]:
-        return {"window": self.window, "history": list(self.history),
-                "reset_step": self.reset_step, "pre_level": self.pre_level}
+        return {
+            "window": self.window,
+            "history": list(self.history),
+            "reset_step": self.reset_step,
+            "pre_level": self.pre_level,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.window = int(state["window"])

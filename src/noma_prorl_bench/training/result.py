@@ -11,6 +11,7 @@ change's interval is the same on the per-prompt differences after - before.
 >>> ci([1.0, 0.0, 1.0, 0.0])["ci95"]
 [0.0, 1.0]
 """
+
 from __future__ import annotations
 
 import math
@@ -53,12 +54,14 @@ def _fmt(d: dict, sign: str = "") -> str:
 
 
 def result_line(validation: dict, greedy_key: str = "reward") -> str:
-    """"validation reward before RL 0.150 [0.101, 0.199] -> after 0.185 [...]: change +0.035 [...] ..."."""
+    """ "validation reward before RL 0.150 [0.101, 0.199] -> after 0.185 [...]: change +0.035 [...] ..."."""
     v = validation[greedy_key]
     name = "greedy correctness" if "correct" in validation else "greedy validation reward"
     main = validation.get("correct", v)
-    line = (f"{name} on {main['before']['n']} held-out prompts (95% CI over prompts): before RL "
-            f"{_fmt(main['before'])} -> after {_fmt(main['after'])}; change {_fmt(main['change'], '+')}")
+    line = (
+        f"{name} on {main['before']['n']} held-out prompts (95% CI over prompts): before RL "
+        f"{_fmt(main['before'])} -> after {_fmt(main['after'])}; change {_fmt(main['change'], '+')}"
+    )
     if "format" in validation:
         f = validation["format"]
         line += f"; format {f['before']['mean']:.3f} -> {f['after']['mean']:.3f}"
@@ -71,4 +74,5 @@ def eval_bar(spec, total: int, desc: str):
     if spec.quiet:
         return None
     from tqdm import tqdm  # noqa: PLC0415
+
     return tqdm(total=total, desc=desc, unit="prompt", file=sys.stderr, dynamic_ncols=True, leave=False)

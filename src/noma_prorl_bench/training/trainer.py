@@ -6,6 +6,7 @@ One step = collect (rollout/collector.py: sample, score, DAPO groups) -> referen
 growth (the managers) -> metrics. Counters are exact per step: `count/ref_fwd` is E*M for
 naive_epoch (A0), 1 for cached (A1) and ring (A2), 0 for Variant B (no reference model).
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,14 @@ from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, mon
 from noma_prorl_bench.training.result import eval_bar, per_prompt
 from noma_prorl_bench.training.warmstart import supervised_warm_start
 
-COUNTER_KEYS = ("policy_fwd_rollout", "policy_fwd_train", "tokens_policy", "monitor_fwd", "tokens_monitor",
-                "policy_fwd_eval")
+COUNTER_KEYS = (
+    "policy_fwd_rollout",
+    "policy_fwd_train",
+    "tokens_policy",
+    "monitor_fwd",
+    "tokens_monitor",
+    "policy_fwd_eval",
+)
 
 
 def set_determinism(threads: int, seed: int) -> None:
@@ -42,8 +49,9 @@ def set_determinism(threads: int, seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def warm_start(spec: WarmStartSpec, policy, task, tok, val_set, T_max: int, P, device,
-               event) -> tuple[dict, dict, dict]:
+def warm_start(
+    spec: WarmStartSpec, policy, task, tok, val_set, T_max: int, P, device, event
+) -> tuple[dict, dict, dict]:
     """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
     is reported separately (the `warmstart` event). Returns the event's values, the per-prompt
     record of that evaluation (training/result.py) and metrics.jsonl's step-0 row: `reward/val`
@@ -54,8 +62,12 @@ def warm_start(spec: WarmStartSpec, policy, task, tok, val_set, T_max: int, P, d
     val, texts, _ = evaluate(policy, task, tok, val_set, T_max, P, bar=bar)
     info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
     event("warmstart", "supervised warm start", **info)
-    row = {"step": 0, "reward/val": val, **part_metrics(task, texts, [e.answer for e in val_set], "reward/val_"),
-           "perf/peak_rss_mb": peak_rss_mb()}
+    row = {
+        "step": 0,
+        "reward/val": val,
+        **part_metrics(task, texts, [e.answer for e in val_set], "reward/val_"),
+        "perf/peak_rss_mb": peak_rss_mb(),
+    }
     return info, per_prompt(task, val_set, texts), row
 
 
@@ -65,8 +77,12 @@ def hold_precision(spec: ModelSpec, policy, event) -> dict:
     before the reference copy and the optimizer are made."""
     n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
     dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
-    info = {"requested": spec.dtype, "dtype": dtype, "frozen_bf16_tensors": n,
-            "params_by_dtype": params_by_dtype(policy)}
+    info = {
+        "requested": spec.dtype,
+        "dtype": dtype,
+        "frozen_bf16_tensors": n,
+        "params_by_dtype": params_by_dtype(policy),
+    }
     event("precision", why, **info)
     return {**info, "reason": why}
 
@@ -77,19 +93,44 @@ class Trainer:
     the `RunConfig`: each stage gets its own spec (config/specs.py)."""
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None, *,
-                    counters: Counters | None = None, collector: BatchSource | None = None,
-                    reference: ReferenceSource | None = None) -> Trainer:
+    def from_config(
+        cls,
+        cfg: RunConfig,
+        metrics_sink=None,
+        events_sink=None,
+        samples_sink=None,
+        *,
+        counters: Counters | None = None,
+        collector: BatchSource | None = None,
+        reference: ReferenceSource | None = None,
+    ) -> Trainer:
         """The Trainer of `cfg` (its specs: `RunSpecs.from_config`). `collector`, `reference` and the
         `counters` they count in replace the local ones (the Ray learner: batches and logp_ref
         arrive from elsewhere); `cfg` itself is kept only as the run's record (checkpoints)."""
-        return cls(RunSpecs.from_config(cfg), cfg, metrics_sink, events_sink, samples_sink, counters=counters,
-                   collector=collector, reference=reference)
+        return cls(
+            RunSpecs.from_config(cfg),
+            cfg,
+            metrics_sink,
+            events_sink,
+            samples_sink,
+            counters=counters,
+            collector=collector,
+            reference=reference,
+        )
 
-    def __init__(self, specs: RunSpecs, cfg: RunConfig, metrics_sink=None, events_sink=None, samples_sink=None, *,
-                 counters: Counters | None = None, collector: BatchSource | None = None,
-                 reference: ReferenceSource | None = None):
-        self.specs, self.cfg = specs, cfg             # cfg: written with each checkpoint, read by no stage
+    def __init__(
+        self,
+        specs: RunSpecs,
+        cfg: RunConfig,
+        metrics_sink=None,
+        events_sink=None,
+        samples_sink=None,
+        *,
+        counters: Counters | None = None,
+        collector: BatchSource | None = None,
+        reference: ReferenceSource | None = None,
+    ):
+        self.specs, self.cfg = specs, cfg  # cfg: written with each checkpoint, read by no stage
         self.metrics_sink = metrics_sink or NullSink()
         self.events_sink = events_sink or NullSink()
         self.samples_sink = samples_sink or NullSink()
@@ -98,15 +139,15 @@ class Trainer:
         ts, ms = specs.task, specs.model
         self.task = make_task(ts.task, n_val=ts.n_val, cfg=ts)
         self.T_max = ts.max_new_tokens or self.task.max_new_tokens
-        self.P = getattr(self.task, "prompt_len", None)        # None: longest prompt of each batch (text tasks)
-        L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None   # rollout and warm start
-        every = getattr(self.task, "all_examples", None)       # jsonl:PATH: its longest prompt (<bos> ... <sep>)
+        self.P = getattr(self.task, "prompt_len", None)  # None: longest prompt of each batch (text tasks)
+        L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None  # rollout and warm start
+        every = getattr(self.task, "all_examples", None)  # jsonl:PATH: its longest prompt (<bos> ... <sep>)
         if L_max is None and every is not None:
             L_max = max(512, 2 + max(len(e.prompt) for e in every()) + max(self.T_max, self.task.max_new_tokens))
         self.policy, self.tok = build_policy(ms, max_len=L_max)
         if is_user_task(ts.task):
-            check_vocabulary(self.task, self.tok, ms)         # char models spell only their vocabulary
-        self.device = policy_device(self.policy)               # --device (auto resolved)
+            check_vocabulary(self.task, self.tok, ms)  # char models spell only their vocabulary
+        self.device = policy_device(self.policy)  # --device (auto resolved)
         self.data_rng = np.random.default_rng([specs.seed, 1])
         # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
         # stream; CUDA runs get a CUDA generator with the same seed (a different stream).
@@ -116,43 +157,101 @@ class Trainer:
         self.counters = counters if counters is not None else Counters(COUNTER_KEYS)
         self.timer = StageTimer()
         self.step_idx = 0
-        self.val_after: dict | None = None   # per-prompt record of the last step's evaluation
+        self.val_after: dict | None = None  # per-prompt record of the last step's evaluation
         self.warmstart_info, self.val_before, self.initial_metrics = warm_start(
-            specs.warm_start, self.policy, self.task, self.tok, self.val_set, self.T_max, self.P, self.device,
-            self.event)
-        self.metrics_sink.write(self.initial_metrics)   # step 0: the curve starts before RL
-        attach_adapters(specs.growth, self.policy, self.write_event)   # --enable_growth: LoRA, base frozen
-        self.precision_info = hold_precision(ms, self.policy, self.event)   # --dtype used and why; bf16 frozen base
+            specs.warm_start,
+            self.policy,
+            self.task,
+            self.tok,
+            self.val_set,
+            self.T_max,
+            self.P,
+            self.device,
+            self.event,
+        )
+        self.metrics_sink.write(self.initial_metrics)  # step 0: the curve starts before RL
+        attach_adapters(specs.growth, self.policy, self.write_event)  # --enable_growth: LoRA, base frozen
+        self.precision_info = hold_precision(ms, self.policy, self.event)  # --dtype used and why; bf16 frozen base
         # ------------------------------------------------------------ the stages
-        self.collector: BatchSource = collector if collector is not None else Collector.from_spec(
-            specs.rollout, self.task, self.tok, self.policy, self.T_max, self.P, self.data_rng, self.sample_gen,
-            self.counters)
-        self.kl = KLTerm.from_spec(specs.objective.kl)   # the KL choice: estimator, placement, needs (kl_term.py)
+        self.collector: BatchSource = (
+            collector
+            if collector is not None
+            else Collector.from_spec(
+                specs.rollout,
+                self.task,
+                self.tok,
+                self.policy,
+                self.T_max,
+                self.P,
+                self.data_rng,
+                self.sample_gen,
+                self.counters,
+            )
+        )
+        self.kl = KLTerm.from_spec(specs.objective.kl)  # the KL choice: estimator, placement, needs (kl_term.py)
         rs = specs.reference
-        self.ref: ReferenceSource = reference if reference is not None else make_reference(
-            self.policy, rs.mode, rs.temperature, rs.rows, self.T_max, keep_logits=self.kl.needs_ref_logits,
-            chunk=rs.logprob_chunk)
-        self.learner = Learner(specs.objective, specs.optimizer, self.policy, self.kl, self.T_max, self.counters,
-                               self.timer, self.order_gen, self.event)   # optimizer, scheduler, adaptive KL
+        self.ref: ReferenceSource = (
+            reference
+            if reference is not None
+            else make_reference(
+                self.policy,
+                rs.mode,
+                rs.temperature,
+                rs.rows,
+                self.T_max,
+                keep_logits=self.kl.needs_ref_logits,
+                chunk=rs.logprob_chunk,
+            )
+        )
+        self.learner = Learner(
+            specs.objective,
+            specs.optimizer,
+            self.policy,
+            self.kl,
+            self.T_max,
+            self.counters,
+            self.timer,
+            self.order_gen,
+            self.event,
+        )  # optimizer, scheduler, adaptive KL
         # ------------------------------------------------------------ resets, drift monitors, growth
         # Each manager gets its spec and the narrow state it acts on, never the Trainer.
         optim = self.learner.optim
-        self.resets = ResetManager(specs.resets, self.policy, self.ref, optim, self.write_event,
-                                   kl_key=self.kl.metric_key)   # triggers, best checkpoint, recovery
-        self.monitors = EvalMonitors(specs.evaluation, self.policy, self.counters, self.write_event,   # kl/to_init
-                                     monitor_prompts(self.val_set, self.tok, self.P), self.T_max, self.tok)
-        self.growth = GrowthManager(specs.growth, specs.optimizer, self.policy, self.ref, optim, self.write_event,
-                                    resets=self.resets, snapshot_holders=(self.resets, self.monitors))
+        self.resets = ResetManager(
+            specs.resets, self.policy, self.ref, optim, self.write_event, kl_key=self.kl.metric_key
+        )  # triggers, best checkpoint, recovery
+        self.monitors = EvalMonitors(
+            specs.evaluation,
+            self.policy,
+            self.counters,
+            self.write_event,  # kl/to_init
+            monitor_prompts(self.val_set, self.tok, self.P),
+            self.T_max,
+            self.tok,
+        )
+        self.growth = GrowthManager(
+            specs.growth,
+            specs.optimizer,
+            self.policy,
+            self.ref,
+            optim,
+            self.write_event,
+            resets=self.resets,
+            snapshot_holders=(self.resets, self.monitors),
+        )
 
     # The optimizer side lives in `learner.optim` (shared with the managers: growth may replace
     # the optimizer and scheduler); these names read and write it.
-    optimizer = property(lambda self: self.learner.optim.optimizer,
-                         lambda self, v: setattr(self.learner.optim, "optimizer", v))
-    scheduler = property(lambda self: self.learner.optim.scheduler,
-                         lambda self, v: setattr(self.learner.optim, "scheduler", v))
-    kl_ctrl = property(lambda self: self.learner.optim.kl_ctrl,
-                       lambda self, v: setattr(self.learner.optim, "kl_ctrl", v))
-    updates_applied = property(lambda self: self.learner.updates_applied)   # optimizer steps taken
+    optimizer = property(
+        lambda self: self.learner.optim.optimizer, lambda self, v: setattr(self.learner.optim, "optimizer", v)
+    )
+    scheduler = property(
+        lambda self: self.learner.optim.scheduler, lambda self, v: setattr(self.learner.optim, "scheduler", v)
+    )
+    kl_ctrl = property(
+        lambda self: self.learner.optim.kl_ctrl, lambda self, v: setattr(self.learner.optim, "kl_ctrl", v)
+    )
+    updates_applied = property(lambda self: self.learner.updates_applied)  # optimizer steps taken
 
     def event(self, event: str, reason: str, **values) -> None:
         self.write_event({"step": self.step_idx, "event": event, "reason": reason, **values})
@@ -166,7 +265,7 @@ class Trainer:
         self.step_idx += 1
         t_step = time.perf_counter()
         if self.is_eval_step():
-            self.monitors.before_step(self.step_idx)                    # snapshot for kl/to_prev
+            self.monitors.before_step(self.step_idx)  # snapshot for kl/to_prev
         # ------------------------------------------------------------ 1. rollout + rewards
         with self.timer("rollout"):
             batch, rollout_metrics = self.collector.collect()
@@ -180,21 +279,26 @@ class Trainer:
         with self.timer("train"):
             upd = self.learner.update(batch, self.ref, step=self.step_idx)
         # ------------------------------------------------------------ 5. metrics
-        m = {"step": self.step_idx, "reward/mean": float(batch.rewards.mean()),
-             "reward/std": float(batch.rewards.std()), **adv_metrics, **upd}
-        m.update(part_metrics(self.task, batch.responses, batch.answers))   # rg: reward/correct, reward/format
+        m = {
+            "step": self.step_idx,
+            "reward/mean": float(batch.rewards.mean()),
+            "reward/std": float(batch.rewards.std()),
+            **adv_metrics,
+            **upd,
+        }
+        m.update(part_metrics(self.task, batch.responses, batch.answers))  # rg: reward/correct, reward/format
         m["response/len_mean"] = float(batch.mask.sum(1).mean())
         m["response/truncated_frac"] = float(batch.truncated.float().mean())
         m["kl/beta"] = self.learner.beta
         m["optim/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.kl_ctrl is not None:
-            self.kl_ctrl.update(upd.get(self.kl.metric_key, 0.0), batch.n)       # n = N samples (kl.py)
+            self.kl_ctrl.update(upd.get(self.kl.metric_key, 0.0), batch.n)  # n = N samples (kl.py)
         # ------------------------------------------------------------ 6. resets, evaluation
         if self.is_eval_step():
             with self.timer("eval"):
                 m.update(self.run_eval(batch))
-        m.update(self.resets.after_step(self.step_idx, m))              # sees this step's reward/val
-        m.update(self.growth.after_step(self.step_idx, m))              # adapter/rank; grows if due
+        m.update(self.resets.after_step(self.step_idx, m))  # sees this step's reward/val
+        m.update(self.growth.after_step(self.step_idx, m))  # adapter/rank; grows if due
         m.update(self.pop_step_stats(time.perf_counter() - t_step))
         self.metrics_sink.write(m)
         return m
@@ -204,9 +308,13 @@ class Trainer:
         """Every part of a resumable run, named: the stateful components in load order (growth
         first: it grows policy, reference and optimizer to the saved adapter rank), the RNG
         streams, the step, the optimizer-step count and the run's records (RECORDS)."""
-        scalars = {"T_max": self.T_max, "P": self.P, "step_idx": self.step_idx,
-                   "updates_applied": self.learner.updates_applied,
-                   **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None}}
+        scalars = {
+            "T_max": self.T_max,
+            "P": self.P,
+            "step_idx": self.step_idx,
+            "updates_applied": self.learner.updates_applied,
+            **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None},
+        }
         return checkpoint.state_tree(self.step_idx, self._components(), self._generators(), scalars)
 
     #: what the run has recorded about itself (warm start, precision, per-prompt evaluations before
@@ -218,7 +326,7 @@ class Trainer:
         schedule's horizon follows this run's --steps. Mismatches raise checkpoint.CheckpointError."""
         horizons = [getattr(f, "total_steps", None) for f in getattr(self.scheduler, "lr_lambdas", [])]
         scalars = checkpoint.load_state_tree(state, self._components, self._generators())
-        for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):   # growth may have replaced it
+        for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):  # growth may have replaced it
             if total is not None:
                 f.total_steps = total
         for k in self.RECORDS:
@@ -227,9 +335,16 @@ class Trainer:
         self.step_idx = int(state["step"])
 
     def _components(self) -> dict:
-        parts = {"growth": self.growth, "policy": self.policy, "ref": self.ref, "optimizer": self.optimizer,
-                 "scheduler": self.scheduler, "kl_ctrl": self.kl_ctrl, "resets": self.resets,
-                 "monitors": self.monitors}
+        parts = {
+            "growth": self.growth,
+            "policy": self.policy,
+            "ref": self.ref,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+            "kl_ctrl": self.kl_ctrl,
+            "resets": self.resets,
+            "monitors": self.monitors,
+        }
         return {k: v for k, v in parts.items() if v is not None and hasattr(v, "state_dict")}
 
     def _generators(self) -> dict:
@@ -246,16 +361,25 @@ class Trainer:
         val, texts, gs = evaluate(self.policy, self.task, self.tok, self.val_set, self.T_max, self.P)
         self.counters.add("policy_fwd_eval", gs.fwd_calls)
         for e, s in list(zip(self.val_set, texts))[:4]:
-            self.samples_sink.write({"step": self.step_idx, "split": "val", "prompt": e.prompt, "response": s,
-                                     "answer": e.answer, "reward": self.task.reward(s, e.answer)})
+            self.samples_sink.write(
+                {
+                    "step": self.step_idx,
+                    "split": "val",
+                    "prompt": e.prompt,
+                    "response": s,
+                    "answer": e.answer,
+                    "reward": self.task.reward(s, e.answer),
+                }
+            )
         val_parts = part_metrics(self.task, texts, [e.answer for e in self.val_set], "reward/val_")
         ev = self.specs.evaluation
         if self.step_idx == ev.steps:
             self.val_after = per_prompt(self.task, self.val_set, texts)
-        if ev.eval_samples:                        # its own seeded generator: training's streams are untouched
+        if ev.eval_samples:  # its own seeded generator: training's streams are untouched
             gen = torch.Generator(device=self.device).manual_seed(ev.seed * 1000 + 7 + self.step_idx)
-            passk, gs = sampled_pass_at_k(self.policy, self.task, self.tok, self.val_set, ev.eval_samples,
-                                          self.T_max, ev.temperature, gen, self.P)
+            passk, gs = sampled_pass_at_k(
+                self.policy, self.task, self.tok, self.val_set, ev.eval_samples, self.T_max, ev.temperature, gen, self.P
+            )
             self.counters.add("policy_fwd_eval", gs.fwd_calls)
             val_parts.update(passk)
         return {"reward/val": val, **val_parts, **self.monitors.measure(batch)}
@@ -266,10 +390,15 @@ class Trainer:
         out.update(self.ref.pop_counts())
         times = self.timer.pop()
         ref_in_train = times.get("time/ref_in_train", 0.0)
-        out.update({"time/rollout": times.get("time/rollout", 0.0),
-                    "time/ref": times.get("time/ref", 0.0) + ref_in_train,
-                    "time/train": times.get("time/train", 0.0) - ref_in_train,
-                    "time/eval": times.get("time/eval", 0.0), "time/step": step_seconds})
+        out.update(
+            {
+                "time/rollout": times.get("time/rollout", 0.0),
+                "time/ref": times.get("time/ref", 0.0) + ref_in_train,
+                "time/train": times.get("time/train", 0.0) - ref_in_train,
+                "time/eval": times.get("time/eval", 0.0),
+                "time/step": step_seconds,
+            }
+        )
         tokens = out["count/tokens_policy"] + out["count/tokens_ref"]
         out["perf/tokens_per_s"] = tokens / max(step_seconds, 1e-9)
         out["perf/peak_rss_mb"] = peak_rss_mb()
