@@ -106,6 +106,30 @@ PRESETS: dict[str, dict[str, Any]] = {
             "k3",
         ],
     ),
+    # the reset question across tasks: the atlas's treatments on a finer beta grid (GRID_ARMS), run
+    # once per task (`--task reverse_digits`, `--task sort_digits`): where resets stop hurting
+    "grid": dict(
+        seeds=10,
+        steps=300,
+        reset_every=50,
+        evidence=True,
+        k=10,
+        arms="grid",
+        base=[
+            "--batch_size",
+            "8",
+            "--group_size",
+            "8",
+            "--lr",
+            "2e-3",
+            "--eval_every",
+            "10",
+            "--n_val",
+            "128",
+            "--kl_estimator",
+            "k3",
+        ],
+    ),
     # optimizer state at adapter growth, on a task where the adapter arms learn (GROWTH_ARMS)
     "growth": dict(
         seeds=10,
@@ -184,6 +208,10 @@ ATLAS_TREATMENTS = {
     "step": ["--reset_every", "{reset_every}", "--opt_reset", "keep", "--reset_opt_step", "1"],
 }
 ATLAS_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ATLAS_BETAS for t, flags in ATLAS_TREATMENTS.items()}
+#: the cross-task grid: the same arms (an arm of both has the same name and flags) on betas that
+#: bracket the atlas's change of sign between 0.2 and 1, and one above 1
+GRID_BETAS = ("0.1", "0.2", "0.5", "1", "2")
+GRID_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in GRID_BETAS for t, flags in ATLAS_TREATMENTS.items()}
 #: the real-model arms: the atlas's reference treatments, no reset vs reset every {reset_every} steps
 #: with Adam's state kept or rebuilt (the other flags come from the preset's base)
 REAL_RESET_ARMS = {f"real-{t}": [*_A1, *ATLAS_TREATMENTS[t]] for t in ("none", "keep", "hard")}
@@ -231,7 +259,7 @@ COMPARISONS = [
 #: per beta: does a reset (moments kept) beat no reset, and does each optimizer treatment beat keep
 ATLAS_COMPARISONS = [
     c
-    for b in ATLAS_BETAS
+    for b in sorted(set(ATLAS_BETAS + GRID_BETAS), key=float)
     for c in [(f"beta {b}: reset-keep vs no reset", f"b{b}-keep", f"b{b}-none")]
     + [
         (f"beta {b}: reset-{t} vs reset-keep", f"b{b}-{t}", f"b{b}-keep")
@@ -289,6 +317,7 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
         return dict(AA_ARMS)
     named = {
         "atlas": ATLAS_ARMS,
+        "grid": GRID_ARMS,
         "quick": QUICK_ARMS,
         "cost": COST_ARMS,
         "growth": GROWTH_ARMS,

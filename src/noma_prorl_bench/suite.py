@@ -3,6 +3,7 @@
     prorl-bench suite --preset quick --outdir runs/suite_quick     # ~10 min on 2 idle cores: the headline
     prorl-bench suite --preset smoke --outdir /tmp/suite           # ~1 min: the pipeline (tests)
     prorl-bench suite --preset atlas --outdir runs/atlas           # the regime map (240 runs, ~1 h)
+    prorl-bench suite --preset grid --task sort_digits --outdir runs/grid_sort   # one task's beta grid (300 runs)
     prorl-bench suite --preset full --outdir runs/suite_full       # variants A0/A1/A2/B and resets, 10 seeds
     prorl-bench suite --preset growth --outdir runs/growth         # optimizer state at adapter growth
     prorl-bench suite --preset cost --outdir runs/cost --jobs 1    # step-time cost, arms interleaved
@@ -128,7 +129,7 @@ def run_all(
 
 #: CPU-seconds of one run per RL step where no run of the suite has finished yet: (CPU-seconds, steps) of
 #: a measured run (an atlas run of 300 steps, GRU defaults, one thread, `time`: 23.3 s user, 2-core Xeon VM)
-MEASURED_CPU_S = {"quick": (23.3, 300), "atlas": (23.3, 300)}
+MEASURED_CPU_S = {"quick": (23.3, 300), "atlas": (23.3, 300), "grid": (23.3, 300)}
 
 
 def _measured_cpu_per_step(specs: list[RunSpec], outdir: str) -> tuple[float, str] | None:
