@@ -63,7 +63,8 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
         "of n normal differences with the observed sd(d); ∞ when "
         "the sign-flip test cannot reach 0.05/m with n pairs (2/2ⁿ ≥ 0.05/m). The CI is the "
         "row's own, before the family correction: a row marked *CI excludes 0 "
-        "(uncorrected)* has an interval without 0 but did not survive Holm.",
+        "(uncorrected)* has an interval without 0 but did not survive Holm; a verdict marked *CI "
+        "includes 0* passed the test while its interval, widened on a skewed side, reaches 0.",
         "",
     ]
     return lines
@@ -87,6 +88,8 @@ def verdict_text(r: dict) -> str:
     """The verdict, and for a null whose own CI excludes 0 the plain statement of which is which."""
     if r["verdict"] == "no detectable difference" and r.get("ci_excludes_0"):
         return "no detectable difference; *CI excludes 0 (uncorrected)*"
+    if r["verdict"] in ("better", "worse") and r.get("ci_excludes_0") is False:
+        return f"{r['verdict']}; *CI includes 0 (widened for skew; the test decides)*"
     return r["verdict"]
 
 
