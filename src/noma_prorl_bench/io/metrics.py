@@ -250,9 +250,6 @@ class WandbSink:
                 wandb.teardown()
 
 
-REPORT_TO = ("none", "tensorboard", "csv", "wandb")
-
-
 def report_targets(report_to: str) -> list[str]:
     """--report_to as a list: "csv,wandb" -> ["csv", "wandb"]; "none" -> []."""
     return [t.strip() for t in report_to.split(",") if t.strip() and t.strip() != "none"]
