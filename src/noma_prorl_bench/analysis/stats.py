@@ -96,12 +96,6 @@ def mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(a - b, axis=axis)
 
 
-def mean_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    """mean(a) / mean(b) along `axis` (vectorised)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.mean(a, axis=axis) / np.mean(b, axis=axis)
-
-
 def t_ci(values: Values, level: float = 0.95) -> tuple[float, float]:
     """Student t interval of mean(d): mean +- t((1 + level)/2, n-1) sd(d) / sqrt(n). NaN bounds
     with fewer than 2 finite values; [d, d] when every d_i is equal."""
