@@ -244,13 +244,13 @@ def test_step_signals_read_a_real_steps_metrics():
     from noma_prorl_bench.io.metrics import REWARD_MEAN, REWARD_VAL, StepSignals
     from noma_prorl_bench.training.trainer import Trainer
 
-    for est in ("k1", "k3", "full"):
+    for est, key in (("simple", "kl/k1"), ("k3", "kl/k3"), ("full", "kl/full")):
         cfg = dict(outdir="/tmp/unused", batch_size=2, group_size=2, warmstart_steps=1, n_val=4, hidden=16)
         tr = Trainer.from_config(make_config({**cfg, "eval_every": 1, "quiet": True, "kl_estimator": est}))
         m = tr.train_step()
         sig = StepSignals.of(m, tr.kl.metric_key)
-        assert tr.kl.metric_key == f"kl/{est}"
-        assert (sig.reward_mean, sig.reward_val, sig.kl) == (m[REWARD_MEAN], m[REWARD_VAL], m[f"kl/{est}"])
+        assert tr.kl.metric_key == key
+        assert (sig.reward_mean, sig.reward_val, sig.kl) == (m[REWARD_MEAN], m[REWARD_VAL], m[key])
         assert None not in (sig.reward_val, sig.kl)
     assert StepSignals.of({REWARD_MEAN: 0.5}, "kl/k3") == StepSignals(0.5, None, None)  # no eval, no KL
 
