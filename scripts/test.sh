@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh), lint (ruff), type-check (mypy) and run the whole test suite (all tiers).
-# ruff (lint and format) and mypy settings are in pyproject.toml (mypy checks every package but analysis/).
+# ruff (lint and format) and mypy settings are in pyproject.toml (mypy checks every package).
 # Usage: bash scripts/test.sh [extra pytest args]
 #   PRORL_TEST_SKIP_SETUP=1 bash scripts/test.sh ...   skip setup, ruff and mypy (pytest only)
 # One Ctrl-C (SIGINT) or a SIGTERM to this script stops everything it started: pytest gets the SIGINT

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.unit
 
 
 def fake_spec(dist="no-such-dist-h16"):
-    return gm.ModelSpec(
+    return gm.GGUFModel(
         name="fake", dist=dist, version="0.1.2", gguf_name="x.gguf", sha256="0" * 64, check_question="q", check_word="w"
     )
 
@@ -25,7 +25,7 @@ def test_missing_wheel_is_exit_2_with_the_pip_command(monkeypatch, tmp_path, cap
 
 
 def test_wrong_version_is_named(monkeypatch):
-    spec = gm.ModelSpec(
+    spec = gm.GGUFModel(
         name="fake", dist="pytest", version="0.0.1", gguf_name="x.gguf", sha256="", check_question="q", check_word="w"
     )
     with pytest.raises(gm.MissingExtra, match="0.0.1 is needed"):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import ConfigError, make_config
+from noma_prorl_bench.io.metrics import StepSignals
 from noma_prorl_bench.models.lora import adapter_parameters, adapter_rank
 from noma_prorl_bench.training.growth import check_no_stale_state
 from noma_prorl_bench.training.growth_loop import (
@@ -195,7 +196,7 @@ def test_stall_trigger_counts_validations():
     tr = _trainer(grow_on="stall", grow_every=0, grow_patience=2)
     g = tr.growth
     seq = [(1, 0.5), (2, 0.5), (3, 0.4), (4, 0.6), (5, 0.6), (6, 0.6), (7, None)]
-    assert [g.due(s, {"reward/val": v} if v is not None else {}) for s, v in seq] == [
+    assert [g.due(s, StepSignals(reward_mean=0.0, reward_val=v)) for s, v in seq] == [
         None,
         None,
         "stall",

@@ -118,3 +118,12 @@ def test_the_refusal_names_the_flag_with_the_largest_share(monkeypatch):
     assert preflight.memory_error(cfg_of(model="transformer", d_model=1024)).startswith("argument --d_model:")
     assert preflight.memory_error(cfg_of(batch_size=4096)).startswith("argument --batch_size:")
     assert preflight.memory_error(cfg_of(n_val=10**6)).startswith("argument --n_val:")
+
+
+def test_eval_batch_is_the_evaluations():
+    """The estimate's evaluation rows are the evaluation's own batch (io/ sits below rollout/,
+    so it cannot import the constant: the two are tied here)."""
+    from noma_prorl_bench.io import memory
+    from noma_prorl_bench.rollout import sampling
+
+    assert memory.EVAL_BATCH == sampling.EVAL_BATCH

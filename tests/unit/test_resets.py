@@ -231,3 +231,53 @@ def test_trigger_from_spec_zero_means_off():
     cfg.reset_kl_above, cfg.reset_on_stall, cfg.reset_every = 0.5, 2, 10
     trig = trigger_from_spec(cfg)
     assert (trig.kl_above, trig.stall_patience, trig.kl_min_gap, trig.every) == (0.5, 2, 20, 10)
+
+
+# ---------------------------------------------------------------- the triggers' metric seam
+
+
+@pytest.mark.unit
+def test_step_signals_read_a_real_steps_metrics():
+    """The keys `StepSignals.of` reads are the ones a Trainer step writes: on an eval step with
+    each KL estimator, every signal is present and is the metrics' own value."""
+    from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.io.metrics import REWARD_MEAN, REWARD_VAL, StepSignals
+    from noma_prorl_bench.training.trainer import Trainer
+
+    for est, key in (("simple", "kl/k1"), ("k3", "kl/k3"), ("full", "kl/full")):
+        cfg = dict(outdir="/tmp/unused", batch_size=2, group_size=2, warmstart_steps=1, n_val=4, hidden=16)
+        tr = Trainer.from_config(make_config({**cfg, "eval_every": 1, "quiet": True, "kl_estimator": est}))
+        m = tr.train_step()
+        sig = StepSignals.of(m, tr.kl.metric_key)
+        assert tr.kl.metric_key == key
+        assert (sig.reward_mean, sig.reward_val, sig.kl) == (m[REWARD_MEAN], m[REWARD_VAL], m[key])
+        assert None not in (sig.reward_val, sig.kl)
+    assert StepSignals.of({REWARD_MEAN: 0.5}, "kl/k3") == StepSignals(0.5, None, None)  # no eval, no KL
+
+
+@pytest.mark.unit
+def test_triggers_spell_no_metric_key():
+    """The reset and growth triggers read a step through `StepSignals`: their code (docstrings
+    aside) holds none of the keys `StepSignals.of` reads."""
+    import ast
+    import inspect
+
+    from noma_prorl_bench.config.fields import KL_METRIC_KEYS
+    from noma_prorl_bench.io.metrics import REWARD_MEAN, REWARD_VAL
+    from noma_prorl_bench.training import growth_loop, reset_loop, resets
+
+    keys = {REWARD_MEAN, REWARD_VAL, *KL_METRIC_KEYS.values()}
+    for mod in (resets, reset_loop, growth_loop):
+        tree = ast.parse(inspect.getsource(mod))
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        spelled = {
+            n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in keys and id(n) not in docs
+        }
+        assert not spelled, f"{mod.__name__} spells {spelled}"

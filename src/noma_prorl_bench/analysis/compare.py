@@ -160,7 +160,7 @@ def compare(
     timing rows: "cost"); `mde80` with the family's size (module docstring)."""
     nums = {a: {p: run_numbers(r, k) for p, r in rs.items()} for a, rs in arms.items()}
     families, skip = families or {}, _pair_set(checks)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, x, y in comparisons:
         if x not in arms or y not in arms:
             continue
@@ -209,7 +209,7 @@ def identity_check(arms: dict[str, dict[Any, Run]], name: str, x: str, y: str) -
     for every metric outside CHECK_SKIP, the same value at every step (NaN equals NaN).
     `identical` is False at the first difference (`first_difference` names pair, metric, step,
     both values) and None when the two arms share no pair."""
-    out = dict(name=name, arm=x, baseline=y, pairs=0, identical=None, first_difference=None)
+    out: dict[str, Any] = dict(name=name, arm=x, baseline=y, pairs=0, identical=None, first_difference=None)
     if x not in arms or y not in arms:
         return out
     for pair in sorted(set(arms[x]) & set(arms[y]), key=str):

@@ -23,9 +23,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -40,6 +41,9 @@ from noma_prorl_bench.analysis.runlog import (
     smooth,
 )
 from noma_prorl_bench.analysis.untrusted import plot_text
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 STAGES = ("rollout", "ref", "train", "eval", "other")
 STAGE_COLORS = {"rollout": "#4c72b0", "ref": "#dd8452", "train": "#55a868", "eval": "#c44e52", "other": "#8c8c8c"}
@@ -107,10 +111,10 @@ def _colors(n: int) -> list:
 
 #: data line styles, cycled with the colours so neighbouring entries differ in both (a reader
 #: without colour, or a printout, still tells them apart)
-LINE_STYLES = ("-", "--", "-.", (0, (1, 1)))
+LINE_STYLES: tuple[LineStyleType, ...] = ("-", "--", "-.", (0, (1, 1)))
 
 
-def _style(i: int):
+def _style(i: int) -> LineStyleType:
     return LINE_STYLES[i % len(LINE_STYLES)]
 
 
@@ -120,12 +124,13 @@ def merge_twins(ents: Sequence[Entry], twins: dict[str, str] | None) -> dict[str
     are dropped; the kept arm's label names the dropped ones."""
     arm_of = {lab: (rs[0].arm or lab) for lab, rs in ents}
     present = set(arm_of.values())
-    dropped = {lab for lab, arm in arm_of.items() if (twins or {}).get(arm) in present}
+    twin_of = twins or {}
+    dropped = {lab for lab, arm in arm_of.items() if twin_of.get(arm) in present}
     shown = {}
     for lab, arm in arm_of.items():
         if lab in dropped:
             continue
-        same = [arm_of[d] for d in dropped if twins[arm_of[d]] == arm]
+        same = [arm_of[d] for d in dropped if twin_of[arm_of[d]] == arm]
         shown[f"{lab} = {' = '.join(same)} (identical by construction)" if same else lab] = lab
     return shown
 
@@ -145,11 +150,11 @@ def _panel(ax, title: str, ylabel: str) -> None:
 
 
 def _legend(
-    fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Line2D], styles: Sequence | None = None
+    fig: Figure, ents: Sequence[Entry], colors: Sequence, extra: Sequence[Artist], styles: Sequence | None = None
 ) -> int:
     """Figure legend below the panels; returns its number of rows."""
     styles = styles or [_style(i) for i in range(len(ents))]
-    handles = [
+    handles: list[Artist] = [
         Line2D([], [], color=c, linestyle=st, label=plot_text(lab, 120))
         for (lab, _), c, st in zip(ents, colors, styles)
     ]
@@ -158,9 +163,9 @@ def _legend(
     return -(-len(handles) // 3)
 
 
-def _event_keys(ents: Sequence[Entry]) -> list[Line2D]:
+def _event_keys(ents: Sequence[Entry]) -> list[Artist]:
     runs = [r for _, rs in ents for r in rs]
-    keys = []
+    keys: list[Artist] = []
     if any(r.event_steps(*RESET_EVENTS) for r in runs):
         keys.append(Line2D([], [], color="k", linestyle=":", label="reset (dotted)"))
     if any(r.event_steps("growth") for r in runs):
@@ -178,15 +183,15 @@ def _finish(fig: Figure, title: str, legend_rows: int) -> None:
 
 # ---------------------------------------------------------------- summary figure
 
-KL_STYLES = (("kl/k1", "-."), ("kl/k3", (0, (4, 1, 1, 1, 1, 1))))
+KL_STYLES: tuple[tuple[str, LineStyleType], ...] = (("kl/k1", "-."), ("kl/k3", (0, (4, 1, 1, 1, 1, 1))))
 
 
 def _clip_outliers(ax, q: float = 99.0, margin: float = 1.3) -> None:
     """Cap the y-axis at `margin` x the q-th percentile of the plotted data, so a few k3
     spikes (k3 = r - 1 - log r is heavy-tailed) do not flatten every other line; the title
     says when it is capped."""
-    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
-    ys = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.array([])
+    per_line = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    ys = np.concatenate([y[np.isfinite(y)] for y in per_line]) if per_line else np.array([])
     if ys.size == 0:
         return
     top, peak = float(np.percentile(ys, q)) * margin, float(ys.max())
@@ -244,7 +249,7 @@ def summary_figure(
     _clip_outliers(axes[2])
     for ax in axes:
         _mark_events(ax, shown, [color[src[lab]] for lab, _ in shown])
-    kl_keys = [Line2D([], [], color="gray", label="KL in the loss (the entry's line)")]
+    kl_keys: list[Artist] = [Line2D([], [], color="gray", label="KL in the loss (the entry's line)")]
     kl_keys += [
         Line2D([], [], color="gray", linestyle=st, linewidth=0.8, label=f"{k[3:]} (thin)") for k, st in KL_STYLES
     ]

@@ -95,7 +95,7 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
         run = next((r for r in runs if r.samples), None)
         if run is None:
             continue
-        steps = sorted({s.get("step") for s in run.samples if isinstance(s.get("step"), int)})
+        steps = sorted({s["step"] for s in run.samples if isinstance(s.get("step"), int)})
         for step in dict.fromkeys([steps[0], steps[-1]] if steps else []):
             for s in [s for s in run.samples if s.get("step") == step][:per_end]:
                 rows.append(

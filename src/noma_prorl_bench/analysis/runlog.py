@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from noma_prorl_bench.analysis.untrusted import term_text
-from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES, kl_metric_key
+from noma_prorl_bench.config import REF_CODES, kl_metric_key
 from noma_prorl_bench.io import safe_files
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
@@ -81,9 +81,6 @@ NOT_CONFIG = frozenset(
         "actor_timeout",
     }
 )
-
-#: kl_estimator config value -> metric key of the estimate used in the loss (the config's one map).
-KL_LOSS_KEY = KL_METRIC_KEYS
 
 #: Derived per-step throughput (see the module docstring).
 THROUGHPUT_KEY = "derived/policy_tokens_per_s"

@@ -67,7 +67,7 @@ import functools
 import itertools
 import math
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -79,15 +79,16 @@ MIN_BOOTSTRAP_N = 10  # fewer pairs: no interval for statistics other than mean(
 N_BOOT_T, BOOT_T_SEED = 9_999, 0  # bootstrap-t resamples of `paired_interval`
 MIN_BOOT_T_N = 5  # fewer pairs: the t interval alone (a resample of 4 or fewer is too often constant)
 MDE_STUDIES, MDE_SEED, MDE_SIM_MAX_N = 2_000, 0, EXACT_MAX_N  # simulated power of `mde80`
+Values = Union[Sequence[float], np.ndarray]  # a sample: a list of floats or a 1-D float array
 
 
-def _clean(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _clean(x: Values, y: Values) -> tuple[np.ndarray, np.ndarray]:
     """Pairs where both values are finite."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape:
-        raise ValueError(f"paired samples need equal lengths, got {x.shape} and {y.shape}")
-    ok = np.isfinite(x) & np.isfinite(y)
-    return x[ok], y[ok]
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.shape != ya.shape:
+        raise ValueError(f"paired samples need equal lengths, got {xa.shape} and {ya.shape}")
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    return xa[ok], ya[ok]
 
 
 def mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -95,18 +96,12 @@ def mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(a - b, axis=axis)
 
 
-def mean_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    """mean(a) / mean(b) along `axis` (vectorised)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.mean(a, axis=axis) / np.mean(b, axis=axis)
-
-
-def t_ci(d: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+def t_ci(values: Values, level: float = 0.95) -> tuple[float, float]:
     """Student t interval of mean(d): mean +- t((1 + level)/2, n-1) sd(d) / sqrt(n). NaN bounds
     with fewer than 2 finite values; [d, d] when every d_i is equal."""
     from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
-    d = np.asarray([v for v in d if math.isfinite(v)], dtype=float)
+    d = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if d.size < 2:
         return math.nan, math.nan
     if np.ptp(d) == 0:
@@ -133,9 +128,7 @@ def _boot_t_quantiles(d: np.ndarray, level: float) -> tuple[float, float] | None
     return float(lo), float(hi)
 
 
-def paired_interval(
-    differences: Sequence[float], level: float = 0.95, resolution: float | None = None
-) -> tuple[float, float]:
+def paired_interval(differences: Values, level: float = 0.95, resolution: float | None = None) -> tuple[float, float]:
     """The report's interval for the mean of paired differences (module docstring): the t
     interval widened to the bootstrap-t interval on the side where that one reaches further
     (the t interval alone below MIN_BOOT_T_N pairs). Deterministic (seeded resamples). When
@@ -161,8 +154,8 @@ def paired_interval(
 
 
 def bootstrap_ci(
-    x: Sequence[float],
-    y: Sequence[float],
+    x: Values,
+    y: Values,
     statistic: Callable = mean_diff,
     level: float = 0.95,
     seed: int = 0,
@@ -175,18 +168,18 @@ def bootstrap_ci(
     2 pairs."""
     from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a bootstrap)
 
-    x, y = _clean(x, y)
-    if x.size < 2:
+    xa, ya = _clean(x, y)
+    if xa.size < 2:
         return math.nan, math.nan
     if statistic is mean_diff:
-        return paired_interval(x - y, level, resolution)
-    if x.size < MIN_BOOTSTRAP_N:
+        return paired_interval(xa - ya, level, resolution)
+    if xa.size < MIN_BOOTSTRAP_N:
         return math.nan, math.nan
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = sps.bootstrap(
-                (x, y),
+                (xa, ya),
                 statistic,
                 paired=True,
                 vectorized=True,
@@ -201,10 +194,10 @@ def bootstrap_ci(
     return math.nan, math.nan
 
 
-def sign_flip_p(d: Sequence[float], seed: int = 0, n_random: int = 20_000) -> float:
+def sign_flip_p(values: Values, seed: int = 0, n_random: int = 20_000) -> float:
     """Two-sided paired permutation p-value of mean(d) = 0 (module docstring). 1.0 when every
     d_i is 0; NaN without data."""
-    d = np.asarray([v for v in d if math.isfinite(v)], dtype=float)
+    d = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if d.size == 0:
         return math.nan
     observed = abs(d.mean())
@@ -220,7 +213,7 @@ def sign_flip_p(d: Sequence[float], seed: int = 0, n_random: int = 20_000) -> fl
     return (k + 1) / (n_random + 1)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
+def holm(pvalues: Values) -> list[float]:
     """Holm-adjusted p-values (same order as given; NaN stays NaN and is not counted in m)."""
     p = np.asarray(pvalues, dtype=float)
     idx = [i for i in np.argsort(p, kind="stable") if math.isfinite(p[i])]
@@ -238,7 +231,7 @@ def verdict(diff: float, p_holm: float, higher_is_better: bool = True, alpha: fl
     return VERDICTS[0] if (diff > 0) == higher_is_better else VERDICTS[1]
 
 
-def fieller_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+def fieller_ci(num: Values, den: Values, level: float = 0.95) -> tuple[float, float]:
     """Fieller's interval for mean(num) / mean(den) from paired samples, with t(n-1): the set of
     rho with (a - rho b)^2 <= t^2 (V11 - 2 rho V12 + rho^2 V22), a = mean(num), b = mean(den),
     V11 = var(num)/n, V22 = var(den)/n, V12 = cov(num, den)/n (ddof 1). Its ends are the roots
@@ -262,9 +255,7 @@ def fieller_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95) 
     return (big_b - root) / big_a, (big_b + root) / big_a
 
 
-def ratio_ci(
-    num: Sequence[float], den: Sequence[float], level: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
+def ratio_ci(num: Values, den: Values, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
     """mean(num) / mean(den) and its Fieller interval (`fieller_ci`; e.g. the share of A's gain
     B keeps, num_i = B's gain on seed i, den_i = A's). NaN point when mean(den) <= 0. `seed` is
     kept for callers and unused: nothing is resampled, so the verdict read from the interval

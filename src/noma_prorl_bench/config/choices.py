@@ -31,6 +31,9 @@ LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)  # training/optim_state.mak
 GROWTH_MIGRATIONS: tuple[str, ...] = get_args(GrowthMigration)  # training/growth.grow_adapters
 COMPILE_DECODES: tuple[str, ...] = get_args(CompileDecode)  # models/static_decode
 EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)  # tasks/reasoning_gym
+#: --report_to's names (a comma list of them, or none alone; config/validate checks it, the
+#: sinks are io/metrics.report_sink's)
+REPORT_TO: tuple[str, ...] = ("none", "tensorboard", "csv", "wandb")
 
 #: flag -> its values, for the test that ties each list to the parser and docs/flags.md
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -11,6 +11,7 @@ import typing
 from dataclasses import fields
 from typing import Optional
 
+from noma_prorl_bench.config.choices import REPORT_TO
 from noma_prorl_bench.config.fields import RunConfig
 
 
@@ -292,9 +293,6 @@ def _validate_rg_task(cfg: RunConfig) -> None:
             raise ConfigError("task_kwargs", f"is not valid JSON ({e}): {cfg.task_kwargs!r}") from None
         if not isinstance(kw, dict):
             raise ConfigError("task_kwargs", f"must be a JSON object, got {cfg.task_kwargs!r}")
-
-
-REPORT_TO = ("none", "tensorboard", "csv", "wandb")
 
 
 def _validate_report_to(cfg: RunConfig) -> None:

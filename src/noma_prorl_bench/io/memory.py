@@ -66,7 +66,6 @@ class Shape:
     layers: int
     ffn: int  # MLP width I
     kv: int  # key/value width per layer K
-    param_bytes: int = 4  # bytes per trainable element (gradients and moments are float32 here)
     act_bytes: int = 4  # activations (2 under bf16 compute)
     shared_bytes: int = 0  # frozen parameters (a LoRA base): held once, aliased by every copy
 
@@ -226,7 +225,6 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
         full,
         trainable,
         *dims,
-        param_bytes=2 if dtype == "bfloat16" else 4,
         act_bytes=2 if low else 4,
         shared_bytes=frozen,
     )

@@ -21,12 +21,36 @@ import shutil
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Any, Iterable, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
 
 from noma_prorl_bench.io import safe_files
 
 #: one step's metrics: namespaced keys (see the module docstring) -> values
 Metrics = dict[str, float]
+
+#: the step-metric keys the run's own decisions read (reset and growth triggers): spelled once,
+#: here, and read only by `StepSignals.of`. The KL key is the loss estimator's
+#: (`KLTerm.metric_key`, from config.fields.KL_METRIC_KEYS), handed to `of` by the Trainer.
+REWARD_MEAN = "reward/mean"
+REWARD_VAL = "reward/val"
+
+
+@dataclass(frozen=True)
+class StepSignals:
+    """What the reset and growth triggers act on, read once from a step's metrics so that no
+    trigger spells a metric key. reward_mean: `reward/mean`; reward_val: `reward/val` (eval
+    steps only, else None); kl: the loss estimator's per-step mean KL (e.g. `kl/k3`; None when
+    the step did not log it). The values are the metrics' own objects, not converted."""
+
+    reward_mean: float
+    reward_val: Optional[float] = None
+    kl: Optional[float] = None
+
+    @classmethod
+    def of(cls, m: Mapping[str, Any], kl_key: str) -> StepSignals:
+        """The signals of step metrics `m`; `kl_key` names the KL estimate in the loss."""
+        return cls(reward_mean=m[REWARD_MEAN], reward_val=m.get(REWARD_VAL), kl=m.get(kl_key))
 
 
 def _clean(v):
@@ -224,9 +248,6 @@ class WandbSink:
             self._run = None
             if self._own_service and wandb.run is None:
                 wandb.teardown()
-
-
-REPORT_TO = ("none", "tensorboard", "csv", "wandb")
 
 
 def report_targets(report_to: str) -> list[str]:

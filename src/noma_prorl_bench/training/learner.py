@@ -25,8 +25,6 @@ from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 
-REF_OVER_OLD_CLAMP = kl_lib.REF_OVER_OLD_CLAMP  # |log pi_ref/pi_old| clamp of the blog's k2 diagnostic
-
 
 def make_optimizer(spec: OptimizerSpec, policy: torch.nn.Module) -> torch.optim.Optimizer:
     """--optimizer over the trainable parameters (LoRA: the adapters only)."""
@@ -101,7 +99,7 @@ class Learner:
         out = {k: v / n_pass for k, v in sums.items()}
         out.update(out_once)
         if reference.enabled:  # the blog's k2 of pi_ref vs pi_old
-            k2 = kl_lib.kl_terms(batch.logp_old, anchors, clamp=REF_OVER_OLD_CLAMP)["k2"]
+            k2 = kl_lib.kl_terms(batch.logp_old, anchors, clamp=kl_lib.REF_OVER_OLD_CLAMP)["k2"]
             out["kl/ref_over_old_k2"] = float(loss_lib.masked_mean_or_zero(k2, batch.mask))
         return out
 

@@ -8,7 +8,8 @@ reference holder, the shared `optim_state.OptimSide`, the step counters) and an 
 callback that writes one events.jsonl record.
 
 `ResetManager` (trainer attribute `resets`) runs once per step after the update *and* the
-evaluation of that step, on the step's metrics dict:
+evaluation of that step, on the step's `io.metrics.StepSignals` (read from its metrics by the
+Trainer; no metric key is spelled here):
   1. on eval steps, `BestTracker.update` (only under `--reset_to best`) with `reward/val`;
   2. `RecoveryTracker.observe` with `reward/mean`; writes a `recovery` event when the train
      reward is back to its pre-reset level;
@@ -40,7 +41,7 @@ from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
-from noma_prorl_bench.io.metrics import Counters
+from noma_prorl_bench.io.metrics import Counters, StepSignals
 from noma_prorl_bench.models.base import frozen_parameters, policy_device, policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
@@ -96,16 +97,13 @@ class ResetManager:
         ref: ReferenceSource,
         optim: OptimSide,
         emit: Callable[[dict], None],
-        kl_key: str,
     ):
-        """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `kl_key`: the
-        metric the KL-spike trigger reads (the loss estimator's, e.g. "kl/k3")."""
+        """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference)."""
         self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
         self.enabled = ref.enabled  # Variant B: no reference, no resets
         self.trigger = trigger_from_spec(spec)
         self.best = BestTracker(frozen=frozen_parameters(policy))  # a frozen base is aliased, not cloned
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
-        self.kl_key = kl_key
 
     @property
     def n_resets(self) -> int:
@@ -116,19 +114,19 @@ class ResetManager:
         """The parameter snapshots this manager keeps (the best checkpoint; None before one)."""
         return [self.best.params]
 
-    def after_step(self, step: int, m: dict) -> dict:
-        """Feed step `step`'s metrics (with `reward/val` on eval steps); reset if a trigger fires.
+    def after_step(self, step: int, sig: StepSignals) -> dict:
+        """Feed step `step`'s signals (`reward_val` on eval steps); reset if a trigger fires.
 
         Returns {"reset/steps_since": ...} to merge into the step's metrics.
         """
-        val = m.get("reward/val")
+        val = sig.reward_val
         if val is not None and self.spec.reset_to == "best":
             self.best.update(step, val, self.policy)
-        rec = self.recovery.observe(step, m["reward/mean"])
+        rec = self.recovery.observe(step, sig.reward_mean)
         if rec is not None:
             self.emit({"step": step, "event": "recovery", "reason": "train reward back to its pre-reset level", **rec})
         if self.enabled:
-            decision = self.trigger.check(step, m.get(self.kl_key), val)
+            decision = self.trigger.check(step, sig.kl, val)
             if decision is not None:
                 self.reset(decision)
         return {"reset/steps_since": self.trigger.steps_since_reset(step)}

@@ -18,7 +18,7 @@ from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.specs import ModelSpec, RunSpecs, WarmStartSpec
 from noma_prorl_bench.io import checkpoint
-from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, peak_rss_mb
+from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, StepSignals, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.models.precision import hold_frozen_in_bf16, params_by_dtype
@@ -218,7 +218,7 @@ class Trainer:
         # Each manager gets its spec and the narrow state it acts on, never the Trainer.
         optim = self.learner.optim
         self.resets = ResetManager(
-            specs.resets, self.policy, self.ref, optim, self.write_event, kl_key=self.kl.metric_key
+            specs.resets, self.policy, self.ref, optim, self.write_event
         )  # triggers, best checkpoint, recovery
         self.monitors = EvalMonitors(
             specs.evaluation,
@@ -297,8 +297,9 @@ class Trainer:
         if self.is_eval_step():
             with self.timer("eval"):
                 m.update(self.run_eval(batch))
-        m.update(self.resets.after_step(self.step_idx, m))  # sees this step's reward/val
-        m.update(self.growth.after_step(self.step_idx, m))  # adapter/rank; grows if due
+        sig = StepSignals.of(m, self.kl.metric_key)  # what the triggers read (this step's reward/val)
+        m.update(self.resets.after_step(self.step_idx, sig))
+        m.update(self.growth.after_step(self.step_idx, sig))  # adapter/rank; grows if due
         m.update(self.pop_step_stats(time.perf_counter() - t_step))
         self.metrics_sink.write(m)
         return m
