@@ -247,12 +247,10 @@ def answer(maps: Sequence[SuiteMap]) -> str:
         else:
             differ.append(b)
     said = []
-    if "better" in agree:
-        said.append(f"beats no reset at beta {_span(agree['better'], tested)}")
-    if "worse" in agree:
-        said.append(f"loses to it at beta {_span(agree['worse'], tested)}")
-    if "n.d." in agree:
-        said.append(f"cannot be told from it at beta {', '.join(agree['n.d.'])}")
+    for verdict, verb in (("better", "beats {}"), ("worse", "loses to {}"), ("n.d.", "cannot be told from {}")):
+        if verdict in agree:
+            betas_said = _span(agree[verdict], tested) if verdict != "n.d." else ", ".join(agree[verdict])
+            said.append(verb.format("it" if said else "no reset") + f" at beta {betas_said}")
     where = where[0].upper() + where[1:]
     if said:
         first = f"**{where}, reset + keep {' and '.join(said)}**"
@@ -260,7 +258,7 @@ def answer(maps: Sequence[SuiteMap]) -> str:
         first = f"{where}, reset + keep reaches the same verdict against no reset at no beta"
     if len(maps) > 1 and differ:
         first += f"; the tasks differ at beta {', '.join(differ)}"
-    if tested:
+    if tested and len(maps) > 1:
         first += " (" + "; ".join(_per_task(m, tested) for m in maps) + ")"
     first += "."
     untested = [b for b in betas if b not in tested]
