@@ -1,5 +1,5 @@
 """`prorl-bench map` as a user runs it: two fabricated grid suites give map.md, map.json and
-map.png; bad input (a missing folder, a folder without grid arms, two suites of one task) is one
+map.png, whose numbers are each suite's own report's (summary.json); bad input (a missing folder, a folder without grid arms, two suites of one task) is one
 line naming the argument, exit 2, and nothing written."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_gridmap import _write_grid  # noqa: E402
+from fakeruns import GRID_K as K  # noqa: E402
+from fakeruns import write_grid as _write_grid  # noqa: E402
+
+from noma_prorl_bench.analysis import report as rp  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 
@@ -48,6 +50,19 @@ def test_map_writes_its_three_files(suites, tmp_path):
     assert [s["task"] for s in data["suites"]] == ["reverse_digits", "sort_digits"]
     assert data["answer"] == md.splitlines()[2]
     assert (out / "map.png").stat().st_size > 20_000
+    # every cell's numbers are the ones the suite's own report writes for that comparison
+    for root, written in zip(suites, data["suites"]):
+        suite = json.loads((root / "suite.json").read_text())
+        dirs = [root / r["name"] for r in suite["runs"]]
+        rep = rp.write_report(
+            dirs, tmp_path / root.name / "report.md", tmp_path / root.name / "fig", {"score_evals": K}, suite
+        )
+        summary = {c["name"]: c for c in json.loads((rep.parent / "summary.json").read_text())["comparisons"]}
+        assert len(summary) == len(written["cells"]) == 4
+        for cell in written["cells"]:
+            row = summary[cell["comparison"]]
+            for key in ("diff", "ci95", "p_holm", "verdict", "n_pairs", "mde80"):
+                assert cell[key] == row[key], (cell["comparison"], key)
 
 
 @pytest.mark.parametrize("case", ["missing", "no_grid", "same_task", "out_is_link"])

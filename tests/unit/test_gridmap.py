@@ -1,6 +1,6 @@
 """The cross-task map (analysis/gridmap.py) on two fabricated grid suites: every cell's effect,
-interval, Holm p and verdict recomputed by hand from fakeruns' formulas, and equal to the numbers
-each suite's own report writes (summary.json); two identical arms give `no detectable difference`;
+interval, Holm p and verdict recomputed by hand from fakeruns' formulas (the equality with each
+suite's own report: tests/smoke/test_map_cli.py); two identical arms give `no detectable difference`;
 a cell on fewer pairs than listed says so; the answer states what holds on both tasks; untrusted
 task names are escaped; bad suites are one-line errors."""
 
@@ -16,59 +16,17 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakeruns import write_run  # noqa: E402
+from fakeruns import GRID_EVERY as EVERY  # noqa: E402
+from fakeruns import GRID_K as K  # noqa: E402
+from fakeruns import GRID_QUALITY as QUALITY  # noqa: E402
+from fakeruns import GRID_SEEDS as SEEDS  # noqa: E402
+from fakeruns import GRID_STEPS as STEPS  # noqa: E402
+from fakeruns import grid_jitter as _jitter  # noqa: E402
+from fakeruns import write_grid as _write_grid  # noqa: E402
 
 from noma_prorl_bench.analysis import gridmap, stats  # noqa: E402
-from noma_prorl_bench.analysis import report as rp  # noqa: E402
 
 pytestmark = pytest.mark.unit
-K, SEEDS, STEPS, EVERY = 5, list(range(8)), 40, 5
-BETAS = ("0.1", "1")
-#: task -> beta -> treatment -> quality (fakeruns: val reward = 0.9 q (1 - exp(-t/12)) + 0.01 seed)
-QUALITY = {
-    "reverse_digits": {"0.1": dict(none=1.0, keep=0.9, hard=0.9), "1": dict(none=0.9, keep=1.0, hard=1.0)},
-    "sort_digits": {"0.1": dict(none=1.0, keep=1.0, hard=1.0), "1": dict(none=0.8, keep=1.0, hard=1.0)},
-}
-
-
-def _jitter(arm: str, seed: int) -> float:
-    """0, 0.01, ..., 0.04 by seed and treatment (none, keep differ; hard gets keep's)."""
-    return 0.01 * ((seed * 7 + ord(arm.split("-")[1][0])) % 5)
-
-
-def _write_grid(root: Path, task: str) -> Path:
-    runs, comps = [], []
-    for beta in BETAS:
-        for t, q in QUALITY[task][beta].items():
-            arm = f"b{beta}-{t}"
-            # keep and hard share quality and jitter: identical rewards (the two-identical-arms case)
-            jit_arm = arm.replace("hard", "keep")
-            for s in SEEDS:
-                write_run(
-                    root / f"{arm}_s{s}",
-                    seed=s,
-                    beta=float(beta),
-                    task=task,
-                    steps=STEPS,
-                    eval_every=EVERY,
-                    quality=q + (0.0 if task == "sort_digits" and beta == "0.1" else _jitter(jit_arm, s)),
-                    opt_reset="hard" if t == "hard" else "keep",
-                    reset_every=0 if t == "none" else 10,
-                )
-                runs.append({"name": f"{arm}_s{s}", "arm": arm, "pair": s})
-        comps += [
-            [f"beta {beta}: reset-keep vs no reset", f"b{beta}-keep", f"b{beta}-none"],
-            [f"beta {beta}: reset-hard vs reset-keep", f"b{beta}-hard", f"b{beta}-keep"],
-        ]
-    suite = {
-        "preset": "grid",
-        "runs": runs,
-        "comparisons": comps,
-        "families": {c[0]: c[0].split(":")[0] for c in comps},
-    }
-    (root / "suite.json").write_text(json.dumps(suite))
-    (root / "settings.json").write_text(json.dumps({"score_evals": K, "commit": "abc123"}))
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -119,26 +77,6 @@ def test_cells_recomputed_by_hand(grids):
     assert flat["diff"] == 0.0 and flat["verdict"] == "no detectable difference"
 
 
-def test_numbers_equal_each_suites_report(grids, tmp_path):
-    maps = gridmap.read_suites(list(grids.values()))
-    for m, root in zip(maps, grids.values()):
-        suite = json.loads((root / "suite.json").read_text())
-        dirs = [root / r["name"] for r in suite["runs"]]
-        out = rp.write_report(
-            dirs, tmp_path / m.task / "report.md", tmp_path / m.task / "figures", {"score_evals": K}, suite
-        )
-        summary = {c["name"]: c for c in json.loads((out.parent / "summary.json").read_text())["comparisons"]}
-        assert len(summary) == len(m.cells) == 4
-        for cell in m.cells.values():
-            row = summary[cell["comparison"]]
-            assert cell["diff"] == row["diff"] and cell["ci95"] == row["ci95"]
-            assert cell["p_holm"] == row["p_holm"] and cell["verdict"] == row["verdict"]
-            assert cell["n_pairs"] == row["n_pairs"] and cell["mde80"] == row["mde80"]
-    data = json.loads(json.dumps(gridmap.map_data(maps)))
-    first = data["suites"][0]["cells"][0]
-    assert first["comparison"] == "beta 0.1: reset-keep vs no reset" and first["verdict"] == "worse"
-
-
 def test_answer_states_what_holds_on_both_tasks(grids):
     text = gridmap.answer(gridmap.read_suites(list(grids.values())))
     assert text.startswith("**On both tasks (reverse_digits, sort_digits), reset + keep beats no reset at beta 1**")
@@ -154,6 +92,8 @@ def test_a_cell_on_fewer_pairs_says_so(grids, tmp_path):
     shutil.copytree(grids["sort_digits"], root)
     (root / "b1-keep_s3" / "summary.json").unlink()  # a run still going: not complete
     shutil.rmtree(root / "b1-hard_s5")  # a run not started yet
+    for s in SEEDS:  # an arm not started yet: its comparison is not made
+        shutil.rmtree(root / f"b0.1-hard_s{s}")
     m = gridmap.read_suite(root)
     assert m.cells[("1", "keep")]["n_pairs"] == 7 and m.cells[("1", "keep")]["n_listed"] == 8
     assert m.cells[("1", "hard")]["n_pairs"] == 6  # seed 3 (keep unfinished) and seed 5 (hard absent)
@@ -161,6 +101,10 @@ def test_a_cell_on_fewer_pairs_says_so(grids, tmp_path):
     assert "rest on fewer pairs than their suite lists" in gridmap.answer([m])
     md = "\n".join(gridmap.map_lines([m]))
     assert "**6 of 8 pairs**" in md and "| 0.1 |" in md
+    gone = m.cells[("0.1", "hard")]
+    assert gone["verdict"] is None and gone["n_pairs"] == 0 and math.isnan(gone["diff"])
+    assert gridmap.cell_text(gone) == "not tested (**0 of 8 pairs**)"
+    assert "hard" in gridmap.answer([m])  # hard at beta 1 is still compared
 
 
 def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
@@ -171,10 +115,14 @@ def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
         cfg["task"] = "<b>x</b>|[y](z)"
         cfg["machine"] = {"cpu": "Test CPU <i>", "cores": 2, "arch": "x86_64", "cpu_flags": ["avx2"], "torch": "t"}
         cfg_path.write_text(json.dumps(cfg))
+    bad = json.loads((root / "b1-none_s0" / "config.json").read_text())
+    bad["machine"] = {"cpu": "Other", "env": ["not", "a", "dict"]}
+    (root / "b1-none_s0" / "config.json").write_text(json.dumps(bad))
     m = gridmap.read_suite(root)
-    assert m.machines[0][1] == 48 and m.machines[0][0].startswith("Test CPU <i>, 2 cores, x86_64; avx2")
+    assert dict(m.machines)["unreadable machine record"] == 1
+    assert m.machines[0][1] == 47 and m.machines[0][0].startswith("Test CPU <i>, 2 cores, x86_64; avx2")
     md = "\n".join(gridmap.map_lines([m]))
-    assert "<b>" not in md and "<i>" not in md and "&lt;b&gt;" in md and "48 runs" in md
+    assert "<b>" not in md and "<i>" not in md and "&lt;b&gt;" in md and "47 runs" in md
 
 
 def test_bad_suites_are_one_line_errors(tmp_path, grids):
