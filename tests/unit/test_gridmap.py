@@ -138,3 +138,13 @@ def test_bad_suites_are_one_line_errors(tmp_path, grids):
         gridmap.read_suite(other)
     with pytest.raises(ValueError, match="one suite per task"):
         gridmap.read_suites([grids["sort_digits"], grids["sort_digits"]])
+
+
+def test_answer_before_any_keep_run_finished(grids, tmp_path):
+    root = tmp_path / "early"
+    shutil.copytree(grids["reverse_digits"], root)
+    for run in root.glob("b*-keep_s*"):
+        (run / "summary.json").unlink()  # every keep run still going
+    text = gridmap.answer([gridmap.read_suite(root)])
+    assert text.startswith("On reverse_digits, reset + keep vs no reset is tested at no beta yet.")
+    assert "No optimizer treatment was compared with keep." in text

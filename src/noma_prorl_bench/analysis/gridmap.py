@@ -272,16 +272,18 @@ def answer(maps: Sequence[SuiteMap]) -> str:
     where = where[0].upper() + where[1:]
     if said:
         first = f"**{where}, reset + keep {' and '.join(said)}**"
-    else:
+    elif tested:
         first = f"{where}, reset + keep reaches the same verdict against no reset at no beta"
+    else:
+        first = f"{where}, reset + keep vs no reset is tested at no beta yet"
     if len(maps) > 1 and differ:
         first += f"; the tasks differ at beta {', '.join(differ)}"
     if tested and len(maps) > 1:
         first += " (" + "; ".join(_per_task(m, tested) for m in maps) + ")"
     first += "."
     untested = [b for b in betas if b not in tested]
-    if untested:
-        first += f" Beta {', '.join(untested)}: not tested on every task."
+    if untested and tested:
+        first += f" Beta {', '.join(untested)}: not tested {'on every task' if len(maps) > 1 else 'yet'}."
     return first + " " + _treatments_sentence(maps) + _partial_sentence(maps)
 
 
