@@ -290,15 +290,16 @@ def answer(maps: Sequence[SuiteMap]) -> str:
 def _treatments_sentence(maps: Sequence[SuiteMap]) -> str:
     """Against keep: a treatment with one verdict in every tested cell is said once; the others
     list their verdicts' places."""
-    same: dict[str, list[str]] = {}
+    same: dict[tuple[str, bool], list[str]] = {}
     mixed = []
     for t in OTHERS:
-        cells = [(m, c) for m in maps for (b, tt), c in m.cells.items() if tt == t and c["verdict"] is not None]
+        planned = [(m, c) for m in maps for (b, tt), c in m.cells.items() if tt == t]
+        cells = [(m, c) for m, c in planned if c["verdict"] is not None]
         if not cells:
             continue
         verdicts = {_short(c) for _, c in cells}
         if len(verdicts) == 1:
-            same.setdefault(verdicts.pop(), []).append(f"`{t}`")
+            same.setdefault((verdicts.pop(), len(cells) == len(planned)), []).append(f"`{t}`")
         else:
             places = [
                 f"{_short(c)} on {md_text(m.task, 60)} at beta {c['beta']}" for m, c in cells if _short(c) != "n.d."
@@ -307,8 +308,9 @@ def _treatments_sentence(maps: Sequence[SuiteMap]) -> str:
     words = {"better": "better than", "worse": "worse than", "n.d.": "not distinguishable from"}
     every = "every task" if len(maps) > 1 else md_text(maps[0].task, 60) if maps else ""
     parts = [
-        f"{_join(ts)} {'is' if len(ts) == 1 else 'are'} {words[v]} keep at every beta on {every}"
-        for v, ts in same.items()
+        f"{_join(ts)} {'is' if len(ts) == 1 else 'are'} {words[v]} keep "
+        + (f"at every beta on {every}" if complete else "in every cell tested so far")
+        for (v, complete), ts in same.items()
     ]
     if not parts and not mixed:
         return "No optimizer treatment was compared with keep."
