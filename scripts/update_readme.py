@@ -1,5 +1,7 @@
-"""Regenerate the generated parts of the docs: README.md's file tree and its atlas results table
-(from docs/atlas/summary.json and docs/suite_quick/summary.json: numbers are read, never typed),
+"""Regenerate the generated parts of the docs: README.md's file tree and its results (the atlas
+table from docs/atlas/summary.json and docs/suite_quick/summary.json; the cross-task map's answer
+from docs/grid/map.json; the variants, growth, cost, bf16 and real-model numbers from
+docs/suite_full, docs/growth/suite, docs/cost, docs/real_model: numbers are read, never typed),
 docs/files.md (every file), docs/flags.md (every flag, by --help section) and docs/presets.md
 (what each preset sets).
 
@@ -169,6 +171,157 @@ def atlas_table() -> str:
     return "\n".join(rows)
 
 
+def _load(path: str) -> dict:
+    import json  # noqa: PLC0415
+
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _scores(folder: str) -> dict:
+    """A committed report's score comparisons by name (its summary.json)."""
+    return {c["name"]: c for c in _load(f"{folder}/summary.json")["comparisons"] if c["metric"] == "score"}
+
+
+def _ci(c: dict) -> str:
+    lo, hi = c["ci95"]
+    return f"{_num(c['diff'])} [{_num(lo)}, {_num(hi)}]"
+
+
+def _verdict(c: dict) -> str:
+    """'worse'; 'no detectable difference (mde80 0.025)', with p_holm when its own CI excludes 0."""
+    if c["verdict"] != "no detectable difference":
+        return c["verdict"]
+    mde = f"mde80 {c['mde80']:.3f}" if c.get("mde80") is not None else "mde80 ∞"
+    if c.get("ci_excludes_0_uncorrected"):
+        mde += f"; p_holm {c['p_holm']:.3f}, its CI excludes 0 before Holm"
+    return f"{c['verdict']} ({mde})"
+
+
+#: docs/suite_full's comparisons in the README's order: name -> (question, comparison as read)
+FULL_ROWS = {
+    "A/A: A1-aa vs A1": ("does the method see differences that are not there?", "A/A: A1 vs A1 on other seeds"),
+    "B vs A1": ("what does dropping the reference model cost?", "B vs A1"),
+    "A1-beta0 vs A1": ("... and dropping only the KL term?", "A1 beta = 0 vs A1"),
+    "B vs A1-beta0": ('B against "no KL"', "B vs A1 beta = 0"),
+}
+GROWTH_ARMS = {
+    "full-rank": "full fine-tune",
+    "grow-preserve": "preserve",
+    "grow-reset": "reset",
+    "grow-noma_flat": "noma_flat",
+    "fixed-r2": "fixed rank 2",
+}
+
+
+def full_section() -> str:
+    """The variants table from docs/suite_full/summary.json."""
+    full, prov = _scores("docs/suite_full"), _load("docs/suite_full/summary.json")
+    p, fams = prov["provenance"], prov["families"]
+    head = (
+        f"**Variants and the KL term** ([report](docs/suite_full/report.md): GRU, default shapes, beta 0.05, k3, "
+        f"{p['steps']} RL steps, {p['seeds']} paired seeds, K = {p['score_evals']}, a family of {fams['outcome']}):"
+    )
+    rows = ["| question | comparison | difference [95% CI] | verdict |", "|---|---|---|---|"]
+    rows += [
+        f"| {q} | {label} | {_ci(full[name])} | {_verdict(full[name])} |" for name, (q, label) in FULL_ROWS.items()
+    ]
+    return "\n".join([head, "", *rows])
+
+
+def growth_section() -> str:
+    """The growth paragraph from docs/growth/suite/summary.json (gain: mean score - mean warm-start score)."""
+    summary = _load("docs/growth/suite/summary.json")
+    comps, arms, p = _scores("docs/growth/suite"), summary["arms"], summary["provenance"]
+    warms = sorted({f"{a['warm']:.3f}" for a in arms.values()})
+    gains = {a: arms[a]["score"] - arms[a]["warm"] for a in GROWTH_ARMS}
+    twins = any(c["identical"] and {c["arm"], c["baseline"]} == {"grow-naive", "grow-reset"} for c in summary["checks"])
+    said = ", ".join(
+        f"{label}{' = naive' if a == 'grow-reset' and twins else ''} {_num(gains[a])}"
+        for a, label in GROWTH_ARMS.items()
+    )
+    tested = [
+        ("noma_flat vs preserve", comps["grow-noma_flat vs grow-preserve"]),
+        ("preserve vs reset", comps["grow-preserve vs grow-reset"]),
+        ("growth vs fixed rank 2", comps["grow-preserve vs fixed-r2"]),
+    ]
+    found = "; ".join(f"{n} {_ci(c)} {_verdict(c)}" for n, c in tested)
+    return (
+        "**Optimizer state at a LoRA rank growth** ([report](docs/growth/suite/report.md): transformer, adapters on "
+        f"every projection, base frozen, rank 2 -> 8 every 25 steps, {p['steps']} RL steps, {p['seeds']} paired seeds, "
+        f"K = {p['score_evals']}). {'Every arm learns' if min(gains.values()) > 0 else 'Not every arm learns'} "
+        f"(gain over the warm start, mean score - mean warm-start score {' to '.join(warms)}): {said}. {found}."
+    )
+
+
+def cost_real_section() -> str:
+    """Cost (docs/cost), bf16 (docs/real_model/bf16), the real-model demo (docs/real_model/demo.json)
+    and its resets (docs/real_model/resets) from their result files."""
+    model = _load("docs/cost/report.json")["cost_model"][0]
+    cost = _load("docs/cost/summary.json")["provenance"]
+    bf16_all = _load("docs/real_model/bf16/bf16.json")
+    bf16, bf16_seeds = bf16_all["lift_diff"], bf16_all["seeds"]
+    demo = _load("docs/real_model/demo.json")
+    lift, flags = demo["over_seeds"]["correct"], demo["rows"][0]["flags"]
+    resets, rp = _scores("docs/real_model/resets"), _load("docs/real_model/resets/summary.json")["provenance"]
+    keep, hard = resets["real: reset-keep vs no reset"], resets["real: reset-hard vs reset-keep"]
+    toy = _scores("docs/atlas")["beta 1: reset-keep vs no reset"]["diff"]
+    lo, hi = bf16["ci95"]
+    both = keep["verdict"] == hard["verdict"] == "no detectable difference"
+    reset_text = (
+        f"keep vs none {_ci(keep)}, hard vs keep {_ci(hard)}, both no detectable difference "
+        f"(mde80 {keep['mde80']:.3f}, {hard['mde80']:.3f}): the toy's {_num(toy)} is "
+        + ("below" if abs(toy) < keep["mde80"] else "within")
+        + " what it could detect"
+        if both
+        else f"keep vs none {_ci(keep)} {_verdict(keep)}, hard vs keep {_ci(hard)} {_verdict(hard)}"
+    )
+    return "\n".join(
+        [
+            f"**Cost, interleaved runs only** ([report](docs/cost/report.md), A0/A1/A2/B alternating, GRU, "
+            f"{cost['seeds']} seeds): A0 took {model['measured_ratio']:.2f}x A1's step (cost model: "
+            f"{model['predicted_ratio']:.2f}x); `--dtype bf16_mixed` against float32 on the real-model demo: lift "
+            f"difference {_num(bf16['mean'])} [{_num(lo)}, {_num(hi)}], sign-flip p {bf16['sign_flip_p']:.3f}"
+            f"{', no detectable difference' if bf16['sign_flip_p'] >= 0.05 else ''} (mde80 {bf16['mde80']:.3f}, "
+            f"{len(bf16_seeds)} paired seeds; "
+            "[docs/real_model/bf16](docs/real_model/bf16/bf16.md)).",
+            "",
+            f"**Real LM** ([docs/real_model.md](docs/real_model.md), SmolLM2-135M, LoRA r8): "
+            f"{flags[flags.index('--steps') + 1]} RL steps at beta 0.01, {_num(lift['mean_lift'])} "
+            f"[{_num(lift['ci95'][0])}, {_num(lift['ci95'][1])}] greedy correctness on {lift['n_prompts']} held-out "
+            f"prompts ({lift['n_seeds']} seeds, {'all' if lift['seeds_up'] == lift['n_seeds'] else lift['seeds_up']} up). "
+            f"Resets on it ([docs/real_model/resets](docs/real_model/resets/README.md); k3 beta 1, lr 1e-3, "
+            f"{rp['steps']} steps, reset every 4, 200 held-out prompts, {rp['seeds']} paired seeds): {reset_text}.",
+        ]
+    )
+
+
+def grid_section() -> str:
+    """The cross-task map's answer and machines from docs/grid/map.json, or that it is not yet committed."""
+    path = "docs/grid/map.json"
+    if not os.path.exists(os.path.join(ROOT, path)):
+        return (
+            "**Across tasks:** the cross-task map (`prorl-bench map`: the grid preset's betas 0.1-2 x none / keep / "
+            "hard / soft / asym / step on reverse_digits and sort_digits) is not yet committed (docs/grid/map.json)."
+        )
+    data = _load(path)
+    suites = data["suites"]
+    lines = {m["machine"] for s in suites for m in s["machines"]}
+    machines = (
+        f"Machine: {lines.pop()} (every run)"
+        if len(lines) == 1
+        else "Machines: "
+        + "; ".join(
+            f"{s['task']}: " + ", ".join(f"{m['machine']} ({m['runs']} runs)" for m in s["machines"]) for s in suites
+        )
+    )
+    k = sorted({s["k"] for s in suites})
+    return (
+        f"**Across tasks** ([map](docs/grid/map.md): the grid preset, GRU, k3, reset every 50, K = "
+        f"{'/'.join(map(str, k))}, one suite per task): {data['answer']} {machines}."
+    )
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     pat = re.compile(rf"(<!-- {name}:start -->\n)(.*?)(\n<!-- {name}:end -->)", re.S)
     if not pat.search(text):
@@ -178,7 +331,12 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 # page -> its generated blocks
 PAGES = {
-    "README.md": {"tree": short_tree, "atlas_table": atlas_table},
+    "README.md": {
+        "tree": short_tree,
+        "atlas_table": atlas_table,
+        "results_more": lambda: "\n\n".join([full_section(), growth_section(), cost_real_section()]),
+        "grid_map": grid_section,
+    },
     "docs/files.md": {"files": file_tree},
     "docs/flags.md": {"flags": flags_table},
     "docs/presets.md": {"presets": presets_block},

@@ -195,3 +195,56 @@ def write_suite(root: str | Path, seeds: tuple[int, ...] = (0, 1, 2), suite: lis
         for seed in seeds:
             dirs.append(write_run(Path(root) / f"{stem}_s{seed}", quality=quality, seed=seed, **kw))
     return dirs
+
+
+#: the fabricated beta grid (write_grid): score over the last GRID_K evaluations, 8 paired seeds
+GRID_K, GRID_SEEDS, GRID_STEPS, GRID_EVERY = 5, list(range(8)), 40, 5
+GRID_BETAS = ("0.1", "1")
+#: task -> beta -> treatment -> quality (fakeruns: val reward = 0.9 q (1 - exp(-t/12)) + 0.01 seed)
+GRID_QUALITY = {
+    "reverse_digits": {"0.1": dict(none=1.0, keep=0.9, hard=0.9), "1": dict(none=0.9, keep=1.0, hard=1.0)},
+    "sort_digits": {"0.1": dict(none=1.0, keep=1.0, hard=1.0), "1": dict(none=0.8, keep=1.0, hard=1.0)},
+}
+
+
+def grid_jitter(arm: str, seed: int) -> float:
+    """0, 0.01, ..., 0.04 by seed and treatment (none, keep differ; hard gets keep's)."""
+    return 0.01 * ((seed * 7 + ord(arm.split("-")[1][0])) % 5)
+
+
+def write_grid(root: str | Path, task: str) -> Path:
+    """A grid suite of `task` under `root` (suite.json, settings.json, 2 betas x none/keep/hard x 8
+    seeds; GRID_QUALITY): keep and hard have the same rewards; sort_digits at beta 0.1 is flat."""
+    root = Path(root)
+    runs, comps = [], []
+    for beta in GRID_BETAS:
+        for t, q in GRID_QUALITY[task][beta].items():
+            arm = f"b{beta}-{t}"
+            # keep and hard share quality and jitter: identical rewards (the two-identical-arms case)
+            jit_arm = arm.replace("hard", "keep")
+            for s in GRID_SEEDS:
+                write_run(
+                    root / f"{arm}_s{s}",
+                    seed=s,
+                    beta=float(beta),
+                    task=task,
+                    steps=GRID_STEPS,
+                    eval_every=GRID_EVERY,
+                    quality=q + (0.0 if task == "sort_digits" and beta == "0.1" else grid_jitter(jit_arm, s)),
+                    opt_reset="hard" if t == "hard" else "keep",
+                    reset_every=0 if t == "none" else 10,
+                )
+                runs.append({"name": f"{arm}_s{s}", "arm": arm, "pair": s})
+        comps += [
+            [f"beta {beta}: reset-keep vs no reset", f"b{beta}-keep", f"b{beta}-none"],
+            [f"beta {beta}: reset-hard vs reset-keep", f"b{beta}-hard", f"b{beta}-keep"],
+        ]
+    suite = {
+        "preset": "grid",
+        "runs": runs,
+        "comparisons": comps,
+        "families": {c[0]: c[0].split(":")[0] for c in comps},
+    }
+    (root / "suite.json").write_text(json.dumps(suite))
+    (root / "settings.json").write_text(json.dumps({"score_evals": GRID_K, "commit": "abc123"}))
+    return root

@@ -294,7 +294,11 @@ def _git_commit() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="prorl-bench suite", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="prorl-bench suite",
+        description="Run an ablation matrix (a preset's arms on paired seeds) in parallel and write report.md "
+        "with its figures; running the same command again resumes it.",
+    )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="matrix size (default: quick)")
     ap.add_argument("--outdir", required=True, help="suite directory: one subdirectory per run, report.md")
     ap.add_argument(
@@ -610,9 +614,12 @@ def foreign_run_error(spec: RunSpec) -> Optional[str]:
 
 
 def replicate_parser() -> argparse.ArgumentParser:
-    from noma_prorl_bench.analysis import replicate  # noqa: PLC0415
-
-    ap = argparse.ArgumentParser(prog="prorl-bench replicate", description=(replicate.__doc__ or "").splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="prorl-bench replicate",
+        description="Re-run a committed suite's arms (all seeds or the chosen ones) on this machine and write "
+        "replication.md and replication.json: per comparison, the committed and the new effect, interval and "
+        "verdict, and whether the verdict replicates.",
+    )
     ap.add_argument("dir", metavar="DIR", help="a suite directory or a committed report folder (summary.json)")
     ap.add_argument("--seeds", help="comma-separated pair indices to re-run (default: all of DIR's)")
     ap.add_argument("--outdir", help="where the new runs and replication.md go (default: DIR-replicate)")

@@ -57,6 +57,9 @@ def probe(entry, *argv):
         ("cli", ["replicate"], 2),  # DIR missing
         ("cli", ["replicate", "/tmp/never"], 2),  # no summary.json, still numpy-free
         ("cli", ["get-model", "--help"], 0),
+        ("cli", ["map", "--help"], 0),
+        ("cli", ["map"], 2),  # DIR missing
+        ("cli", ["map", "/tmp/never", "--outdir", "/tmp/never-out"], 2),  # no such folder, still numpy-free
     ],
 )
 def test_parser_answers_before_heavy_imports(entry, argv, code):
@@ -109,3 +112,20 @@ def test_help_is_grouped_by_section_with_unchanged_flags():
         assert f"--{f.name} " in text or f"--{f.name}\n" in text, f.name
     section = text.split("\nreference resets:", 1)[1].split("\ntopology growth:", 1)[0]
     assert "--reset_every" in section and "--opt_reset" in section and "--steps " not in section
+
+
+def test_every_command_help_opens_with_whole_sentences():
+    # the description argparse prints under the usage: complete sentences, none cut at a line of a
+    # docstring (replicate's once ended "...: re-run a")
+    from noma_prorl_bench.cli import COMMANDS
+
+    for cmd in COMMANDS:
+        r = subprocess.run(
+            [sys.executable, "-m", "noma_prorl_bench.cli", cmd, "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 0, (cmd, r.stderr)
+        paragraphs = r.stdout.split("\n\n")
+        usage_end = next(i for i, p in enumerate(paragraphs) if p.startswith("usage:"))
+        desc = " ".join(paragraphs[usage_end + 1].split())
+        assert desc[0].isupper() and desc.endswith("."), (cmd, desc)
+        assert not desc.startswith(("`", "usage")) and "prorl-bench " + cmd not in desc[:40], (cmd, desc)

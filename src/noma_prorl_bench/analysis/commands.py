@@ -191,3 +191,45 @@ def plan_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"DIR: {root}: no comparison between complete runs of two arms")
     print("\n".join(plan_lines(rows, args.power)))
     return 0
+
+
+def map_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prorl-bench map",
+        description=(
+            "Read several grid or atlas suites (one per task) and write OUT/map.md, OUT/map.json and "
+            "OUT/map.png: per task and beta, reset + keep vs no reset and each optimizer treatment vs "
+            "keep, with each suite report's own effect, interval, Holm p and verdict."
+        ),
+    )
+    parser.add_argument(
+        "dirs", nargs="+", metavar="DIR", help="suite folders (suite.json with arms b{beta}-{treatment}), one per task"
+    )
+    parser.add_argument("--outdir", required=True, metavar="OUT", help="folder for map.md, map.json and map.png")
+    return parser
+
+
+def map_main(argv: Sequence[str] | None = None) -> int:
+    """`prorl-bench map DIR [DIR ...] --outdir OUT`: the cross-task map (analysis/gridmap.py).
+    Exit 2, nothing written, on a missing folder, one without grid arms or without written runs,
+    two suites of one task, or an output path that is a link or not a regular file."""
+    parser = map_parser()
+    args = parser.parse_args(argv)
+    for d in map(Path, args.dirs):
+        if not d.is_dir():
+            parser.error(f"argument DIR: {term_text(str(d), 200)}: no such directory")
+    from noma_prorl_bench.analysis.gridmap import read_suites, write_map  # noqa: PLC0415 (after parsing)
+    from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
+
+    try:
+        maps = read_suites(args.dirs)
+    except INPUT_ERRORS as err:
+        parser.error(f"argument DIR: {_short(err)}")
+    try:
+        paths = write_map(maps, args.outdir)
+    except RunDirRefused as err:
+        parser.error(_short(err))
+    except OSError as err:
+        parser.error(f"argument --outdir: cannot write {term_text(args.outdir, 200)}: {_short(err)}")
+    print("\n".join(f"wrote {p}" for p in paths))
+    return 0

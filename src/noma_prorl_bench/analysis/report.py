@@ -187,17 +187,12 @@ def write_report(
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("write_report: no run directories given")
-    groups = dict(sorted(group_runs(runs).items()))  # configurations: A0, A1, A2, B, ...
-    runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
-    k = int(settings.get("score_evals", cmp.DEFAULT_K))
-    arms = _matrix_order(cmp.arm_table(runs, suite), suite)
+    groups, runs, k, arms, rows = suite_rows(runs, settings, suite)
     for arm, members in arms.items():  # figures: one line per arm (A1-aa apart from A1)
         for run in members.values():
             run.arm = arm if suite else ""
-    comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
     checks = [list(c) for c in (suite or {}).get("checks") or []]
     interleaved = bool(settings.get("interleaved", False))
-    rows = cmp.compare(arms, comparisons, k, (suite or {}).get("families"), checks, interleaved)
     check_rows = [cmp.identity_check(arms, *c) for c in checks]
     gains = cmp.gain_kept(arms, rows, k)
     cost = cost_model_check(groups) if interleaved else []
@@ -246,6 +241,24 @@ def write_report(
     safe_files.write_text(str(out), "\n".join(lines))  # never through a symlink
     _write_numbers(out, rows, check_rows, gains, arms, cost, matrix, settings, k, evidence)
     return out
+
+
+def suite_rows(
+    runs: Sequence[Run], settings: dict, suite: dict | None
+) -> tuple[dict[str, list[Run]], list[Run], int, dict[str, dict[Any, Run]], list[dict[str, Any]]]:
+    """(configurations, runs in their order, K, arms, comparison rows) of loaded runs: the numbers a
+    report of these runs prints (every reader of a suite's statistics, the cross-task map too, gets
+    them here, so the same runs give the same numbers). `settings` gives `score_evals` (K) and
+    `interleaved`; `suite` the arms, pairs, comparisons, families and checks (write_report)."""
+    groups = dict(sorted(group_runs(runs).items()))  # configurations: A0, A1, A2, B, ...
+    runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
+    k = int(settings.get("score_evals", cmp.DEFAULT_K))
+    arms = _matrix_order(cmp.arm_table(runs, suite), suite)
+    comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
+    checks = [list(c) for c in (suite or {}).get("checks") or []]
+    interleaved = bool(settings.get("interleaved", False))
+    rows = cmp.compare(arms, comparisons, k, (suite or {}).get("families"), checks, interleaved)
+    return groups, runs, k, arms, rows
 
 
 def _matrix_order(arms: dict, suite: dict | None) -> dict:

@@ -1,0 +1,460 @@
+"""The cross-task map: several grid or atlas suites (one per task) read as one beta x treatment map.
+
+    prorl-bench map runs/grid_reverse runs/grid_sort --outdir docs/grid
+
+Each DIR is a suite folder whose suite.json names arms b{beta}-{treatment} (the `grid` or `atlas`
+preset, analysis/atlas.py); its task is the `task` field of its runs' config.json (one task per
+suite, one suite per task). Per task and beta the map shows the questions the suite's report tests:
+reset + keep vs no reset, and each other treatment (hard, soft, asym, step) vs keep. A cell's
+numbers are the report's own (`report.suite_rows`, then `atlas.effect_cells`): mean paired effect
+on the score with its 95% interval (`stats.paired_interval`), the sign-flip p Holm-adjusted within
+the beta's family of that suite, the verdict, mde80, and the pairs it rests on beside the pairs
+suite.json lists (a suite still running has cells on fewer pairs; they say so). It writes
+OUT/map.md (a plain answer first, then one table per question, each suite's machine from its runs'
+machine records), OUT/map.json (every number) and OUT/map.png (effect against beta, one line per
+task). Everything read from a suite (task names, machine records, arm names) is untrusted text
+(`untrusted`); files are read with `safe_files` (no link followed, never a FIFO or device).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from noma_prorl_bench.analysis.atlas import effect_cells, parse_arms
+from noma_prorl_bench.analysis.plots import check_outputs
+from noma_prorl_bench.analysis.report import suite_rows
+from noma_prorl_bench.analysis.runlog import load_runs
+from noma_prorl_bench.analysis.untrusted import md_code, md_text, plot_text
+from noma_prorl_bench.io import safe_files
+from noma_prorl_bench.io.machine import describe
+
+#: the optimizer treatments compared with keep, in the map's order
+OTHERS = ("hard", "soft", "asym", "step")
+SHORT = {"better": "better", "worse": "worse", "no detectable difference": "n.d."}
+OUTPUTS = ("map.md", "map.json", "map.png")
+
+
+@dataclass
+class SuiteMap:
+    """One suite read as a map: its task, K, cells {(beta, treatment): cell} in grid order, and
+    where it ran (machine lines with their run counts)."""
+
+    name: str
+    task: str
+    k: int
+    cells: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    machines: list[tuple[str, int]] = field(default_factory=list)
+    runs: int = 0
+    listed: int = 0
+    preset: str = ""
+    commit: str = ""
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(safe_files.read_bytes(str(path)))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError, safe_files.RunDirRefused) as err:
+        raise ValueError(f"{path}: {what} is unreadable ({' '.join(str(err).split())[:120]})") from err
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and bool(name) and Path(name).name == name and name not in (".", "..")
+
+
+def _listed(root: Path) -> tuple[dict, dict[str, set[str]], dict[str, dict[str, str]]]:
+    """(suite.json, arm -> the pairs it lists, the grid {beta: {treatment: arm}}); ValueError
+    without a suite.json listing runs or without grid arms."""
+    suite = _read_json(root / "suite.json", "suite.json")
+    runs_listed = suite.get("runs") if isinstance(suite, dict) else None
+    if not isinstance(runs_listed, list) or not all(isinstance(r, dict) for r in runs_listed):
+        raise ValueError(f"{root}: no suite.json listing runs (a suite folder written by `prorl-bench suite`)")
+    pairs: dict[str, set[str]] = {}
+    for r in runs_listed:
+        if isinstance(r.get("arm"), str):
+            pairs.setdefault(r["arm"], set()).add(json.dumps(r.get("pair")))
+    grid = parse_arms(dict.fromkeys(pairs))
+    if grid is None:
+        raise ValueError(
+            f"{root}: no grid arms (suite.json must name arms b{{beta}}-{{treatment}} with a `none` arm, "
+            "as the grid and atlas presets do)"
+        )
+    return suite, pairs, grid
+
+
+def _machine_line(record: Any) -> str:
+    if not isinstance(record, dict):
+        return "no machine record"
+    try:
+        return describe(record)
+    except (AttributeError, TypeError, ValueError):
+        return "unreadable machine record"
+
+
+def read_suite(root: str | Path) -> SuiteMap:
+    """The map of one suite folder; ValueError (one line) for a missing folder, one without a
+    suite.json naming grid arms, one with no written run, or runs of several tasks."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such directory")
+    suite, pairs, grid = _listed(root)
+    settings = _read_json(root / "settings.json", "settings.json") or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"{root}: settings.json must hold a JSON object")
+    names = [r.get("name") for r in suite["runs"]]
+    dirs = [
+        root / n
+        for n in names
+        if _plain_name(n) and (root / n / "config.json").is_file() and (root / n / "metrics.jsonl").is_file()
+    ]
+    if not dirs:
+        raise ValueError(f"{root}: none of the runs its suite.json lists has been written yet")
+    runs = load_runs(dirs)
+    _, _, k, arms, rows = suite_rows(runs, settings, suite)  # the report's own numbers
+    tasks = sorted({str(r.config.get("task")) for r in runs})
+    if len(tasks) != 1:
+        raise ValueError(f"{root}: its runs are of several tasks ({', '.join(tasks)[:200]}); one suite per task")
+    done = [r for members in arms.values() for r in members.values()]
+    out = SuiteMap(
+        name=root.resolve().name,
+        task=tasks[0],
+        k=k,
+        runs=len(done),
+        listed=len(names),
+        preset=str(suite.get("preset", "")),
+        commit=str(settings.get("commit", "")),
+        machines=Counter(_machine_line(r.config.get("machine")) for r in done).most_common(),
+    )
+    found = effect_cells(arms, rows, k)
+    for beta, ts in grid.items():
+        for t in ("keep", *OTHERS):
+            if t in ts:
+                base = "none" if t == "keep" else "keep"
+                n_listed = len(pairs.get(ts[t], set()) & pairs.get(ts.get(base, ""), set()))
+                out.cells[(beta, t)] = _cell(beta, t, ts, rows, found.get((beta, t)), n_listed)
+    return out
+
+
+def _cell(beta: str, t: str, ts: dict[str, str], rows: list[dict], cell: dict | None, n_listed: int) -> dict:
+    """One map cell: `atlas.effect_cells`' numbers for treatment t vs its baseline (none for keep,
+    keep for the others) at `beta`, with the tested row's name and family; not tested (NaN, no
+    verdict) when that comparison was not made (an arm not run yet)."""
+    base = "none" if t == "keep" else "keep"
+    row = next(
+        (r for r in rows if r["metric"] == "score" and r["arm"] == ts[t] and r["baseline"] == ts.get(base)), None
+    )
+    if cell is None or row is None or cell["tested"] != f"{t} vs {base}":
+        cell = dict(diff=math.nan, ci95=[math.nan, math.nan], n=0, verdict=None, p_holm=math.nan, mde80=math.nan)
+    return dict(
+        beta=beta,
+        treatment=t,
+        baseline=base,
+        comparison=row["name"]
+        if row
+        else f"beta {beta}: reset-{t} vs " + ("no reset" if t == "keep" else "reset-keep"),
+        family=row["family"] if row else None,
+        diff=cell["diff"],
+        ci95=list(cell["ci95"]),
+        p_holm=cell["p_holm"],
+        verdict=cell["verdict"],
+        mde80=cell["mde80"],
+        n_pairs=cell["n"],
+        n_listed=n_listed,
+    )
+
+
+def read_suites(dirs: Sequence[str | Path]) -> list[SuiteMap]:
+    """Every DIR's map (read_suite); ValueError when two suites are of the same task."""
+    maps = [read_suite(d) for d in dirs]
+    seen: dict[str, str] = {}
+    for m, d in zip(maps, dirs):
+        if m.task in seen:
+            raise ValueError(f"{d}: task {m.task[:80]!r} is also {seen[m.task]}'s; one suite per task")
+        seen[m.task] = str(d)
+    return maps
+
+
+# ---------------------------------------------------------------- the numbers
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def map_data(maps: Sequence[SuiteMap]) -> dict[str, Any]:
+    """map.json: per suite its task, K, runs, machines and cells; the answer's text."""
+    return {
+        "score": "mean reward/val over a run's last K evaluations (K per suite)",
+        "interval": "95% paired interval (stats.paired_interval); p: sign-flip, Holm within the beta's family",
+        "answer": answer(maps),
+        "suites": [
+            {
+                "name": m.name,
+                "task": m.task,
+                "preset": m.preset,
+                "commit": m.commit,
+                "k": m.k,
+                "complete_runs": m.runs,
+                "listed_runs": m.listed,
+                "machines": [{"machine": line, "runs": n} for line, n in m.machines],
+                "cells": [{key: _finite(v) for key, v in c.items()} for c in m.cells.values()],
+            }
+            for m in maps
+        ],
+    }
+
+
+def _betas(maps: Sequence[SuiteMap]) -> list[str]:
+    return sorted({b for m in maps for b, _ in m.cells}, key=float)
+
+
+def _short(cell: dict | None) -> str:
+    if cell is None or cell["verdict"] is None:
+        return "not tested"
+    return SHORT.get(cell["verdict"], str(cell["verdict"]))
+
+
+def _span(chosen: Sequence[str], tested: Sequence[str]) -> str:
+    """'≥ 1' when `chosen` is every tested beta from its smallest up (two or more), '≤ 0.2' when
+    every one up to its largest, else the list '0.1, 0.5'."""
+    chosen = sorted(chosen, key=float)
+    if len(chosen) > 1 and chosen == [b for b in tested if float(b) >= float(chosen[0])]:
+        return f"≥ {chosen[0]}"
+    if len(chosen) > 1 and chosen == [b for b in tested if float(b) <= float(chosen[-1])]:
+        return f"≤ {chosen[-1]}"
+    return ", ".join(chosen)
+
+
+def _per_task(m: SuiteMap, tested: Sequence[str]) -> str:
+    by: dict[str, list[str]] = {}
+    for b in tested:
+        by.setdefault(_short(m.cells.get((b, "keep"))), []).append(b)
+    parts = [f"{v} at beta {_span(by[v], tested)}" for v in ("worse", "n.d.", "better") if v in by]
+    return md_text(m.task, 60) + ": " + ", ".join(parts)
+
+
+def answer(maps: Sequence[SuiteMap]) -> str:
+    """The map's opening: where reset + keep beats, loses to or cannot be told from no reset on
+    every task, where the tasks differ, and what the optimizer treatments did against keep."""
+    if not maps:
+        return ""
+    betas = _betas(maps)
+    tested = [b for b in betas if all(_short(m.cells.get((b, "keep"))) != "not tested" for m in maps)]
+    names = ", ".join(md_text(m.task, 60) for m in maps)
+    where = f"on {'both' if len(maps) == 2 else 'all ' + str(len(maps))} tasks ({names})" if len(maps) > 1 else ""
+    where = where or f"on {names}"
+    agree: dict[str, list[str]] = {}
+    differ = []
+    for b in tested:
+        vs = {_short(m.cells[(b, "keep")]) for m in maps}
+        if len(vs) == 1:
+            agree.setdefault(vs.pop(), []).append(b)
+        else:
+            differ.append(b)
+    said = []
+    for verdict, verb in (("better", "beats {}"), ("worse", "loses to {}"), ("n.d.", "cannot be told from {}")):
+        if verdict in agree:
+            betas_said = _span(agree[verdict], tested) if verdict != "n.d." else ", ".join(agree[verdict])
+            said.append(verb.format("it" if said else "no reset") + f" at beta {betas_said}")
+    where = where[0].upper() + where[1:]
+    if said:
+        first = f"**{where}, reset + keep {' and '.join(said)}**"
+    elif tested:
+        first = f"{where}, reset + keep reaches the same verdict against no reset at no beta"
+    else:
+        first = f"{where}, reset + keep vs no reset is tested at no beta yet"
+    if len(maps) > 1 and differ:
+        first += f"; the tasks differ at beta {', '.join(differ)}"
+    if tested and len(maps) > 1:
+        first += " (" + "; ".join(_per_task(m, tested) for m in maps) + ")"
+    first += "."
+    untested = [b for b in betas if b not in tested]
+    if untested and tested:
+        first += f" Beta {', '.join(untested)}: not tested {'on every task' if len(maps) > 1 else 'yet'}."
+    return first + " " + _treatments_sentence(maps) + _partial_sentence(maps)
+
+
+def _treatments_sentence(maps: Sequence[SuiteMap]) -> str:
+    """Against keep: a treatment with one verdict in every tested cell is said once; the others
+    list their verdicts' places."""
+    same: dict[tuple[str, bool], list[str]] = {}
+    mixed = []
+    for t in OTHERS:
+        planned = [(m, c) for m in maps for (b, tt), c in m.cells.items() if tt == t]
+        cells = [(m, c) for m, c in planned if c["verdict"] is not None]
+        if not cells:
+            continue
+        verdicts = {_short(c) for _, c in cells}
+        if len(verdicts) == 1:
+            same.setdefault((verdicts.pop(), len(cells) == len(planned)), []).append(f"`{t}`")
+        else:
+            places = [
+                f"{_short(c)} on {md_text(m.task, 60)} at beta {c['beta']}" for m, c in cells if _short(c) != "n.d."
+            ]
+            mixed.append(f"`{t}` is {', '.join(places)} and not distinguishable elsewhere")
+    words = {"better": "better than", "worse": "worse than", "n.d.": "not distinguishable from"}
+    every = "every task" if len(maps) > 1 else md_text(maps[0].task, 60) if maps else ""
+    parts = [
+        f"{_join(ts)} {'is' if len(ts) == 1 else 'are'} {words[v]} keep "
+        + (f"at every beta on {every}" if complete else "in every cell tested so far")
+        for (v, complete), ts in same.items()
+    ]
+    if not parts and not mixed:
+        return "No optimizer treatment was compared with keep."
+    return "Against keep: " + "; ".join(parts + mixed) + "."
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _partial_sentence(maps: Sequence[SuiteMap]) -> str:
+    short = [c for m in maps for c in m.cells.values() if c["n_pairs"] < c["n_listed"]]
+    if not short:
+        return ""
+    return f" {len(short)} cell{'s' * (len(short) != 1)} rest on fewer pairs than their suite lists (marked)."
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _num(v: float) -> str:
+    return f"{v:+.3f}" if isinstance(v, float) and math.isfinite(v) else "—"
+
+
+def cell_text(c: dict | None) -> str:
+    """'+0.024 [+0.012, +0.036] better (p_holm 0.010, 10 pairs)'; 'n.d. (..., mde80 0.020)';
+    a cell on fewer pairs than listed says '7 of 10 pairs'."""
+    if c is None:
+        return "—"
+    pairs = f"{c['n_pairs']} pairs" if c["n_pairs"] >= c["n_listed"] else f"**{c['n_pairs']} of {c['n_listed']} pairs**"
+    if c["verdict"] is None:
+        return f"not tested ({pairs})"
+    lo, hi = c["ci95"]
+    mde = ""
+    if c["verdict"] == "no detectable difference":
+        mde = (
+            ", mde80 ∞" if c["mde80"] == math.inf else f", mde80 {c['mde80']:.3f}" if math.isfinite(c["mde80"]) else ""
+        )
+    p = f"p_holm {c['p_holm']:.3f}" if math.isfinite(c["p_holm"]) else "p_holm —"
+    return f"{_num(c['diff'])} [{_num(lo)}, {_num(hi)}] {SHORT.get(c['verdict'], c['verdict'])} ({p}{mde}, {pairs})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
+    """map.md: the answer, the suites with their machines, the keep-vs-none table, the
+    treatment-vs-keep table, the figure."""
+    betas = _betas(maps)
+    tasks = [md_text(m.task, 60) for m in maps]
+    lines = ["# Cross-task map: reference resets x beta", "", answer(maps), ""]
+    lines += [
+        "Each cell is one question a suite's report tests, with that report's numbers: the mean paired "
+        "effect on the score (a run's mean validation reward over its last K evaluations) [95% interval], "
+        "the verdict at family-wise 5% (sign-flip p, Holm within the beta's family of that suite; `n.d.` = "
+        "no detectable difference, with the effect it could have detected at 80% power, mde80), and the "
+        "pairs of seeds it rests on (in bold when fewer than the suite lists: a suite still running).",
+        "",
+        "## Suites",
+        "",
+    ]
+    for m in maps:
+        machines = "; ".join(f"{md_text(line, 240)} ({n} run{'s' * (n != 1)})" for line, n in m.machines)
+        lines.append(
+            f"- {md_text(m.task, 60)}: suite {md_code(m.name, 80)} (preset {md_code(m.preset, 40)}"
+            + (f", commit {md_code(m.commit[:12], 20)}" if m.commit else "")
+            + f"), K = {m.k}, {m.runs} complete runs of {m.listed} listed; machine: {machines or 'no complete run'}"
+        )
+    lines += ["", "## Reset + keep vs no reset", ""]
+    lines += _table(["beta", *tasks], [[b, *(cell_text(m.cells.get((b, "keep"))) for m in maps)] for b in betas])
+    lines += ["", "## Each optimizer treatment vs keep (both arms reset the reference at the same cadence)", ""]
+    rows = [
+        [f"{t}", b, *(cell_text(m.cells.get((b, t))) for m in maps)]
+        for t in OTHERS
+        for b in betas
+        if any((b, t) in m.cells for m in maps)
+    ]
+    lines += _table(["treatment", "beta", *tasks], rows) if rows else ["No optimizer treatment was run."]
+    lines += ["", f"![Effect against beta, one line per task]({figure})", ""]
+    return lines
+
+
+# ---------------------------------------------------------------- figure
+
+
+def _series(m: SuiteMap, t: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    cells = sorted(
+        (c for (b, tt), c in m.cells.items() if tt == t and c["verdict"] is not None), key=lambda c: float(c["beta"])
+    )
+    x = np.array([float(c["beta"]) for c in cells])
+    y = np.array([c["diff"] for c in cells], dtype=float)
+    err = np.array([[c["diff"] - c["ci95"][0], c["ci95"][1] - c["diff"]] for c in cells], dtype=float).reshape(-1, 2).T
+    return x, y, np.nan_to_num(err), [c["verdict"] for c in cells]
+
+
+def map_figure(maps: Sequence[SuiteMap]) -> Figure:
+    """Top: reset + keep vs no reset against beta (log x), one line per task with its 95%
+    intervals; filled markers where the verdict is better or worse, open where not. Bottom: one
+    small panel per optimizer treatment vs keep, the same way."""
+    others = [t for t in OTHERS if any(tt == t for m in maps for _, tt in m.cells)]
+    fig = Figure(figsize=(max(10.0, 3.2 * len(others)), 8.5))
+    gs = fig.add_gridspec(2, max(1, len(others)), height_ratios=(1.4, 1.0))
+    top = fig.add_subplot(gs[0, :])
+    bottom = [fig.add_subplot(gs[1, j]) for j in range(len(others))]
+    for ax in bottom[1:]:
+        ax.sharey(bottom[0])  # the treatments on one scale
+    panels = [(top, "keep", "reset + keep vs no reset")] + [
+        (ax, t, f"{t} vs keep (both reset)") for ax, t in zip(bottom, others)
+    ]
+    for ax, t, title in panels:
+        for i, m in enumerate(maps):
+            x, y, err, verdicts = _series(m, t)
+            if not x.size:
+                continue
+            color, shift = f"C{i}", 1.0 + 0.03 * (i - (len(maps) - 1) / 2)  # side by side at one beta
+            ax.errorbar(x * shift, y, yerr=err, color=color, marker="", capsize=3, label=plot_text(m.task, 40))
+            found = np.array([v in ("better", "worse") for v in verdicts])
+            ax.plot((x * shift)[found], y[found], "o", color=color, markersize=7)
+            ax.plot((x * shift)[~found], y[~found], "o", color=color, markerfacecolor="white", markersize=7)
+        ax.axhline(0.0, color="gray", linewidth=0.9)
+        ax.set_xscale("log")
+        betas = _betas(maps)
+        ax.set_xticks([float(b) for b in betas], betas)
+        ax.minorticks_off()
+        ax.set_xlabel("beta (KL coefficient, log scale)")
+        ax.set_ylabel("score effect [95% CI]" if t == "keep" else "effect")
+        ax.set_title(title, fontsize=10 if t != "keep" else 11)
+        ax.grid(alpha=0.3)
+    top.legend(title="task (filled: better or worse; open: no detectable difference)", fontsize=8, title_fontsize=8)
+    fig.suptitle("Reference resets across tasks: mean paired effect on the score against beta", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def write_map(maps: Sequence[SuiteMap], outdir: str | Path) -> list[Path]:
+    """Write map.md, map.json and map.png into `outdir` (every path checked first: no link, no
+    directory or FIFO in their place) from the suites' maps (`read_suites`)."""
+    out = Path(outdir)
+    paths = [out / name for name in OUTPUTS]
+    check_outputs(paths, "--outdir")
+    safe_files.makedirs(str(out))
+    safe_files.save_figure(map_figure(maps), str(paths[2]), dpi=110, bbox_inches="tight")
+    safe_files.write_json(str(paths[1]), map_data(maps), indent=1)
+    safe_files.write_text(str(paths[0]), "\n".join(map_lines(maps, paths[2].name)))
+    return paths
