@@ -216,3 +216,18 @@ def test_seeds_needed_is_the_smallest_n_with_mde80_below_the_effect():
     assert stats.seeds_needed(1.0, 1.0, 1) == 10  # mde80(1, 10, 1) = 0.989 above
     assert stats.seeds_needed(0.0, 0.1, 17) == 10  # only the sign-flip floor binds
     assert stats.seeds_needed(1.0, 0.0, 1) == math.inf
+
+
+def test_paired_interval_float_noise_is_not_spread():
+    """Differences equal but for float noise (1e-16) and two values 2e-7 higher: resamples equal
+    at the resolution are left out of the bootstrap, so T* cannot blow the interval up (it gave
+    an upper bound of 90 for a mean of 0.08); the interval is the resolution's, around the mean."""
+    d = [0.08126520000000015, 0.08126520000000004, 0.0812654, 0.08126520000000004,
+         0.08126520000000004, 0.0812654, 0.08126520000000004, 0.08126519999999993]
+    lo, hi = stats.paired_interval(d)
+    mean = sum(d) / len(d)
+    assert lo < mean < hi and hi - lo < 2e-6
+    # a spread above the resolution still gets the t / bootstrap-t interval, which holds the data's mean
+    d2 = [v * 1000 for v in d]
+    lo2, hi2 = stats.paired_interval(d2, resolution=1e-9)
+    assert lo2 < sum(d2) / len(d2) < hi2 and hi2 - lo2 < 1e-3
