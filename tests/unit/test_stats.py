@@ -222,8 +222,16 @@ def test_paired_interval_float_noise_is_not_spread():
     """Differences equal but for float noise (1e-16) and two values 2e-7 higher: resamples equal
     at the resolution are left out of the bootstrap, so T* cannot blow the interval up (it gave
     an upper bound of 90 for a mean of 0.08); the interval is the resolution's, around the mean."""
-    d = [0.08126520000000015, 0.08126520000000004, 0.0812654, 0.08126520000000004,
-         0.08126520000000004, 0.0812654, 0.08126520000000004, 0.08126519999999993]
+    d = [
+        0.08126520000000015,
+        0.08126520000000004,
+        0.0812654,
+        0.08126520000000004,
+        0.08126520000000004,
+        0.0812654,
+        0.08126520000000004,
+        0.08126519999999993,
+    ]
     lo, hi = stats.paired_interval(d)
     mean = sum(d) / len(d)
     assert lo < mean < hi and hi - lo < 2e-6
