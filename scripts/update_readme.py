@@ -15,6 +15,7 @@ that they are current.
 from __future__ import annotations
 
 import ast
+import glob
 import os
 import re
 import subprocess
@@ -322,6 +323,52 @@ def grid_section() -> str:
     )
 
 
+def _short_machine(record: str) -> str:
+    """'Intel(R) Xeon(R) Processor (VM), 2 cores, x86_64; avx2 ... amx_bf16; torch ...' -> 'a 2-core Intel Xeon
+    with AMX (avx512_bf16, amx_bf16)'."""
+    head, _, rest = record.partition(";")
+    parts = [p.strip() for p in head.split(",")]
+    name = re.sub(r"\(R\)|\(TM\)|\bProcessor\b|\(VM\)", "", parts[0])
+    name = " ".join(name.split())
+    cores = next((p.split()[0] for p in parts if p.endswith("cores")), "?")
+    flags = rest.split(";")[0].split()
+    kind = (
+        " with AMX (avx512_bf16, amx_bf16)"
+        if "amx_bf16" in flags
+        else " with AVX-512"
+        if "avx512f" in flags
+        else " (AVX2 only)"
+        if "avx2" in flags
+        else ""
+    )
+    return f"a {cores}-core {name}{kind}"
+
+
+def machines_section() -> str:
+    """Which machine types the results were made and replicated on, from the committed replication.json files."""
+    out = [
+        "**Machines:** runs are bit-deterministic on one machine only; per-seed numbers differ across CPU types. The "
+        'committed suites below predate machine records (provenance "2 cores, x86_64, ... vm"; the quick suite '
+        "was made on an AVX2-only AMD EPYC guest). `prorl-bench replicate DIR` re-runs a committed suite here "
+        "and says which verdicts replicate."
+    ]
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*", "replication_*", "replication.json"))):
+        rel = os.path.relpath(path, ROOT)
+        data = _load(rel)
+        moved = [
+            f"{r['name']}: {r['committed']['verdict']} -> {r['new']['verdict']} "
+            f"({_num(r['new']['diff'])} [{_num(r['new']['ci95'][0])}, {_num(r['new']['ci95'][1])}])"
+            for r in data["rows"]
+            if not r["replicates"]
+        ]
+        out.append(
+            f"Replicated on {_short_machine(data['machines']['new'])} at {data['commits']['new'][:7]} "
+            f"([{data['source']}]({os.path.dirname(rel)}/replication.md)): **{data['replicated']} of "
+            f"{data['compared']} verdicts replicate**" + (f"; not: {'; '.join(moved)}." if moved else ".")
+        )
+    return " ".join(out)
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     pat = re.compile(rf"(<!-- {name}:start -->\n)(.*?)(\n<!-- {name}:end -->)", re.S)
     if not pat.search(text):
@@ -336,6 +383,7 @@ PAGES = {
         "atlas_table": atlas_table,
         "results_more": lambda: "\n\n".join([full_section(), growth_section(), cost_real_section()]),
         "grid_map": grid_section,
+        "machines": machines_section,
     },
     "docs/files.md": {"files": file_tree},
     "docs/flags.md": {"flags": flags_table},

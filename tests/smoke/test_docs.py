@@ -138,3 +138,18 @@ def test_readme_grid_block_reads_the_committed_map(tmp_path, monkeypatch):
     assert "[map](docs/grid/map.md)" in text and "**On both tasks, A.** B." in text and "K = 10" in text
     assert "Machine: CPU X (VM), 2 cores (every run)." in text
     assert "\n" not in text  # one line: the README stays within its 200 lines
+
+
+def test_readme_machines_block_reads_the_committed_replications():
+    # the replication status is the committed replication.json files', not typed
+    gen = _update_readme()
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    block = _block(readme, "machines")
+    assert block == gen.machines_section()
+    rep = json.load(open(os.path.join(ROOT, "docs", "suite_quick", "replication_xeon_amx", "replication.json")))
+    assert f"**{rep['replicated']} of {rep['compared']} verdicts replicate**" in block
+    assert sum(not r["replicates"] for r in rep["rows"]) == block.count(" -> ")
+    assert gen._short_machine(rep["machines"]["new"]) == "a 2-core Intel Xeon with AMX (avx512_bf16, amx_bf16)"
+    assert (
+        gen._short_machine("AMD EPYC 7B13, 2 cores, x86_64; avx2; torch 2.13") == "a 2-core AMD EPYC 7B13 (AVX2 only)"
+    )
