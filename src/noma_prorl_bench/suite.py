@@ -622,6 +622,10 @@ def replicate_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("dir", metavar="DIR", help="a suite directory or a committed report folder (summary.json)")
     ap.add_argument("--seeds", help="comma-separated pair indices to re-run (default: all of DIR's)")
+    ap.add_argument(
+        "--arms",
+        help="comma-separated arms to re-run (default: all of DIR's); comparisons of arms not re-run are left out",
+    )
     ap.add_argument("--outdir", help="where the new runs and replication.md go (default: DIR-replicate)")
     ap.add_argument("--jobs", type=int, help="parallel runs (default: the number of cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -689,6 +693,15 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
         if not chosen or any(p not in pairs for p in chosen):
             ap.error(f"argument --seeds: comma-separated pair indices of DIR, from {pairs}; got {args.seeds!r}")
         specs = [s for s in specs if s.pair in chosen]
+    if args.arms is not None:
+        known = list(dict.fromkeys(s.arm for s in specs))
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        if not arms or any(a not in known for a in arms):
+            ap.error(
+                f"argument --arms: comma-separated arms of DIR, from {', '.join(known)}; "
+                f"got {term_text(args.arms, 200)!r}"
+            )
+        specs = [s for s in specs if s.arm in arms]
     if args.jobs is not None and args.jobs < 1:
         ap.error(f"argument --jobs: must be >= 1, got {args.jobs}")
     outdir = args.outdir or str(src).rstrip("/\\") + "-replicate"

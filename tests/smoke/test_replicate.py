@@ -50,7 +50,14 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, flag", [(["--seeds", "7"], "--seeds"), (["--seeds", "x"], "--seeds"), (["--jobs", "0"], "--jobs")]
+    "argv, flag",
+    [
+        (["--seeds", "7"], "--seeds"),
+        (["--seeds", "x"], "--seeds"),
+        (["--jobs", "0"], "--jobs"),
+        (["--arms", "AA-1,nope"], "--arms"),
+        (["--arms", ","], "--arms"),
+    ],
 )
 def test_replicate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, flag):
     (tmp_path / "s").mkdir()
@@ -61,3 +68,36 @@ def test_replicate_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, flag
         replicate_main([str(tmp_path / "s"), *argv, "--outdir", str(tmp_path / "new")])
     assert e.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_replicate_a_subset_of_arms_says_its_families_are_smaller(tmp_path):
+    # a committed quick-preset folder (100 steps: 10 evaluations for its K = 10; 2 seeds): re-running only beta 1's none and keep arms
+    # compares keep vs none alone; its Holm family holds 1 question where the committed one held 2
+    cmp = dict(
+        metric="score",
+        family="beta 1",
+        diff=0.01,
+        ci95=[-0.01, 0.03],
+        verdict="no detectable difference",
+        n_pairs=2,
+        p_holm=1.0,
+    )
+    summary = {
+        "comparisons": [
+            dict(cmp, name="beta 1: reset-keep vs no reset"),
+            dict(cmp, name="beta 1: reset-hard vs reset-keep"),
+        ],
+        "provenance": {"preset": "quick", "seeds": 2, "steps": 100},
+    }
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "summary.json").write_text(json.dumps(summary))
+    new = tmp_path / "new"
+    argv = [str(tmp_path / "q"), "--arms", "b1-none,b1-keep", "--outdir", str(new), "--jobs", "2", "--quiet"]
+    assert replicate_main(argv) == 0
+    runs = sorted(p.name for p in new.iterdir() if (p / "config.json").is_file())
+    assert runs == ["b1-keep_s0", "b1-keep_s1", "b1-none_s0", "b1-none_s1"]
+    rep = json.loads((new / "replication.json").read_text())
+    (row,) = rep["rows"]
+    assert row["name"] == "beta 1: reset-keep vs no reset" and row["new"]["n_pairs"] == 2
+    assert row["committed"]["family_size"] == 2 and row["new"]["family_size"] == 1
+    assert "beta 1: reset-keep vs no reset 1 of 2" in (new / "replication.md").read_text()

@@ -1,11 +1,12 @@
-"""`prorl-bench replicate DIR [--seeds 0,1,...] [--outdir NEW] [--jobs N] [--quiet]`: re-run a
+"""`prorl-bench replicate DIR [--seeds 0,1,...] [--arms A,...] [--outdir NEW] [--jobs N] [--quiet]`: re-run a
 committed suite's arms on this machine and put each comparison's new answer beside the committed one
 (the command is suite.replicate_main; this module compares the two reports and writes them).
 
 DIR is a suite directory (its suite.json lists every run's flags) or a committed report folder
 (docs/atlas, docs/suite_quick: summary.json only; its provenance names the preset, seeds and
 steps, and the runs are rebuilt from the preset at this commit). `--seeds` re-runs only those
-pair indices (all of DIR's by default). The runs go to NEW (default DIR-replicate) through the
+pair indices (all of DIR's by default), `--arms` only those arms (Holm's families then hold only
+the re-run comparisons: replication.md names each smaller family). The runs go to NEW (default DIR-replicate) through the
 suite's own machinery (`suite._run_suite`: resume, signals, settings.json with this machine, the
 report), then NEW/replication.md and NEW/replication.json compare, per comparison of DIR's
 summary.json:
@@ -24,6 +25,7 @@ Exit code: the suite's (0 when every run finished and every check held), 2 on ba
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,6 +43,8 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
     and pairs, and whether the verdict replicates (module docstring). A comparison the new report
     lacks (its arms were not re-run) is left out."""
     new_rows = {(c.get("name"), c.get("metric")): c for c in new.get("comparisons", []) if isinstance(c, dict)}
+    sizes_old = Counter(c.get("family") for c in old.get("comparisons", []) if isinstance(c, dict))
+    sizes_new = Counter(c.get("family") for c in new_rows.values())
     out = []
     for c in old.get("comparisons", []):
         if not isinstance(c, dict) or (c.get("name"), c.get("metric")) not in new_rows:
@@ -65,6 +69,7 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
                     verdict=c.get("verdict"),
                     n_pairs=c.get("n_pairs"),
                     p_holm=c.get("p_holm"),
+                    family_size=sizes_old[c.get("family")],
                 ),
                 new=dict(
                     diff=n.get("diff"),
@@ -72,6 +77,7 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
                     verdict=n.get("verdict"),
                     n_pairs=n.get("n_pairs"),
                     p_holm=n.get("p_holm"),
+                    family_size=sizes_new[n.get("family")],
                 ),
                 replicates=c.get("verdict") == n.get("verdict"),
                 overlap=_overlap(ci_old, ci_new),
@@ -141,6 +147,20 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
             "committed suite mean less power: a committed verdict that comes back `no detectable difference` "
             "on fewer seeds did not replicate here, whatever the reason.",
             "",
+            *(
+                [
+                    "Only some arms were re-run: Holm's families here hold only the re-run questions, "
+                    + ", ".join(
+                        f"{md_text(str(r['name']), 120)} {r['new']['family_size']} of {r['committed']['family_size']}"
+                        for r in rows
+                        if r["new"].get("family_size") != r["committed"].get("family_size")
+                    )
+                    + " (a smaller family is a lower bar: compare the raw p-values too).",
+                    "",
+                ]
+                if any(r["new"].get("family_size") != r["committed"].get("family_size") for r in rows)
+                else []
+            ),
             f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
             + (" (the committed report predates machine records)" if diffs == ["unrecorded"] else "")
             + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
