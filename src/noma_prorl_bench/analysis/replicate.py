@@ -6,7 +6,8 @@ DIR is a suite directory (its suite.json lists every run's flags) or a committed
 (docs/atlas, docs/suite_quick: summary.json only; its provenance names the preset, seeds and
 steps, and the runs are rebuilt from the preset at this commit). `--seeds` re-runs only those
 pair indices (all of DIR's by default), `--arms` only those arms (Holm's families then hold only
-the re-run comparisons: replication.md names each smaller family). The runs go to NEW (default DIR-replicate) through the
+the re-run comparisons: replication.md names each smaller family). The runs go to NEW (default
+DIR-replicate) through the
 suite's own machinery (`suite._run_suite`: resume, signals, settings.json with this machine, the
 report), then NEW/replication.md and NEW/replication.json compare, per comparison of DIR's
 summary.json:
