@@ -170,3 +170,21 @@ def test_objective_gae_whitens_by_default():
     sel = adv[mask != 0]
     assert float(sel.mean()) == pytest.approx(0.0, abs=1e-6) and m["adv/std"] == pytest.approx(1.0, abs=1e-5)
     assert adv[1, 2] == 0.0
+
+
+def test_memory_estimate_counts_the_critic_only_with_gae():
+    from noma_prorl_bench.io import memory
+
+    grpo = memory.build_estimate(*_estimate_args({}))
+    gae = memory.build_estimate(*_estimate_args({"adv": "gae"}))
+    assert "critic" not in grpo.held and "critic" not in grpo.flags  # other runs' records unchanged
+    assert gae.held["critic"] == gae.held["weights"] + gae.held["grads_adam"]  # a full copy + grads + Adam
+    assert gae.flags["critic"] == "adv" and gae.total > grpo.total
+
+
+def _estimate_args(flags):
+    from noma_prorl_bench.io import memory
+
+    sp = RunSpecs.from_config(make_config({"outdir": "x", **flags}))
+    P, T = memory.prompt_response_tokens(sp)
+    return sp, memory.model_shape(sp, P + T), P, T
