@@ -60,9 +60,11 @@ def test_critic_forwards_are_counted_exactly(tmp_path, fast_flags, micro, per_mb
         assert r["count/critic_fwd"] == 1 + 2 * 2 * per_mb
         assert r["count/tokens_critic"] == 3 * r["count/tokens_ref"]  # cached reference: one batch forward
         assert r["count/ref_fwd"] == 1 and "critic/vf_loss" in r and "critic/explained_var" in r
+    assert json.loads(open(os.path.join(d, "config.json")).read())["derived"]["critic_lr"] == 1e-3  # -1: --lr
     grpo = str(tmp_path / "grpo")
     assert main(["--outdir", grpo, *fast_flags]) == 0
     assert not any(k.startswith(("count/critic", "critic/")) for r in _records(grpo) for k in r)
+    assert "critic_lr" not in json.loads(open(os.path.join(grpo, "config.json")).read())["derived"]
 
 
 SCENARIOS = {
