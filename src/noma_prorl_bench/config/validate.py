@@ -109,12 +109,15 @@ FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
     "warmup_style": ("lr_schedule", "verl's", ""),
     "enable_gradient_checkpointing": ("grad_checkpoint", "verl's", ""),
     "lora_rank": ("initial_rank", "verl's", "with --enable_growth 1"),
+    # OpenRLHF (PPO with a critic)
+    "critic_learning_rate": ("critic_lr", "OpenRLHF's", "with --adv gae"),
+    "value_clip": ("cliprange_value", "OpenRLHF's", "with --adv gae"),
     "target_modules": ("adapter_targets", "verl's", "with --enable_growth 1"),
 }
 #: TRL / verl names with no flag of ours that means the same, though one of ours looks alike (TRL's
 #: max_prompt_length truncates prompts in tokens; --max_prompt_chars only bounds a jsonl file's prompts):
 #: refused with no suggestion rather than a misleading one
-NO_EQUIVALENT = ("max_prompt_length", "max_length", "logging_steps", "vf_coef", "whiten_rewards")
+NO_EQUIVALENT = ("max_prompt_length", "max_length", "logging_steps", "whiten_rewards")
 #: verl's top-level config sections: a nested verl config is not one of ours
 VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
 
@@ -128,6 +131,8 @@ def suggest_name(word: str, options, prefix: str = "--") -> str:
     if last in FOREIGN_NAMES:
         flag, whose, note = FOREIGN_NAMES[last]
         return f" ({word} is {whose} name; ours is {prefix}{flag}{': ' + note if note else ''})"
+    if bare.startswith("critic.") and last == "lr":  # verl's critic.optim.lr is not the policy's --lr
+        return f" (ours is {prefix}critic_lr, with --adv gae: our names are flat, without a section path)"
     if last != bare and f"{prefix}{last}" in options:
         return f" (ours is {prefix}{last}: our names are flat, without a section path)"
     if last in NO_EQUIVALENT:
