@@ -112,6 +112,7 @@ FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
     # OpenRLHF (PPO with a critic)
     "critic_learning_rate": ("critic_lr", "OpenRLHF's", "with --adv gae"),
     "value_clip": ("cliprange_value", "OpenRLHF's", "with --adv gae"),
+    "lambd": ("lam", "OpenRLHF's", "GAE lambda, with --adv gae"),
     "target_modules": ("adapter_targets", "verl's", "with --enable_growth 1"),
 }
 #: TRL / verl names with no flag of ours that means the same, though one of ours looks alike (TRL's
