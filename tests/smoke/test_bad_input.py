@@ -40,7 +40,7 @@ BAD = [
     (["--reset_kl_min_gap", "-2"], "--reset_kl_min_gap"),
     (["--plots", "2"], "--plots"),
     (["--loss", "ppo2"], "--loss"),  # choices
-    (["--adv", "gae"], "--adv"),
+    (["--adv", "vtrace"], "--adv"),
     (["--dtype", "float16"], "--dtype"),
     (["--device", "tpu"], "--device"),
     (["--on_nan", "ignore"], "--on_nan"),

@@ -46,7 +46,7 @@ def test_every_foreign_name_maps_to_an_existing_flag_with_another_name():
     for name, (flag, whose, note) in FOREIGN_NAMES.items():
         assert flag in FIELDS, (name, flag)
         assert name not in FIELDS, name  # our own name never reaches the table
-        assert whose in ("TRL's", "verl's", "TRL's and verl's"), name
+        assert whose in ("TRL's", "verl's", "TRL's and verl's", "OpenRLHF's"), name
 
 
 def test_every_foreign_flag_is_refused_with_ours():
@@ -79,6 +79,10 @@ def test_every_foreign_config_key_is_refused_with_ours(tmp_path):
         (["--n", "8"], "ours is --group_size"),  # argparse: ambiguous prefix
         (["--actor_rollout_ref.actor.ppo_epochs", "2"], "ours is --ppo_epochs: our names are flat"),
         (["--algorithm.kl_ctrl.kl_coef", "0.001"], "ours is --beta"),
+        (["--critic.optim.lr=1e-5"], "ours is --critic_lr"),  # verl's critic, not the policy's --lr
+        (["--critic_learning_rate", "1e-5"], "ours is --critic_lr"),
+        (["--cliprange", "0.2"], "ours is --clip_eps"),  # TRL's policy clip, not a prefix of --cliprange_value
+        (["--value_clip", "0.2"], "ours is --cliprange_value"),
         (["--stpes", "3"], "did you mean --steps?"),  # a misspelling still gets difflib
         (["--kl_estimatr", "k3"], "did you mean --kl_estimator?"),
     ],
@@ -89,7 +93,7 @@ def test_foreign_and_misspelt_flags(argv, ours):
 
 
 @pytest.mark.parametrize(
-    "name", ["--max_prompt_length", "--logging_steps", "--vf_coef", "--top_p", "--whiten_rewards", "--learnin_rate"]
+    "name", ["--max_prompt_length", "--logging_steps", "--top_p", "--whiten_rewards", "--learnin_rate"]
 )
 def test_a_name_we_have_no_match_for_gets_no_unrelated_suggestion(name):
     line = parse_error(name, "1")

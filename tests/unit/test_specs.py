@@ -24,7 +24,8 @@ SRC = ROOT / "src" / "noma_prorl_bench"
 
 #: fields no stage spec carries: the run's files, engines, checkpoints and the config's own
 #: inputs that specs carry resolved (clip_eps/eps_low/eps_high as eps_lo/eps_hi, loss_agg as
-#: loss_agg_resolved, warmstart_steps as warmstart_steps_resolved), read by the run entries
+#: loss_agg_resolved, warmstart_steps as warmstart_steps_resolved, critic_lr as critic_lr_resolved),
+#: read by the run entries
 RUN_LEVEL = {
     "outdir",
     "overwrite",
@@ -36,6 +37,7 @@ RUN_LEVEL = {
     "eps_high",
     "loss_agg",
     "warmstart_steps",
+    "critic_lr",
     "engine",
     "ref_placement",
     "steps_per_rollout",
@@ -202,19 +204,21 @@ def test_each_choice_list_is_the_parsers_and_the_docs(flag):
 
 
 def test_implementing_modules_use_the_one_choice_list():
-    from noma_prorl_bench.algorithms import advantages, losses
+    from noma_prorl_bench.algorithms import advantages, critic, losses
     from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES
     from noma_prorl_bench.models import static_decode
     from noma_prorl_bench.rollout import reference
+    from noma_prorl_bench.training import critic as training_critic
     from noma_prorl_bench.training import growth, optim_state
 
-    assert set(advantages.ADVANTAGES) == set(ch.ADVS) and set(losses.LOSSES) == set(ch.LOSS_NAMES)
+    assert set(advantages.ADVANTAGES) | {critic.NAME} == set(ch.ADVS) and set(losses.LOSSES) == set(ch.LOSS_NAMES)
     assert losses.AGGREGATIONS is ch.AGGREGATIONS and ch.CHOICES["loss_agg"] == ("auto", *ch.AGGREGATIONS)
     assert reference.REF_MODES == (*ch.REF_COMPUTES, "none") and tuple(REF_CODES) == ch.REF_COMPUTES
     assert reference.REF_UPDATES is ch.REF_UPDATES
     assert set(KL_METRIC_KEYS) == {*ch.KL_ESTIMATOR_CHOICES, "k1"}
     assert optim_state.OPT_RESETS is ch.OPT_RESETS and optim_state.LR_SCHEDULES is ch.LR_SCHEDULES
     assert growth.MODES is ch.GROWTH_MIGRATIONS and static_decode.COMPILE_MODES is ch.COMPILE_DECODES
+    assert training_critic.CRITIC_RESETS is ch.CRITIC_RESETS
 
 
 def test_no_module_spells_a_choice_list_again():

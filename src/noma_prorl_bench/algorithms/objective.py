@@ -11,9 +11,11 @@ T response length, L = P + T, V vocabulary.
   token_loss       policy loss (--loss, losses.LOSSES) + beta * the KL term of the loss -> [n, T]
   reduce           the --loss_agg reduction of an [n, T] matrix over a minibatch
 
-A value model would plug in here: its values enter `advantages` (GAE returns) and its value
-loss joins `token_loss` (torchtune's `estimate_advantages` and `PPOLoss` split it the same way).
-The functions it uses, each of tensors and flags:
+With --adv gae (a critic, `critic` set): `gae_advantages` takes the critic's values [N, T] and
+gives per-token GAE advantages and returns (algorithms/critic.py), and `token_loss`, given the
+critic's values of the minibatch, adds vf_coef * the clipped value loss (torchtune's
+`estimate_advantages` and `PPOLoss` split it the same way). The functions it uses, each of tensors
+and flags:
 
   shape_rewards    the task reward + DAPO soft overlong penalty (--overlong shape); the KL in
                    the reward (--kl_in reward, token or sequence form) is added with the
@@ -31,11 +33,12 @@ from typing import Optional
 
 from torch import Tensor
 
+from noma_prorl_bench.algorithms import critic as critic_lib
 from noma_prorl_bench.algorithms import dapo
 from noma_prorl_bench.algorithms import kl as kl_lib
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.algorithms.kl_term import KLTerm
-from noma_prorl_bench.config.specs import ObjectiveSpec
+from noma_prorl_bench.config.specs import CriticSpec, ObjectiveSpec
 from noma_prorl_bench.io.metrics import Metrics
 
 
@@ -89,6 +92,8 @@ class UpdateInputs:
     logp_old: Tensor  # [N, T] ratio denominator: sampler's, or learner's (--tis_cap)
     tis_weight: Optional[Tensor] = None  # [N, T] min(pi_learner_old / pi_sampler, C), --tis_cap
     old_logits: Optional[Tensor] = None  # [N, T, V] pre-update logits (Variant B, --kl_estimator full)
+    values_old: Optional[Tensor] = None  # [N, T] the critic's values before the update (--adv gae)
+    returns: Optional[Tensor] = None  # [N, T] GAE returns, the value loss's targets (--adv gae)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class Objective:
     spec: ObjectiveSpec
     kl: KLTerm
     T_max: int
+    critic: Optional[CriticSpec] = None  # --adv gae: GAE and the value loss
 
     def advantages(
         self,
@@ -113,11 +119,69 @@ class Objective:
         """rewards[N] (task rewards) -> (advantages [N], or [N, T] with the KL in the reward in token
         form; advantage metrics; reward-shaping metrics). `logp_ref` [N, T]: only with the KL in the reward."""
         spec = self.spec
+        if self.critic is not None:
+            raise ValueError("--adv gae: the advantages need the critic's values (gae_advantages)")
         shaped, shape_metrics = shape_rewards(rewards, mask, overlong=spec.overlong, T_max=self.T_max)  # [N]
         adv, adv_metrics = self.kl.advantages(
             shaped, mask, spec.adv, spec.batch_size, spec.group_size, beta=beta, logp_old=logp_old, logp_ref=logp_ref
         )
         return adv, adv_metrics, shape_metrics
+
+    def gae_advantages(
+        self,
+        rewards: Tensor,
+        mask: Tensor,
+        values: Tensor,
+        *,
+        beta: float,
+        logp_old: Optional[Tensor] = None,
+        logp_ref: Optional[Tensor] = None,
+    ) -> tuple[Tensor, Tensor, Metrics, Metrics]:
+        """--adv gae: rewards[N] (task rewards) and the critic's values[N, T] -> (advantages [N, T],
+        whitened with --whiten_adv; returns [N, T]; advantage metrics; reward-shaping metrics). The
+        reward is the shaped task reward at the last response token; with the KL in the reward
+        (`logp_ref` [N, T] given) the token form adds -beta KL_t on every token (TRL's PPOTrainer), the
+        sequence form -beta sum_t KL_t to the last token's reward."""
+        c = self.critic
+        if c is None:
+            raise ValueError("gae_advantages needs --adv gae")
+        shaped, shape_metrics = shape_rewards(rewards, mask, overlong=self.spec.overlong, T_max=self.T_max)  # [N]
+        per_token, metrics = None, {}
+        if self.kl.in_reward:
+            if logp_old is None or logp_ref is None:
+                raise ValueError("a KL in the reward needs logp_old and logp_ref")
+            kl_tok = self.kl.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()  # [N, T]
+            seq, km = kl_lib.kl_reward_penalty(shaped, kl_tok, mask, beta)  # [N]
+            metrics.update(
+                {"reward/kl_penalty_mean": km["kl/reward_penalty_mean"], "kl/seq_sum_mean": km["kl/seq_sum_mean"]}
+            )
+            if self.kl.reward_form == "sequence":
+                shaped = seq
+            else:
+                per_token = -beta * kl_tok
+        r_tok = critic_lib.token_rewards(shaped, mask, per_token)  # [N, T]
+        adv, returns = critic_lib.gae(r_tok, values, mask, c.gamma, c.lam)
+        sel = adv[mask != 0]
+        metrics.update(
+            {
+                "adv/raw_mean": float(sel.mean()) if sel.numel() else 0.0,
+                "critic/explained_var": critic_lib.explained_variance(values, returns, mask),
+            }
+        )
+        if c.whiten_adv:
+            adv = critic_lib.whiten(adv, mask)
+        sel = adv[mask != 0]
+        r = rewards.float().view(self.spec.batch_size, self.spec.group_size)
+        metrics.update(
+            {
+                "adv/mean": float(sel.mean()) if sel.numel() else 0.0,
+                "adv/std": float(sel.std()) if sel.numel() > 1 else 0.0,
+                "adv/abs_max": float(sel.abs().max()) if sel.numel() else 0.0,
+                "reward/group_std_mean": float(r.std(dim=1).mean()) if r.shape[1] > 1 else 0.0,
+                "reward/frac_zero_std": float((r.std(dim=1) == 0).float().mean()) if r.shape[1] > 1 else 0.0,
+            }
+        )
+        return adv, returns, metrics, shape_metrics
 
     def token_loss(
         self,
@@ -132,11 +196,16 @@ class Objective:
         tis_weight: Optional[Tensor] = None,
         logits: Optional[Tensor] = None,
         logits_anchor: Optional[Tensor] = None,
+        values: Optional[Tensor] = None,
+        values_old: Optional[Tensor] = None,
+        returns: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor], Metrics]:
-        """The per-token loss of rows [n, T] -> (policy loss + beta * KL term, policy loss, KL term, every
-        KL estimate {name: [n, T]} (logged), metrics). `logp_old`: the ratio's denominator (and the
-        estimates' pi_old); `anchor`: logp of the KL's anchor; `logp_sampler`: the sampler's logp (the
-        ref_over_old k2 reads it); `logits`, `logits_anchor`: [n, T, V] for --kl_estimator full."""
+        """The per-token loss of rows [n, T] -> (policy loss + beta * KL term [+ vf_coef * value loss],
+        policy loss, KL term, every KL estimate {name: [n, T]} (logged), metrics). `logp_old`: the
+        ratio's denominator (and the estimates' pi_old); `anchor`: logp of the KL's anchor;
+        `logp_sampler`: the sampler's logp (the ref_over_old k2 reads it); `logits`, `logits_anchor`:
+        [n, T, V] for --kl_estimator full; `values` (with grad), `values_old`, `returns` [n, T]: the
+        critic's (--adv gae), whose clipped value loss joins the total."""
         spec = self.spec
         pg, metrics = loss_lib.LOSSES[spec.loss](
             logp,
@@ -152,7 +221,15 @@ class Objective:
             logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor, temperature=spec.temperature
         )
         kl_tok = self.kl.loss_term(kl, logp_sampler, anchor)  # zeros when the KL is in the reward
-        return pg + beta * kl_tok, pg, kl_tok, kl, metrics
+        total = pg + beta * kl_tok
+        if values is not None:
+            c = self.critic
+            if c is None or values_old is None or returns is None:
+                raise ValueError("a value loss needs --adv gae, the critic's old values and the returns")
+            vf, vm = critic_lib.value_loss(values, values_old, returns, mask, c.cliprange_value)  # [n, T]
+            total = total + c.vf_coef * vf
+            metrics = {**metrics, **vm}
+        return total, pg, kl_tok, kl, metrics
 
     @property
     def agg(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Adv = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft"]
+Adv = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "maxrl", "rft", "gae"]
 Loss = Literal["grpo_clip", "dapo", "cispo", "gspo", "reinforce", "noclip"]
 LossAgg = Literal["auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 RefCompute = Literal["naive_epoch", "cached", "ring"]
@@ -18,8 +18,9 @@ LRSchedule = Literal["constant", "cosine"]
 GrowthMigration = Literal["preserve", "reset", "naive", "noma_flat"]
 CompileDecode = Literal["off", "default", "reduce-overhead"]
 AnswerExtraction = Literal["lenient", "tag"]
+CriticReset = Literal["keep", "follow", "reinit"]
 
-ADVS: tuple[str, ...] = get_args(Adv)  # algorithms/advantages.ADVANTAGES
+ADVS: tuple[str, ...] = get_args(Adv)  # algorithms/advantages.ADVANTAGES, plus gae (algorithms/critic.py)
 LOSS_NAMES: tuple[str, ...] = get_args(Loss)  # algorithms/losses.LOSSES
 AGGREGATIONS: tuple[str, ...] = get_args(LossAgg)[1:]  # algorithms/losses.aggregate ("auto" resolved before)
 REF_COMPUTES: tuple[str, ...] = get_args(RefCompute)  # rollout/reference.REF_MODES, plus "none" (Variant B)
@@ -34,6 +35,7 @@ EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)  # tasks/reasoning_gym
 #: --report_to's names (a comma list of them, or none alone; config/validate checks it, the
 #: sinks are io/metrics.report_sink's)
 REPORT_TO: tuple[str, ...] = ("none", "tensorboard", "csv", "wandb")
+CRITIC_RESETS: tuple[str, ...] = get_args(CriticReset)  # training/critic.Critic.on_reset
 
 #: flag -> its values, for the test that ties each list to the parser and docs/flags.md
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -49,4 +51,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "growth_migration": GROWTH_MIGRATIONS,
     "compile_decode": COMPILE_DECODES,
     "answer_extraction": EXTRACTIONS,
+    "critic_reset": CRITIC_RESETS,
 }

@@ -20,6 +20,7 @@ from noma_prorl_bench.config.choices import (
     Adv,
     AnswerExtraction,
     CompileDecode,
+    CriticReset,
     GrowthMigration,
     KLEstimator,
     Loss,
@@ -188,7 +189,21 @@ class RunConfig:
 
     # ---------------------------------------------------------------- loss
     adv: Adv = "grpo"
-    """Advantage estimator over rewards[B,G] (maxrl: (r - mean_g) / (mean_g + eps); rft: the raw rewards)."""
+    """Advantage estimator over rewards[B,G] (maxrl: (r - mean_g) / (mean_g + eps); rft: the raw rewards). gae: PPO with a critic, a value model (a copy of the policy after the warm start with a linear value head on its final hidden states, its own Adam) and per-token GAE(--gamma, --lam) advantages; the clipped value loss, times --vf_coef, joins the policy loss (docs/losses.md)."""
+    gamma: float = 1.0
+    """--adv gae only: discount gamma in [0, 1] of the per-token rewards (the task reward at the last response token)."""
+    lam: float = 0.95
+    """--adv gae only: GAE lambda in [0, 1] (1: Monte-Carlo returns minus values; 0: the one-step TD residual)."""
+    whiten_adv: int = 1
+    """--adv gae only: 1: whiten the GAE advantages over the batch's response tokens (masked mean 0, std 1), as TRL's PPOTrainer and OpenRLHF do; 0: raw."""
+    vf_coef: float = 0.1
+    """--adv gae only: value-loss coefficient c_v > 0 in loss = policy loss + beta*KL + c_v * value loss (TRL's vf_coef)."""
+    cliprange_value: float = 0.2
+    """--adv gae only: value clip range: value loss 0.5*max((V-R)^2, (clip(V, V_old-c, V_old+c)-R)^2) per token (TRL/OpenAI baselines); 0: unclipped 0.5*(V-R)^2."""
+    critic_lr: float = -1.0
+    """--adv gae only: learning rate of the critic's Adam (constant; its gradients are clipped by --max_grad_norm on their own). -1: --lr; the value used is config.json's derived.critic_lr."""
+    critic_reset: CriticReset = "keep"
+    """--adv gae only: the critic at a reference reset. keep: weights and Adam state untouched; follow: its Adam gets the policy's --opt_reset treatment (with --soft_factor, --reset_opt_step); reinit: the critic is re-initialised from the current policy (value head zeroed) and its Adam state cleared."""
     loss: Loss = "grpo_clip"
     """Per-token policy loss (noclip: -ratio * A, unclipped)."""
     clip_eps: float = -1.0
@@ -348,6 +363,11 @@ class RunConfig:
         if self.loss_agg != "auto":
             return self.loss_agg
         return "seq-mean-token-mean" if self.loss == "gspo" else "token-mean"
+
+    @property
+    def critic_lr_resolved(self) -> float:
+        """--critic_lr after resolving -1 (--lr)."""
+        return self.lr if self.critic_lr < 0 else self.critic_lr
 
     @property
     def warmstart_steps_resolved(self) -> int:

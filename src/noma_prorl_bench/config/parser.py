@@ -57,6 +57,15 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+class _ForeignPrefix(argparse.Action):
+    """A TRL or verl name that is a prefix of one of ours (TRL's --cliprange, the policy's clip, of
+    --cliprange_value): refused with our name for it instead of being taken as an abbreviation."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        flag = str(option_string)
+        parser.error(f"argument {flag}: unrecognized flag{suggest_name(flag, parser._option_string_actions)}")
+
+
 def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.ArgumentParser:
     """An argparse parser with one flag per RunConfig field, grouped by fields.py section
     (defaults suppressed so the caller can tell explicit flags from defaults, which presets need)."""
@@ -93,6 +102,11 @@ def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.Argum
             g.add_argument(flag, type=type(choices[0]), choices=choices, help=helptext + f" (default: {f.default})")
         else:
             g.add_argument(flag, type=tp, help=helptext + f" (default: {f.default!r})", metavar=f.name.upper())
+    ours = [f"--{f.name}" for f in fields(RunConfig)]
+    for name in FOREIGN_NAMES:
+        flag = f"--{name}"
+        if flag not in p._option_string_actions and any(o.startswith(flag) for o in ours):
+            p.add_argument(flag, action=_ForeignPrefix, nargs="?", help=argparse.SUPPRESS)
     return p
 
 

@@ -4,8 +4,9 @@
 every stage then receives its own spec, never the whole config: the task and model builders
 (`TaskSpec`, `ModelSpec`), the warm start, the collector (`RolloutSpec`), the reference
 (`ReferenceSpec`), the loss side of the learner (`ObjectiveSpec`, whose `kl` is the `KLSpec`
-of algorithms/kl_term.KLTerm), its optimizer (`OptimizerSpec`), the reset and growth managers
-(`ResetSpec`, `GrowthSpec`) and the evaluation (`EvalSpec`).
+of algorithms/kl_term.KLTerm), its optimizer (`OptimizerSpec`), the critic of --adv gae
+(`CriticSpec`), the reset and growth managers (`ResetSpec`, `GrowthSpec`) and the evaluation
+(`EvalSpec`).
 
 A spec field is named as the `RunConfig` attribute it copies (the flag, or a resolved property
 such as `eps_lo` or `loss_agg_resolved`), so `--x` is `spec.x` wherever it is read; values are
@@ -153,6 +154,31 @@ class ObjectiveSpec:
 
 
 @dataclass(frozen=True)
+class CriticSpec:
+    """PPO with a critic (--adv gae; algorithms/critic.py, training/critic.py): GAE, the clipped
+    value loss and its coefficient, the critic's optimizer and its treatment at a reference reset
+    (`follow` reads the policy's --opt_reset, --soft_factor, --reset_opt_step)."""
+
+    adv: str
+    gamma: float
+    lam: float
+    whiten_adv: int
+    vf_coef: float
+    cliprange_value: float
+    critic_lr_resolved: float
+    critic_reset: str
+    max_grad_norm: float
+    opt_reset: str
+    soft_factor: float
+    reset_opt_step: int
+
+    @property
+    def enabled(self) -> bool:
+        """True for --adv gae: the run has a critic."""
+        return self.adv == "gae"
+
+
+@dataclass(frozen=True)
 class OptimizerSpec:
     """The RL optimizer, its LR schedule (optim_state.run_scheduler reads lr_schedule, warmup_steps
     and the horizon steps x ppo_epochs x minibatches) and the update loop's shape and guards."""
@@ -234,6 +260,7 @@ class RunSpecs:
     reference: ReferenceSpec
     objective: ObjectiveSpec
     optimizer: OptimizerSpec
+    critic: CriticSpec
     resets: ResetSpec
     growth: GrowthSpec
     evaluation: EvalSpec
@@ -252,6 +279,7 @@ class RunSpecs:
             reference=take(ReferenceSpec, cfg),
             objective=take(ObjectiveSpec, cfg, kl=KLSpec.from_config(cfg)),
             optimizer=take(OptimizerSpec, cfg),
+            critic=take(CriticSpec, cfg),
             resets=take(ResetSpec, cfg),
             growth=take(GrowthSpec, cfg),
             evaluation=take(EvalSpec, cfg),
@@ -267,6 +295,7 @@ SPECS = (
     ReferenceSpec,
     ObjectiveSpec,
     OptimizerSpec,
+    CriticSpec,
     ResetSpec,
     GrowthSpec,
     EvalSpec,

@@ -110,12 +110,16 @@ FOREIGN_NAMES: dict[str, tuple[str, str, str]] = {
     "warmup_style": ("lr_schedule", "verl's", ""),
     "enable_gradient_checkpointing": ("grad_checkpoint", "verl's", ""),
     "lora_rank": ("initial_rank", "verl's", "with --enable_growth 1"),
+    # OpenRLHF (PPO with a critic)
+    "critic_learning_rate": ("critic_lr", "OpenRLHF's", "with --adv gae"),
+    "value_clip": ("cliprange_value", "OpenRLHF's", "with --adv gae"),
+    "lambd": ("lam", "OpenRLHF's", "GAE lambda, with --adv gae"),
     "target_modules": ("adapter_targets", "verl's", "with --enable_growth 1"),
 }
 #: TRL / verl names with no flag of ours that means the same, though one of ours looks alike (TRL's
 #: max_prompt_length truncates prompts in tokens; --max_prompt_chars only bounds a jsonl file's prompts):
 #: refused with no suggestion rather than a misleading one
-NO_EQUIVALENT = ("max_prompt_length", "max_length", "logging_steps", "vf_coef", "whiten_rewards")
+NO_EQUIVALENT = ("max_prompt_length", "max_length", "logging_steps", "whiten_rewards")
 #: verl's top-level config sections: a nested verl config is not one of ours
 VERL_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
 
@@ -129,6 +133,8 @@ def suggest_name(word: str, options, prefix: str = "--") -> str:
     if last in FOREIGN_NAMES:
         flag, whose, note = FOREIGN_NAMES[last]
         return f" ({word} is {whose} name; ours is {prefix}{flag}{': ' + note if note else ''})"
+    if bare.startswith("critic.") and last == "lr":  # verl's critic.optim.lr is not the policy's --lr
+        return f" (ours is {prefix}critic_lr, with --adv gae: our names are flat, without a section path)"
     if last != bare and f"{prefix}{last}" in options:
         return f" (ours is {prefix}{last}: our names are flat, without a section path)"
     if last in NO_EQUIVALENT:
@@ -248,6 +254,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     _validate_growth(cfg)
     _validate_reliability(cfg)
     _validate_engine(cfg)
+    _validate_critic(cfg)
 
 
 TASKS = ("reverse_digits", "parity", "sort_digits", "keyword_inclusion", "arithmetic")
@@ -576,3 +583,37 @@ def _check_memory(cfg: RunConfig) -> None:
             "cannot be used with --kl_estimator full, which needs the whole "
             "[n, T, V] logits; use 0 or another estimator",
         )
+
+
+CRITIC_FLAGS = ("gamma", "lam", "whiten_adv", "vf_coef", "cliprange_value", "critic_lr", "critic_reset")
+
+
+def _validate_critic(cfg: RunConfig) -> None:
+    """--adv gae and its flags: the flags only with it, each in range, and the combinations it supports."""
+    defaults = RunConfig()
+    if cfg.adv != "gae":
+        for n in CRITIC_FLAGS:
+            if getattr(cfg, n) != getattr(defaults, n):
+                raise ConfigError(n, f"only applies with --adv gae (got --adv {cfg.adv})")
+        return
+    for n in ("gamma", "lam"):
+        if not 0.0 <= getattr(cfg, n) <= 1.0:
+            raise ConfigError(n, f"must be in [0, 1], got {getattr(cfg, n)}")
+    if cfg.whiten_adv not in (0, 1):
+        raise ConfigError("whiten_adv", f"invalid choice: {cfg.whiten_adv} (choose from 0, 1)")
+    if not cfg.vf_coef > 0:
+        raise ConfigError("vf_coef", f"must be > 0 with --adv gae, got {cfg.vf_coef}")
+    if cfg.cliprange_value < 0:
+        raise ConfigError("cliprange_value", f"must be >= 0 (0: unclipped), got {cfg.cliprange_value}")
+    if not (cfg.critic_lr > 0 or cfg.critic_lr == -1):
+        raise ConfigError("critic_lr", f"must be > 0, or -1 for --lr, got {cfg.critic_lr}")
+    if cfg.engine != "local":
+        raise ConfigError("adv", f"gae (a critic) runs with --engine local only, not {cfg.engine}")
+    if cfg.enable_growth and cfg.max_rank > cfg.initial_rank:
+        raise ConfigError(
+            "adv",
+            "gae with growing adapters is not supported (the critic's adapters do not grow): "
+            "use --max_rank equal to --initial_rank",
+        )
+    if cfg.critic_reset != "keep" and cfg.variant == "B":
+        raise ConfigError("critic_reset", "acts at reference resets; Variant B (--variant B) has none")

@@ -12,7 +12,8 @@ The process's peak resident memory is modelled as
 `held` terms live from set-up to the end of the run: the policy's weights; gradients and Adam's two
 moments of the trainable parameters (all of them, or only the LoRA adapters at the largest rank
 the run can reach when --enable_growth freezes the base); the reference (Variant A: a copy of
-the policy; Variant B has none); the drift monitor's initial and previous snapshots (two
+the policy; Variant B has none); the critic of --adv gae (a copy of the policy with its own
+gradients and Adam moments; other runs have no such term); the drift monitor's initial and previous snapshots (two
 state-dict clones, kept by every run); the best checkpoint (--reset_to best). The copies share
 a frozen base with the policy (models.base.frozen_parameters), so under --enable_growth each
 costs its adapters and buffers only; the [N, T, V] logits of --kl_estimator full; the validation set (--n_val).
@@ -332,6 +333,8 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
         "kl_full_logits": N * T * s.vocab * 4 if sp.objective.kl.estimator == "full" else 0,
         "val_set": sp.task.n_val * PER_VAL_EXAMPLE,
     }
+    if sp.critic.enabled:  # --adv gae: the value model (a copy beyond the shared base), its grads and Adam
+        held["critic"] = own + 3 * s.trainable * 4
     eval_rows = min(sp.task.n_val, EVAL_BATCH)
     if sp.evaluation.eval_samples:
         k = sp.evaluation.eval_samples
@@ -368,6 +371,8 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
         "drift_monitor": "n_val",
         "warm_start": "warmstart_steps",
     }
+    if "critic" in held:
+        flags["critic"] = "adv"
     notes: dict[str, object] = {
         "params_per_copy_mib": round(copy / MiB, 1),
         "shared_frozen_mib": round(s.shared_bytes / MiB, 1),

@@ -184,6 +184,8 @@ def resolved_config(cfg: RunConfig) -> dict:
         "dtype": dtype,
         "dtype_reason": why,
     }
+    if cfg.adv == "gae":  # the critic's learning rate (-1 resolved); other runs' config.json unchanged
+        d["derived"]["critic_lr"] = cfg.critic_lr_resolved
     d["versions"] = {
         "noma_prorl_bench": __version__,
         "torch": torch.__version__,

@@ -24,6 +24,12 @@ class GRUPolicy(nn.Module):
         h, _ = self.gru(self.embed(tokens))  # [N, L, H]
         return self.head(h)  # [N, L, V]
 
+    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+        """tokens[N, L] -> the GRU's outputs [N, L or k, H] (the head's input; the critic's value head
+        reads them). No `logits_from_hidden`: --logprob_chunk stays transformer/HF only."""
+        h, _ = self.gru(self.embed(tokens))  # [N, L, H]
+        return h[:, -keep_last:] if keep_last > 0 else h
+
     def prefill(self, tokens: torch.Tensor):
         out, state = self.gru(self.embed(tokens))  # out [N, P, H], state [layers, N, H]
         return self.head(out[:, -1]), state  # [N, V]

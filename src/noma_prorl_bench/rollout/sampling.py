@@ -47,7 +47,9 @@ class RolloutBatch:
     answers: list = field(default_factory=list)
     responses: list = field(default_factory=list)
     logp_ref: Optional[torch.Tensor] = None  # [N, T]
-    advantages: Optional[torch.Tensor] = None  # [N]
+    advantages: Optional[torch.Tensor] = None  # [N], or [N, T] (token forms, --adv gae)
+    values: Optional[torch.Tensor] = None  # [N, T] the critic's values before the update (--adv gae)
+    returns: Optional[torch.Tensor] = None  # [N, T] GAE returns (--adv gae)
     version: int = 0
 
     @property

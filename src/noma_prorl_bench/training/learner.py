@@ -3,7 +3,9 @@
 Legend: N = B*G sequences, n rows of a minibatch, T response length, V vocabulary, E ppo_epochs,
 M minibatches. `Learner.update(batch, reference)` -> metrics; the Learner owns the optimizer
 side (`OptimSide`: optimizer, scheduler, adaptive-KL controller) that the managers share, and
-calls its `Objective` (algorithms/objective.py) for the advantages and the per-token loss.
+calls its `Objective` (algorithms/objective.py) for the advantages and the per-token loss. With
+--adv gae it also holds the `Critic` (training/critic.py): its values enter the advantages and the
+loss, and its optimizer steps after the policy's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from noma_prorl_bench.models.base import policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
+from noma_prorl_bench.training.critic import Critic
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 
 
@@ -48,10 +51,15 @@ class Learner:
         timer: StageTimer,
         order_gen: torch.Generator,
         event: Callable[..., None],
+        critic: Optional[Critic] = None,
     ):
-        """`spec`: advantages, loss, KL coefficient; `optim`: optimizer, schedule, update loop."""
+        """`spec`: advantages, loss, KL coefficient; `optim`: optimizer, schedule, update loop;
+        `critic`: the value model of --adv gae (None otherwise)."""
         self.spec, self.opt_spec, self.policy, self.kl, self.T_max = spec, optim, policy, kl, T_max
-        self.objective = objective_lib.Objective(spec, kl, T_max)  # advantages and the per-token loss
+        self.critic = critic
+        self.objective = objective_lib.Objective(
+            spec, kl, T_max, critic.spec if critic is not None else None
+        )  # advantages and the per-token loss
         self.counters, self.timer, self.order_gen, self.event = counters, timer, order_gen, event
         optimizer = make_optimizer(optim, policy)
         kl_ctrl = (
@@ -73,6 +81,12 @@ class Learner:
             if self.kl.in_reward
             else None
         )  # --kl_in reward
+        if self.critic is not None:  # --adv gae: per-token GAE from the critic's values
+            batch.values = self.critic.values_old(batch.tokens, batch.prompt_len)  # [N, T]
+            batch.advantages, batch.returns, adv_metrics, shape_metrics = self.objective.gae_advantages(
+                batch.rewards, batch.mask, batch.values, beta=self.beta, logp_old=batch.logp_old, logp_ref=ref
+            )
+            return adv_metrics, shape_metrics
         batch.advantages, adv_metrics, shape_metrics = self.objective.advantages(
             batch.rewards, batch.mask, beta=self.beta, logp_old=batch.logp_old, logp_ref=ref
         )
@@ -109,7 +123,9 @@ class Learner:
         own logp_old (the ratio's denominator; TIS weights it against the sampler's) and the old logits [N, T, V]."""
         spec = self.spec
         mask, metrics = objective_lib.loss_mask(batch.mask, batch.truncated, spec.overlong)
-        inp = objective_lib.UpdateInputs(mask=mask, logp_old=batch.logp_old)
+        inp = objective_lib.UpdateInputs(
+            mask=mask, logp_old=batch.logp_old, values_old=batch.values, returns=batch.returns
+        )
         b_full = self.kl.needs_old_logits
         if spec.tis_cap > 0 or b_full:
             with torch.no_grad():
@@ -164,6 +180,7 @@ class Learner:
             opt.optimizer.step()
             opt.scheduler.step()
             self.updates_applied += 1
+        critic_metrics = self.critic.step(skipped) if self.critic is not None else {}
         with torch.no_grad():
             resp = batch.mask[sl]  # KL/entropy over all responses
             out = {f"kl/{k}": float(loss_lib.masked_mean_or_zero(v, resp)) for k, v in kl.items()}
@@ -178,6 +195,7 @@ class Learner:
                 }
             )
         out.update(metrics)
+        out.update(critic_metrics)
         return out
 
     def _micro_backward(
@@ -204,6 +222,13 @@ class Learner:
         if anchors is not None:  # once per row: the k2 diagnostic
             anchors[sl] = anchor.detach()
         adv = cast(torch.Tensor, batch.advantages)[sl]  # set by `advantages` before the update
+        critic = {}  # --adv gae: the critic's values of these rows, for the value loss
+        if self.critic is not None:
+            critic = {
+                "values": self.critic.values(tokens, P),
+                "values_old": cast(torch.Tensor, inp.values_old)[sl],
+                "returns": cast(torch.Tensor, inp.returns)[sl],
+            }
         tok, pg, kl_tok, kl, metrics = self.objective.token_loss(  # pg + beta * KL term, [n, T]
             logp,
             inp.logp_old[sl],
@@ -215,6 +240,7 @@ class Learner:
             tis_weight=None if inp.tis_weight is None else inp.tis_weight[sl],
             logits=logits,
             logits_anchor=logits_anchor,
+            **critic,
         )
         loss = micro.aggregate_in(tok, inp.mask[ctx], sl, ctx, self.objective.agg, self.T_max)
         loss = guards.inject_nan(loss, step)  # test hook, see guards.py

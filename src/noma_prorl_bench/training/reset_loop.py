@@ -97,9 +97,12 @@ class ResetManager:
         ref: ReferenceSource,
         optim: OptimSide,
         emit: Callable[[dict], None],
+        critic: Any = None,
     ):
-        """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference)."""
+        """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `critic`: the
+        --adv gae critic (training/critic.Critic), whose `on_reset` each reset calls."""
         self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
+        self.critic = critic
         self.enabled = ref.enabled  # Variant B: no reference, no resets
         self.trigger = trigger_from_spec(spec)
         self.best = BestTracker(frozen=frozen_parameters(policy))  # a frozen base is aliased, not cloned
@@ -171,6 +174,9 @@ class ResetManager:
                 **_jsonable(changed),
             }
         )
+        if self.critic is not None:  # --critic_reset
+            rec = self.critic.on_reset(self.policy)
+            self.emit({"step": decision.step, "event": "critic_reset", "reason": decision.reason, **_jsonable(rec)})
         pending = self.recovery.on_reset(decision.step)
         if pending is not None:
             self.emit(

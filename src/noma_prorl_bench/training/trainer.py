@@ -4,7 +4,8 @@ One step = collect (rollout/collector.py: sample, score, DAPO groups) -> referen
 (rollout/reference.py: logp_ref for Variant A, pi_old for B) -> advantages and
 `ppo_epochs` x `minibatches` optimizer steps (training/learner.py) -> evaluation, resets,
 growth (the managers) -> metrics. Counters are exact per step: `count/ref_fwd` is E*M for
-naive_epoch (A0), 1 for cached (A1) and ring (A2), 0 for Variant B (no reference model).
+naive_epoch (A0), 1 for cached (A1) and ring (A2), 0 for Variant B (no reference model);
+with --adv gae `count/critic_fwd` is 1 + E*M*(micro-batches per minibatch).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
 from noma_prorl_bench.rollout.sampling import RolloutBatch, evaluate
 from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
 from noma_prorl_bench.tasks.custom import check_vocabulary
+from noma_prorl_bench.training.critic import Critic
 from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
 from noma_prorl_bench.training.learner import Learner
 from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
@@ -203,6 +205,8 @@ class Trainer:
                 chunk=rs.logprob_chunk,
             )
         )
+        # --adv gae: the value model, copied from the policy as it is now (after warm start, adapters)
+        self.critic = Critic(specs.critic, self.policy) if specs.critic.enabled else None
         self.learner = Learner(
             specs.objective,
             specs.optimizer,
@@ -213,13 +217,14 @@ class Trainer:
             self.timer,
             self.order_gen,
             self.event,
+            critic=self.critic,
         )  # optimizer, scheduler, adaptive KL
         # ------------------------------------------------------------ resets, drift monitors, growth
         # Each manager gets its spec and the narrow state it acts on, never the Trainer.
         optim = self.learner.optim
         self.resets = ResetManager(
-            specs.resets, self.policy, self.ref, optim, self.write_event
-        )  # triggers, best checkpoint, recovery
+            specs.resets, self.policy, self.ref, optim, self.write_event, critic=self.critic
+        )  # triggers, best checkpoint, recovery, the critic's --critic_reset
         self.monitors = EvalMonitors(
             specs.evaluation,
             self.policy,
@@ -343,6 +348,7 @@ class Trainer:
             "optimizer": self.optimizer,
             "scheduler": self.scheduler,
             "kl_ctrl": self.kl_ctrl,
+            "critic": self.critic,  # --adv gae only: old checkpoints and other arms have none
             "resets": self.resets,
             "monitors": self.monitors,
         }
@@ -389,6 +395,8 @@ class Trainer:
         out: dict[str, float] = {}
         out.update(self.counters.pop())
         out.update(self.ref.pop_counts())
+        if self.critic is not None:
+            out.update(self.critic.pop_counts())  # count/critic_fwd, count/tokens_critic
         times = self.timer.pop()
         ref_in_train = times.get("time/ref_in_train", 0.0)
         out.update(
