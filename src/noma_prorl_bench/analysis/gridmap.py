@@ -264,7 +264,7 @@ def answer(maps: Sequence[SuiteMap]) -> str:
             agree.setdefault(vs.pop(), []).append(b)
         else:
             differ.append(b)
-    said = []
+    said: list[str] = []
     for verdict, verb in (("better", "beats {}"), ("worse", "loses to {}"), ("n.d.", "cannot be told from {}")):
         if verdict in agree:
             betas_said = _span(agree[verdict], tested) if verdict != "n.d." else ", ".join(agree[verdict])
