@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -34,7 +35,9 @@ sys.path.insert(0, HERE)
 from _common import SRC, WORKER_ENV, git_commit  # noqa: E402
 
 sys.path.insert(0, SRC)
-from noma_prorl_bench.analysis.stats import paired_interval, sign_flip_p  # noqa: E402
+import numpy as np  # noqa: E402
+
+from noma_prorl_bench.analysis.stats import holm, mde80, paired_interval, sign_flip_p  # noqa: E402
 
 ARMS = {"grpo": ["--adv", "grpo"], "gae": ["--adv", "gae"]}
 MACHINE = "2-core Intel Xeon with AMX (avx512_bf16, amx_bf16)"
@@ -104,6 +107,8 @@ def summarise(results: list[dict], key: str) -> dict:
         "mean_diff": sum(d) / len(d),
         "ci95": [lo, hi],
         "sign_flip_p": sign_flip_p(d),
+        # the effect the sign-flip test could detect with 80% power among the study's 2 questions (an estimate)
+        "mde80": mde80(float(np.std(d, ddof=1)), len(d), m=2) if len(d) > 1 else math.inf,
         "gae_wins": sum(x > 0 for x in d),
         "ties": sum(x == 0 for x in d),
     }
@@ -160,26 +165,36 @@ def main(argv=None) -> int:
         "jobs": args.jobs,
         "commit": git_commit(),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(out, f, indent=1)
+    write_result(out, args.out)
+    return 0
+
+
+def write_result(out: dict, path: str) -> str:
+    """Holm over the study's two questions, then OUT.json and OUT.txt (the answer); returns the text."""
     s, s2 = out["score"], out["secondary"]
+    s["p_holm"], s2["p_holm"] = holm([s["sign_flip_p"], s2["sign_flip_p"]])
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    reg, cpu, load_start, n = out["regime"], out["cpu_s_per_run"], out["loadavg_start"], len(out["regime"]["seeds"])
     text = (
-        f"PPO+GAE vs GRPO, {args.seeds} paired seeds; {args.task}, GRU, beta {args.beta}, {args.steps} steps "
-        f"({out['regime']['defaults']}).\n"
+        f"PPO+GAE vs GRPO, {n} paired seeds; {reg['task']}, GRU, beta {reg['beta']}, {reg['steps']} steps "
+        f"({reg['defaults']}).\n"
         f"final reward/val: gae {s['gae_mean']:.4f}, grpo {s['grpo_mean']:.4f}; d = gae - grpo "
-        f"{s['mean_diff']:+.4f}, 95% CI [{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}], sign-flip p {s['sign_flip_p']:.3g}, "
-        f"gae ahead on {s['gae_wins']}/{args.seeds} seeds.\n"
+        f"{s['mean_diff']:+.4f}, 95% CI [{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}], sign-flip p {s['sign_flip_p']:.3g} "
+        f"(Holm over the 2 questions {s['p_holm']:.3g}), mde80 {s['mde80']:.3f} (an estimate), "
+        f"gae ahead on {s['gae_wins']}/{n} seeds.\n"
         f"train reward, last 10 steps: gae {s2['gae_mean']:.4f}, grpo {s2['grpo_mean']:.4f}; d {s2['mean_diff']:+.4f}, "
-        f"95% CI [{s2['ci95'][0]:+.4f}, {s2['ci95'][1]:+.4f}], p {s2['sign_flip_p']:.3g}.\n"
-        f"CPU-seconds per run: gae {cpu['gae']:.1f}, grpo {cpu['grpo']:.1f} (one thread each, {args.jobs} at a time); "
-        f"{MACHINE}, load average {load_start[0]:.1f} at the start, {out['loadavg_end'][0]:.1f} at the end; "
+        f"95% CI [{s2['ci95'][0]:+.4f}, {s2['ci95'][1]:+.4f}], p {s2['sign_flip_p']:.3g} (Holm {s2['p_holm']:.3g}), "
+        f"mde80 {s2['mde80']:.3f}.\n"
+        f"CPU-seconds per run: gae {cpu['gae']:.1f}, grpo {cpu['grpo']:.1f} (one thread each, {out['jobs']} at a time); "
+        f"{out['machine']}, load average {load_start[0]:.1f} at the start, {out['loadavg_end'][0]:.1f} at the end; "
         f"wall {out['wall_s'] / 60:.1f} min.\n"
     )
-    with open(args.out + ".txt", "w") as f:
+    with open(path + ".txt", "w") as f:
         f.write(text)
     print(text, end="")
-    return 0
+    return text
 
 
 if __name__ == "__main__":
