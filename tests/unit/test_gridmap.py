@@ -78,7 +78,7 @@ def test_cells_recomputed_by_hand(grids):
 
 
 def test_answer_states_what_holds_on_both_tasks(grids):
-    text = gridmap.answer(gridmap.read_suites(list(grids.values())))
+    text = gridmap.map_answer(gridmap.read_suites(list(grids.values())))
     assert text.startswith("**On both tasks (reverse_digits, sort_digits), reset + keep beats no reset at beta 1**")
     assert "the tasks differ at beta 0.1" in text
     assert "reverse_digits: worse at beta 0.1, better at beta 1" in text
@@ -98,14 +98,14 @@ def test_a_cell_on_fewer_pairs_says_so(grids, tmp_path):
     assert m.cells[("1", "keep")]["n_pairs"] == 7 and m.cells[("1", "keep")]["n_listed"] == 8
     assert m.cells[("1", "hard")]["n_pairs"] == 6  # seed 3 (keep unfinished) and seed 5 (hard absent)
     assert "**7 of 8 pairs**" in gridmap.cell_text(m.cells[("1", "keep")])
-    assert "rest on fewer pairs than their suite lists" in gridmap.answer([m])
+    assert "rest on fewer pairs than their suite lists" in gridmap.map_answer([m])
     md = "\n".join(gridmap.map_lines([m]))
     assert "**6 of 8 pairs**" in md and "| 0.1 |" in md
     gone = m.cells[("0.1", "hard")]
     assert gone["verdict"] is None and gone["n_pairs"] == 0 and math.isnan(gone["diff"])
     assert gridmap.cell_text(gone) == "not tested (**0 of 8 pairs**)"
     # hard is compared at beta 1 only: its one verdict is not said of every beta
-    assert "`hard` is not distinguishable from keep in every cell tested so far" in gridmap.answer([m])
+    assert "`hard` is not distinguishable from keep in every cell tested so far" in gridmap.map_answer([m])
 
 
 def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
@@ -146,6 +146,6 @@ def test_answer_before_any_keep_run_finished(grids, tmp_path):
     shutil.copytree(grids["reverse_digits"], root)
     for run in root.glob("b*-keep_s*"):
         (run / "summary.json").unlink()  # every keep run still going
-    text = gridmap.answer([gridmap.read_suite(root)])
+    text = gridmap.map_answer([gridmap.read_suite(root)])
     assert text.startswith("On reverse_digits, reset + keep vs no reset is tested at no beta yet.")
     assert "No optimizer treatment was compared with keep." in text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import SUITE, write_suite  # noqa: E402
@@ -180,10 +181,12 @@ def test_scores_and_paired_differences_recomputed(ten):
     hard = next(r for r in rows if r["arm"] == G10["hard"])
     d = [_score(root / f"hard_s{s}", KS) - _score(root / f"A1_s{s}", KS) for s in TEN]
     assert hard["n_pairs"] == 10 and hard["diff"] == pytest.approx(np.mean(d), rel=1e-12)
-    # the seed offset (0.01 * seed) cancels in the pairs: every d_i is the same -0.03 * curve, so
-    # the CI is that point, all 2^10 sign patterns but two fall short: p = 2/1024, and Holm over
-    # the 4 rows multiplies the smallest p by at most 4
-    assert np.ptp(d) < 1e-6 and hard["ci95"] == pytest.approx([np.mean(d)] * 2, abs=1e-6)
+    # the seed offset (0.01 * seed) cancels in the pairs: every d_i is the same -0.03 * curve (up to
+    # float rounding), so the CI is the t interval with sd = the printed resolution (never zero
+    # width), all 2^10 sign patterns but two fall short: p = 2/1024, and Holm over the 4 rows
+    # multiplies the smallest p by at most 4
+    half = scipy.stats.t.ppf(0.975, 9) * cmp.resolution("score") / np.sqrt(10)
+    assert np.ptp(d) < 1e-12 and hard["ci95"] == pytest.approx([np.mean(d) - half, np.mean(d) + half], abs=1e-9)
     assert hard["p"] == pytest.approx(2 / 1024) and hard["p_holm"] <= 4 * 2 / 1024
     assert hard["verdict"] == "worse"
     # B has no reference forward: its step time is lower in every pair -> "better" (faster)

@@ -199,7 +199,7 @@ def map_data(maps: Sequence[SuiteMap]) -> dict[str, Any]:
     return {
         "score": "mean reward/val over a run's last K evaluations (K per suite)",
         "interval": "95% paired interval (stats.paired_interval); p: sign-flip, Holm within the beta's family",
-        "answer": answer(maps),
+        "answer": map_answer(maps),
         "suites": [
             {
                 "name": m.name,
@@ -246,7 +246,7 @@ def _per_task(m: SuiteMap, tested: Sequence[str]) -> str:
     return md_text(m.task, 60) + ": " + ", ".join(parts)
 
 
-def answer(maps: Sequence[SuiteMap]) -> str:
+def map_answer(maps: Sequence[SuiteMap]) -> str:
     """The map's opening: where reset + keep beats, loses to or cannot be told from no reset on
     every task, where the tasks differ, and what the optimizer treatments did against keep."""
     if not maps:
@@ -363,7 +363,7 @@ def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
     treatment-vs-keep table, the figure."""
     betas = _betas(maps)
     tasks = [md_text(m.task, 60) for m in maps]
-    lines = ["# Cross-task map: reference resets x beta", "", answer(maps), ""]
+    lines = ["# Cross-task map: reference resets x beta", "", map_answer(maps), ""]
     lines += [
         "Each cell is one question a suite's report tests, with that report's numbers: the mean paired "
         "effect on the score (a run's mean validation reward over its last K evaluations) [95% interval], "

@@ -110,11 +110,16 @@ def t_ci(values: Values, level: float = 0.95) -> tuple[float, float]:
     return float(d.mean()) - half, float(d.mean()) + half
 
 
+#: relative spread below which differences count as equal: float64 rounding of sums and means of
+#: values near 1 leaves spreads of a few 1e-16 between numbers that are equal by construction
+FLOAT_NOISE = 1e-12
+
+
 def _boot_t_quantiles(d: np.ndarray, level: float, res: float = 0.0) -> tuple[float, float] | None:
     """The (1 - level)/2 and (1 + level)/2 quantiles of T* = (mean* - mean) / se* over N_BOOT_T
     paired resamples of d (seed BOOT_T_SEED); resamples whose values spread by no more than `res`
-    (all equal at the data's resolution: se* ~ 0 would blow T* up) are left out; None when fewer
-    than half the resamples are left."""
+    (equal up to float rounding: se* ~ 0 would blow T* up) are left out; None when fewer than half
+    the resamples are left."""
     rng = np.random.default_rng(BOOT_T_SEED)
     n, mean, ts = d.size, float(d.mean()), []
     for size in [2_000] * (N_BOOT_T // 2_000) + [N_BOOT_T % 2_000]:
@@ -133,11 +138,11 @@ def paired_interval(differences: Values, level: float = 0.95, resolution: float 
     """The report's interval for the mean of paired differences (module docstring): the t
     interval widened to the bootstrap-t interval on the side where that one reaches further
     (the t interval alone below MIN_BOOT_T_N pairs). Deterministic (seeded resamples). When
-    every difference is equal up to `resolution` (default 1e-6 x max(1, |mean d|)), the t interval
-    with sd replaced by `resolution`: data recorded at a finite precision cannot show a spread
-    below it, so the interval is never of zero width, and resamples that are equal at that
-    resolution are left out of the bootstrap (float noise of 1e-16 would otherwise make their
-    T* enormous). NaN bounds with fewer than 2 finite values."""
+    every difference is equal (up to float rounding: a spread of at most FLOAT_NOISE x max|d|), the
+    t interval with sd replaced by `resolution` (default 1e-6 x max(1, |mean d|)): data recorded at
+    a finite precision cannot show a spread below it, so the interval is never of zero width.
+    Resamples equal up to float rounding are left out of the bootstrap (a spread of 1e-16 would
+    otherwise make their T* enormous). NaN bounds with fewer than 2 finite values."""
     from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for an interval)
 
     d = np.asarray([v for v in differences if math.isfinite(v)], dtype=float)
@@ -145,12 +150,13 @@ def paired_interval(differences: Values, level: float = 0.95, resolution: float 
         return math.nan, math.nan
     n, mean = d.size, float(d.mean())
     q = float(sps.t.ppf(0.5 + level / 2, n - 1))
-    res = resolution if resolution is not None and resolution > 0 else 1e-6 * max(1.0, abs(mean))
-    if np.ptp(d) <= res:
+    noise = FLOAT_NOISE * max(1.0, float(np.max(np.abs(d))))  # a spread float rounding alone can make
+    if np.ptp(d) <= noise:
+        res = resolution if resolution is not None and resolution > 0 else 1e-6 * max(1.0, abs(mean))
         return mean - q * res / math.sqrt(n), mean + q * res / math.sqrt(n)
     se = float(d.std(ddof=1)) / math.sqrt(n)
     lo, hi = mean - q * se, mean + q * se
-    boot = _boot_t_quantiles(d, level, res) if n >= MIN_BOOT_T_N else None
+    boot = _boot_t_quantiles(d, level, noise) if n >= MIN_BOOT_T_N else None
     if boot is not None:
         lo, hi = min(lo, mean - boot[1] * se), max(hi, mean - boot[0] * se)
     return lo, hi
