@@ -33,6 +33,10 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     assert row["new"]["diff"] == old["diff"] and row["new"]["ci95"] == old["ci95"]  # bit-identical runs
     assert row["replicates"] and row["overlap"] and row["within"]
     assert rep["replicated"] == rep["compared"] == 1 and rep["machines"]["kernel_differences"] == []
+    trained = json.loads(next(new.glob("*/config.json")).read_text())["versions"]["git_commit"]
+    if trained:  # the commit the new runs were trained at, from their own config.json
+        assert rep["commits"]["new"] == trained
+        assert json.loads((new / "summary.json").read_text())["provenance"]["run_commits"] == [trained]
     md = (new / "replication.md").read_text()
     assert md.startswith("# Replication\n\n**1 of 1 verdicts replicated**")
     assert "AA-2 vs AA-1" in capsys.readouterr().out

@@ -115,6 +115,15 @@ def _table(rows: list[dict], term: bool = False) -> list[str]:
     return lines
 
 
+def _trained_at(prov: dict) -> Any:
+    """The commit the new runs were trained at: the runs' own (one, or a list when they differ),
+    else the report's."""
+    made = prov.get("run_commits")
+    if isinstance(made, list) and made:
+        return made[0] if len(made) == 1 else made
+    return prov.get("commit")
+
+
 def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: str, argv: list[str]) -> None:
     """replication.json (the rows, both machines) and replication.md (answer first, then the table)."""
     from noma_prorl_bench.io.machine import kernel_differences  # noqa: PLC0415
@@ -132,7 +141,7 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
             "replicated": same,
             "compared": len(rows),
             "machines": {"committed": p_old.get("machine"), "new": p_new.get("machine"), "kernel_differences": diffs},
-            "commits": {"committed": p_old.get("commit"), "new": p_new.get("commit")},
+            "commits": {"committed": p_old.get("commit"), "new": _trained_at(p_new)},
         },
     )
     lines = (
@@ -165,7 +174,7 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
             f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
             + (" (the committed report predates machine records)" if diffs == ["unrecorded"] else "")
             + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
-            f"new {md_text(str(p_new.get('commit')), 80)}.",
+            f"new runs trained at {md_text(str(_trained_at(p_new)), 240)}.",
             "",
         ]
         + _table(rows)

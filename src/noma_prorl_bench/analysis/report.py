@@ -187,6 +187,10 @@ def write_report(
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("write_report: no run directories given")
+    # the commits the runs were trained at (each run's config.json), beside the report's own
+    made = {str((r.config.get("versions") or {}).get("git_commit")) for r in runs} - {"None"}
+    if made:
+        settings["run_commits"] = sorted(made)
     groups, runs, k, arms, rows = suite_rows(runs, settings, suite)
     for arm, members in arms.items():  # figures: one line per arm (A1-aa apart from A1)
         for run in members.values():
@@ -292,6 +296,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
 SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm", "verdict", "mde80")
 PROVENANCE_KEYS = (
     "commit",
+    "run_commits",
     "command",
     "machine",
     "machine_info",

@@ -45,7 +45,12 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
     )
     lines += [
         f"{n_runs} runs in {n_arms} arms. Made at commit {settings.get('commit', '`unknown`')} "
-        f"on {settings.get('machine', 'an unrecorded machine')}, by this command:",
+        + (
+            f"(the runs were trained at {', '.join(md_code(str(c), 80) for c in settings['run_commits'])}) "
+            if settings.get("run_commits") and [str(settings.get("commit", "")).strip("`")] != settings["run_commits"]
+            else ""
+        )
+        + f"on {settings.get('machine', 'an unrecorded machine')}, by this command:",
         "",
         f"    {settings.get('command', '(command not recorded)')}",
         "",
