@@ -361,9 +361,15 @@ def machines_section() -> str:
             for r in data["rows"]
             if not r["replicates"]
         ]
+        total = len(_load(os.path.join(data["source"], "summary.json"))["comparisons"])
+        subset = (
+            f", {data['compared']} of its {total} questions: " + ", ".join(r["name"] for r in data["rows"])
+            if data["compared"] < total
+            else ""
+        )
         out.append(
             f"Replicated on {_short_machine(data['machines']['new'])} at {data['commits']['new'][:7]} "
-            f"([{data['source']}]({os.path.dirname(rel)}/replication.md)): **{data['replicated']} of "
+            f"([{data['source']}]({os.path.dirname(rel)}/replication.md){subset}): **{data['replicated']} of "
             f"{data['compared']} verdicts replicate**" + (f"; not: {'; '.join(moved)}." if moved else ".")
         )
     return " ".join(out)
