@@ -56,7 +56,8 @@ import statistics
 import sys
 import tempfile
 
-from _common import SRC, cpu_model, git_commit, run_worker
+from _common import SRC, git_commit, run_worker
+from _pairs import pair_ratios
 from vs_trl_workers import REAL_TASK, WORKERS, real_config
 
 
@@ -99,8 +100,8 @@ def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
         ckpt,
         "--logprob_chunk",
         str(a.logprob_chunk),
-        "--dtype_ours",
-        a.dtype_ours,
+        "--dtype",
+        a.dtype,
         "--temperature",
         str(a.temperature),
     ] + (["--real"] if a.real else [])
@@ -138,33 +139,45 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def compare(a, beta: float, ckpt: str) -> dict:
-    """Alternating ours / TRL runs at one (beta, checkpointing) setting -> the table row."""
+    """Alternating ours / TRL runs at one (beta, checkpointing) setting -> the table row. The ratios
+    are per pair (run i of ours, run i of TRL, made one after the other), in the order run, and
+    their medians (`_pairs.pair_ratios`): process CPU s per step, and per generated token."""
     runs = {"ours": [], "trl": []}
+    loads = []
     for _ in range(a.repeats):
         for side in ("ours", "trl"):
             runs[side].append(spawn(side, a, beta, ckpt))
+            loads.append(runs[side][-1]["loadavg_end"])
     s = {k: summarise(v) for k, v in runs.items()}
-    pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
+    pr = pair_ratios(runs["ours"], runs["trl"])
     row = {
         "grad_ckpt": ckpt,
         "beta": beta,
         "ours": s["ours"],
         "trl": s["trl"],
-        "pairwise_ratios": pairs,
-        "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
-        "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
+        "ratio_trl_over_ours": pr["ratio"],
+        "ratio_trl_over_ours_per_token": pr["ratio_per_token"],
+        "pair_ratios": pr["pair_ratios"],
+        "pair_ratios_per_token": pr["pair_ratios_per_token"],
+        "cpu_s_per_step_ours": pr["cpu_s_per_step_a"],
+        "cpu_s_per_step_trl": pr["cpu_s_per_step_b"],
+        "tokens_per_step_ours": pr["tokens_per_step_a"],
+        "tokens_per_step_trl": pr["tokens_per_step_b"],
+        "pair_ratios_wall": [t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"])],
+        "loadavg_after_each_run": loads,
         "runs": runs,
     }
     o, t = s["ours"], s["trl"]
+    pairs = ", ".join(f"{r:.2f}" for r in pr["pair_ratios"])
+    pairs_tok = ", ".join(f"{r:.2f}" for r in pr["pair_ratios_per_token"])
     print(
-        f"| {ckpt} | {beta:g} | {o['median_step_s']:.3f} | {t['median_step_s']:.3f} "
-        f"| {row['ratio_trl_over_ours']:.2f}x | {o['median_step_cpu_s']:.3f} "
-        f"| {t['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
-        f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
+        f"| {ckpt} | {beta:g} | {statistics.median(pr['cpu_s_per_step_a']):.3f} "
+        f"| {statistics.median(pr['cpu_s_per_step_b']):.3f} | **{pr['ratio']:.2f}x** ({pairs}) "
+        f"| {pr['ratio_per_token']:.2f}x ({pairs_tok}) "
+        f"| {statistics.median(pr['tokens_per_step_a']):.0f} / {statistics.median(pr['tokens_per_step_b']):.0f} "
         f"| {o['gen_tok_s']:,.0f} / {t['gen_tok_s']:,.0f} "
-        f"| {o['completion_len_mean']:.1f} / {t['completion_len_mean']:.1f} "
-        f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
-        f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |",
+        f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} "
+        f"| {min(x[0] for x in loads):.1f}-{max(x[0] for x in loads):.1f} |",
         flush=True,
     )
     return row
@@ -189,7 +202,12 @@ def real_summary(a, results: dict) -> dict:
         "lora": "r 8, alpha 16, q/k/v/o, no dropout, base frozen",
         "ppo_epochs": 1,
         "minibatches": 1,
-        "dtype": "float32 both",
+        "dtype": (
+            "bf16: ours --dtype bf16_mixed (float32 adapters and Adam, frozen Linear weights in bf16, "
+            "bf16 autocast); TRL bf16=True with the model loaded in bf16"
+            if a.dtype == "bf16"
+            else "float32 both"
+        ),
         "grad_checkpoint": row["grad_ckpt"],
         "threads": 1,
         "steps_per_run": a.steps,
@@ -201,16 +219,31 @@ def real_summary(a, results: dict) -> dict:
     }
     # the ratio of process CPU seconds per step (one torch thread each): on a shared machine wall time
     # mostly measures how long each process waited for a core; the wall ratio is kept beside it
+    keys = (
+        "ratio_trl_over_ours",
+        "ratio_trl_over_ours_per_token",
+        "pair_ratios",
+        "pair_ratios_per_token",
+        "tokens_per_step_ours",
+        "tokens_per_step_trl",
+        "cpu_s_per_step_ours",
+        "cpu_s_per_step_trl",
+        "pair_ratios_wall",
+    )
     return {
-        "ratio_trl_over_ours": row["ratio_cpu_trl_over_ours"],
-        "ratio_clock": "process CPU s/step",
-        "ratio_wall_trl_over_ours": row["ratio_trl_over_ours"],
+        **{k: row[k] for k in keys},
+        "ratio_clock": "median over pairs (run i of ours, run i of TRL, made one after the other, in run order) "
+        "of TRL's mean process CPU s per timed step over ours; per token: CPU s per generated response token",
         "settings": settings,
-        "runs": row["runs"],
-        "summary": {"ours": row["ours"], "trl": row["trl"], "pairwise_ratios": row["pairwise_ratios"]},
         "machine": results["machine"],
+        "loadavg_start": results["loadavg_start"],
+        "loadavg_end": results["loadavg_end"],
+        "loadavg_after_each_run": row["loadavg_after_each_run"],
+        "commit": results["commit"],
+        "summary": {"ours": row["ours"], "trl": row["trl"]},
+        "runs": row["runs"],
         "params": results["params"],
-        "rows": results["rows"],
+        "rows": [{k: v for k, v in r.items() if k != "runs"} for r in results["rows"]],
     }
 
 
@@ -242,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time our sampler with vs without the KV cache (off for large models: the "
         "no-cache path recomputes the whole sequence per token)",
     )
-    p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bf16"],
+        help="float32 on both sides, or bf16: ours --dtype bf16_mixed, TRL bf16=True with bf16 weights",
+    )
     p.add_argument(
         "--temperature",
         type=float,
@@ -290,7 +328,12 @@ def main(argv=None) -> int:
         f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}",
         flush=True,
     )
+    from noma_prorl_bench.io.machine import machine_info
+
     results = {
+        "machine": machine_info(),
+        "commit": git_commit(),
+        "loadavg_start": os.getloadavg(),
         "args": vars(a),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
         "rows": [],
@@ -299,12 +342,6 @@ def main(argv=None) -> int:
         from noma_prorl_bench.config.presets import SMOLLM2_DIR
 
         a.rollout_kv = "off"
-        results["machine"] = {
-            "loadavg_start": os.getloadavg(),
-            "commit": git_commit(),
-            "cpu": cpu_model(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        }
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = (
             os.path.expanduser(a.real_model_dir or SMOLLM2_DIR)
@@ -322,18 +359,18 @@ def main(argv=None) -> int:
             flush=True,
         )
         print(
-            "| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
-            "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
-            "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |"
+            "| grad ckpt | beta | ours CPU s/step | TRL CPU s/step | TRL / ours per step (pairs) "
+            "| TRL / ours per token (pairs) | gen tokens/step ours / TRL | gen tok/CPU-s ours / TRL "
+            "| peak RSS MB ours / TRL | load (1 min) |"
         )
-        print("|---|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|-----|-----|")
+        print("|---|-----:|-----:|-----:|-----|-----|-----|-----|-----|-----|")
         for ckpt in a.ckpt:
             for beta in a.betas:
                 results["rows"].append(compare(a, beta, ckpt))
         if a.rollout_kv == "on":
             results["rollout_kv"] = rollout_kv(a)
+    results["loadavg_end"] = os.getloadavg()
     if a.real:
-        results["machine"]["loadavg_end"] = os.getloadavg()
         results = real_summary(a, results)
     if a.out:
         with open(a.out, "w") as f:

@@ -1,0 +1,77 @@
+"""Per-pair CPU-time ratios of two alternating sides (standard library only; unit-tested).
+
+A speed comparison on a shared machine runs the two sides in turn, A, B, A, B, ..., each in its own
+process, and pairs run i of A with run i of B: neighbours in time see about the same machine, so the
+ratio within a pair cancels most of the drift between pairs. The pairing is kept in time order: a
+list of ratios sorted before it is reported has lost which runs were measured together.
+
+Per run (a worker's RESULT object): `step_cpu_s`, the process CPU seconds of each timed step, and
+`gen_tokens`, the response tokens generated in each timed step (one entry per step), and the wall
+clock at the run's start and end (`t_start`, `t_end`, seconds since the epoch) to check the order.
+
+    per-step ratio of pair i   = (CPU s per step of B_i) / (CPU s per step of A_i)
+    per-token ratio of pair i  = (CPU s per generated token of B_i) / (CPU s per generated token of A_i)
+                               = per-step ratio x (tokens per step of A_i) / (tokens per step of B_i)
+
+CPU s per step of a run = the mean over its timed steps (sum of CPU s / steps), so a run's
+per-token cost is its CPU seconds over its tokens. The headline is the median of the per-pair
+ratios, in pair order; > 1 means B is slower.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def run_cpu_per_step(run: dict) -> float:
+    """Mean process CPU seconds per timed step of one run."""
+    steps = run["step_cpu_s"]
+    if not steps:
+        raise ValueError("a run with no timed steps")
+    return sum(steps) / len(steps)
+
+
+def run_tokens_per_step(run: dict) -> float:
+    """Mean generated response tokens per timed step of one run."""
+    toks = run["gen_tokens"]
+    if not toks:
+        raise ValueError("a run with no generation counted")
+    return sum(toks) / len(toks)
+
+
+def check_alternating(a_runs: list[dict], b_runs: list[dict]) -> None:
+    """ValueError unless the runs were made A_1, B_1, A_2, B_2, ... in time (by t_start / t_end) and
+    the two sides have the same number of runs."""
+    if len(a_runs) != len(b_runs) or not a_runs:
+        raise ValueError(f"unequal or empty sides: {len(a_runs)} vs {len(b_runs)} runs")
+    order = [r for pair in zip(a_runs, b_runs) for r in pair]
+    for prev, nxt in zip(order, order[1:]):
+        if nxt["t_start"] < prev["t_end"]:
+            raise ValueError("runs are not alternating in time (a run starts before the previous one ended)")
+
+
+def pair_ratios(a_runs: list[dict], b_runs: list[dict], check_order: bool = True) -> dict:
+    """{'pair_ratios', 'pair_ratios_per_token', 'ratio', 'ratio_per_token', 'tokens_per_step_a',
+    'tokens_per_step_b', 'cpu_s_per_step_a', 'cpu_s_per_step_b'}: B over A, pair i = run i of each
+    side, in the order the runs were made (not sorted); the ratios are the medians of the per-pair
+    ratios. Tokens and CPU seconds per step are the per-run values, in pair order."""
+    if check_order:
+        check_alternating(a_runs, b_runs)
+    elif len(a_runs) != len(b_runs) or not a_runs:
+        raise ValueError(f"unequal or empty sides: {len(a_runs)} vs {len(b_runs)} runs")
+    cpu_a = [run_cpu_per_step(r) for r in a_runs]
+    cpu_b = [run_cpu_per_step(r) for r in b_runs]
+    tok_a = [run_tokens_per_step(r) for r in a_runs]
+    tok_b = [run_tokens_per_step(r) for r in b_runs]
+    step = [b / a for a, b in zip(cpu_a, cpu_b)]
+    token = [(cb / tb) / (ca / ta) for ca, cb, ta, tb in zip(cpu_a, cpu_b, tok_a, tok_b)]
+    return {
+        "pair_ratios": step,
+        "pair_ratios_per_token": token,
+        "ratio": statistics.median(step),
+        "ratio_per_token": statistics.median(token),
+        "cpu_s_per_step_a": cpu_a,
+        "cpu_s_per_step_b": cpu_b,
+        "tokens_per_step_a": tok_a,
+        "tokens_per_step_b": tok_b,
+    }
