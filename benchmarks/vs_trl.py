@@ -1,6 +1,6 @@
 """Seconds per GRPO step: this harness vs `trl.GRPOTrainer` on the same model, prompts and reward.
 
-The same work on both sides, CPU, float32, one torch thread per process:
+The same work on both sides, CPU, float32 (or bf16: `--dtype bf16`), one torch thread per process:
   model       a tiny random Llama built offline (`models/tiny_hf.build_tiny_hf_model`), loaded
               from its directory by both (TRL gets the path, so with beta > 0 it loads pi_ref too)
   prompts     keyword_inclusion, the exact sequence our trainer samples: B prompts per
@@ -16,11 +16,23 @@ The same work on both sides, CPU, float32, one torch thread per process:
               (token-level normalisation), no vLLM, bf16=False.
 Runs alternate (ours, TRL, ours, TRL, ...) in separate subprocesses; each reports the wall time
 and the process CPU time between consecutive step ends (the first step, which pays one-off
-warm-up costs, is dropped). We report the medians over all timed steps, the ratios TRL / ours
-(wall; CPU time, which a shared machine disturbs less; and the median of the per-pair ratios of
-run medians), generation tokens per CPU second of each side's generate call, and our sampler
-with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off;
-`--rollout_kv off` skips it: the no-cache path costs minutes per repeat at hidden 512).
+warm-up costs, is dropped), the response tokens it generated in each timed step, and its start and
+end on the wall clock. Pair i is run i of ours and run i of TRL, made one after the other; the
+headline `ratio_trl_over_ours` is the median over pairs of TRL's mean process CPU s per timed step
+over ours (`_pairs.pair_ratios`: the pairs stay in run order, never sorted, and runs that did not
+alternate in time are refused), `pair_ratios` lists them; `ratio_trl_over_ours_per_token` does the
+same per generated response token (the two sides sample different completions, so their tokens
+per step differ: `tokens_per_step_ours`, `tokens_per_step_trl`). Wall-clock pair ratios are kept
+(`pair_ratios_wall`) but a shared machine makes them mostly a measure of waiting for a core. Also
+generation tokens per CPU second of each side's generate call, and our sampler with and without
+the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off; `--rollout_kv off`
+skips it: the no-cache path costs minutes per repeat at hidden 512). Every results file carries the
+machine record (`io/machine.machine_info`), the commit and the load averages at the start, after
+each run and at the end.
+
+`--dtype bf16`: ours `--dtype bf16_mixed` (float32 adapters and Adam state, frozen Linear weights
+held in bf16, forwards under bf16 autocast); TRL `bf16=True` with the model loaded in bf16
+(`model_init_kwargs={"dtype": torch.bfloat16}`). Default float32 on both sides.
 
 Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
 TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
@@ -33,8 +45,8 @@ dropout) on q/k/v/o with the base frozen (TRL: a PEFT LoraConfig, so its referen
 the base with the adapters disabled; ours: a frozen copy of the adapted policy, one A1 forward per
 step), rg:basic_arithmetic prompts (the preset's task_kwargs) as one chat user turn on both sides
 (TRL: conversational prompts, the same chat template), the task's own reward, temperature 0.7.
-Writes {"ratio_trl_over_ours", "settings", "runs", ...} (the first beta / checkpointing row; the
-ratio is of median process CPU s/step, the wall-clock ratio is `ratio_wall_trl_over_ours`).
+Writes {"ratio_trl_over_ours", "pair_ratios", "ratio_trl_over_ours_per_token", "tokens_per_step_ours",
+"tokens_per_step_trl", "machine", "settings", "runs", ...} (the first beta / checkpointing row).
 
 Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
@@ -42,8 +54,8 @@ Run (recorded in docs/models.md and docs/performance.md):
         --hidden 256 --layers 4 --heads 8 --T 64
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
         --hidden 512 --layers 8 --heads 8 --T 64 --rollout_kv off
-    PYTHONPATH=src nice -n 5 python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off --repeats 3 --steps 3 \
-        --lr 2e-4 --out benchmarks/results/vs_trl_smollm2.json
+    for d in float32 bf16; do PYTHONPATH=src setsid python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off \
+        --repeats 3 --steps 3 --lr 2e-4 --dtype $d --out benchmarks/results/vs_trl_smollm2_$d.json; done
 """
 
 from __future__ import annotations
