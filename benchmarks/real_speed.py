@@ -36,6 +36,7 @@ from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_w
 from _pairs import pair_ratios
 
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
+TOKEN_COUNTS = ("count/tokens_policy", "count/tokens_ref")  # tokens through the policy / reference per step
 DTYPES = ("float32", "bf16_mixed")
 MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))  # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
 
@@ -89,7 +90,9 @@ def worker(args) -> None:
         {
             "dtype": args.dtype,
             "precision_event": prec,
-            "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
+            "per_step": [
+                {k: s[k] for k in (*STAGES, "time/eval", "response/len_mean", *TOKEN_COUNTS) if k in s} for s in steps
+            ],
             "peak_rss_mb": peak_rss_mb(),
             "loadavg_start": load0,
             "t_start": t_start,
