@@ -75,3 +75,25 @@ def pair_ratios(a_runs: list[dict], b_runs: list[dict], check_order: bool = True
         "tokens_per_step_a": tok_a,
         "tokens_per_step_b": tok_b,
     }
+
+
+def step_matched_ratios(a_runs: list[dict], b_runs: list[dict]) -> list[dict]:
+    """Per timed step index j: {'step', 'tokens_a', 'tokens_b', 'pair_ratios', 'ratio'}: B's CPU s of
+    step j over A's, pair by pair in run order, with the tokens each side generated in that step
+    (the same in every run of a side when its seeds are fixed). A step where both sides generated
+    about the same number of tokens compares the same work without assuming that a step's cost is
+    proportional to its token count (it is not: a batch costs what its longest response costs)."""
+    n_steps = min(len(r["step_cpu_s"]) for r in a_runs + b_runs)
+    out = []
+    for j in range(n_steps):
+        ratios = [b["step_cpu_s"][j] / a["step_cpu_s"][j] for a, b in zip(a_runs, b_runs)]
+        out.append(
+            {
+                "step": j,
+                "tokens_a": [r["gen_tokens"][j] for r in a_runs],
+                "tokens_b": [r["gen_tokens"][j] for r in b_runs],
+                "pair_ratios": ratios,
+                "ratio": statistics.median(ratios),
+            }
+        )
+    return out

@@ -69,7 +69,7 @@ import sys
 import tempfile
 
 from _common import SRC, git_commit, run_worker
-from _pairs import pair_ratios
+from _pairs import pair_ratios, step_matched_ratios
 from vs_trl_workers import REAL_TASK, WORKERS, real_config
 
 
@@ -176,6 +176,7 @@ def compare(a, beta: float, ckpt: str) -> dict:
         "tokens_per_step_ours": pr["tokens_per_step_a"],
         "tokens_per_step_trl": pr["tokens_per_step_b"],
         "pair_ratios_wall": [t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"])],
+        "step_matched": step_matched_ratios(runs["ours"], runs["trl"]),
         "loadavg_after_each_run": loads,
         "runs": runs,
     }
@@ -192,6 +193,12 @@ def compare(a, beta: float, ckpt: str) -> dict:
         f"| {min(x[0] for x in loads):.1f}-{max(x[0] for x in loads):.1f} |",
         flush=True,
     )
+    for st in row["step_matched"]:
+        print(
+            f"#   timed step {st['step'] + 1}: tokens ours {st['tokens_a']} / TRL {st['tokens_b']}; TRL / ours "
+            f"{st['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in st['pair_ratios'])})",
+            flush=True,
+        )
     return row
 
 
@@ -241,6 +248,7 @@ def real_summary(a, results: dict) -> dict:
         "cpu_s_per_step_ours",
         "cpu_s_per_step_trl",
         "pair_ratios_wall",
+        "step_matched",
     )
     return {
         **{k: row[k] for k in keys},

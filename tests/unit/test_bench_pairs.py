@@ -113,3 +113,19 @@ def test_vs_trl_rows_report_the_pairs_in_run_order(monkeypatch):
     assert row["ratio_trl_over_ours"] == pytest.approx(1.2)
     assert row["pair_ratios_per_token"] == pytest.approx([1.25, 5 / 12, 1.0])
     assert row["tokens_per_step_ours"] == [100.0] * 3 and row["tokens_per_step_trl"] == [120.0] * 3
+
+
+def test_step_matched_ratios_pair_the_same_step_of_each_run():
+    from _pairs import step_matched_ratios
+
+    a, b = alternating(
+        [[2.0, 4.0], [2.0, 5.0]],
+        [[3.0, 4.0], [4.0, 4.0]],
+        a_tok=[[200, 300], [200, 300]],
+        b_tok=[[350, 300], [350, 300]],
+    )
+    rows = step_matched_ratios(a, b)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[0]["pair_ratios"] == pytest.approx([1.5, 2.0]) and rows[0]["ratio"] == pytest.approx(1.75)
+    assert rows[1]["pair_ratios"] == pytest.approx([1.0, 0.8])
+    assert rows[1]["tokens_a"] == [300, 300] and rows[1]["tokens_b"] == [300, 300]
