@@ -40,14 +40,18 @@ def run_tokens_per_step(run: dict) -> float:
 
 
 def check_alternating(a_runs: list[dict], b_runs: list[dict]) -> None:
-    """ValueError unless the runs were made A_1, B_1, A_2, B_2, ... in time (by t_start / t_end) and
-    the two sides have the same number of runs."""
+    """ValueError unless the two sides have the same number of runs, the two runs of a pair did not
+    overlap in time (either may come first), and pair i ended before pair i + 1 began (by the runs'
+    t_start / t_end): A_1, B_1, A_2, B_2, ... or B_1, A_1, B_2, A_2, ..."""
     if len(a_runs) != len(b_runs) or not a_runs:
         raise ValueError(f"unequal or empty sides: {len(a_runs)} vs {len(b_runs)} runs")
-    order = [r for pair in zip(a_runs, b_runs) for r in pair]
-    for prev, nxt in zip(order, order[1:]):
-        if nxt["t_start"] < prev["t_end"]:
-            raise ValueError("runs are not alternating in time (a run starts before the previous one ended)")
+    pairs = list(zip(a_runs, b_runs))
+    for a, b in pairs:
+        if not (a["t_end"] <= b["t_start"] or b["t_end"] <= a["t_start"]):
+            raise ValueError("runs are not alternating in time (the two runs of a pair overlap)")
+    for (a, b), (c, d) in zip(pairs, pairs[1:]):
+        if max(a["t_end"], b["t_end"]) > min(c["t_start"], d["t_start"]):
+            raise ValueError("runs are not alternating in time (a pair starts before the previous one ended)")
 
 
 def pair_ratios(a_runs: list[dict], b_runs: list[dict], check_order: bool = True) -> dict:

@@ -63,6 +63,7 @@ def test_per_token_ratio_divides_out_the_tokens_each_side_generated():
 def test_runs_that_did_not_alternate_in_time_are_refused():
     a, b = alternating([[1.0], [1.0]], [[1.0], [1.0]])
     check_alternating(a, b)
+    check_alternating(b, a)  # B first within each pair is as good
     b[0]["t_start"] = 2  # B_1 started while A_1 was running
     with pytest.raises(ValueError, match="alternating"):
         pair_ratios(a, b)
@@ -129,3 +130,26 @@ def test_step_matched_ratios_pair_the_same_step_of_each_run():
     assert rows[0]["pair_ratios"] == pytest.approx([1.5, 2.0]) and rows[0]["ratio"] == pytest.approx(1.75)
     assert rows[1]["pair_ratios"] == pytest.approx([1.0, 0.8])
     assert rows[1]["tokens_a"] == [300, 300] and rows[1]["tokens_b"] == [300, 300]
+
+
+def test_real_speed_pairs_float32_and_bf16_runs_in_the_order_the_driver_makes_them():
+    """real_speed.py runs float32 then bf16_mixed in each pair; ratio_bf16_over_float32 is the
+    median of float32 / bf16 CPU s per step (rollout + reference + train; first step dropped)."""
+    import argparse
+
+    import real_speed
+
+    def rs_run(step_cpu, t0):
+        steps = [
+            {"time/rollout": c / 2, "time/ref": c / 4, "time/train": c / 4, "response/len_mean": 20.0} for c in step_cpu
+        ]
+        return {"per_step": steps, "t_start": t0, "t_end": t0 + 1, "drop_first": 1}
+
+    runs = {
+        "float32": [rs_run([99.0, 15.0, 15.0], 0), rs_run([99.0, 16.0, 16.0], 2), rs_run([99.0, 12.0, 12.0], 4)],
+        "bf16_mixed": [rs_run([99.0, 10.0, 10.0], 1), rs_run([99.0, 8.0, 8.0], 3), rs_run([99.0, 10.0, 10.0], 5)],
+    }
+    out = real_speed.paired(argparse.Namespace(batch_size=4, group_size=4), runs)
+    assert out["pair_ratios"] == pytest.approx([1.5, 2.0, 1.2])
+    assert out["ratio_bf16_over_float32"] == pytest.approx(1.5)
+    assert out["tokens_per_step_bf16"] == [320.0] * 3
