@@ -176,7 +176,9 @@ def main(argv=None) -> int:
     }
     print(
         f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
+        f"threads={a.threads}; "
+        + (a.model_dir if a.model_dir else f"llama hidden={a.hidden} layers={a.layers} heads={a.heads}")
+        + f" {a.dtype}; "
         f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
         flush=True,
     )
