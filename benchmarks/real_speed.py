@@ -33,8 +33,10 @@ import sys
 import time
 
 from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_worker
+from _pairs import pair_ratios
 
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
+TOKEN_COUNTS = ("count/tokens_policy", "count/tokens_ref")  # tokens through the policy / reference per step
 DTYPES = ("float32", "bf16_mixed")
 MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))  # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
 
@@ -50,7 +52,7 @@ def worker(args) -> None:
 
     torch.set_num_threads(1)
     use_cpu_clock()
-    load0 = os.getloadavg()
+    load0, t_start = os.getloadavg(), time.time()
     cfg = make_config(
         {
             "preset": "smollm2_demo",
@@ -88,9 +90,13 @@ def worker(args) -> None:
         {
             "dtype": args.dtype,
             "precision_event": prec,
-            "per_step": [{k: s[k] for k in (*STAGES, "time/eval", "response/len_mean") if k in s} for s in steps],
+            "per_step": [
+                {k: s[k] for k in (*STAGES, "time/eval", "response/len_mean", *TOKEN_COUNTS) if k in s} for s in steps
+            ],
             "peak_rss_mb": peak_rss_mb(),
             "loadavg_start": load0,
+            "t_start": t_start,
+            "t_end": time.time(),
         }
     )
 
@@ -118,10 +124,12 @@ def matmul_rates(repeats: int = 5) -> list[dict]:
 def machine() -> dict:
     import torch
 
+    from noma_prorl_bench.io.machine import machine_info
     from noma_prorl_bench.models.precision import bf16_support, cpu_flags
 
     ok, why = bf16_support("cpu")
     return {
+        **machine_info(),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "machine": platform.machine(),
@@ -167,6 +175,44 @@ def summarise(runs: list[dict]) -> dict:
     return med
 
 
+def as_pair_run(run: dict, rows: int) -> dict:
+    """One worker's result in `_pairs` form: the timed steps' CPU seconds (rollout + reference +
+    train, as `stages_sum`) and generated response tokens (rows x mean response length)."""
+    timed = run["per_step"][run.get("drop_first", 1) :]
+    return {
+        "step_cpu_s": [sum(s[k] for k in STAGES[1:]) for s in timed],
+        "gen_tokens": [rows * s["response/len_mean"] for s in timed],
+        "t_start": run.get("t_start"),
+        "t_end": run.get("t_end"),
+    }
+
+
+def paired(args, runs: dict) -> dict:
+    """ratio_bf16_over_float32: the median over pairs (float32 run i, bf16_mixed run i, made one
+    after the other) of float32's CPU s per step over bf16_mixed's (> 1: bf16 is faster); also per
+    generated token. Empty until both dtypes have a run."""
+    n = min(len(runs.get("float32", [])), len(runs.get("bf16_mixed", [])))
+    if n == 0:
+        return {}
+    rows = args.batch_size * args.group_size
+    f32 = [as_pair_run(r, rows) for r in runs["float32"][:n]]
+    bf = [as_pair_run(r, rows) for r in runs["bf16_mixed"][:n]]
+    timed = all(r["t_start"] is not None for r in f32 + bf)  # runs from before t_start was recorded: unchecked
+    pr = pair_ratios(bf, f32, check_order=timed)
+    return {
+        "ratio_bf16_over_float32": pr["ratio"],
+        "pair_ratios": pr["pair_ratios"],
+        "ratio_bf16_over_float32_per_token": pr["ratio_per_token"],
+        "pair_ratios_per_token": pr["pair_ratios_per_token"],
+        "cpu_s_per_step_bf16": pr["cpu_s_per_step_a"],
+        "cpu_s_per_step_float32": pr["cpu_s_per_step_b"],
+        "tokens_per_step_bf16": pr["tokens_per_step_a"],
+        "tokens_per_step_float32": pr["tokens_per_step_b"],
+        "ratio_definition": "per pair: float32 CPU s per step / bf16_mixed CPU s per step (step = rollout + "
+        "reference + train, process CPU time, first step of each run dropped); the median over pairs, in run order",
+    }
+
+
 def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
     """Write the results file from the runs so far; returns the per-dtype medians."""
     table = {d: summarise(r) for d, r in runs.items() if r}
@@ -174,6 +220,7 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
     if "float32" in table and "bf16_mixed" in table:
         ratios = {k: table["float32"][k] / table["bf16_mixed"][k] for k in (*STAGES, "stages_sum")}
     out = {
+        **paired(args, runs),
         "settings": {
             "preset": "smollm2_demo",
             "variant": "A1 (A, ref_compute cached)",
@@ -192,6 +239,7 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
         "loadavg_start": load0,
         "loadavg_end": os.getloadavg(),
         "wall_s": time.time() - t0,
+        "loadavg_after_each_run": [r["loadavg_end"] for rs in runs.values() for r in rs],
         "medians": table,
         "speedup_float32_over_bf16": ratios,
         "runs": runs,
@@ -271,8 +319,13 @@ def main(argv=None) -> int:
         )
     if len(table) == 2:
         print(
-            "float32 / bf16_mixed: "
+            "float32 / bf16_mixed (medians of all steps): "
             + ", ".join(f"{k} {table['float32'][k] / table['bf16_mixed'][k]:.2f}x" for k in (*STAGES, "stages_sum"))
+        )
+        pr = paired(args, json.load(open(args.out))["runs"])
+        print(
+            f"ratio_bf16_over_float32 (median of per-pair CPU ratios): {pr['ratio_bf16_over_float32']:.2f}x, "
+            f"pairs {', '.join(f'{r:.2f}' for r in pr['pair_ratios'])}"
         )
     return 0
 

@@ -145,6 +145,12 @@ def main(argv=None) -> int:
         choices=["off", "default", "reduce-overhead"],
         help="also time transformer_compiled: our TransformerPolicy with --compile_decode MODE",
     )
+    p.add_argument(
+        "--model_dir",
+        default=None,
+        help="a converted HF model directory (e.g. SmolLM2-135M-Instruct) instead of the random tiny Llama; "
+        "the `transformer` path is then left out (no model of that size)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import transformers
@@ -156,7 +162,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     device = a.device
     name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine())
+    from noma_prorl_bench.io.machine import machine_info
+
     info = {
+        "machine": machine_info(),
         "device": f"{device} ({name})",
         "threads": a.threads,
         "loadavg_start": os.getloadavg(),
@@ -167,18 +176,28 @@ def main(argv=None) -> int:
     }
     print(
         f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"threads={a.threads}; llama hidden={a.hidden} layers={a.layers} heads={a.heads} {a.dtype}; "
+        f"threads={a.threads}; "
+        + (a.model_dir if a.model_dir else f"llama hidden={a.hidden} layers={a.layers} heads={a.heads}")
+        + f" {a.dtype}; "
         f"N={a.B * a.G} (B={a.B} x G={a.G}); temperature 1, EOS off; {a.repeats} alternating repeats, medians",
         flush=True,
     )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
+        if a.model_dir:
+            path = os.path.expanduser(a.model_dir)
+            a.paths = [k for k in a.paths if k != "transformer"]
+        else:
+            path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
         policy, tok = load_hf_policy(path, device=device, dtype=a.dtype)
         ids = prompts_for(tok, a.B, a.G).to(device)
         N, P = ids.shape
         torch.manual_seed(0)
-        ours_tf = TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval().to(device)
+        ours_tf = (
+            None
+            if a.model_dir
+            else TransformerPolicy(tok.vocab_size, a.hidden, a.layers, a.heads, P + max(a.lengths)).eval().to(device)
+        )
         G = a.G
         fns = {
             "ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
@@ -218,6 +237,12 @@ def main(argv=None) -> int:
                 "first_cpu_s": {k: v[1] for k, v in first.items()},
                 "tok_s": {k: N * T / statistics.median(v) for k, v in wall.items()},
                 "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()},
+                # per repeat (the paths of one repeat ran one after the other): generate's CPU s over ours
+                "pair_ratios_cpu": {
+                    f"ours/{h}": [hc / oc for oc, hc in zip(cpu["ours"], cpu[h])]
+                    for h in ("hf_dynamic", "hf_static")
+                    if "ours" in cpu and h in cpu
+                },
             }
             for key in ("tok_s", "tok_cpu_s"):
                 ts = row[key]
@@ -232,6 +257,8 @@ def main(argv=None) -> int:
                     tc = ts["transformer_compiled"] / ts["transformer"]
                     row[f"ratios_{key}"]["transformer_compiled/transformer"] = tc
                 print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in row[f"ratios_{key}"].items()), flush=True)
+            for k, v in row["pair_ratios_cpu"].items():
+                print(f"   {k} per repeat (CPU): " + ", ".join(f"{x:.2f}" for x in v), flush=True)
             if "transformer_compiled" in fns:
                 for kind in ("wall", "cpu"):
                     med = statistics.median((wall if kind == "wall" else cpu)["transformer_compiled"])

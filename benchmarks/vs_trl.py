@@ -1,6 +1,6 @@
 """Seconds per GRPO step: this harness vs `trl.GRPOTrainer` on the same model, prompts and reward.
 
-The same work on both sides, CPU, float32, one torch thread per process:
+The same work on both sides, CPU, float32 (or bf16: `--dtype bf16`), one torch thread per process:
   model       a tiny random Llama built offline (`models/tiny_hf.build_tiny_hf_model`), loaded
               from its directory by both (TRL gets the path, so with beta > 0 it loads pi_ref too)
   prompts     keyword_inclusion, the exact sequence our trainer samples: B prompts per
@@ -16,11 +16,23 @@ The same work on both sides, CPU, float32, one torch thread per process:
               (token-level normalisation), no vLLM, bf16=False.
 Runs alternate (ours, TRL, ours, TRL, ...) in separate subprocesses; each reports the wall time
 and the process CPU time between consecutive step ends (the first step, which pays one-off
-warm-up costs, is dropped). We report the medians over all timed steps, the ratios TRL / ours
-(wall; CPU time, which a shared machine disturbs less; and the median of the per-pair ratios of
-run medians), generation tokens per CPU second of each side's generate call, and our sampler
-with and without the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off;
-`--rollout_kv off` skips it: the no-cache path costs minutes per repeat at hidden 512).
+warm-up costs, is dropped), the response tokens it generated in each timed step, and its start and
+end on the wall clock. Pair i is run i of ours and run i of TRL, made one after the other; the
+headline `ratio_trl_over_ours` is the median over pairs of TRL's mean process CPU s per timed step
+over ours (`_pairs.pair_ratios`: the pairs stay in run order, never sorted, and runs that did not
+alternate in time are refused), `pair_ratios` lists them; `ratio_trl_over_ours_per_token` does the
+same per generated response token (the two sides sample different completions, so their tokens
+per step differ: `tokens_per_step_ours`, `tokens_per_step_trl`). Wall-clock pair ratios are kept
+(`pair_ratios_wall`) but a shared machine makes them mostly a measure of waiting for a core. Also
+generation tokens per CPU second of each side's generate call, and our sampler with and without
+the KV cache on the same model and shapes (`rollout_kv.py`'s timing, EOS off; `--rollout_kv off`
+skips it: the no-cache path costs minutes per repeat at hidden 512). Every results file carries the
+machine record (`io/machine.machine_info`), the commit and the load averages at the start, after
+each run and at the end.
+
+`--dtype bf16`: ours `--dtype bf16_mixed` (float32 adapters and Adam state, frozen Linear weights
+held in bf16, forwards under bf16 autocast); TRL `bf16=True` with the model loaded in bf16
+(`model_init_kwargs={"dtype": torch.bfloat16}`). Default float32 on both sides.
 
 Gradient checkpointing is set the same on both sides, one row per setting (`--ckpt off on`):
 TRL's GRPOConfig turns it on by default (`gradient_checkpointing=True`), which the runs before
@@ -33,8 +45,8 @@ dropout) on q/k/v/o with the base frozen (TRL: a PEFT LoraConfig, so its referen
 the base with the adapters disabled; ours: a frozen copy of the adapted policy, one A1 forward per
 step), rg:basic_arithmetic prompts (the preset's task_kwargs) as one chat user turn on both sides
 (TRL: conversational prompts, the same chat template), the task's own reward, temperature 0.7.
-Writes {"ratio_trl_over_ours", "settings", "runs", ...} (the first beta / checkpointing row; the
-ratio is of median process CPU s/step, the wall-clock ratio is `ratio_wall_trl_over_ours`).
+Writes {"ratio_trl_over_ours", "pair_ratios", "ratio_trl_over_ours_per_token", "tokens_per_step_ours",
+"tokens_per_step_trl", "machine", "settings", "runs", ...} (the first beta / checkpointing row).
 
 Run (recorded in docs/models.md and docs/performance.md):
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 0 --repeats 5 --steps 8
@@ -42,8 +54,8 @@ Run (recorded in docs/models.md and docs/performance.md):
         --hidden 256 --layers 4 --heads 8 --T 64
     PYTHONPATH=src python benchmarks/vs_trl.py --betas 0.04 --ckpt off on --repeats 3 --steps 6 \
         --hidden 512 --layers 8 --heads 8 --T 64 --rollout_kv off
-    PYTHONPATH=src nice -n 5 python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off --repeats 3 --steps 3 \
-        --lr 2e-4 --out benchmarks/results/vs_trl_smollm2.json
+    for d in float32 bf16; do PYTHONPATH=src setsid python benchmarks/vs_trl.py --real --betas 0.01 --ckpt off \
+        --repeats 3 --steps 3 --lr 2e-4 --dtype $d --out benchmarks/results/vs_trl_smollm2_$d.json; done
 """
 
 from __future__ import annotations
@@ -56,7 +68,8 @@ import statistics
 import sys
 import tempfile
 
-from _common import SRC, cpu_model, git_commit, run_worker
+from _common import SRC, git_commit, run_worker
+from _pairs import pair_ratios, step_matched_ratios
 from vs_trl_workers import REAL_TASK, WORKERS, real_config
 
 
@@ -99,8 +112,8 @@ def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
         ckpt,
         "--logprob_chunk",
         str(a.logprob_chunk),
-        "--dtype_ours",
-        a.dtype_ours,
+        "--dtype",
+        a.dtype,
         "--temperature",
         str(a.temperature),
     ] + (["--real"] if a.real else [])
@@ -138,35 +151,54 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def compare(a, beta: float, ckpt: str) -> dict:
-    """Alternating ours / TRL runs at one (beta, checkpointing) setting -> the table row."""
+    """Alternating ours / TRL runs at one (beta, checkpointing) setting -> the table row. The ratios
+    are per pair (run i of ours, run i of TRL, made one after the other), in the order run, and
+    their medians (`_pairs.pair_ratios`): process CPU s per step, and per generated token."""
     runs = {"ours": [], "trl": []}
+    loads = []
     for _ in range(a.repeats):
         for side in ("ours", "trl"):
             runs[side].append(spawn(side, a, beta, ckpt))
+            loads.append(runs[side][-1]["loadavg_end"])
     s = {k: summarise(v) for k, v in runs.items()}
-    pairs = sorted(t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"]))
+    pr = pair_ratios(runs["ours"], runs["trl"])
     row = {
         "grad_ckpt": ckpt,
         "beta": beta,
         "ours": s["ours"],
         "trl": s["trl"],
-        "pairwise_ratios": pairs,
-        "ratio_trl_over_ours": s["trl"]["median_step_s"] / s["ours"]["median_step_s"],
-        "ratio_cpu_trl_over_ours": s["trl"]["median_step_cpu_s"] / s["ours"]["median_step_cpu_s"],
+        "ratio_trl_over_ours": pr["ratio"],
+        "ratio_trl_over_ours_per_token": pr["ratio_per_token"],
+        "pair_ratios": pr["pair_ratios"],
+        "pair_ratios_per_token": pr["pair_ratios_per_token"],
+        "cpu_s_per_step_ours": pr["cpu_s_per_step_a"],
+        "cpu_s_per_step_trl": pr["cpu_s_per_step_b"],
+        "tokens_per_step_ours": pr["tokens_per_step_a"],
+        "tokens_per_step_trl": pr["tokens_per_step_b"],
+        "pair_ratios_wall": [t / o for o, t in zip(s["ours"]["run_medians"], s["trl"]["run_medians"])],
+        "step_matched": step_matched_ratios(runs["ours"], runs["trl"]),
+        "loadavg_after_each_run": loads,
         "runs": runs,
     }
     o, t = s["ours"], s["trl"]
+    pairs = ", ".join(f"{r:.2f}" for r in pr["pair_ratios"])
+    pairs_tok = ", ".join(f"{r:.2f}" for r in pr["pair_ratios_per_token"])
     print(
-        f"| {ckpt} | {beta:g} | {o['median_step_s']:.3f} | {t['median_step_s']:.3f} "
-        f"| {row['ratio_trl_over_ours']:.2f}x | {o['median_step_cpu_s']:.3f} "
-        f"| {t['median_step_cpu_s']:.3f} | {row['ratio_cpu_trl_over_ours']:.2f}x "
-        f"| {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f}) "
+        f"| {ckpt} | {beta:g} | {statistics.median(pr['cpu_s_per_step_a']):.3f} "
+        f"| {statistics.median(pr['cpu_s_per_step_b']):.3f} | **{pr['ratio']:.2f}x** ({pairs}) "
+        f"| {pr['ratio_per_token']:.2f}x ({pairs_tok}) "
+        f"| {statistics.median(pr['tokens_per_step_a']):.0f} / {statistics.median(pr['tokens_per_step_b']):.0f} "
         f"| {o['gen_tok_s']:,.0f} / {t['gen_tok_s']:,.0f} "
-        f"| {o['completion_len_mean']:.1f} / {t['completion_len_mean']:.1f} "
-        f"| {o['gen_tokens_per_step']:.0f} / {t['gen_tokens_per_step']:.0f} "
-        f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} |",
+        f"| {o['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} "
+        f"| {min(x[0] for x in loads):.1f}-{max(x[0] for x in loads):.1f} |",
         flush=True,
     )
+    for st in row["step_matched"]:
+        print(
+            f"#   timed step {st['step'] + 1}: tokens ours {st['tokens_a']} / TRL {st['tokens_b']}; TRL / ours "
+            f"{st['ratio']:.2f}x ({', '.join(f'{r:.2f}' for r in st['pair_ratios'])})",
+            flush=True,
+        )
     return row
 
 
@@ -189,7 +221,12 @@ def real_summary(a, results: dict) -> dict:
         "lora": "r 8, alpha 16, q/k/v/o, no dropout, base frozen",
         "ppo_epochs": 1,
         "minibatches": 1,
-        "dtype": "float32 both",
+        "dtype": (
+            "bf16: ours --dtype bf16_mixed (float32 adapters and Adam, frozen Linear weights in bf16, "
+            "bf16 autocast); TRL bf16=True with the model loaded in bf16"
+            if a.dtype == "bf16"
+            else "float32 both"
+        ),
         "grad_checkpoint": row["grad_ckpt"],
         "threads": 1,
         "steps_per_run": a.steps,
@@ -201,16 +238,32 @@ def real_summary(a, results: dict) -> dict:
     }
     # the ratio of process CPU seconds per step (one torch thread each): on a shared machine wall time
     # mostly measures how long each process waited for a core; the wall ratio is kept beside it
+    keys = (
+        "ratio_trl_over_ours",
+        "ratio_trl_over_ours_per_token",
+        "pair_ratios",
+        "pair_ratios_per_token",
+        "tokens_per_step_ours",
+        "tokens_per_step_trl",
+        "cpu_s_per_step_ours",
+        "cpu_s_per_step_trl",
+        "pair_ratios_wall",
+        "step_matched",
+    )
     return {
-        "ratio_trl_over_ours": row["ratio_cpu_trl_over_ours"],
-        "ratio_clock": "process CPU s/step",
-        "ratio_wall_trl_over_ours": row["ratio_trl_over_ours"],
+        **{k: row[k] for k in keys},
+        "ratio_clock": "median over pairs (run i of ours, run i of TRL, made one after the other, in run order) "
+        "of TRL's mean process CPU s per timed step over ours; per token: CPU s per generated response token",
         "settings": settings,
-        "runs": row["runs"],
-        "summary": {"ours": row["ours"], "trl": row["trl"], "pairwise_ratios": row["pairwise_ratios"]},
         "machine": results["machine"],
+        "loadavg_start": results["loadavg_start"],
+        "loadavg_end": results["loadavg_end"],
+        "loadavg_after_each_run": row["loadavg_after_each_run"],
+        "commit": results["commit"],
+        "summary": {"ours": row["ours"], "trl": row["trl"]},
+        "runs": row["runs"],
         "params": results["params"],
-        "rows": results["rows"],
+        "rows": [{k: v for k, v in r.items() if k != "runs"} for r in results["rows"]],
     }
 
 
@@ -242,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time our sampler with vs without the KV cache (off for large models: the "
         "no-cache path recomputes the whole sequence per token)",
     )
-    p.add_argument("--dtype_ours", default="float32", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bf16"],
+        help="float32 on both sides, or bf16: ours --dtype bf16_mixed, TRL bf16=True with bf16 weights",
+    )
     p.add_argument(
         "--temperature",
         type=float,
@@ -290,7 +348,12 @@ def main(argv=None) -> int:
         f"(first untimed), {a.repeats} alternating pairs per (grad ckpt, beta); ckpt {a.ckpt}",
         flush=True,
     )
+    from noma_prorl_bench.io.machine import machine_info
+
     results = {
+        "machine": machine_info(),
+        "commit": git_commit(),
+        "loadavg_start": os.getloadavg(),
         "args": vars(a),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
         "rows": [],
@@ -299,12 +362,6 @@ def main(argv=None) -> int:
         from noma_prorl_bench.config.presets import SMOLLM2_DIR
 
         a.rollout_kv = "off"
-        results["machine"] = {
-            "loadavg_start": os.getloadavg(),
-            "commit": git_commit(),
-            "cpu": cpu_model(),
-            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        }
     with tempfile.TemporaryDirectory() as tmp:
         a.model_dir = (
             os.path.expanduser(a.real_model_dir or SMOLLM2_DIR)
@@ -322,18 +379,18 @@ def main(argv=None) -> int:
             flush=True,
         )
         print(
-            "| grad ckpt | beta | ours s/step | TRL s/step | TRL / ours | ours CPU s/step | TRL CPU s/step "
-            "| TRL / ours (CPU) | pairwise TRL / ours | gen tok/CPU-s ours / TRL | completion len ours / TRL "
-            "| gen tokens/step ours / TRL | peak RSS MB ours / TRL |"
+            "| grad ckpt | beta | ours CPU s/step | TRL CPU s/step | TRL / ours per step (pairs) "
+            "| TRL / ours per token (pairs) | gen tokens/step ours / TRL | gen tok/CPU-s ours / TRL "
+            "| peak RSS MB ours / TRL | load (1 min) |"
         )
-        print("|---|-----:|-----:|-----:|-----:|-----:|-----:|-----:|-----|-----|-----|-----|-----|")
+        print("|---|-----:|-----:|-----:|-----|-----|-----|-----|-----|-----|")
         for ckpt in a.ckpt:
             for beta in a.betas:
                 results["rows"].append(compare(a, beta, ckpt))
         if a.rollout_kv == "on":
             results["rollout_kv"] = rollout_kv(a)
+    results["loadavg_end"] = os.getloadavg()
     if a.real:
-        results["machine"]["loadavg_end"] = os.getloadavg()
         results = real_summary(a, results)
     if a.out:
         with open(a.out, "w") as f:

@@ -15,6 +15,7 @@ from _common import peak_rss_mb, print_result
 
 # ============================================================================ shared set-up
 REAL_TASK = "rg:basic_arithmetic"  # --real: the smollm2_demo preset's task and task_kwargs
+OUR_DTYPE = {"float32": "float32", "bf16": "bf16_mixed"}  # vs_trl.py --dtype -> our --dtype
 
 
 def real_config(a, **over):
@@ -84,6 +85,7 @@ def worker_ours(a) -> None:
     from noma_prorl_bench.training.trainer import Trainer
 
     torch.set_num_threads(1)
+    t_start = time.time()
     gen_s, gen_tok = [], []
     rollout.generate = _timed_calls(
         rollout.generate, gen_s, gen_tok, lambda out: int(out[2].sum())
@@ -105,7 +107,7 @@ def worker_ours(a) -> None:
                 quiet=True,
                 grad_checkpoint=a.grad_ckpt == "on",
                 logprob_chunk=a.logprob_chunk,
-                dtype=a.dtype_ours,
+                dtype=OUR_DTYPE[a.dtype],
                 **variant,
             )
             if a.real
@@ -133,7 +135,7 @@ def worker_ours(a) -> None:
                     "quiet": True,
                     "grad_checkpoint": a.grad_ckpt == "on",
                     "logprob_chunk": a.logprob_chunk,
-                    "dtype": a.dtype_ours,
+                    "dtype": OUR_DTYPE[a.dtype],
                     **variant,
                 }
             )
@@ -152,6 +154,9 @@ def worker_ours(a) -> None:
     print_result(
         {
             "side": "ours",
+            "dtype": OUR_DTYPE[a.dtype],
+            "t_start": t_start,
+            "t_end": time.time(),
             "step_s": _diffs(ends),
             "step_cpu_s": _diffs(cpu),
             "gen_s": gen_s[1:],
@@ -167,18 +172,19 @@ def _grpo_config(a, output_dir: str):
     import torch
     from trl import GRPOConfig
 
+    bf16 = a.dtype == "bf16"  # TRL's bf16: bf16 weights (model_init_kwargs) and bf16=True (autocast)
     return GRPOConfig(
         output_dir=output_dir,
         seed=a.seed,
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,
         fp16=False,
         report_to="none",
         save_strategy="no",
         logging_steps=1,
         disable_tqdm=True,
         dataloader_num_workers=0,
-        model_init_kwargs={"dtype": torch.float32},
+        model_init_kwargs={"dtype": torch.bfloat16 if bf16 else torch.float32},
         per_device_train_batch_size=a.B * a.G,
         num_generations=a.G,
         max_completion_length=a.T,
@@ -214,6 +220,7 @@ def worker_trl(a) -> None:
     from trl import GRPOTrainer
 
     torch.set_num_threads(1)
+    t_start = time.time()
     task = bench_task(a)
     examples = replay_prompts(a, a.steps)
     # --real: conversational prompts, so TRL applies the model's chat template (add_generation_prompt),
@@ -270,6 +277,9 @@ def worker_trl(a) -> None:
     print_result(
         {
             "side": "trl",
+            "dtype": "bf16 weights, bf16=True" if a.dtype == "bf16" else "float32",
+            "t_start": t_start,
+            "t_end": time.time(),
             "step_s": _diffs(ends),
             "step_cpu_s": _diffs(cpu),
             "gen_s": gen_s[1:],

@@ -241,3 +241,23 @@ def test_rollout_buffers_are_reused_by_shape_and_results_unchanged(monkeypatch):
     with torch.no_grad():
         ptr = pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr()
         assert pol.prefill(prompts[::2], capacity=20)[1].k[0].data_ptr() == ptr  # same (N, cap): same memory
+
+
+def test_response_logprobs_shares_one_log_softmax_with_the_same_bits():
+    """The gather and the entropy read one log-softmax: logp, entropy and the gradients are the
+    same bits as logprobs_from_logits and entropy_from_logits on the same logits (two passes)."""
+    from noma_prorl_bench.models.base import entropy_from_logits, logprobs_from_logits, response_logits
+
+    pol = _transformer()
+    tokens = torch.randint(4, V, (4, 14), generator=torch.Generator().manual_seed(8))  # P=6, T=8
+    logp, ent, _ = response_logprobs(pol, tokens, 6, 0.7, with_entropy=True)
+    logp.sum().backward()
+    got_grads = {n: p.grad.clone() for n, p in pol.named_parameters()}
+    pol.zero_grad()
+    logits = response_logits(pol, tokens, 6)
+    ref_logp = logprobs_from_logits(logits, tokens[:, 6:], 0.7)
+    ref_ent = entropy_from_logits(logits.detach(), 0.7)
+    ref_logp.sum().backward()
+    assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)
+    for n, p in pol.named_parameters():
+        assert torch.equal(got_grads[n], p.grad), n

@@ -108,11 +108,14 @@ def response_logprobs(
 ):
     """One teacher-forced forward: -> (logp[N, T], entropy[N, T] | None, logits[N, T, V])."""
     logits = response_logits(model, tokens, P)  # [N, T, V]
-    logp = logprobs_from_logits(logits, tokens[:, P:], temperature)  # [N, T]
+    # one float32 log-softmax over the vocabulary serves both the gather and the entropy: the same
+    # tensor logprobs_from_logits and entropy_from_logits would each compute, so the same bits
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [N, T, V]
+    logp = logp_all.gather(-1, tokens[:, P:].unsqueeze(-1)).squeeze(-1)  # [N, T]
     ent = None
     if with_entropy:
         with torch.no_grad():
-            ent = entropy_from_logits(logits, temperature)  # [N, T]
+            ent = -(logp_all.exp() * logp_all).sum(-1)  # [N, T]
     return logp, ent, logits
 
 
