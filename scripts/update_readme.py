@@ -18,6 +18,7 @@ import ast
 import glob
 import os
 import re
+import statistics
 import subprocess
 import sys
 import typing
@@ -323,15 +324,45 @@ def grid_section() -> str:
     )
 
 
-def _short_machine(record: str) -> str:
-    """'Intel(R) Xeon(R) Processor (VM), 2 cores, x86_64; avx2 ... amx_bf16; torch ...' -> 'a 2-core Intel Xeon
-    with AMX (avx512_bf16, amx_bf16)'."""
-    head, _, rest = record.partition(";")
-    parts = [p.strip() for p in head.split(",")]
+def speed_section() -> str:
+    """The step-time ratios vs TRL and bf16 vs float32 from benchmarks/results (per-pair CPU-time ratios)."""
+    f32, b16, rs = (
+        _load(f"benchmarks/results/{n}.json") for n in ("vs_trl_smollm2_float32", "vs_trl_smollm2_bf16", "real_speed")
+    )
+    loads = [v for d in (f32, b16, rs) for key in ("loadavg_start", "loadavg_end") for v in d[key][:1]]
+
+    def pairs(d: dict) -> str:
+        return ", ".join(f"{r:.2f}" for r in d["pair_ratios"])
+
+    def tokens(d: dict) -> str:
+        return (
+            f"{statistics.median(d['tokens_per_step_trl']):.0f} vs {statistics.median(d['tokens_per_step_ours']):.0f}"
+        )
+
+    return (
+        f"**Step time** ([docs/performance.md](docs/performance.md); SmolLM2-135M + LoRA r8, B 4 x G 4, <= 32 new "
+        f"tokens, medians of per-pair process-CPU ratios over {len(f32['pair_ratios'])} alternating pairs, "
+        f"{_short_machine(f32['machine'])} at load {min(loads):.0f}-{max(loads):.0f}): TRL/ours "
+        f"{f32['ratio_trl_over_ours']:.2f}x in float32 (pairs {pairs(f32)}; per token "
+        f"{f32['ratio_trl_over_ours_per_token']:.2f}x: TRL generates {tokens(f32)} tokens per step), "
+        f"{b16['ratio_trl_over_ours']:.2f}x in bf16 ({pairs(b16)}; per token {b16['ratio_trl_over_ours_per_token']:.2f}x); "
+        f"our `--dtype bf16_mixed` step {rs['ratio_bf16_over_float32']:.2f}x faster than our float32 ({pairs(rs)}). "
+        "B 0.97x A1 and TRL/ours 1.02-1.10x at 4M-32M parameters come from older float32 runs on the AMD guest."
+    )
+
+
+def _short_machine(record: str | dict) -> str:
+    """'Intel(R) Xeon(R) Processor (VM), 2 cores, x86_64; avx2 ... amx_bf16; torch ...' (or the machine record
+    io/machine.py writes) -> 'a 2-core Intel Xeon with AMX (avx512_bf16, amx_bf16)'."""
+    if isinstance(record, dict):
+        parts, cores, flags = [str(record.get("cpu", "?"))], str(record.get("cores", "?")), record.get("cpu_flags", [])
+    else:
+        head, _, rest = record.partition(";")
+        parts = [p.strip() for p in head.split(",")]
+        cores = next((p.split()[0] for p in parts if p.endswith("cores")), "?")
+        flags = rest.split(";")[0].split()
     name = re.sub(r"\(R\)|\(TM\)|\bProcessor\b|\(VM\)", "", parts[0])
     name = " ".join(name.split())
-    cores = next((p.split()[0] for p in parts if p.endswith("cores")), "?")
-    flags = rest.split(";")[0].split()
     kind = (
         " with AMX (avx512_bf16, amx_bf16)"
         if "amx_bf16" in flags
@@ -387,7 +418,7 @@ PAGES = {
     "README.md": {
         "tree": short_tree,
         "atlas_table": atlas_table,
-        "results_more": lambda: "\n\n".join([full_section(), growth_section(), cost_real_section()]),
+        "results_more": lambda: "\n\n".join([full_section(), growth_section(), cost_real_section(), speed_section()]),
         "grid_map": grid_section,
         "machines": machines_section,
     },

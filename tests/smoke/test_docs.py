@@ -106,7 +106,9 @@ def test_readme_results_are_made_from_the_committed_result_files():
     gen = _update_readme()
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     more = _block(readme, "results_more")
-    assert more == "\n\n".join([gen.full_section(), gen.growth_section(), gen.cost_real_section()])
+    assert more == "\n\n".join([gen.full_section(), gen.growth_section(), gen.cost_real_section(), gen.speed_section()])
+    f32 = json.load(open(os.path.join(ROOT, "benchmarks", "results", "vs_trl_smollm2_float32.json")))
+    assert f"TRL/ours {f32['ratio_trl_over_ours']:.2f}x in float32" in more
     assert _block(readme, "grid_map") == gen.grid_section()
     full = {
         c["name"]: c for c in json.load(open(os.path.join(ROOT, "docs", "suite_full", "summary.json")))["comparisons"]
