@@ -105,7 +105,9 @@ def test_a_cell_on_fewer_pairs_says_so(grids, tmp_path):
     assert gone["verdict"] is None and gone["n_pairs"] == 0 and math.isnan(gone["diff"])
     assert gridmap.cell_text(gone) == "not tested (**0 of 8 pairs**)"
     # hard is compared at beta 1 only: its one verdict is not said of every beta
-    assert "`hard` is not distinguishable from keep in every cell tested so far" in gridmap.map_answer([m])
+    # no hard cell has all its pairs (b0.1-hard not started, b1-hard on 6 of 8): nothing is claimed for it
+    assert "`hard`: too few pairs yet to say." in gridmap.map_answer([m])
+    assert "`hard` is not distinguishable" not in gridmap.map_answer([m])
 
 
 def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
@@ -148,4 +150,11 @@ def test_answer_before_any_keep_run_finished(grids, tmp_path):
         (run / "summary.json").unlink()  # every keep run still going
     text = gridmap.map_answer([gridmap.read_suite(root)])
     assert text.startswith("On reverse_digits, reset + keep vs no reset is tested at no beta yet.")
-    assert "No optimizer treatment was compared with keep." in text
+    assert "No optimizer treatment was compared with keep on all its pairs yet." in text
+
+
+def test_a_verdict_whose_interval_reaches_zero_says_so():
+    cell = dict(diff=0.037, ci95=[-0.004, 0.060], verdict="better", p_holm=0.012, mde80=0.02, n_pairs=10, n_listed=10)
+    assert gridmap.cell_text(cell) == "+0.037 [-0.004, +0.060] better (p_holm 0.012; CI includes 0, 10 pairs)"
+    cell.update(ci95=[0.004, 0.060])
+    assert "CI includes 0" not in gridmap.cell_text(cell)

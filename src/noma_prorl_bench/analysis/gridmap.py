@@ -290,16 +290,19 @@ def map_answer(maps: Sequence[SuiteMap]) -> str:
 def _treatments_sentence(maps: Sequence[SuiteMap]) -> str:
     """Against keep: a treatment with one verdict in every tested cell is said once; the others
     list their verdicts' places."""
-    same: dict[tuple[str, bool], list[str]] = {}
-    mixed = []
+    same: dict[tuple[str, int, int], list[str]] = {}
+    mixed, running = [], []
     for t in OTHERS:
         planned = [(m, c) for m in maps for (b, tt), c in m.cells.items() if tt == t]
-        cells = [(m, c) for m, c in planned if c["verdict"] is not None]
+        # only cells on all their listed pairs speak: a running cell's "n.d." is a lack of seeds
+        cells = [(m, c) for m, c in planned if c["verdict"] is not None and c["n_pairs"] >= c["n_listed"]]
         if not cells:
+            if any(c["verdict"] is not None or c["n_pairs"] for _, c in planned):
+                running.append(f"`{t}`")
             continue
         verdicts = {_short(c) for _, c in cells}
         if len(verdicts) == 1:
-            same.setdefault((verdicts.pop(), len(cells) == len(planned)), []).append(f"`{t}`")
+            same.setdefault((verdicts.pop(), len(cells), len(planned)), []).append(f"`{t}`")
         else:
             places = [
                 f"{_short(c)} on {md_text(m.task, 60)} at beta {c['beta']}" for m, c in cells if _short(c) != "n.d."
@@ -309,12 +312,13 @@ def _treatments_sentence(maps: Sequence[SuiteMap]) -> str:
     every = "every task" if len(maps) > 1 else md_text(maps[0].task, 60) if maps else ""
     parts = [
         f"{_join(ts)} {'is' if len(ts) == 1 else 'are'} {words[v]} keep "
-        + (f"at every beta on {every}" if complete else "in every cell tested so far")
-        for (v, complete), ts in same.items()
+        + (f"at every beta on {every}" if n == n_planned else f"in the {n} of {n_planned} cells run on all their pairs")
+        for (v, n, n_planned), ts in same.items()
     ]
+    later = f" {_join(running)}: too few pairs yet to say." if running else ""
     if not parts and not mixed:
-        return "No optimizer treatment was compared with keep."
-    return "Against keep: " + "; ".join(parts + mixed) + "."
+        return ("No optimizer treatment was compared with keep on all its pairs yet." + later).strip()
+    return "Against keep: " + "; ".join(parts + mixed) + "." + later
 
 
 def _join(items: list[str]) -> str:
@@ -350,7 +354,16 @@ def cell_text(c: dict | None) -> str:
             ", mde80 ∞" if c["mde80"] == math.inf else f", mde80 {c['mde80']:.3f}" if math.isfinite(c["mde80"]) else ""
         )
     p = f"p_holm {c['p_holm']:.3f}" if math.isfinite(c["p_holm"]) else "p_holm —"
-    return f"{_num(c['diff'])} [{_num(lo)}, {_num(hi)}] {SHORT.get(c['verdict'], c['verdict'])} ({p}{mde}, {pairs})"
+    # a verdict whose skew-widened interval reaches 0 says so (the report's own mark)
+    reaches = (
+        "; CI includes 0"
+        if c["verdict"] in ("better", "worse") and all(math.isfinite(v) for v in (lo, hi)) and lo <= 0 <= hi
+        else ""
+    )
+    return (
+        f"{_num(c['diff'])} [{_num(lo)}, {_num(hi)}] {SHORT.get(c['verdict'], c['verdict'])} "
+        f"({p}{mde}{reaches}, {pairs})"
+    )
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
