@@ -101,7 +101,7 @@ def probe_and_stop(tmp_path, cmd, env, sig, code, said):
     )
     info = {}
     try:
-        for _ in range(1200):  # pytest's start (torch import) and the probe's
+        for _ in range(3000):  # pytest's start (torch import) and the probe's: up to 300 s on a loaded machine
             if os.path.exists(out) or script.poll() is not None:
                 break
             time.sleep(0.1)
