@@ -319,7 +319,8 @@ def grid_section() -> str:
     )
     k = sorted({s["k"] for s in suites})
     return (
-        f"**Across tasks** ([map](docs/grid/map.md): the grid preset, GRU, k3, reset every 50, K = "
+        f"**Across tasks** ([map](docs/grid/map.md): the grid preset, GRU, k3, B 8 x G 8, lr 2e-3, 300 RL steps, "
+        f"10 paired seeds per cell, reset every 50, K = "
         f"{'/'.join(map(str, k))}, one suite per task): {data['answer']} {machines}."
     )
 
