@@ -13,6 +13,21 @@ from noma_prorl_bench.config.choices import GROWTH_MIGRATIONS, OPT_RESETS
 #: name -> seeds, steps, base flags, reset/growth cadence, whether its report is evidence, K (a run's
 #: score is its mean validation reward over its last K evaluations), and the arm matrix ("arms":
 #: a named matrix; default ARMS, minus the prefixes in "drop"). Sizes and times: README, "The main job".
+#: the shapes of the regime-map presets (quick, atlas, grid): one setting, so their arms' runs are the same commands
+_MAP_BASE = [
+    "--batch_size",
+    "8",
+    "--group_size",
+    "8",
+    "--lr",
+    "2e-3",
+    "--eval_every",
+    "10",
+    "--n_val",
+    "128",
+    "--kl_estimator",
+    "k3",
+]
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
         seeds=1,
@@ -62,20 +77,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         evidence=True,
         k=10,
         arms="quick",
-        base=[
-            "--batch_size",
-            "8",
-            "--group_size",
-            "8",
-            "--lr",
-            "2e-3",
-            "--eval_every",
-            "10",
-            "--n_val",
-            "128",
-            "--kl_estimator",
-            "k3",
-        ],
+        base=_MAP_BASE,
     ),
     # variants A0/A1/A2/B and the KL term at beta 0.05; resets are mapped by `atlas` and growth has
     # its own preset (the GRU's head-only adapters do not learn)
@@ -91,20 +93,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         evidence=True,
         k=10,
         arms="atlas",
-        base=[
-            "--batch_size",
-            "8",
-            "--group_size",
-            "8",
-            "--lr",
-            "2e-3",
-            "--eval_every",
-            "10",
-            "--n_val",
-            "128",
-            "--kl_estimator",
-            "k3",
-        ],
+        base=_MAP_BASE,
     ),
     # the reset question across tasks: the atlas's treatments on a finer beta grid (GRID_ARMS), run
     # once per task (`--task reverse_digits`, `--task sort_digits`): where resets stop hurting
@@ -115,20 +104,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         evidence=True,
         k=10,
         arms="grid",
-        base=[
-            "--batch_size",
-            "8",
-            "--group_size",
-            "8",
-            "--lr",
-            "2e-3",
-            "--eval_every",
-            "10",
-            "--n_val",
-            "128",
-            "--kl_estimator",
-            "k3",
-        ],
+        base=_MAP_BASE,
     ),
     # optimizer state at adapter growth, on a task where the adapter arms learn (GROWTH_ARMS)
     "growth": dict(
