@@ -33,6 +33,7 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     assert row["new"]["diff"] == old["diff"] and row["new"]["ci95"] == old["ci95"]  # bit-identical runs
     assert row["replicates"] and row["overlap"] and row["within"]
     assert rep["replicated"] == rep["compared"] == 1 and rep["machines"]["kernel_differences"] == []
+    assert str(tmp_path) not in rep["command"]  # no machine path in a file meant to be committed
     trained = json.loads(next(new.glob("*/config.json")).read_text())["versions"]["git_commit"]
     if trained:  # the commit the new runs were trained at, from their own config.json
         assert rep["commits"]["new"] == trained

@@ -126,6 +126,7 @@ def _trained_at(prov: dict) -> Any:
 
 def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: str, argv: list[str]) -> None:
     """replication.json (the rows, both machines) and replication.md (answer first, then the table)."""
+    from noma_prorl_bench.analysis.report import portable  # noqa: PLC0415
     from noma_prorl_bench.io.machine import kernel_differences  # noqa: PLC0415
     from noma_prorl_bench.io.safe_files import write_json, write_text  # noqa: PLC0415
 
@@ -136,7 +137,7 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
         str(out / "replication.json"),
         {
             "source": src,
-            "command": "prorl-bench replicate " + " ".join(argv),
+            "command": portable("prorl-bench replicate " + " ".join(argv), out.resolve()),  # no machine path
             "rows": rows,
             "replicated": same,
             "compared": len(rows),
