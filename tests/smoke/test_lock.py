@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from noma_prorl_bench.io.checkpoint import list_checkpoints
+
 # tests/conftest.py's FAST (a name `from conftest import` cannot reach in a full run: tests/ray has one too)
 FAST = [
     "--steps",
@@ -84,6 +86,10 @@ def test_stale_lock_of_a_killed_run_is_taken_over_with_a_warning(tmp_path):
     out = tmp_path / "run"
     a = start(out, "--save_every", "2")
     wait_for(out / "metrics.jsonl", 3)
+    t0 = time.time()  # the step-2 checkpoint is written after its metrics row: kill only once it is complete
+    while not list_checkpoints(out) and time.time() - t0 < 120:
+        time.sleep(0.1)
+    assert list_checkpoints(out), "no complete checkpoint within 120 s"
     a.kill()  # SIGKILL: no clean-up at all
     a.wait(timeout=60)
     assert json.loads((out / "run.lock").read_text())["pid"] == a.pid
