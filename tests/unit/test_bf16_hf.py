@@ -348,3 +348,51 @@ def test_float32_run_keeps_a_tied_head_tied(tied_model_dir):
     tr = _trainer(tied_model_dir, dtype="float32")
     hf = tr.policy.model
     assert hf.get_output_embeddings().weight is hf.get_input_embeddings().weight
+
+
+def test_bf16_mixed_sampler_decodes_through_merged_adapters_and_the_learner_does_not(model_dir):
+    """Under bf16_mixed every sampler forward meets merged adapters (models/lora.merged_adapters),
+    every teacher-forced one the adapters themselves; float32 never merges."""
+    for dtype, sampler_merged in (("bf16_mixed", True), ("float32", False)):
+        tr = _trainer(model_dir, dtype=dtype)
+        _lora_init_nonzero(tr)
+        seen: list[bool] = []
+        (name, mod), *_ = [(n, m) for n, m in tr.policy.named_modules() if n.endswith("q_proj")]
+        hook = mod.register_forward_hook(lambda m, i, o: seen.append(m.merged is not None))
+        batch, _ = tr.collector.collect()
+        n_sampler = len(seen)
+        assert n_sampler > 2 and set(seen) == {sampler_merged}, (dtype, name)
+        policy_logprobs(tr.policy, batch.tokens, batch.prompt_len, tr.cfg.temperature)
+        hook.remove()
+        assert len(seen) == n_sampler + 1 and seen[-1] is False
+
+
+def test_bf16_mixed_teacher_forced_attention_in_float32(model_dir):
+    """bf16_mixed switches the HF policy to the float32 teacher-forced attention (and says so in the
+    precision event); learner (grad) and reference (no grad) compute the same bits; under inference
+    mode (the sampler) it is SDPA in bf16, bit for bit; a float32 run keeps plain SDPA."""
+    events: list = []
+    tr = _trainer(model_dir, events=events, dtype="bf16_mixed")
+    _lora_init_nonzero(tr)
+    config = tr.policy.model.config
+    assert config._attn_implementation == precision.TEACHER_ATTENTION
+    assert tr.ref.model.model.config._attn_implementation == precision.TEACHER_ATTENTION
+    (ev,) = [e for e in events if e["event"] == "precision"]
+    assert ev["float32_teacher_attention"] is True
+    ids = tr.tok.encode_prompts(["hello there", "ab", "a longer prompt here"])
+    grad = tr.policy(ids)
+    with torch.no_grad():
+        nograd = tr.policy(ids)
+    with torch.inference_mode():
+        infer = tr.policy(ids)
+    config._attn_implementation = "sdpa"
+    try:
+        plain = tr.policy(ids).detach()
+    finally:
+        config._attn_implementation = precision.TEACHER_ATTENTION
+    assert torch.equal(grad.detach(), nograd) and torch.equal(infer, plain)
+    assert not torch.equal(nograd, plain)  # the learner's pass did compute another attention
+    events32: list = []
+    fp = _trainer(model_dir, events=events32, dtype="float32")
+    assert fp.policy.model.config._attn_implementation == "sdpa"
+    assert [e["float32_teacher_attention"] for e in events32 if e["event"] == "precision"] == [False]

@@ -10,6 +10,7 @@ from noma_prorl_bench.models.lora import (
     adapter_rank,
     adapters,
     attach_lora,
+    merged_adapters,
 )
 from noma_prorl_bench.training.growth import grow_adapters
 
@@ -145,3 +146,33 @@ def test_adapter_rank_mixed_raises_and_zero_without_adapters():
     realloc_param(plan_mod, "lora_B", (5, 3))
     with pytest.raises(ValueError):
         adapter_rank(m)
+
+
+def test_merged_adapters_equal_the_unmerged_forward_and_leave_nothing_behind():
+    """Inside merged_adapters each LoRALinear computes x @ (W + s B A).T + b: float32 equal to the
+    three-matmul forward up to rounding; bf16 base weights give the bf16 merge (within bf16
+    rounding); nothing is merged outside the block, no gradient reaches A or B, state_dict unchanged."""
+    m = _model()
+    attach_lora(m, ["*proj", "up"], rank=2, alpha=4.0)
+    with torch.no_grad():
+        for _, a in adapters(m):
+            a.lora_B.copy_(0.3 * torch.randn(a.lora_B.shape, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(7, 6, generator=torch.Generator().manual_seed(2))
+    keys = sorted(m.state_dict())
+    y = m(x)
+    with merged_adapters(m) as n:
+        assert n == 10 and all(a.merged is not None for _, a in adapters(m))
+        ym = m(x)
+        assert not ym.requires_grad  # merged weights are detached (base frozen, A and B not reached)
+    assert all(a.merged is None for _, a in adapters(m)) and sorted(m.state_dict()) == keys
+    assert torch.allclose(y, ym, atol=1e-5) and torch.equal(m(x), y)  # the unmerged forward again
+    a = adapters(m)[0][1]
+    w = a.base.weight
+    expected = w + a.scale * a.lora_B @ a.lora_A
+    with merged_adapters(m):
+        assert torch.allclose(a.merged, expected.detach(), atol=1e-6)
+    a.base.weight.data = w.data.to(torch.bfloat16)  # a bf16 base: the merge is rounded once to bf16
+    expected = a.base.weight.float() + a.scale * a.lora_B @ a.lora_A  # the bf16 base, summed in float32
+    with merged_adapters(m):
+        assert a.merged.dtype == torch.bfloat16
+        assert torch.equal(a.merged, expected.detach().to(torch.bfloat16))

@@ -43,6 +43,7 @@ import torch.nn as nn
 
 from noma_prorl_bench.models.base import autocast
 from noma_prorl_bench.models.hf_cache import StaticHFState, decode_static, prefill_static, repeat_static
+from noma_prorl_bench.models.precision import TEACHER_ATTENTION
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -196,7 +197,7 @@ class HFPolicy(nn.Module):
                 self.model.train()
 
     def _sdpa(self) -> bool:
-        return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
+        return getattr(self.model.config, "_attn_implementation", None) in ("sdpa", TEACHER_ATTENTION)
 
     def _static_step(self, ids, attn, pos, cache) -> torch.Tensor:
         """One decode forward on the StaticCache -> logits[N, 1, V] (compiled by `compile_decode`)."""

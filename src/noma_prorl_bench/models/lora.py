@@ -16,13 +16,20 @@ growth) and the old slice's effective learning rate would drop with every rank s
 ``s`` the output is unchanged at growth (new ``B`` columns are zero) and an Adam step on an old
 entry moves the output exactly as it did before growth.
 
+Sampling under ``--dtype bf16_mixed``: ``merged_adapters(model)`` folds each adapter into one
+weight ``W + s B A`` (summed in float32, held in ``W``'s dtype) for the length of a ``with`` block;
+the sampler (``rollout/sampling.generate``) decodes through it, one matmul per layer instead of three
+and no float32 -> bf16 casts of the adapters. The learner never sees the merged weight.
+
 Growth itself (``A`` gains rows, ``B`` gains zero columns, optimizer state migrated) lives in
 ``noma_prorl_bench.training.growth.grow_adapters``; this module only defines the adapter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +67,7 @@ class LoRALinear(nn.Module):
         a = _draw(a_init, (rank, self.in_features), self.in_features, self._generator())
         self.lora_A = nn.Parameter(a.to(dtype=w.dtype, device=w.device))  # [r, in]
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank, dtype=w.dtype, device=w.device))  # [out, r]
+        self.merged: torch.Tensor | None = None  # W + s B A inside `merged_adapters` (a plain attribute, not state)
 
     @property
     def rank(self) -> int:
@@ -83,6 +91,9 @@ class LoRALinear(nn.Module):
         return init_fn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        merged = self.__dict__.get("merged")
+        if merged is not None:  # inside `merged_adapters`: x[..., in] @ (W + s B A).T
+            return F.linear(x, merged, self.base.bias)
         # x[..., in] -> base[..., out] + s * ((x @ A.T)[..., r] @ B.T)[..., out]
         return self.base(x) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
 
@@ -91,6 +102,26 @@ class LoRALinear(nn.Module):
             f"in={self.in_features}, out={self.out_features}, rank={self.rank}, "
             f"alpha={self.alpha}, scale={self.scale:g}, a_init={self.a_init}"
         )
+
+
+@contextlib.contextmanager
+def merged_adapters(model: nn.Module) -> Iterator[int]:
+    """Inside the block every ``LoRALinear`` of ``model`` computes ``x @ (W + s B A).T + b`` with
+    one merged weight, formed on entry from the adapters' current values (the product and the sum in
+    float32, then rounded once to ``W``'s dtype) and dropped on exit; yields how many were merged.
+    For forwards without gradients (the sampler): the merged weight is detached, so nothing inside
+    reaches ``A`` or ``B``. Equal to the unmerged forward up to float rounding (tests/unit/test_lora.py)."""
+    mods = [m for _, m in adapters(model)]
+    with torch.no_grad():
+        for m in mods:
+            w = m.base.weight
+            delta = m.lora_B.float() @ m.lora_A.float()  # [out, in]
+            m.merged = (w.float() + m.scale * delta).to(w.dtype)
+    try:
+        yield len(mods)
+    finally:
+        for m in mods:
+            m.merged = None
 
 
 def parse_targets(text: str) -> list[str]:

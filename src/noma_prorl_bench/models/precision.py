@@ -25,6 +25,15 @@ keeps the float32 tensor: autocast had re-cast that 28M-element weight on every 
 CPU-s, in one demo step), and ``.to(bfloat16)`` rounds as autocast's cast does, so the logits are the
 same bits (tests/unit/test_bf16_hf.py). Every forward of an HF policy runs under autocast, so a bf16
 weight only ever meets bf16 activations.
+
+`float32_teacher_attention(policy)`: under ``bf16_mixed`` an HF policy on SDPA computes attention
+in float32 in every pass outside ``torch.inference_mode`` (the learner's forward and backward, the
+reference's and the critic's teacher-forced forwards), and in bf16 in the sampler's (which runs
+under inference mode). On CPU bf16 SDPA's backward is slow: one SmolLM2 layer at 16 x 9 heads x 85
+positions took 41.5 ms forward + backward in bf16 and 24.9 ms with the bf16 inputs computed in
+float32, while the forward alone is faster in bf16 (4.5 vs 8.9 ms; docs/performance.md). The
+attention function is registered with transformers (``AttentionInterface``, with SDPA's mask) under
+`TEACHER_ATTENTION`; in float32 runs, and under inference mode, it is SDPA itself (same bits).
 """
 
 from __future__ import annotations
@@ -131,6 +140,41 @@ def hold_frozen_in_bf16(policy: nn.Module) -> int:
     if untied:
         _untie_config(policy)
     return n
+
+
+TEACHER_ATTENTION = "sdpa_float32_teacher"
+
+
+def _teacher_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention, in float32 when bf16 autocast is on outside inference mode
+    (q, k, v [N, heads, L, d] upcast, the output returned in the autocast dtype as SDPA's is)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: PLC0415
+
+    device = query.device.type
+    if torch.is_inference_mode_enabled() or not torch.is_autocast_enabled(device):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    with torch.autocast(device, enabled=False):
+        out, weights = sdpa_attention_forward(
+            module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+        )
+    return out.to(torch.get_autocast_dtype(device)), weights
+
+
+def float32_teacher_attention(policy: nn.Module) -> bool:
+    """Switch a ``bf16_mixed`` HF policy on SDPA to `TEACHER_ATTENTION` (see the module docstring);
+    True if switched. A no-op (False) for other dtypes, toy policies and non-SDPA attention."""
+    config = getattr(getattr(policy, "model", None), "config", None)
+    if getattr(policy, "compute_dtype", None) != torch.bfloat16 or config is None:
+        return False
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return config._attn_implementation == TEACHER_ATTENTION
+    from transformers import AttentionInterface, AttentionMaskInterface  # noqa: PLC0415
+    from transformers.masking_utils import sdpa_mask  # noqa: PLC0415
+
+    AttentionInterface.register(TEACHER_ATTENTION, _teacher_attention)
+    AttentionMaskInterface.register(TEACHER_ATTENTION, sdpa_mask)
+    config._attn_implementation = TEACHER_ATTENTION
+    return True
 
 
 def _untie_config(policy: nn.Module) -> None:

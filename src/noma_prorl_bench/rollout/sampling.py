@@ -22,6 +22,7 @@ prefill each distinct prompt once and share the cache across its G samples.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass, field
 from typing import Optional
@@ -30,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from noma_prorl_bench.models.base import policy_device
+from noma_prorl_bench.models.lora import merged_adapters
 
 
 @dataclass
@@ -93,17 +95,30 @@ def generate(
     neither the tokens nor logp_old; with k > 1 up to k - 1 extra decode steps may run after
     the last EOS, each drawing once more from `generator` (its state afterwards differs).
 
+    Under `--dtype bf16_mixed` (a policy with a bf16 `compute_dtype`) the LoRA adapters are merged
+    into their base weights for the call (`sampling_weights`): the sampled distribution is the
+    learner's up to bf16 rounding (tests/unit/test_bf16_hf.py bounds |logp_old - learner logp|).
+
     `group_size` G: when the rows are G consecutive copies of each prompt (GRPO's groups; checked,
     not trusted), the prompt is prefilled once and its KV cache shared by the G samples: 1/G of
     the prefill work, and `GenStats.tokens` counts the B*P positions actually pushed. The logits
     equal the unshared prefill's up to float rounding (a matmul's row results may depend on the
     number of rows in the last bits); the default toy runs' trajectories are unchanged."""
     k = sync_every or (1 if prompts.device.type == "cpu" else SYNC_EVERY_CUDA)
-    with torch.inference_mode():
+    with torch.inference_mode(), sampling_weights(policy):
         response, logp, mask, done, stats = _sample(
             policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, k, group_size
         )
     return response.clone(), logp.clone(), mask.clone(), done.logical_not(), stats
+
+
+def sampling_weights(policy):
+    """The weights the sampler decodes with: under bf16 autocast (`--dtype bf16_mixed`) each LoRA
+    adapter merged into its base weight for the call (models/lora.merged_adapters: one bf16 matmul
+    per adapted layer instead of three), else the policy as it is."""
+    if getattr(policy, "compute_dtype", None) == torch.bfloat16 and isinstance(policy, torch.nn.Module):
+        return merged_adapters(policy)
+    return contextlib.nullcontext()
 
 
 SYNC_EVERY_CUDA = 8

@@ -22,7 +22,7 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, StepSignals, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
-from noma_prorl_bench.models.precision import hold_frozen_in_bf16, params_by_dtype
+from noma_prorl_bench.models.precision import float32_teacher_attention, hold_frozen_in_bf16, params_by_dtype
 from noma_prorl_bench.rollout.collector import BatchSource, Collector
 from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
 from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
@@ -75,14 +75,17 @@ def warm_start(
 
 def hold_precision(spec: ModelSpec, policy, event) -> dict:
     """The `precision` event: the dtype used (--dtype auto resolved) and why; under bf16_mixed an
-    HF policy's frozen Linear weights are stored in bf16 from here on (models/precision.py),
-    before the reference copy and the optimizer are made."""
+    HF policy's frozen Linear weights are stored in bf16 from here on and its teacher-forced
+    attention computes in float32 (models/precision.py), before the reference copy and the
+    optimizer are made."""
     n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
+    f32_attention = float32_teacher_attention(policy) if getattr(policy, "frozen_bf16", False) else False
     dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
     info = {
         "requested": spec.dtype,
         "dtype": dtype,
         "frozen_bf16_tensors": n,
+        "float32_teacher_attention": f32_attention,
         "params_by_dtype": params_by_dtype(policy),
     }
     event("precision", why, **info)
