@@ -396,3 +396,30 @@ def test_bf16_mixed_teacher_forced_attention_in_float32(model_dir):
     fp = _trainer(model_dir, events=events32, dtype="float32")
     assert fp.policy.model.config._attn_implementation == "sdpa"
     assert [e["float32_teacher_attention"] for e in events32 if e["event"] == "precision"] == [False]
+
+
+def test_bf16_mixed_norms_hand_bf16_to_their_linears_once(model_dir):
+    """bf16_mixed hooks each layer's input_layernorm and post_attention_layernorm (2 layers: 4) so
+    their output is cast to bf16 once; the learner's gradients still reach every adapter; float32
+    hooks nothing and its norms return float32."""
+    events: list = []
+    tr = _trainer(model_dir, events=events, dtype="bf16_mixed")
+    _lora_init_nonzero(tr)
+    (ev,) = [e for e in events if e["event"] == "precision"]
+    assert ev["norms_cast_once"] == 4
+    layer = tr.policy.model.model.layers[0]
+    seen: list = []
+    hook = layer.self_attn.q_proj.register_forward_hook(lambda m, i, o: seen.append(i[0].dtype))
+    ids = tr.tok.encode_prompts(["hello there", "ab"])
+    out = tr.policy(ids)
+    hook.remove()
+    assert seen == [torch.bfloat16]
+    out.logsumexp(-1).sum().backward()
+    grads = [p.grad for n, p in tr.policy.named_parameters() if n.endswith(("lora_A", "lora_B"))]
+    assert grads and all(g is not None and g.dtype == torch.float32 and g.isfinite().all() for g in grads)
+    events32: list = []
+    fp = _trainer(model_dir, events=events32, dtype="float32")
+    assert [e["norms_cast_once"] for e in events32 if e["event"] == "precision"] == [0]
+    with torch.no_grad():
+        h = fp.policy.model.model.layers[0].input_layernorm(torch.randn(2, 3, 64))
+    assert h.dtype == torch.float32

@@ -177,6 +177,32 @@ def float32_teacher_attention(policy: nn.Module) -> bool:
     return True
 
 
+# The pre-attention and pre-MLP norms of a decoder layer (Llama, Qwen2, Mistral, SmolLM2 naming).
+CAST_ONCE_NORMS = ("input_layernorm", "post_attention_layernorm")
+
+
+def _to_autocast_dtype(module, args, out):
+    """Forward hook: a norm's float32 output cast once to the autocast dtype (bf16) when autocast is on."""
+    device = out.device.type
+    return out.to(torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else None
+
+
+def cast_norm_outputs_once(policy: nn.Module) -> int:
+    """Under ``bf16_mixed``: each decoder layer's `CAST_ONCE_NORMS` output is cast to bf16 once, where
+    autocast cast it again for every Linear that reads it (q, k, v and their adapters' A, gate and
+    up: 8 casts of the same [N, L, C] tensor per layer); returns how many norms were hooked (0 for other
+    dtypes). The input gradients of those Linears then add up in bf16 before the cast's backward
+    returns them to float32 (before: in float32), a change of bf16 numerics."""
+    if getattr(policy, "compute_dtype", None) != torch.bfloat16:
+        return 0
+    n = 0
+    for name, mod in policy.named_modules():
+        if name.rsplit(".", 1)[-1] in CAST_ONCE_NORMS:
+            mod.register_forward_hook(_to_autocast_dtype)
+            n += 1
+    return n
+
+
 def _untie_config(policy: nn.Module) -> None:
     """Record on the HF config (and its text sub-config) that the head no longer shares the
     embedding, so a later ``tie_weights()`` keeps them apart."""

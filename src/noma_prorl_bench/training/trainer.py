@@ -22,7 +22,12 @@ from noma_prorl_bench.io import checkpoint
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, StepSignals, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
-from noma_prorl_bench.models.precision import float32_teacher_attention, hold_frozen_in_bf16, params_by_dtype
+from noma_prorl_bench.models.precision import (
+    cast_norm_outputs_once,
+    float32_teacher_attention,
+    hold_frozen_in_bf16,
+    params_by_dtype,
+)
 from noma_prorl_bench.rollout.collector import BatchSource, Collector
 from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
 from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
@@ -80,12 +85,14 @@ def hold_precision(spec: ModelSpec, policy, event) -> dict:
     optimizer are made."""
     n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
     f32_attention = float32_teacher_attention(policy) if getattr(policy, "frozen_bf16", False) else False
+    norms = cast_norm_outputs_once(policy) if getattr(policy, "frozen_bf16", False) else 0
     dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
     info = {
         "requested": spec.dtype,
         "dtype": dtype,
         "frozen_bf16_tensors": n,
         "float32_teacher_attention": f32_attention,
+        "norms_cast_once": norms,
         "params_by_dtype": params_by_dtype(policy),
     }
     event("precision", why, **info)
