@@ -2,12 +2,14 @@
 
 Reads real_speed.py files made at different --max_new_tokens (the demo preset, one dtype) and
 prints, per file, the median CPU s per timed step (rollout + reference + train) and the step's
-model FLOPs, then each length's CPU s per TFLOP over the shortest length's (1.00 = linear in FLOPs).
+model FLOPs, then each length's CPU s per TFLOP (all timed steps' CPU s over all their FLOPs) over the
+shortest length's (1.00 = linear in FLOPs).
 
 FLOPs of one A1 step of SmolLM2-135M (30 layers, hidden 576, 9 query / 3 KV heads of 64, MLP 1536,
 vocabulary 49,152; LoRA r8 products left out, < 1%), N rows = B x G, prompt length P, T_used the
-padded response length (the step's `count/tokens_ref` / N - P; taken as T, i.e. at least one row of
-the batch truncated, which every demo batch of 16 rows at T <= 128 was):
+padded response length (the longest response of the batch), both solved from the step's two counters:
+`count/tokens_ref` = N (P + T_used) and `count/tokens_policy` = B P (shared prefill) + N (T_used - 1)
+(decode) + N (P + T_used) (the learner's pass):
     W = 2 x 3,538,944 x 30 per token (the layers' matmuls), H = 2 x 576 x 49,152 (the head)
     attention forward of a token at context c: 30 x 4 x 576 x c
     rollout    prefill B x P tokens (W, attention) + N x (T - 1) decode tokens (W + H + attention)
@@ -44,13 +46,31 @@ def summarise(path: str, dtype: str) -> dict:
     d = json.load(open(path))
     s = d["settings"]
     N, B, T = s["B"] * s["G"], s["B"], s["max_new_tokens"]
-    cpu, flops = [], []
+    cpu, flops, used = [], [], []
     for run in d["runs"].get(dtype, []):
         for st in run["per_step"][run.get("drop_first", 1) :]:
-            P = round(st["count/tokens_ref"] / N) - T
+            P, T_used = prompt_and_length(N, B, st["count/tokens_policy"], st["count/tokens_ref"])
             cpu.append(st["time/rollout"] + st["time/ref"] + st["time/train"])
-            flops.append(step_flops(N, B, P, T))
-    return {"T": T, "cpu_s": statistics.median(cpu), "tflop": statistics.median(flops) / 1e12, "steps": len(cpu)}
+            flops.append(step_flops(N, B, P, T_used))
+            used.append(T_used)
+    return {
+        "T": T,
+        "cpu_s": statistics.median(cpu),
+        "tflop": statistics.median(flops) / 1e12,
+        "s_per_tflop": sum(cpu) / sum(flops) * 1e12,
+        "T_used": used,
+        "steps": len(cpu),
+    }
+
+
+def prompt_and_length(N: int, B: int, tokens_policy: int, tokens_ref: int) -> tuple[int, int]:
+    """(P, T_used) from a step's counters: R = tokens_ref / N = P + T_used and
+    tokens_policy - tokens_ref = B P + N (T_used - 1), so P = (N (R - 1) - (tokens_policy - tokens_ref)) / (N - B)."""
+    R = tokens_ref / N
+    P = (N * (R - 1) - (tokens_policy - tokens_ref)) / (N - B)
+    if P != int(P) or R != int(R) or not 0 < P < R:
+        raise ValueError(f"counters {tokens_policy}, {tokens_ref} do not fit N {N} B {B} with a shared prefill")
+    return int(P), int(R - P)
 
 
 def main(argv=None) -> int:
@@ -59,13 +79,16 @@ def main(argv=None) -> int:
     if argv and argv[0].startswith("--dtype="):
         dtype, argv = argv[0].split("=", 1)[1], argv[1:]
     rows = sorted((summarise(p, dtype) for p in argv), key=lambda r: r["T"])
-    base = rows[0]["cpu_s"] / rows[0]["tflop"]
-    print(f"| T | CPU s/step | TFLOP/step | time x | FLOPs x | CPU s per TFLOP / T={rows[0]['T']}'s | steps |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    base = rows[0]["s_per_tflop"]
+    print(
+        f"| T (max) | padded lengths of the timed steps | CPU s/step (median) | TFLOP/step (median) "
+        f"| CPU s per TFLOP (all timed steps) | / T={rows[0]['T']}'s | steps |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['T']} | {r['cpu_s']:.2f} | {r['tflop']:.3f} | {r['cpu_s'] / rows[0]['cpu_s']:.2f} "
-            f"| {r['tflop'] / rows[0]['tflop']:.2f} | {r['cpu_s'] / r['tflop'] / base:.2f} | {r['steps']} |"
+            f"| {r['T']} | {', '.join(map(str, r['T_used']))} | {r['cpu_s']:.2f} | {r['tflop']:.3f} "
+            f"| {r['s_per_tflop']:.2f} | **{r['s_per_tflop'] / base:.2f}** | {r['steps']} |"
         )
     return 0
 
