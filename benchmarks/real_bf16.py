@@ -79,7 +79,12 @@ def load_float32(path: str) -> dict[int, dict]:
     }
 
 
-def compare(f32: dict[int, dict], b16: dict[int, dict]) -> dict:
+def load_previous(path: str) -> dict[int, float]:
+    """{seed: bf16 lift} from an earlier bf16.json of this script (an earlier bf16 code path)."""
+    return {int(r["seed"]): r["bf16_after"] - r["bf16_before"] for r in json.load(open(path))["per_seed"]}
+
+
+def compare(f32: dict[int, dict], b16: dict[int, dict], previous: dict[int, float] | None = None) -> dict:
     from noma_prorl_bench.analysis.stats import mde80, sign_flip_p, t_ci
 
     seeds = sorted(set(f32) & set(b16))
@@ -115,7 +120,20 @@ def compare(f32: dict[int, dict], b16: dict[int, dict]) -> dict:
             return None
         return {k: float(np.mean([a[s][k] for s in seeds])) for k in keys}
 
+    extra = {}
+    if previous is not None:  # the second question: this bf16 code path against the earlier one, same seeds
+        both = [s for s in seeds if s in previous]
+        if len(both) < 2:
+            raise SystemExit(f"need >= 2 seeds shared with the previous bf16 file, have {both}")
+        d = np.array([b16[s]["after"] - b16[s]["before"] - previous[s] for s in both])
+        extra = {
+            "previous_question": "lift in bf16_mixed now - lift in bf16_mixed in the previous file (per seed)",
+            "previous_seeds": both,
+            "lift_vs_previous": row(d),
+            "previous_lift": [previous[s] for s in both],
+        }
     return {
+        **extra,
         "seeds": seeds,
         "n": len(seeds),
         "form": {"float32": form(f32), "bf16_mixed": form(b16)},
@@ -164,6 +182,7 @@ def markdown(res: dict) -> str:
         f"Final correctness bf16 - float32: {ci(res['after_diff'])} (before RL: float32 "
         f"{res['before']['float32']}, bf16 {res['before']['bf16_mixed']}).",
         "",
+        *previous_lines(res),
         *form_lines(res),
         "| seed | float32 before -> after | bf16_mixed before -> after | lift bf16 - float32 |",
         "|---|---|---|---|",
@@ -176,6 +195,21 @@ def markdown(res: dict) -> str:
         )
     lines += ["", "![Lift per seed, float32 and bf16_mixed, with 95% t intervals](bf16.png)"]
     return "\n".join(lines) + "\n"
+
+
+def previous_lines(res: dict) -> list[str]:
+    """The bf16 code path against the previous one (`--previous`), when asked."""
+    d = res.get("lift_vs_previous")
+    if d is None:
+        return []
+    word = "no detectable difference" if d["sign_flip_p"] >= 0.05 else ("more" if d["mean"] > 0 else "less")
+    return [
+        f"Against the previous bf16 code path (`--previous`, same seeds, n = {len(res['previous_seeds'])}): "
+        f"lift now - lift then {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}], sign-flip p = "
+        f"{d['sign_flip_p']:.3f}: {word} (mde80 {d['mde80']:.3f}; ahead on {d['positive']}, behind on "
+        f"{d['negative']} seeds).",
+        "",
+    ]
 
 
 def form_lines(res: dict) -> list[str]:
@@ -236,12 +270,15 @@ def main(argv=None) -> int:
         help="the float32 seeds: a real_demo.py root, or the float32 demo's demo.json",
     )
     p.add_argument("--out", default="docs/real_model/bf16")
+    p.add_argument(
+        "--previous", default=None, help="an earlier bf16.json of this script: also compare the two bf16 code paths"
+    )
     a = p.parse_args(argv)
     b16 = load_root(a.bf16)
     bad = [s for s, r in b16.items() if r["dtype"] != "bf16_mixed" or not r["complete"]]
     if bad:
         raise SystemExit(f"seeds {bad} in {a.bf16} are not complete bf16_mixed runs")
-    res = compare(load_float32(a.float32), b16)
+    res = compare(load_float32(a.float32), b16, load_previous(a.previous) if a.previous else None)
     os.makedirs(a.out, exist_ok=True)
     json.dump(res, open(os.path.join(a.out, "bf16.json"), "w"), indent=1)
     md = markdown(res)

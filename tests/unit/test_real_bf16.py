@@ -79,3 +79,19 @@ def test_float32_from_the_recorded_demo_json(tmp_path):
     )
     got = real_bf16.load_float32(str(path))
     assert got == {0: {"before": 0.135, "after": 0.185, "flags": RECIPE, "n_prompts": 200}}
+
+
+def test_against_a_previous_bf16_file_by_hand(tmp_path):
+    """--previous: this bf16 arm's lift minus the lift an earlier bf16 code path had for the same seed."""
+    f32 = _arm(0.10, [0.15, 0.12, 0.16], "float32")
+    b16 = _arm(0.08, [0.14, 0.11, 0.12], "bf16_mixed")  # lifts 0.06, 0.03, 0.04
+    prev_path = tmp_path / "bf16.json"
+    prev_path.write_text(json.dumps(real_bf16.compare(f32, _arm(0.08, [0.12, 0.12, 0.10], "bf16_mixed"))))
+    prev = real_bf16.load_previous(str(prev_path))  # lifts 0.04, 0.04, 0.02
+    assert prev == pytest.approx({0: 0.04, 1: 0.04, 2: 0.02})
+    res = real_bf16.compare(f32, b16, prev)
+    row = res["lift_vs_previous"]
+    assert row["mean"] == pytest.approx((0.02 - 0.01 + 0.02) / 3) and row["positive"] == 2 and row["negative"] == 1
+    assert res["previous_seeds"] == [0, 1, 2]
+    assert "Against the previous bf16 code path" in real_bf16.markdown(res)
+    assert "previous" not in real_bf16.markdown(real_bf16.compare(f32, b16))
