@@ -70,6 +70,10 @@ def test_critic_forwards_are_counted_exactly(tmp_path, fast_flags, micro, per_mb
 SCENARIOS = {
     "follow_soft": ["--reset_every", "4", "--opt_reset", "soft", "--critic_reset", "follow"],
     "reinit_kl_in_reward": ["--reset_every", "4", "--critic_reset", "reinit", "--kl_in", "reward"],
+    "follow_cosine_restart": [
+        *("--reset_every", "4", "--critic_reset", "follow", "--lr_schedule", "cosine"),
+        *("--warmup_steps", "3", "--reset_lr_schedule", "1"),
+    ],
 }
 
 
@@ -86,7 +90,7 @@ def test_interrupted_gae_run_resumes_to_identical_metrics(tmp_path, fast_flags, 
     )
     ck = checkpoint.read(os.path.join(d, "checkpoints", "step_000006"))
     critic = ck.state["components"]["critic"]
-    assert set(critic) == {"model", "optimizer"} and critic["optimizer"]["state"]  # Adam moments saved
+    assert set(critic) == {"model", "optimizer", "scheduler"} and critic["optimizer"]["state"]  # Adam moments saved
     assert any(k.startswith("head.") for k in critic["model"])
     for s in (9, 10):
         shutil.rmtree(os.path.join(d, "checkpoints", f"step_{s:06d}"))
@@ -112,6 +116,27 @@ def test_critic_reset_switch():
     t3 = Trainer.from_config(make_config({**TINY, "reset_every": 1}))  # keep
     t3.train_step()
     assert t3.critic is not None and all(t3.critic.optimizer.state.values())
+
+
+def test_critic_lr_follows_the_policy_schedule_and_restarts_with_it():
+    """--lr_schedule cosine --warmup_steps 3 with --critic_lr half of --lr: after every update the critic's
+    LR is half the policy's (one scheduler step each); a reset with --reset_lr_schedule 1 and
+    --critic_reset follow (or reinit) restarts both warmups; keep leaves the critic's schedule running."""
+    base = {**TINY, "lr": 1e-3, "critic_lr": 5e-4, "lr_schedule": "cosine", "warmup_steps": 3, "steps": 8}
+    for mode in ("follow", "reinit", "keep"):
+        t = Trainer.from_config(make_config({**base, "reset_every": 3, "reset_lr_schedule": 1, "critic_reset": mode}))
+        c = t.critic
+        assert c is not None and c.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4 / 3)  # warmup step 1
+        lrs = []
+        for _ in range(4):
+            t.train_step()
+            lrs.append((t.optimizer.param_groups[0]["lr"], c.optimizer.param_groups[0]["lr"]))
+        policy = [p for p, _ in lrs]
+        assert policy[2] == pytest.approx(1e-3 / 3)  # the reset after step 3 restarted the policy's warmup
+        if mode == "keep":
+            assert lrs[2][1] > 1.5 * policy[2] / 2  # not restarted: still past its warmup
+        else:
+            assert all(cl == pytest.approx(pl / 2) for pl, cl in lrs), (mode, lrs)
 
 
 def test_critic_is_a_separate_model_and_learns_on_the_toy_policy():

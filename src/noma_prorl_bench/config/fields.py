@@ -201,9 +201,9 @@ class RunConfig:
     cliprange_value: float = 0.2
     """--adv gae only: value clip range: value loss 0.5*max((V-R)^2, (clip(V, V_old-c, V_old+c)-R)^2) per token (TRL/OpenAI baselines); 0: unclipped 0.5*(V-R)^2."""
     critic_lr: float = -1.0
-    """--adv gae only: learning rate of the critic's Adam (constant; its gradients are clipped by --max_grad_norm on their own). -1: --lr; the value used is config.json's derived.critic_lr."""
+    """--adv gae only: base learning rate of the critic's Adam, which follows the policy's --lr_schedule and --warmup_steps (its gradients are clipped by --max_grad_norm on their own). -1: --lr; the value used is config.json's derived.critic_lr."""
     critic_reset: CriticReset = "keep"
-    """--adv gae only: the critic at a reference reset. keep: weights and Adam state untouched; follow: its Adam gets the policy's --opt_reset treatment (with --soft_factor, --reset_opt_step); reinit: the critic is re-initialised from the current policy (value head zeroed) and its Adam state cleared."""
+    """--adv gae only: the critic at a reference reset. keep: weights and Adam state untouched; follow: its Adam and LR schedule get the policy's --opt_reset treatment (with --soft_factor, --reset_opt_step, --reset_lr_schedule); reinit: the critic is re-initialised from the current policy (value head zeroed), its Adam state cleared and its schedule restarted."""
     loss: Loss = "grpo_clip"
     """Per-token policy loss (noclip: -ratio * A, unclipped)."""
     clip_eps: float = -1.0

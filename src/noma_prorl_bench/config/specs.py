@@ -156,8 +156,9 @@ class ObjectiveSpec:
 @dataclass(frozen=True)
 class CriticSpec:
     """PPO with a critic (--adv gae; algorithms/critic.py, training/critic.py): GAE, the clipped
-    value loss and its coefficient, the critic's optimizer and its treatment at a reference reset
-    (`follow` reads the policy's --opt_reset, --soft_factor, --reset_opt_step)."""
+    value loss and its coefficient, the critic's optimizer with the policy's LR schedule, and its
+    treatment at a reference reset (`follow` reads the policy's --opt_reset, --soft_factor,
+    --reset_opt_step, --reset_lr_schedule)."""
 
     adv: str
     gamma: float
@@ -171,6 +172,12 @@ class CriticSpec:
     opt_reset: str
     soft_factor: float
     reset_opt_step: int
+    reset_lr_schedule: int
+    lr_schedule: str  # the policy's schedule, followed by the critic's Adam (optim_state.run_scheduler)
+    warmup_steps: int
+    steps: int
+    ppo_epochs: int
+    minibatches: int
 
     @property
     def enabled(self) -> bool:

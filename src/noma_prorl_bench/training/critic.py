@@ -11,10 +11,16 @@ with the policy's update when the NaN guard skips it, or when the critic's own g
 finite). Every critic forward is counted: count/critic_fwd, count/tokens_critic (1 + E x M x
 micro-batches per step).
 
-At a reference reset (`on_reset`, --critic_reset): keep leaves weights and Adam state alone;
-follow applies the policy's --opt_reset treatment to the critic's Adam through
-optim_state.apply_reset_semantics (no LR schedule or KL coefficient of its own); reinit copies the
-current policy into the trunk, zeroes the value head and clears the Adam state (a hard reset).
+The critic's Adam follows the policy's LR schedule (--lr_schedule, --warmup_steps, the same horizon;
+base LR --critic_lr): its scheduler steps whenever the policy's does (every applied update), so both
+are always at the same point of the schedule (TRL's PPOTrainer drives policy and value with one
+scheduler; OpenRLHF gives the critic its own scheduler of the same kind).
+
+At a reference reset (`on_reset`, --critic_reset): keep leaves weights, Adam state and schedule
+alone; follow applies the policy's --opt_reset treatment to the critic's Adam and schedule through
+optim_state.apply_reset_semantics (--reset_lr_schedule, or a hard reset, restarts the warmup; no KL
+coefficient of its own); reinit copies the current policy into the trunk, zeroes the value head,
+clears the Adam state and restarts the schedule (a hard reset).
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ from noma_prorl_bench.config.choices import CRITIC_RESETS
 from noma_prorl_bench.config.specs import CriticSpec
 from noma_prorl_bench.io.metrics import ForwardCounter, Metrics
 from noma_prorl_bench.models.value import ValueModel
-from noma_prorl_bench.training.optim_state import apply_moment_reset, apply_reset_semantics
+from noma_prorl_bench.training.optim_state import (
+    apply_moment_reset,
+    apply_reset_semantics,
+    restart_schedule,
+    run_scheduler,
+)
 
 
 class Critic:
@@ -38,6 +49,7 @@ class Critic:
         self.spec = spec
         self.model = ValueModel(policy)
         self.optimizer = torch.optim.Adam(self.model.trainable(), lr=spec.critic_lr_resolved)
+        self.scheduler = run_scheduler(self.optimizer, spec)  # the policy's schedule, --critic_lr as base
         self.counter = ForwardCounter("critic_fwd", "tokens_critic")
 
     # ------------------------------------------------------------ forwards (counted)
@@ -60,7 +72,8 @@ class Critic:
     # ------------------------------------------------------------ the update
     def step(self, skip: bool) -> Metrics:
         """After the minibatch's backward: clip and step the critic's Adam (unless `skip`, or its
-        gradients are not finite), then drop its gradients."""
+        gradients are not finite), step its LR scheduler with the policy's (unless `skip`), then
+        drop its gradients."""
         params = self.model.trainable()
         if self.spec.max_grad_norm > 0:
             gn = torch.nn.utils.clip_grad_norm_(params, self.spec.max_grad_norm)
@@ -68,10 +81,13 @@ class Critic:
             grads = [p.grad.detach().norm() for p in params if p.grad is not None]
             gn = torch.stack(grads).norm() if grads else torch.tensor(0.0)
         finite = bool(torch.isfinite(gn))
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the LR this update used
         if finite and not skip:
             self.optimizer.step()
+        if not skip:  # in step with the policy's scheduler, which steps on every applied update
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"critic/grad_norm": float(gn), "critic/skipped": float(skip or not finite)}
+        return {"critic/grad_norm": float(gn), "critic/skipped": float(skip or not finite), "critic/lr": lr}
 
     # ------------------------------------------------------------ reference resets
     def on_reset(self, policy: nn.Module) -> dict[str, Any]:
@@ -84,22 +100,29 @@ class Critic:
         if s.critic_reset == "follow":
             rec = apply_reset_semantics(
                 self.optimizer,
-                None,
+                self.scheduler,
                 None,
                 opt_reset=s.opt_reset,
                 soft_factor=s.soft_factor,
                 reset_opt_step=bool(s.reset_opt_step),
-                reset_lr_schedule=False,
+                reset_lr_schedule=bool(s.reset_lr_schedule),
                 reset_kl_coef=False,
             )
             return {"mode": "follow", **rec}
         self.model.reinit_from(policy)
-        return {"mode": "reinit", **apply_moment_reset(self.optimizer, "hard")}
+        lr_before = float(self.optimizer.param_groups[0]["lr"])
+        rec = apply_moment_reset(self.optimizer, "hard")
+        return {"mode": "reinit", **rec, "lr_before": lr_before, "lr_after": restart_schedule(self.scheduler)}
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
