@@ -395,7 +395,7 @@ def test_bf16_mixed_teacher_forced_attention_in_float32(model_dir):
     events32: list = []
     fp = _trainer(model_dir, events=events32, dtype="float32")
     assert fp.policy.model.config._attn_implementation == "sdpa"
-    assert [e["float32_teacher_attention"] for e in events32 if e["event"] == "precision"] == [False]
+    assert ["float32_teacher_attention" in e for e in events32 if e["event"] == "precision"] == [False]
 
 
 def test_bf16_mixed_norms_hand_bf16_to_their_linears_once(model_dir):
@@ -419,7 +419,7 @@ def test_bf16_mixed_norms_hand_bf16_to_their_linears_once(model_dir):
     assert grads and all(g is not None and g.dtype == torch.float32 and g.isfinite().all() for g in grads)
     events32: list = []
     fp = _trainer(model_dir, events=events32, dtype="float32")
-    assert [e["norms_cast_once"] for e in events32 if e["event"] == "precision"] == [0]
+    assert ["norms_cast_once" in e for e in events32 if e["event"] == "precision"] == [False]
     with torch.no_grad():
         h = fp.policy.model.model.layers[0].input_layernorm(torch.randn(2, 3, 64))
     assert h.dtype == torch.float32

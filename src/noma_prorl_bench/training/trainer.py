@@ -83,16 +83,20 @@ def hold_precision(spec: ModelSpec, policy, event) -> dict:
     HF policy's frozen Linear weights are stored in bf16 from here on and its teacher-forced
     attention computes in float32 (models/precision.py), before the reference copy and the
     optimizer are made."""
-    n = hold_frozen_in_bf16(policy) if getattr(policy, "frozen_bf16", False) else 0
-    f32_attention = float32_teacher_attention(policy) if getattr(policy, "frozen_bf16", False) else False
-    norms = cast_norm_outputs_once(policy) if getattr(policy, "frozen_bf16", False) else 0
+    hf = getattr(policy, "frozen_bf16", False)
+    n = hold_frozen_in_bf16(policy) if hf else 0
+    fast: dict = {}  # the bf16 fast path's parts (models/precision.py), recorded where they apply
+    if hf and getattr(policy, "compute_dtype", None) == torch.bfloat16:
+        fast = {
+            "float32_teacher_attention": float32_teacher_attention(policy),
+            "norms_cast_once": cast_norm_outputs_once(policy),
+        }
     dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
     info = {
         "requested": spec.dtype,
         "dtype": dtype,
         "frozen_bf16_tensors": n,
-        "float32_teacher_attention": f32_attention,
-        "norms_cast_once": norms,
+        **fast,
         "params_by_dtype": params_by_dtype(policy),
     }
     event("precision", why, **info)
