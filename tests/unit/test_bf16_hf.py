@@ -423,3 +423,30 @@ def test_bf16_mixed_norms_hand_bf16_to_their_linears_once(model_dir):
     with torch.no_grad():
         h = fp.policy.model.model.layers[0].input_layernorm(torch.randn(2, 3, 64))
     assert h.dtype == torch.float32
+
+
+def test_a_pickled_bf16_policy_computes_the_same_bits_in_a_fresh_process(model_dir, tmp_path):
+    """What a Ray actor does: unpickle the learner's bf16_mixed policy (its config names the float32
+    teacher attention, its norms carry hooks) in a new process; its teacher-forced forward with
+    grad and its sampler's forward give the learner process's bits."""
+    import subprocess
+    import sys
+
+    tr = _trainer(model_dir, dtype="bf16_mixed")
+    _lora_init_nonzero(tr)
+    ids = tr.tok.encode_prompts(["hello there", "ab", "a longer prompt here"])
+    with torch.inference_mode():
+        infer = tr.policy(ids)
+    torch.save({"policy": tr.policy, "ids": ids, "grad": tr.policy(ids).detach(), "infer": infer}, tmp_path / "p.pt")
+    code = (
+        "import torch, sys\n"
+        "d = torch.load(sys.argv[1], weights_only=False)\n"
+        "p = d['policy']\n"
+        "g = p(d['ids']).detach()\n"
+        "with torch.inference_mode():\n"
+        "    i = p(d['ids'])\n"
+        "assert torch.equal(g, d['grad']) and torch.equal(i, d['infer']), 'bits differ'\n"
+        "print('same')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.pt")], capture_output=True, text=True)
+    assert out.returncode == 0 and "same" in out.stdout, out.stderr[-2000:]

@@ -43,9 +43,10 @@ import torch.nn as nn
 
 from noma_prorl_bench.models.base import autocast
 from noma_prorl_bench.models.hf_cache import StaticHFState, decode_static, prefill_static, repeat_static
-from noma_prorl_bench.models.precision import TEACHER_ATTENTION
+from noma_prorl_bench.models.precision import TEACHER_ATTENTION, register_teacher_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+register_teacher_attention()  # an unpickled bf16_mixed policy (a Ray actor's) names it in its config
 
 
 # ----------------------------------------------------------------------------- masks and positions

@@ -160,6 +160,18 @@ def _teacher_attention(module, query, key, value, attention_mask, **kwargs):
     return out.to(torch.get_autocast_dtype(device)), weights
 
 
+def register_teacher_attention() -> None:
+    """Register `TEACHER_ATTENTION` (and SDPA's mask under that name) with transformers in this
+    process. models/hf.py calls it on import, so a process that unpickles an HF policy (a Ray
+    actor) knows the name before the model's first forward; without it transformers would build
+    no mask for an unknown name and fall back to eager attention."""
+    from transformers import AttentionInterface, AttentionMaskInterface  # noqa: PLC0415
+    from transformers.masking_utils import sdpa_mask  # noqa: PLC0415
+
+    AttentionInterface.register(TEACHER_ATTENTION, _teacher_attention)
+    AttentionMaskInterface.register(TEACHER_ATTENTION, sdpa_mask)
+
+
 def float32_teacher_attention(policy: nn.Module) -> bool:
     """Switch a ``bf16_mixed`` HF policy on SDPA to `TEACHER_ATTENTION` (see the module docstring);
     True if switched. A no-op (False) for other dtypes, toy policies and non-SDPA attention."""
@@ -168,11 +180,7 @@ def float32_teacher_attention(policy: nn.Module) -> bool:
         return False
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return config._attn_implementation == TEACHER_ATTENTION
-    from transformers import AttentionInterface, AttentionMaskInterface  # noqa: PLC0415
-    from transformers.masking_utils import sdpa_mask  # noqa: PLC0415
-
-    AttentionInterface.register(TEACHER_ATTENTION, _teacher_attention)
-    AttentionMaskInterface.register(TEACHER_ATTENTION, sdpa_mask)
+    register_teacher_attention()
     config._attn_implementation = TEACHER_ATTENTION
     return True
 
