@@ -10,6 +10,11 @@ max |logp_old - logp_learner| over the response, beside the same number for the 
 (tests/unit/test_bf16_hf.py bounds it by 0.05 in bf16).
 
     PYTHONPATH=src:benchmarks OMP_NUM_THREADS=1 setsid python benchmarks/merged_rollout.py --dtype bf16_mixed
+
+The lever is built now (the bf16 fast path: `rollout/sampling.generate` merges the adapters itself
+under bf16_mixed), so at the current code both paths of this script sample through merged weights
+in bf16; its committed result (benchmarks/results/merged_rollout_bf16.json) was measured before.
+In float32 the "unmerged" path is still the adapters' own.
 """
 
 from __future__ import annotations
