@@ -171,3 +171,18 @@ def test_the_memory_refusal_says_what_to_do(monkeypatch):
     assert err.startswith("argument --batch_size:") and err.endswith("or set --micro_batch (rows per forward/backward)")
     err = preflight.memory_error(make_config({"outdir": "x", "hidden": 20000}))
     assert err.startswith("argument --hidden:") and err.endswith("; lower --hidden"), err
+
+
+@pytest.mark.parametrize(
+    "field,value,hint",
+    [
+        ("opt_reset", "bogus", "keep, hard, soft, asym"),
+        ("kl_estimator", "k1", "did you mean k3?"),
+        ("dtype", "fp8", ""),
+    ],
+)
+def test_python_api_refuses_a_value_outside_a_choice_field(field, value, hint):
+    """make_config (and a config.json read back through it) checks choice fields as argparse does."""
+    with pytest.raises(ConfigError, match=f"argument --{field}: invalid choice: '{value}'") as e:
+        make_config({"outdir": "/tmp/unused", field: value})
+    assert hint in str(e.value) and "\n" not in str(e.value)

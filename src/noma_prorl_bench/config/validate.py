@@ -160,6 +160,7 @@ def validate(cfg: RunConfig, explicit: Optional[set] = None) -> None:
     """Raise ConfigError on the first invalid value or combination."""
     if not cfg.outdir:
         raise ConfigError("outdir", "is required")
+    _choices(cfg)
     _positive(
         cfg,
         [
@@ -543,6 +544,19 @@ def _validate_reliability(cfg: RunConfig) -> None:
             )
         if hints[f.name] is int and not isinstance(v, bool) and abs(v) > INT_MAX.get(f.name, INT64_MAX):
             raise ConfigError(f.name, f"must be <= {INT_MAX.get(f.name, INT64_MAX)}, got {v}")
+
+
+def _choices(cfg: RunConfig) -> None:
+    """A choice field (a Literal in config/fields.py) holds one of its choices: the CLI's argparse
+    checks them, this checks the Python API (make_config) and a config.json read back, argparse's way."""
+    hints = typing.get_type_hints(RunConfig)
+    for f in fields(RunConfig):
+        allowed = typing.get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is typing.Literal else ()
+        v = getattr(cfg, f.name)
+        if allowed and v not in allowed:
+            raise ConfigError(
+                f.name, f"invalid choice: {v!r} (choose from {', '.join(map(str, allowed))}){suggest(str(v), allowed)}"
+            )
 
 
 def _validate_loss(cfg: RunConfig) -> None:
