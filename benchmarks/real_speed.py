@@ -67,6 +67,7 @@ def worker(args) -> None:
             "batch_size": args.batch_size,
             "group_size": args.group_size,
             "max_new_tokens": args.max_new_tokens,
+            "sample_draw": args.sample_draw,
         }
     )
     events = MemorySink()
@@ -156,6 +157,8 @@ def spawn(args, dtype: str) -> dict:
             str(args.group_size),
             "--max_new_tokens",
             str(args.max_new_tokens),
+            "--sample_draw",
+            args.sample_draw,
         ],
         f"{dtype} run",
     )
@@ -227,6 +230,7 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
             "B": args.batch_size,
             "G": args.group_size,
             "max_new_tokens": args.max_new_tokens,
+            "sample_draw": args.sample_draw,
             "ppo_epochs": 1,
             "minibatches": 1,
             "steps_per_run": args.steps,
@@ -258,6 +262,12 @@ def main(argv=None) -> int:
     ap.add_argument("--group_size", type=int, default=4)
     ap.add_argument("--max_new_tokens", type=int, default=32)
     ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument(
+        "--sample_draw",
+        default="exponential",
+        choices=("exponential", "inverse_cdf"),
+        help="the runs' --sample_draw (how the sampler draws each token; the same distribution)",
+    )
     ap.add_argument("--out", default="benchmarks/results/real_speed.json")
     ap.add_argument(
         "--drop_first",

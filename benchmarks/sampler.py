@@ -8,6 +8,8 @@ exactly T new tokens per sequence on every path (EOS disabled: our sampler gets 
   ours                  rollout.generate on HFPolicy as the trainer calls it: each distinct prompt
                         prefilled once (group_size=G) into a preallocated StaticCache shared by
                         its G samples, in-place decode, device-side EOS bookkeeping
+  ours_inverse_cdf      ours with --sample_draw inverse_cdf (one uniform per row and token instead
+                        of generate's exponential race over the vocabulary: the same distribution)
   ours_noshare          the same without prefix sharing (all N rows prefilled)
   ours_dynamic_noshare  the same loop on the model's DynamicCache, all N rows prefilled (close to
                         the earlier sampler)
@@ -80,11 +82,11 @@ def _sync(ids) -> None:
         torch.cuda.synchronize()
 
 
-def run_ours(policy, ids, T, pad_id, seed, G=1) -> tuple[float, float]:
+def run_ours(policy, ids, T, pad_id, seed, G=1, draw="exponential") -> tuple[float, float]:
     g = torch.Generator(device=ids.device).manual_seed(seed)
     _sync(ids)
     t0, c0 = time.perf_counter(), time.process_time()
-    resp, *_ = generate(policy, ids, T, 1.0, eos_id=-1, pad_id=pad_id, generator=g, group_size=G)
+    resp, *_ = generate(policy, ids, T, 1.0, eos_id=-1, pad_id=pad_id, generator=g, group_size=G, draw=draw)
     _sync(ids)
     dt, ct = time.perf_counter() - t0, time.process_time() - c0
     assert resp.shape == (ids.shape[0], T), resp.shape
@@ -201,6 +203,7 @@ def main(argv=None) -> int:
         G = a.G
         fns = {
             "ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
+            "ours_inverse_cdf": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G, draw="inverse_cdf"),
             "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
             "ours_dynamic_noshare": lambda T, s: run_ours(DynamicOnly(policy), ids, T, tok.pad_id, s),
             "hf_dynamic": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=False),
@@ -239,16 +242,17 @@ def main(argv=None) -> int:
                 "tok_cpu_s": {k: N * T / statistics.median(v) for k, v in cpu.items()},
                 # per repeat (the paths of one repeat ran one after the other): generate's CPU s over ours
                 "pair_ratios_cpu": {
-                    f"ours/{h}": [hc / oc for oc, hc in zip(cpu["ours"], cpu[h])]
+                    f"{o}/{h}": [hc / oc for oc, hc in zip(cpu[o], cpu[h])]
+                    for o in ("ours", "ours_inverse_cdf")
                     for h in ("hf_dynamic", "hf_static")
-                    if "ours" in cpu and h in cpu
+                    if o in cpu and h in cpu
                 },
             }
             for key in ("tok_s", "tok_cpu_s"):
                 ts = row[key]
                 row[f"ratios_{key}"] = {
                     f"{o}/{h}": ts[o] / ts[h]
-                    for o in ("ours", "ours_noshare", "ours_dynamic_noshare")
+                    for o in ("ours", "ours_inverse_cdf", "ours_noshare", "ours_dynamic_noshare")
                     for h in ("hf_dynamic", "hf_static")
                     if o in ts and h in ts
                 }

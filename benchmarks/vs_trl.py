@@ -116,6 +116,8 @@ def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
         a.dtype,
         "--temperature",
         str(a.temperature),
+        "--sample_draw",
+        a.sample_draw,
     ] + (["--real"] if a.real else [])
     return run_worker(__file__, argv, worker)
 
@@ -228,6 +230,7 @@ def real_summary(a, results: dict) -> dict:
             else "float32 both"
         ),
         "grad_checkpoint": row["grad_ckpt"],
+        "sample_draw": f"ours --sample_draw {a.sample_draw}; TRL: transformers' generate (the exponential race)",
         "threads": 1,
         "steps_per_run": a.steps,
         "dropped_first_steps": 1,
@@ -306,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="sampling temperature on both sides (default 1.0; 0.7, the demo's, with --real)",
+    )
+    p.add_argument(
+        "--sample_draw",
+        default="exponential",
+        choices=("exponential", "inverse_cdf"),
+        help="ours: --sample_draw (the same distribution as TRL's draw; inverse_cdf reads one uniform per row)",
     )
     p.add_argument(
         "--real",

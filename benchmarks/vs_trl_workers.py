@@ -108,6 +108,7 @@ def worker_ours(a) -> None:
                 grad_checkpoint=a.grad_ckpt == "on",
                 logprob_chunk=a.logprob_chunk,
                 dtype=OUR_DTYPE[a.dtype],
+                sample_draw=a.sample_draw,
                 **variant,
             )
             if a.real
@@ -136,6 +137,7 @@ def worker_ours(a) -> None:
                     "grad_checkpoint": a.grad_ckpt == "on",
                     "logprob_chunk": a.logprob_chunk,
                     "dtype": OUR_DTYPE[a.dtype],
+                    "sample_draw": a.sample_draw,
                     **variant,
                 }
             )

@@ -261,3 +261,28 @@ def test_response_logprobs_shares_one_log_softmax_with_the_same_bits():
     assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)
     for n, p in pol.named_parameters():
         assert torch.equal(got_grads[n], p.grad), n
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_softmax_in_place_steps_are_the_plain_expressions_bit_for_bit(dtype, temperature):
+    """models/base.scaled_float / entropy_of_logp reuse a buffer: same values, same gradient."""
+    from noma_prorl_bench.models.base import entropy_of_logp, scaled_float
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 5, 16, generator=g).to(dtype).requires_grad_(True)
+    W = torch.randn(300, 16, generator=g).to(dtype)
+    y = torch.randint(0, 300, (3, 5), generator=g)
+    grads, outs = [], []
+    for fast in (False, True):
+        logits = h @ W.T  # [3, 5, 300]
+        z = scaled_float(logits, temperature) if fast else logits.float() / temperature
+        lp = F.log_softmax(z, -1)
+        ent = entropy_of_logp(lp) if fast else -(lp.exp() * lp).sum(-1).detach()
+        logp = lp.gather(-1, y[..., None]).squeeze(-1)
+        (g_,) = torch.autograd.grad((logp * torch.arange(15.0).view(3, 5)).sum(), h)
+        outs.append((logp.detach(), ent))
+        grads.append(g_)
+        assert torch.equal(logits.float(), (h @ W.T).float())  # the logits themselves untouched
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert torch.equal(grads[0], grads[1])

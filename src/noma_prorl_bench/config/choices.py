@@ -19,6 +19,7 @@ GrowthMigration = Literal["preserve", "reset", "naive", "noma_flat"]
 CompileDecode = Literal["off", "default", "reduce-overhead"]
 AnswerExtraction = Literal["lenient", "tag"]
 CriticReset = Literal["keep", "follow", "reinit"]
+SampleDraw = Literal["exponential", "inverse_cdf"]
 
 ADVS: tuple[str, ...] = get_args(Adv)  # algorithms/advantages.ADVANTAGES, plus gae (algorithms/critic.py)
 LOSS_NAMES: tuple[str, ...] = get_args(Loss)  # algorithms/losses.LOSSES
@@ -36,6 +37,7 @@ EXTRACTIONS: tuple[str, ...] = get_args(AnswerExtraction)  # tasks/reasoning_gym
 #: sinks are io/metrics.report_sink's)
 REPORT_TO: tuple[str, ...] = ("none", "tensorboard", "csv", "wandb")
 CRITIC_RESETS: tuple[str, ...] = get_args(CriticReset)  # training/critic.Critic.on_reset
+SAMPLE_DRAWS: tuple[str, ...] = get_args(SampleDraw)  # rollout/sampling.draw_tokens
 
 #: flag -> its values, for the test that ties each list to the parser and docs/flags.md
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -52,4 +54,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "compile_decode": COMPILE_DECODES,
     "answer_extraction": EXTRACTIONS,
     "critic_reset": CRITIC_RESETS,
+    "sample_draw": SAMPLE_DRAWS,
 }

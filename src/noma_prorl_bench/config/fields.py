@@ -30,6 +30,7 @@ from noma_prorl_bench.config.choices import (
     RefCompute,
     RefUpdate,
     ResetTo,
+    SampleDraw,
 )
 
 # Fields that may differ between a run and its `--resume` (checkpoint.resume_config refuses any
@@ -166,6 +167,8 @@ class RunConfig:
     """Samples per prompt (G); N = B*G sequences per step."""
     temperature: float = 1.0
     """Sampling temperature; log-probs of policy, reference and behaviour all use logits/temperature."""
+    sample_draw: SampleDraw = "exponential"
+    """How the sampler draws each token from softmax(logits / temperature) (training rollouts and --eval_samples; greedy evaluation draws nothing). exponential: torch.multinomial's exponential race (one exponential variate per vocabulary entry per row, the same draw as transformers' generate; every earlier run used it). inverse_cdf: one uniform variate per row searched in the row's cumulative distribution (torch.multinomial with replacement). The same distribution, a different use of the seeded generator: the tokens of a seed differ between the two. With a large vocabulary inverse_cdf is much cheaper (SmolLM2, 49,152 entries, 16 rows: 0.5 vs 13 ms per token; docs/performance.md)."""
     max_new_tokens: int = 0
     """Response length cap T (0: the task's default)."""
 

@@ -84,6 +84,7 @@ class RolloutSpec:
     group_size: int
     temperature: float
     dynamic_sampling: int
+    sample_draw: str
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,7 @@ class EvalSpec:
     steps: int
     eval_samples: int
     temperature: float
+    sample_draw: str
     logprob_chunk: int
     seed: int
 

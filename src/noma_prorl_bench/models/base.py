@@ -110,13 +110,27 @@ def response_logprobs(
     logits = response_logits(model, tokens, P)  # [N, T, V]
     # one float32 log-softmax over the vocabulary serves both the gather and the entropy: the same
     # tensor logprobs_from_logits and entropy_from_logits would each compute, so the same bits
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [N, T, V]
+    logp_all = F.log_softmax(scaled_float(logits, temperature), dim=-1)  # [N, T, V]
     logp = logp_all.gather(-1, tokens[:, P:].unsqueeze(-1)).squeeze(-1)  # [N, T]
     ent = None
     if with_entropy:
-        with torch.no_grad():
-            ent = -(logp_all.exp() * logp_all).sum(-1)  # [N, T]
+        ent = entropy_of_logp(logp_all)  # [N, T]
     return logp, ent, logits
+
+
+def scaled_float(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits / temperature, the same bits as `logits.float() / temperature`; when `.float()`
+    has made a copy (bf16 logits) the division happens in that copy, saving a second [..., V]
+    tensor (autograd allows it: neither the cast nor the division needs its output for backward)."""
+    z = logits.float()
+    return z.div_(temperature) if z is not logits else z / temperature
+
+
+@torch.no_grad()
+def entropy_of_logp(logp_all: torch.Tensor) -> torch.Tensor:
+    """logp_all[..., V] (a log-softmax) -> entropy[...]: -(exp(logp) * logp).sum(-1), the product
+    formed in the exp's own buffer (the same bits, one [..., V] tensor fewer)."""
+    return -(logp_all.exp().mul_(logp_all)).sum(-1)
 
 
 # ----------------------------------------------------------------------------- --logprob_chunk
@@ -131,14 +145,12 @@ def chunks_logprobs(model) -> bool:
 def _chunk_logp(model, h: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
     """h[n, C], targets[n] -> (logp[n], entropy[n] or an empty tensor): one chunk's head,
     float32 log-softmax, gather; the [n, V] logits die with the call."""
-    logits = model.logits_from_hidden(h).float() / temperature  # [n, V]
+    logits = scaled_float(model.logits_from_hidden(h), temperature)  # [n, V]
     logp_all = F.log_softmax(logits, dim=-1)  # [n, V]
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [n]
     if not with_entropy:
         return logp, logp.new_zeros(0)
-    with torch.no_grad():
-        ent = -(logp_all.exp() * logp_all).sum(-1)  # [n]
-    return logp, ent
+    return logp, entropy_of_logp(logp_all)
 
 
 def chunked_response_logprobs(

@@ -46,8 +46,10 @@ class Collector:
         data_rng: np.random.Generator,
         sample_gen: torch.Generator,
         counters: Counters,
+        sample_draw: str = "exponential",
     ):
         self.task, self.tok, self.policy = task, tok, policy
+        self.sample_draw = sample_draw
         self.B, self.G, self.T_max, self.P = batch_size, group_size, T_max, P
         self.temperature, self.dynamic_sampling = temperature, bool(dynamic_sampling)
         self.data_rng, self.sample_gen, self.counters = data_rng, sample_gen, counters
@@ -78,6 +80,7 @@ class Collector:
             data_rng=data_rng,
             sample_gen=sample_gen,
             counters=counters,
+            sample_draw=spec.sample_draw,
         )
 
     def collect(self) -> tuple[RolloutBatch, Metrics]:
@@ -97,7 +100,16 @@ class Collector:
         """One round of B fresh prompts x G samples; every policy forward is counted."""
         examples = self.task.sample(self.data_rng, self.B)
         batch, gs = collect(
-            self.policy, self.task, self.tok, examples, self.G, self.T_max, self.temperature, self.sample_gen, self.P
+            self.policy,
+            self.task,
+            self.tok,
+            examples,
+            self.G,
+            self.T_max,
+            self.temperature,
+            self.sample_gen,
+            self.P,
+            draw=self.sample_draw,
         )
         self.counters.add("policy_fwd_rollout", gs.fwd_calls)
         self.counters.add("tokens_policy", gs.tokens)

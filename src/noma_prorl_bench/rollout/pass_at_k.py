@@ -62,6 +62,7 @@ def sampled_pass_at_k(
     generator: torch.Generator,
     prompt_len: Optional[int] = None,
     chunk: int = 256,
+    draw: str = "exponential",
 ) -> tuple[dict[str, float], GenStats]:
     """({"reward/val_pass@k": mean over prompts}, GenStats) from K samples per example, at most
     `chunk` sequences per generate call (whole prompts: the K copies of a prompt stay together)."""
@@ -72,7 +73,15 @@ def sampled_pass_at_k(
         ids = tok.encode_prompts([e.prompt for e in ex], prompt_len).to(policy_device(policy))
         ids = ids.repeat_interleave(K, dim=0)  # [len(ex) * K, P]
         resp, _, _, _, st = generate(
-            policy, ids, max_new_tokens, temperature, tok.eos_id, tok.pad_id, generator=generator, group_size=K
+            policy,
+            ids,
+            max_new_tokens,
+            temperature,
+            tok.eos_id,
+            tok.pad_id,
+            generator=generator,
+            group_size=K,
+            draw=draw,
         )
         stats.fwd_calls += st.fwd_calls
         stats.tokens += st.tokens

@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from noma_prorl_bench.config.choices import SAMPLE_DRAWS
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.lora import merged_adapters
 
@@ -82,6 +83,7 @@ def generate(
     greedy: bool = False,
     sync_every: Optional[int] = None,
     group_size: int = 1,
+    draw: str = "exponential",
 ):
     """prompts[N, P] -> (response[N, T], logp_old[N, T], mask[N, T], truncated[N], GenStats).
 
@@ -103,13 +105,66 @@ def generate(
     not trusted), the prompt is prefilled once and its KV cache shared by the G samples: 1/G of
     the prefill work, and `GenStats.tokens` counts the B*P positions actually pushed. The logits
     equal the unshared prefill's up to float rounding (a matmul's row results may depend on the
-    number of rows in the last bits); the default toy runs' trajectories are unchanged."""
+    number of rows in the last bits); the default toy runs' trajectories are unchanged.
+
+    `draw` (--sample_draw): how a token is drawn from the probabilities (`draw_tokens`)."""
+    if draw not in SAMPLE_DRAWS:
+        raise ValueError(f"draw must be one of {SAMPLE_DRAWS}, got {draw!r}")
     k = sync_every or (1 if prompts.device.type == "cpu" else SYNC_EVERY_CUDA)
     with torch.inference_mode(), sampling_weights(policy):
         response, logp, mask, done, stats = _sample(
-            policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, k, group_size
+            policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, k, group_size, draw
         )
     return response.clone(), logp.clone(), mask.clone(), done.logical_not(), stats
+
+
+def draw_tokens(probs: torch.Tensor, generator: Optional[torch.Generator], draw: str) -> torch.Tensor:
+    """probs[N, V] (rows need not sum to 1) -> one token per row [N], drawn from probs / probs.sum(-1).
+
+    exponential: `torch.multinomial(probs, 1)`: PyTorch draws one exponential variate E_v per entry
+    and returns argmax_v probs_v / E_v (the exponential race, equivalent to Gumbel-max); this is
+    what transformers' `generate` does, and it costs N x V variates per token.
+    inverse_cdf: one uniform variate U per row (float64, from `generator`) and the first entry whose
+    cumulative probability exceeds U x the row's total (`inverse_cdf_tokens`): N variates per token.
+    (`torch.multinomial(..., replacement=True)` is no alternative: for one sample it takes the
+    exponential race too.) Both draw from the same distribution (tests/unit/test_sample_draw.py
+    checks the frequencies); they read the generator differently, so a seed gives other tokens."""
+    if draw == "exponential":
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)  # [N, 1]
+    return inverse_cdf_tokens(probs, u)
+
+
+#: entries per block of `inverse_cdf_tokens`: float32 sums within a block, float64 across blocks
+CDF_BLOCK = 256
+
+
+def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """probs[N, V] >= 0, u[N, 1] in [0, 1) (float64) -> [N]: per row the first v with
+    cumsum(probs)_v > u * sum(probs), so P(v) = probs_v / sum(probs) and a zero entry is never chosen.
+
+    The cumulative sum is taken in two levels, because a float32 running sum over V = 49,152 entries
+    rounds each boundary by up to ~V ulps of the running total, and a float64 one is 7x slower here:
+    float32 sums within blocks of CDF_BLOCK entries (rounding relative to the block's mass), float64
+    across the block totals. The block is found in the float64 level, the entry in its float32
+    within-block sums; a residual that rounding puts at or past the end of a block (or a u x total
+    that rounds up to the total) is clamped to the last entry of nonzero probability."""
+    N, V = probs.shape
+    pad = (-V) % CDF_BLOCK
+    p = probs if probs.dtype in (torch.float32, torch.float64) else probs.float()
+    p = F.pad(p, (0, pad)) if pad else p  # [N, V'] (zeros past V: never chosen)
+    inner = p.reshape(N, -1, CDF_BLOCK).cumsum(-1)  # [N, nb, CDF_BLOCK]: float32 within each block
+    outer = inner[..., -1].double().cumsum(-1)  # [N, nb]: float64 mass up to the end of each block
+    total = outer[:, -1:]  # [N, 1]
+    x = u * total  # [N, 1]
+    last_block = (outer < total).sum(-1, keepdim=True)  # [N, 1]: the last block with mass
+    b = torch.searchsorted(outer, x, right=True).clamp_(max=last_block)  # [N, 1]
+    before = torch.where(b > 0, outer.gather(1, (b - 1).clamp(min=0)), torch.zeros_like(x))  # [N, 1]
+    row = inner.gather(1, b[:, :, None].expand(N, 1, CDF_BLOCK)).squeeze(1)  # [N, CDF_BLOCK]
+    r = (x - before).to(row.dtype)  # [N, 1]: the residual inside block b
+    last_entry = (row < row[:, -1:]).sum(-1, keepdim=True)  # [N, 1]: its last entry of nonzero probability
+    j = torch.searchsorted(row, r, right=True).clamp_(max=last_entry)  # [N, 1]
+    return (b * CDF_BLOCK + j).squeeze(1)
 
 
 def sampling_weights(policy):
@@ -152,7 +207,17 @@ def _buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device, f
 
 
 def _sample(
-    policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, sync_every=1, group_size=1
+    policy,
+    prompts,
+    max_new_tokens,
+    temperature,
+    eos_id,
+    pad_id,
+    generator,
+    greedy,
+    sync_every=1,
+    group_size=1,
+    draw="exponential",
 ):
     """The sampling loop of `generate` -> (response, logp_old, mask, done[N], GenStats).
 
@@ -186,7 +251,7 @@ def _sample(
             tok = logp_all.argmax(-1)  # [N]
         else:
             try:
-                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+                tok = draw_tokens(logp_all.exp(), generator, draw)  # [N]
             except RuntimeError as e:  # "probability tensor contains either inf, nan or ..."
                 bad = ~torch.isfinite(logp_all).all(-1)
                 if not bool(bad.any()):
@@ -236,6 +301,7 @@ def collect(
     temperature: float,
     generator: torch.Generator,
     prompt_len: Optional[int] = None,
+    draw: str = "exponential",
 ):
     """Sample `group_size` responses for each example and score them -> (RolloutBatch, GenStats)."""
     B, G = len(examples), group_size
@@ -244,7 +310,15 @@ def collect(
     device = policy_device(policy)
     prompt_ids = tokenizer.encode_prompts(prompts, prompt_len).to(device)  # [N, P]
     resp, logp_old, mask, truncated, stats = generate(
-        policy, prompt_ids, max_new_tokens, temperature, tokenizer.eos_id, tokenizer.pad_id, generator, group_size=G
+        policy,
+        prompt_ids,
+        max_new_tokens,
+        temperature,
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+        generator,
+        group_size=G,
+        draw=draw,
     )
     texts = [tokenizer.decode(r) for r in resp.tolist()]
     rewards = torch.tensor([task.reward(s, a) for s, a in zip(texts, answers)], dtype=torch.float32, device=device)

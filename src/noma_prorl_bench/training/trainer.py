@@ -399,7 +399,16 @@ class Trainer:
         if ev.eval_samples:  # its own seeded generator: training's streams are untouched
             gen = torch.Generator(device=self.device).manual_seed(ev.seed * 1000 + 7 + self.step_idx)
             passk, gs = sampled_pass_at_k(
-                self.policy, self.task, self.tok, self.val_set, ev.eval_samples, self.T_max, ev.temperature, gen, self.P
+                self.policy,
+                self.task,
+                self.tok,
+                self.val_set,
+                ev.eval_samples,
+                self.T_max,
+                ev.temperature,
+                gen,
+                self.P,
+                draw=ev.sample_draw,
             )
             self.counters.add("policy_fwd_eval", gs.fwd_calls)
             val_parts.update(passk)
