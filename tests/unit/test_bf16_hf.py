@@ -450,3 +450,47 @@ def test_a_pickled_bf16_policy_computes_the_same_bits_in_a_fresh_process(model_d
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.pt")], capture_output=True, text=True)
     assert out.returncode == 0 and "same" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16_mixed"])
+def test_lean_decode_step_is_the_models_own_forward_bit_for_bit(model_dir, dtype, monkeypatch):
+    """models/hf_cache.lean_step (the Llama decode step without transformers' per-call plumbing)
+    against the model's own forward on the same static cache: every collected token, logp_old and
+    mask identical, float32 and bf16_mixed (LoRA merged for the sampler), grouped-query attention
+    (4 heads, 2 KV heads), left-padded prompts of several lengths."""
+    from noma_prorl_bench.models import hf_cache
+
+    outs, calls = [], []
+    real = hf_cache.lean_step
+    monkeypatch.setattr(hf_cache, "lean_step", lambda *a: calls.append(1) or real(*a))
+    for lean in (True, False):
+        monkeypatch.setattr(hf_cache, "LEAN_DECODE", lean)
+        tr = _trainer(model_dir, dtype=dtype)
+        _lora_init_nonzero(tr)
+        tr.train_step()  # the learner leaves the model in training mode (dropout 0: the same function)
+        assert tr.policy.model.training
+        n = len(calls)
+        batch, _ = tr.collector.collect()
+        assert (len(calls) > n) == lean  # the lean step ran only when on
+        outs.append(batch)
+    a, b = outs
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp_old, b.logp_old) and torch.equal(a.mask, b.mask)
+    assert a.tokens.shape[1] - a.prompt_len > 3 and (a.tokens == tr.tok.pad_id).any()  # decoded; padded prompts
+    assert tr.policy.model.config.num_key_value_heads < tr.policy.model.config.num_attention_heads
+
+
+def test_lean_decode_is_for_llama_without_attention_dropout(tmp_path):
+    from noma_prorl_bench.models import hf_cache
+    from noma_prorl_bench.models.hf import load_hf_policy
+
+    qwen = build_tiny_hf_model(tmp_path / "qwen2", "qwen2", hidden=32, layers=1, heads=4, seed=0)
+    llama = build_tiny_hf_model(tmp_path / "llama", "llama", hidden=32, layers=1, heads=4, seed=0)
+    assert not hf_cache.lean_decode_ok(load_hf_policy(qwen)[0].model)
+    model = load_hf_policy(llama)[0].model
+    assert hf_cache.lean_decode_ok(model)
+    model.train()  # attention dropout 0 (disable_dropout): the training-mode forward is the same
+    assert hf_cache.lean_decode_ok(model)
+    model.config.attention_dropout = 0.1
+    assert not hf_cache.lean_decode_ok(model)
+    model.eval()
+    assert hf_cache.lean_decode_ok(model)

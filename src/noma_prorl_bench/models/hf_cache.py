@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 
 from noma_prorl_bench.models.base import autocast
 
@@ -64,10 +65,12 @@ def decode_static(self, tok: torch.Tensor, state: StaticHFState):
         raise ValueError(f"KV cache full ({state.valid.shape[1]} positions); prefill with a larger capacity")
     state.valid[:, state.filled] = True  # the column written now
     cols = state.filled + 1 if state.prefix else state.valid.shape[1]
+    attn = state.valid[:, None, None, :cols]  # [N, 1, 1, cols]
     with autocast(self), self._no_ckpt():
-        logits = self._static_step(
-            tok[:, None], state.valid[:, None, None, :cols], state.next_pos[:, None], state.cache
-        )
+        if state.prefix and lean_decode_ok(self.model):
+            logits = lean_step(self.model, tok[:, None], attn, state.next_pos[:, None], state.cache)
+        else:
+            logits = self._static_step(tok[:, None], attn, state.next_pos[:, None], state.cache)
     state.filled += 1
     state.next_pos = state.next_pos + 1
     return logits[:, -1].float(), state
@@ -134,3 +137,62 @@ def prefix_layer_class():
 
         _PREFIX_LAYER.append(PrefixStaticLayer)
     return _PREFIX_LAYER[0]
+
+
+#: architectures whose decoder layer `lean_step` restates (transformers' Llama family layout)
+LEAN_MODEL_TYPES = ("llama",)
+LEAN_DECODE = True  # tests switch it off to compare with the model's own forward
+
+
+def lean_decode_ok(model) -> bool:
+    """True when `lean_step` computes exactly what `model(...)` would: a Llama causal LM with SDPA
+    attention (transformers' own, or the teacher variant that runs it under inference_mode), in
+    eval mode or with attention dropout 0 (what `disable_dropout` leaves: the training-mode forward
+    is then the same function), without output hooks. The architecture check is made once per
+    model object (cached on it)."""
+    ok = getattr(model, "_lean_decode_ok", None)
+    if ok is None:
+        from noma_prorl_bench.models.precision import TEACHER_ATTENTION  # noqa: PLC0415
+
+        cfg = model.config
+        inner = getattr(model, "model", None)
+        ok = (
+            getattr(cfg, "model_type", None) in LEAN_MODEL_TYPES
+            and getattr(cfg, "_attn_implementation", None) in ("sdpa", TEACHER_ATTENTION)
+            and type(model).__name__ == "LlamaForCausalLM"
+            and inner is not None
+            and type(inner).__name__ == "LlamaModel"
+        )
+        model._lean_decode_ok = ok
+    return bool(ok) and LEAN_DECODE and (not model.training or float(model.config.attention_dropout) == 0.0)
+
+
+def lean_step(model, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache) -> torch.Tensor:
+    """ids[N, 1] at positions pos[N, 1] over the prefix cache -> logits[N, 1, V]: the same modules and
+    tensor ops, in the same order, as `LlamaForCausalLM.forward` on one token with a 4D boolean
+    mask `attn` [N, 1, 1, cols] and transformers' SDPA attention (one query: the query heads packed
+    by key/value group, as its `pack_gqa` does), minus the per-call plumbing around them (keyword
+    dispatch, mask building, the attention registry, output records): ~4% of a SmolLM2 decode step.
+    tests/unit/test_hf_model.py checks the logits equal the model's own, bit for bit."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: PLC0415
+
+    inner = model.model
+    N = ids.shape[0]
+    x = inner.embed_tokens(ids)  # [N, 1, C]
+    cos, sin = inner.rotary_emb(x, pos)
+    for i, layer in enumerate(inner.layers):
+        a = layer.self_attn
+        D, groups = a.head_dim, a.num_key_value_groups
+        h = layer.input_layernorm(x)
+        q = a.q_proj(h).view(N, 1, -1, D).transpose(1, 2)  # [N, H, 1, D]
+        k = a.k_proj(h).view(N, 1, -1, D).transpose(1, 2)  # [N, KV, 1, D]
+        v = a.v_proj(h).view(N, 1, -1, D).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = cache.update(k, v, i)  # [N, KV, cols, D]
+        if groups > 1:
+            q = q.reshape(N, q.shape[1] // groups, groups, D)  # [N, KV, groups, D]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, dropout_p=0.0, scale=a.scaling, is_causal=False)
+        y = y.reshape(N, -1, 1, D).transpose(1, 2).contiguous()  # [N, 1, H, D]
+        x = x + a.o_proj(y.reshape(N, 1, -1).contiguous())
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(inner.norm(x))
