@@ -83,6 +83,29 @@ def test_inverse_cdf_is_the_first_entry_past_u_times_the_total(V):
     assert bool((got == want)[~near].all()) and int((~near).sum()) >= 50
 
 
+@pytest.mark.parametrize("draw", ch.SAMPLE_DRAWS)
+def test_non_finite_probabilities_are_refused_by_either_draw(draw):
+    from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
+
+    probs = torch.softmax(torch.randn(4, 50), -1)
+    for bad in (float("nan"), float("inf"), -0.1):
+        p = probs.clone()
+        p[2, 7] = bad
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            draw_tokens(p, torch.Generator().manual_seed(0), draw)
+
+    class NaNPolicy(torch.nn.Module):  # logits NaN in one row: generate reports the rows
+        def prefill(self, tokens):
+            z = torch.zeros(tokens.shape[0], CharTokenizer().vocab_size)
+            z[1] = float("nan")
+            return z, 0
+
+    prompts = CharTokenizer().encode_prompts(["1", "2", "3"], P=4)
+    with pytest.raises(NonFiniteLogits) as e:
+        generate(NaNPolicy(), prompts, 3, 1.0, EOS, PAD, torch.Generator().manual_seed(0), draw=draw)
+    assert e.value.rows == 1
+
+
 def _policy():
     torch.manual_seed(0)
     return GRUPolicy(CharTokenizer().vocab_size, hidden=32)

@@ -168,7 +168,7 @@ class RunConfig:
     temperature: float = 1.0
     """Sampling temperature; log-probs of policy, reference and behaviour all use logits/temperature."""
     sample_draw: SampleDraw = "exponential"
-    """How the sampler draws each token from softmax(logits / temperature) (training rollouts and --eval_samples; greedy evaluation draws nothing). exponential: torch.multinomial's exponential race (one exponential variate per vocabulary entry per row, the same draw as transformers' generate; every earlier run used it). inverse_cdf: one uniform variate per row searched in the row's cumulative distribution (torch.multinomial with replacement). The same distribution, a different use of the seeded generator: the tokens of a seed differ between the two. With a large vocabulary inverse_cdf is much cheaper (SmolLM2, 49,152 entries, 16 rows: 0.5 vs 13 ms per token; docs/performance.md)."""
+    """How the sampler draws each token from softmax(logits / temperature) (training rollouts and --eval_samples; greedy evaluation draws nothing). exponential: torch.multinomial's exponential race (one exponential variate per vocabulary entry per row, the same draw as transformers' generate; every earlier run used it). inverse_cdf: one float64 uniform variate per row, searched in the row's cumulative distribution (float32 sums within blocks of 256 entries, float64 across them). The same distribution, a different use of the seeded generator: the tokens of a seed differ between the two. With a large vocabulary inverse_cdf is much cheaper (SmolLM2, 49,152 entries, 16 rows: 0.8 vs 14 ms per token; docs/performance.md)."""
     max_new_tokens: int = 0
     """Response length cap T (0: the task's default)."""
 

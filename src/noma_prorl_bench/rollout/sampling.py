@@ -132,7 +132,13 @@ def draw_tokens(probs: torch.Tensor, generator: Optional[torch.Generator], draw:
     if draw == "exponential":
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)  # [N, 1]
-    return inverse_cdf_tokens(probs, u)
+    tok, total = _inverse_cdf(probs, u)
+    # what torch.multinomial refuses, refused alike (the caller turns it into NonFiniteLogits): a NaN
+    # or Inf entry makes its row's total non-finite; one host synchronisation per token (free on
+    # CPU, where the sampler asks "all finished?" every token anyway)
+    if not bool((torch.isfinite(total) & (total > 0)).all()) or bool(probs.amin() < 0):
+        raise RuntimeError("probability tensor contains either inf, nan or element < 0 (or a row sums to 0)")
+    return tok
 
 
 #: entries per block of `inverse_cdf_tokens`: float32 sums within a block, float64 across blocks
@@ -149,6 +155,11 @@ def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     across the block totals. The block is found in the float64 level, the entry in its float32
     within-block sums; a residual that rounding puts at or past the end of a block (or a u x total
     that rounds up to the total) is clamped to the last entry of nonzero probability."""
+    return _inverse_cdf(probs, u)[0]
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`inverse_cdf_tokens` -> (tokens [N], each row's total [N, 1] in float64)."""
     N, V = probs.shape
     pad = (-V) % CDF_BLOCK
     p = probs if probs.dtype in (torch.float32, torch.float64) else probs.float()
@@ -164,7 +175,7 @@ def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     r = (x - before).to(row.dtype)  # [N, 1]: the residual inside block b
     last_entry = (row < row[:, -1:]).sum(-1, keepdim=True)  # [N, 1]: its last entry of nonzero probability
     j = torch.searchsorted(row, r, right=True).clamp_(max=last_entry)  # [N, 1]
-    return (b * CDF_BLOCK + j).squeeze(1)
+    return (b * CDF_BLOCK + j).squeeze(1), total
 
 
 def sampling_weights(policy):
