@@ -174,7 +174,10 @@ def main(argv=None) -> int:
         "inductor_caches_disabled": os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES", ""),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "args": vars(a),
+        # the home directory as ~ (a result file names no machine's paths)
+        "args": {
+            k: (v.replace(os.path.expanduser("~"), "~", 1) if isinstance(v, str) else v) for k, v in vars(a).items()
+        },
     }
     print(
         f"# {info['device']}, torch {torch.__version__}, transformers {transformers.__version__}, "

@@ -340,16 +340,35 @@ def speed_section() -> str:
             f"{statistics.median(d['tokens_per_step_trl']):.0f} vs {statistics.median(d['tokens_per_step_ours']):.0f}"
         )
 
+    def draw_of(d: dict) -> str:  # real_speed: the name; vs_trl: "ours --sample_draw NAME; TRL: ..."
+        said = str(d["settings"].get("sample_draw", "exponential"))
+        m = re.search(r"--sample_draw (\w+)", said)
+        return m.group(1) if m else said
+
+    draws = {draw_of(d) for d in (f32, b16, rs)}
+    draw = next(iter(draws)) if len(draws) == 1 else "mixed"
+    with_draw = f" with `--sample_draw {draw}`" if draw != "exponential" else ""
+    b16x = _load_optional("benchmarks/results/vs_trl_smollm2_bf16_exponential.json")
+    same = ""
+    if with_draw and b16x:
+        same = (
+            " (the distribution TRL samples, drawn with one uniform per row instead of an exponential per vocabulary "
+            f"entry; with the default draw TRL/ours is {b16x['ratio_trl_over_ours']:.2f}x in bf16)"
+        )
     return (
         f"**Step time** ([docs/performance.md](docs/performance.md); SmolLM2-135M + LoRA r8, B 4 x G 4, <= 32 new "
         f"tokens, medians of per-pair process-CPU ratios over {len(f32['pair_ratios'])} alternating pairs, "
-        f"{_short_machine(f32['machine'])} at load {min(loads):.0f}-{max(loads):.0f}): TRL/ours "
+        f"{_short_machine(f32['machine'])} at load {min(loads):.1f}-{max(loads):.1f}), ours{with_draw}{same}: TRL/ours "
         f"{f32['ratio_trl_over_ours']:.2f}x in float32 (pairs {pairs(f32)}; per token "
         f"{f32['ratio_trl_over_ours_per_token']:.2f}x: TRL generates {tokens(f32)} tokens per step), "
         f"{b16['ratio_trl_over_ours']:.2f}x in bf16 ({pairs(b16)}; per token {b16['ratio_trl_over_ours_per_token']:.2f}x); "
         f"our `--dtype bf16_mixed` step {rs['ratio_bf16_over_float32']:.2f}x faster than our float32 ({pairs(rs)}). "
         "B 0.97x A1 and TRL/ours 1.02-1.10x at 4M-32M parameters come from older float32 runs on the AMD guest."
     )
+
+
+def _load_optional(rel: str) -> dict | None:
+    return _load(rel) if os.path.exists(os.path.join(ROOT, rel)) else None
 
 
 def _short_machine(record: str | dict) -> str:
