@@ -5,6 +5,7 @@ the vs_trl phase."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,15 +45,16 @@ def _call(tmp_path, *flags):
 
 
 def test_reset_study_stops_before_its_budget_and_a_second_call_resumes_it(tmp_path):
-    # work time 70 - 5 = 65 s; the suite is told to stop 40 s before that, about 25 s in
-    first = _call(tmp_path, "--budget_s", "70", "--reserve_s", "5", "--stop_margin_s", "40")
+    # work time 70 - 5 = 65 s; the suite is told to stop 48 s before that, about 17 s in (the 3 x 300
+    # steps take ~25 s on a fast idle machine, so the stop lands mid-way there too)
+    first = _call(tmp_path, "--budget_s", "70", "--reserve_s", "5", "--stop_margin_s", "48")
     assert first.returncode == 0, first.stderr[-3000:]
     last = first.stdout.strip().splitlines()[-1]
     if last == "done: every phase finished":  # the budget's stop comes from a real clock
         res = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
         assert res["complete"] and res["complete_runs"] == 3
         pytest.skip(
-            "this machine finished the 3 x 300 steps inside the 25 s budget: the stop and resume path "
+            "this machine finished the 3 x 300 steps inside the 17 s budget: the stop and resume path "
             "was not exercised (tests/unit/test_gpu_study.py checks the budget with a fake clock)"
         )
     assert last.startswith("continue with: bash scripts/gpu_study.sh device") and "(left: resets)" in last
@@ -60,12 +62,19 @@ def test_reset_study_stops_before_its_budget_and_a_second_call_resumes_it(tmp_pa
     res = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
     assert not res["complete"] and res["suite_exit"] == 143
     done = {n: r["steps_done"] for n, r in res["runs"].items()}
-    assert all(0 < s < 300 for s in done.values()), done  # every run stopped mid-way, after a step
-    ckpts = [n for n in res["runs"] if os.path.isdir(tmp_path / "state" / "resets" / n / "checkpoints")]
-    assert ckpts == list(res["runs"])
+    # every run got past its first step; the stop caught at least one mid-way (on a fast machine a
+    # run may just reach its 300th step before the stop: a real clock decides, so both are allowed)
+    assert all(0 < s <= 300 for s in done.values()) and any(s < 300 for s in done.values()), done
+    cut = [n for n, s in done.items() if s < 300]
+    assert all(os.path.isdir(tmp_path / "state" / "resets" / n / "checkpoints") for n in cut)
     second = _call(tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "3 to run (3 resumed from their checkpoints)" in second.stderr
+    m = re.search(
+        r"(\d+) already complete \(skipped\), (\d+) to run \((\d+) resumed from their checkpoints\)", second.stderr
+    )
+    assert m, second.stderr[-3000:]
+    skipped, to_run, resumed = int(m[1]), int(m[2]), int(m[3])
+    assert skipped + to_run == 3 and resumed == to_run >= len(cut)  # nothing started again from scratch
     assert second.stdout.strip().splitlines()[-1] == "done: every phase finished"
     res2 = json.loads((tmp_path / "out" / "resets_gpu.json").read_text())
     assert (
