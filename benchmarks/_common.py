@@ -62,3 +62,12 @@ def git_commit() -> str:
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo ("?" where it has none)."""
     return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+
+
+def sample_draws() -> tuple[str, ...]:
+    """--sample_draw's values, the package's one list (config/choices.py), for a benchmark's parser."""
+    if SRC not in sys.path:
+        sys.path.insert(0, SRC)
+    from noma_prorl_bench.config.choices import SAMPLE_DRAWS  # noqa: PLC0415
+
+    return SAMPLE_DRAWS

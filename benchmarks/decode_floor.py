@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 from _common import SRC, cpu_model, git_commit
@@ -75,8 +76,6 @@ def main(argv=None) -> int:
     ap.add_argument("--sampler", nargs="*", default=[], help="benchmarks/sampler.py result files to set beside")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    import sys
-
     sys.path.insert(0, SRC)
     import torch
 

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 
-from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_worker
+from _common import SRC, cpu_model, git_commit, peak_rss_mb, print_result, run_worker, sample_draws
 from _pairs import pair_ratios
 
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--sample_draw",
         default="exponential",
-        choices=("exponential", "inverse_cdf"),
+        choices=sample_draws(),
         help="the runs' --sample_draw (how the sampler draws each token; the same distribution)",
     )
     ap.add_argument("--out", default="benchmarks/results/real_speed.json")

@@ -68,7 +68,7 @@ import statistics
 import sys
 import tempfile
 
-from _common import SRC, git_commit, run_worker
+from _common import SRC, git_commit, run_worker, sample_draws
 from _pairs import pair_ratios, step_matched_ratios
 from vs_trl_workers import REAL_TASK, WORKERS, real_config
 
@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sample_draw",
         default="exponential",
-        choices=("exponential", "inverse_cdf"),
+        choices=sample_draws(),
         help="ours: --sample_draw (the same distribution as TRL's draw; inverse_cdf reads one uniform per row)",
     )
     p.add_argument(

@@ -346,7 +346,9 @@ def speed_section() -> str:
         return m.group(1) if m else said
 
     draws = {draw_of(d) for d in (f32, b16, rs)}
-    draw = next(iter(draws)) if len(draws) == 1 else "mixed"
+    if len(draws) != 1:  # one sentence quotes all three: they must share the draw
+        raise ValueError(f"the speed result files were made with different --sample_draw: {sorted(draws)}")
+    (draw,) = draws
     with_draw = f" with `--sample_draw {draw}`" if draw != "exponential" else ""
     b16x = _load_optional("benchmarks/results/vs_trl_smollm2_bf16_exponential.json")
     same = ""

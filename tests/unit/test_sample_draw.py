@@ -74,9 +74,10 @@ def test_inverse_cdf_is_the_first_entry_past_u_times_the_total(V):
     probs[0, V // 2] = 1.0  # a one-hot row
     u = torch.rand(64, 1, generator=gen, dtype=torch.float64)
     u[1, 0], u[2, 0] = 0.0, 1.0 - 2.0**-53
-    got = inverse_cdf_tokens(probs, u)
+    got, total = inverse_cdf_tokens(probs, u)
     assert bool((probs.gather(1, got[:, None]) > 0).all())
     cdf = probs.double().cumsum(-1)
+    assert torch.allclose(total, cdf[:, -1:], rtol=1e-6)
     x = u * cdf[:, -1:]
     want = torch.searchsorted(cdf, x, right=True).squeeze(1).clamp(max=V - 1)
     near = (cdf - x).abs().min(-1).values <= 1e-6 * cdf[:, -1]  # rows where rounding may decide

@@ -132,7 +132,7 @@ def draw_tokens(probs: torch.Tensor, generator: Optional[torch.Generator], draw:
     if draw == "exponential":
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)  # [N, 1]
-    tok, total = _inverse_cdf(probs, u)
+    tok, total = inverse_cdf_tokens(probs, u)
     # what torch.multinomial refuses, refused alike (the caller turns it into NonFiniteLogits): a NaN
     # or Inf entry makes its row's total non-finite; one host synchronisation per token (free on
     # CPU, where the sampler asks "all finished?" every token anyway)
@@ -145,9 +145,10 @@ def draw_tokens(probs: torch.Tensor, generator: Optional[torch.Generator], draw:
 CDF_BLOCK = 256
 
 
-def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """probs[N, V] >= 0, u[N, 1] in [0, 1) (float64) -> [N]: per row the first v with
-    cumsum(probs)_v > u * sum(probs), so P(v) = probs_v / sum(probs) and a zero entry is never chosen.
+def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """probs[N, V] >= 0, u[N, 1] in [0, 1) (float64) -> (tokens [N], each row's total [N, 1] in
+    float64): per row the first v with cumsum(probs)_v > u * sum(probs), so P(v) = probs_v / sum(probs)
+    and a zero entry is never chosen.
 
     The cumulative sum is taken in two levels, because a float32 running sum over V = 49,152 entries
     rounds each boundary by up to ~V ulps of the running total, and a float64 one is 7x slower here:
@@ -155,11 +156,6 @@ def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     across the block totals. The block is found in the float64 level, the entry in its float32
     within-block sums; a residual that rounding puts at or past the end of a block (or a u x total
     that rounds up to the total) is clamped to the last entry of nonzero probability."""
-    return _inverse_cdf(probs, u)[0]
-
-
-def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`inverse_cdf_tokens` -> (tokens [N], each row's total [N, 1] in float64)."""
     N, V = probs.shape
     pad = (-V) % CDF_BLOCK
     p = probs if probs.dtype in (torch.float32, torch.float64) else probs.float()
