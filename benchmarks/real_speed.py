@@ -68,6 +68,7 @@ def worker(args) -> None:
             "group_size": args.group_size,
             "max_new_tokens": args.max_new_tokens,
             "sample_draw": args.sample_draw,
+            "shared_prompt": args.shared_prompt,
         }
     )
     events = MemorySink()
@@ -159,7 +160,8 @@ def spawn(args, dtype: str) -> dict:
             str(args.max_new_tokens),
             "--sample_draw",
             args.sample_draw,
-        ],
+        ]
+        + (["--shared_prompt"] if args.shared_prompt else []),
         f"{dtype} run",
     )
 
@@ -231,6 +233,7 @@ def write(args, info: dict, runs: dict, load0, t0: float) -> dict:
             "G": args.group_size,
             "max_new_tokens": args.max_new_tokens,
             "sample_draw": args.sample_draw,
+            "shared_prompt": args.shared_prompt,
             "ppo_epochs": 1,
             "minibatches": 1,
             "steps_per_run": args.steps,
@@ -267,6 +270,11 @@ def main(argv=None) -> int:
         default="exponential",
         choices=sample_draws(),
         help="the runs' --sample_draw (how the sampler draws each token; the same distribution)",
+    )
+    ap.add_argument(
+        "--shared_prompt",
+        action="store_true",
+        help="the runs' --shared_prompt (teacher-forced passes encode each distinct prompt once)",
     )
     ap.add_argument("--out", default="benchmarks/results/real_speed.json")
     ap.add_argument(

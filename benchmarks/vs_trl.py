@@ -87,38 +87,42 @@ def count_params(model_dir: str) -> dict:
 
 
 def spawn(worker: str, a, beta: float, ckpt: str = "off") -> dict:
-    argv = [
-        "--worker",
-        worker,
-        "--model_dir",
-        a.model_dir,
-        "--beta",
-        str(beta),
-        "--B",
-        str(a.B),
-        "--G",
-        str(a.G),
-        "--T",
-        str(a.T),
-        "--lr",
-        str(a.lr),
-        "--steps",
-        str(a.steps),
-        "--seed",
-        str(a.seed),
-        "--repeats",
-        str(a.repeats),
-        "--grad_ckpt",
-        ckpt,
-        "--logprob_chunk",
-        str(a.logprob_chunk),
-        "--dtype",
-        a.dtype,
-        "--temperature",
-        str(a.temperature),
-        "--sample_draw",
-        a.sample_draw,
-    ] + (["--real"] if a.real else [])
+    argv = (
+        [
+            "--worker",
+            worker,
+            "--model_dir",
+            a.model_dir,
+            "--beta",
+            str(beta),
+            "--B",
+            str(a.B),
+            "--G",
+            str(a.G),
+            "--T",
+            str(a.T),
+            "--lr",
+            str(a.lr),
+            "--steps",
+            str(a.steps),
+            "--seed",
+            str(a.seed),
+            "--repeats",
+            str(a.repeats),
+            "--grad_ckpt",
+            ckpt,
+            "--logprob_chunk",
+            str(a.logprob_chunk),
+            "--dtype",
+            a.dtype,
+            "--temperature",
+            str(a.temperature),
+            "--sample_draw",
+            a.sample_draw,
+        ]
+        + (["--real"] if a.real else [])
+        + (["--shared_prompt"] if a.shared_prompt else [])
+    )
     return run_worker(__file__, argv, worker)
 
 
@@ -231,6 +235,11 @@ def real_summary(a, results: dict) -> dict:
         ),
         "grad_checkpoint": row["grad_ckpt"],
         "sample_draw": f"ours --sample_draw {a.sample_draw}; TRL: transformers' generate (the exponential race)",
+        "shared_prompt": (
+            "ours --shared_prompt: teacher-forced passes encode each distinct prompt once; TRL: every row's"
+            if a.shared_prompt
+            else "off: both encode every row's prompt in the teacher-forced passes"
+        ),
         "threads": 1,
         "steps_per_run": a.steps,
         "dropped_first_steps": 1,
@@ -317,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="ours: --sample_draw (the same distribution as TRL's draw; inverse_cdf reads one uniform per row)",
     )
     p.add_argument(
+        "--shared_prompt",
+        action="store_true",
+        help="ours: --shared_prompt (the learner and reference passes encode each distinct prompt once)",
+    )
+    p.add_argument(
         "--real",
         action="store_true",
         help="SmolLM2-135M-Instruct (prorl-bench get-model) with the smollm2_demo recipe: LoRA r8 "
@@ -332,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    a = build_parser().parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.shared_prompt and not a.worker and "on" in a.ckpt:
+        parser.error("argument --shared_prompt: our --shared_prompt cannot run with gradient checkpointing; use --ckpt off")
     if a.temperature is None:
         a.temperature = 0.7 if a.real else 1.0
     if a.worker:

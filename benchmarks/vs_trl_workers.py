@@ -109,6 +109,7 @@ def worker_ours(a) -> None:
                 logprob_chunk=a.logprob_chunk,
                 dtype=OUR_DTYPE[a.dtype],
                 sample_draw=a.sample_draw,
+                shared_prompt=a.shared_prompt,
                 **variant,
             )
             if a.real
@@ -138,6 +139,7 @@ def worker_ours(a) -> None:
                     "logprob_chunk": a.logprob_chunk,
                     "dtype": OUR_DTYPE[a.dtype],
                     "sample_draw": a.sample_draw,
+                    "shared_prompt": a.shared_prompt,
                     **variant,
                 }
             )

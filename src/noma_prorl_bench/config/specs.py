@@ -62,6 +62,7 @@ class ModelSpec:
     device: str
     dtype: str
     grad_checkpoint: bool
+    shared_prompt: bool
     compile_decode: str
 
 

@@ -577,7 +577,7 @@ def _validate_loss(cfg: RunConfig) -> None:
 
 
 def _check_memory(cfg: RunConfig) -> None:
-    """--micro_batch, --logprob_chunk, --grad_checkpoint, --compile_decode."""
+    """--micro_batch, --logprob_chunk, --grad_checkpoint, --shared_prompt, --compile_decode."""
     _nonneg(cfg, ["micro_batch", "logprob_chunk"])
     for n in ("grad_checkpoint", "logprob_chunk"):
         if getattr(cfg, n) and cfg.model == "gru":
@@ -585,6 +585,13 @@ def _check_memory(cfg: RunConfig) -> None:
     if cfg.dtype == "bf16_mixed" and cfg.model == "gru":
         raise ConfigError(
             "dtype", "bf16_mixed needs --model transformer or hf:PATH; use float32 or bfloat16 with the GRU"
+        )
+    if cfg.shared_prompt and not cfg.model.startswith("hf:"):
+        raise ConfigError("shared_prompt", f"needs --model hf:PATH, not {cfg.model}")
+    if cfg.shared_prompt and cfg.grad_checkpoint:
+        raise ConfigError(
+            "shared_prompt",
+            "cannot be used with --grad_checkpoint (transformers keeps no KV cache under checkpointing); drop one",
         )
     if cfg.compile_decode != "off" and cfg.model != "transformer":
         raise ConfigError(

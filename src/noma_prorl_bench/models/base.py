@@ -85,7 +85,9 @@ def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Ten
     (on a 150k vocabulary that is most of the forward's memory)."""
     T = tokens.shape[1] - P
     if slices_logits(model):
-        logits = model(tokens, keep_last=T + 1)  # [N, T+1, V]: positions P-1 .. L-1
+        # --shared_prompt: the policy encodes each distinct prompt once (models/hf.py)
+        shared = {"prompt_len": P} if getattr(model, "shared_prompt", False) else {}
+        logits = model(tokens, keep_last=T + 1, **shared)  # [N, T+1, V]: positions P-1 .. L-1
         return logits[:, :-1].float()  # [N, T, V]
     logits = model(tokens)  # [N, L, V]
     return logits[:, P - 1 : -1].float()  # [N, T, V]: position P-1+t predicts token P+t
@@ -166,7 +168,8 @@ def chunked_response_logprobs(
     path up to float rounding (the head's matmul sees other shapes)."""
     N, L = tokens.shape
     T = L - P
-    h = model.hidden_states(tokens, keep_last=T + 1)[:, :-1]  # [N, T, C]: positions P-1 .. L-2
+    shared = {"prompt_len": P} if getattr(model, "shared_prompt", False) else {}  # --shared_prompt
+    h = model.hidden_states(tokens, keep_last=T + 1, **shared)[:, :-1]  # [N, T, C]: positions P-1 .. L-2
     flat_h = h.reshape(N * T, h.shape[-1])  # [N*T, C]
     flat_y = tokens[:, P:].reshape(N * T)  # [N*T]
     logps, ents = [], []

@@ -4,7 +4,7 @@
 `--dtype` (bf16_mixed: float32 parameters, `policy.compute_dtype = torch.bfloat16` autocast; auto:
 resolved by `models.precision.resolve_dtype_choice`, the choice and its reason kept as
 `policy.dtype_choice = (dtype, reason)`),
-with `--grad_checkpoint` switched on and `--compile_decode` set. Errors a user can fix (a bad
+with `--grad_checkpoint` and `--shared_prompt` switched on and `--compile_decode` set. Errors a user can fix (a bad
 `hf:PATH`, `--device cuda` without CUDA) are `config.ConfigError`s naming the flag, which the CLI
 reports with exit code 2.
 """
@@ -62,6 +62,11 @@ def build_policy(spec: ModelSpec, max_len: int | None = None):
             raise ConfigError("model", str(e)) from e
         if getattr(spec, "grad_checkpoint", False):
             policy.set_grad_checkpoint(True)
+        if getattr(spec, "shared_prompt", False):
+            try:
+                policy.set_shared_prompt(True)
+            except ValueError as e:
+                raise ConfigError("shared_prompt", str(e)) from e
         policy.dtype_choice = (dtype, why)
         return policy, tok
     tok = CharTokenizer()

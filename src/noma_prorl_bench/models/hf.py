@@ -79,6 +79,7 @@ class HFPolicy(nn.Module):
 
     slice_logits = True  # models.base.response_logits asks for the response positions only
     frozen_bf16 = True  # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
+    shared_prompt = False  # --shared_prompt: teacher-forced passes encode each distinct prompt once
 
     def __init__(self, model: Any, pad_id: int):
         super().__init__()
@@ -90,32 +91,81 @@ class HFPolicy(nn.Module):
         self.vocab_size = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
         disable_dropout(self.model)
 
-    def forward(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, keep_last: int = 0, prompt_len: int = 0) -> torch.Tensor:
         """Teacher forcing: tokens[N, L] -> float32 logits[N, L, V].
 
         ``keep_last=k > 0`` returns only the last k positions [N, k, V] (HF ``logits_to_keep``),
         which avoids materialising [N, L, V] for a long prompt and a large vocabulary.
+        ``prompt_len=P`` with ``shared_prompt`` on and k <= L - P + 1: each distinct prompt is
+        encoded once (`_shared_prompt_cache`).
         """
         mask = left_pad_mask(tokens, self.pad_id)
+        pos = positions_from_mask(mask)
         with autocast(self):
-            out = self.model(
-                input_ids=tokens,
-                attention_mask=mask,
-                position_ids=positions_from_mask(mask),
-                use_cache=False,
-                logits_to_keep=keep_last,
-            )
+            shared = self._shared_prompt_cache(tokens, prompt_len, keep_last)
+            if shared is not None:
+                cache, start = shared
+                out = self.model(
+                    input_ids=tokens[:, start:],
+                    attention_mask=mask,
+                    position_ids=pos[:, start:],
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=keep_last,
+                )
+            else:
+                out = self.model(
+                    input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=keep_last
+                )
         return out.logits.float()  # [N, L or k, V]
 
-    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
-        """tokens[N, L] -> the decoder's final (normed) hidden states [N, L or k, C]."""
+    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0, prompt_len: int = 0) -> torch.Tensor:
+        """tokens[N, L] -> the decoder's final (normed) hidden states [N, L or k, C]
+        (``prompt_len`` as in `forward`)."""
         mask = left_pad_mask(tokens, self.pad_id)
+        pos = positions_from_mask(mask)
         with autocast(self):
-            out = self.model.base_model(
-                input_ids=tokens, attention_mask=mask, position_ids=positions_from_mask(mask), use_cache=False
-            )
-        h = out.last_hidden_state  # [N, L, C]
+            shared = self._shared_prompt_cache(tokens, prompt_len, keep_last)
+            if shared is not None:
+                cache, start = shared
+                out = self.model.base_model(
+                    input_ids=tokens[:, start:],
+                    attention_mask=mask,
+                    position_ids=pos[:, start:],
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            else:
+                out = self.model.base_model(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=False)
+        h = out.last_hidden_state  # [N, L or L - start, C]
         return h[:, -keep_last:] if keep_last > 0 else h
+
+    def _shared_prompt_cache(self, tokens: torch.Tensor, P: int, keep_last: int) -> tuple[Any, int] | None:
+        """--shared_prompt: rows that share a prompt (a group's G samples) share its encoding.
+
+        The first P - 1 prompt tokens of each distinct prompt run once through the model (no
+        output head) into a ``DynamicCache``; its keys and values are gathered to the N rows
+        (``index_select``: in backward each row's gradient is added into its prompt's entries), and
+        the caller runs tokens[:, P-1:] (the prompt's last token and the response, the positions
+        whose outputs a log-prob pass needs) on that cache. The same function as the whole forward;
+        not the same bits (the prompt's matmuls and attention see other shapes). -> (cache, P - 1),
+        or None for the whole forward: the switch is off, no prompt length or a short one, the
+        caller wants outputs from the prompt (keep_last 0 or > L - P + 1), or every prompt differs."""
+        L = tokens.shape[1]
+        if not self.shared_prompt or P < 2 or keep_last <= 0 or keep_last > L - P + 1:
+            return None
+        start = P - 1
+        prefix = tokens[:, :start]
+        uniq, inverse = torch.unique(prefix, dim=0, return_inverse=True)  # [U, P-1], [N]
+        if uniq.shape[0] == tokens.shape[0]:
+            return None
+        umask = left_pad_mask(uniq, self.pad_id)  # = mask[:, :P-1] of the prompt's rows (leading PADs only)
+        out = self.model.base_model(
+            input_ids=uniq, attention_mask=umask, position_ids=positions_from_mask(umask), use_cache=True
+        )
+        cache = out.past_key_values
+        cache.batch_select_indices(inverse)  # [U, ...] -> [N, ...] per layer (differentiable gather)
+        return cache, start
 
     def logits_from_hidden(self, h: torch.Tensor) -> torch.Tensor:
         """h[..., C] -> logits[..., V]: the output embedding (and Gemma-2-style soft-capping)."""
@@ -139,6 +189,21 @@ class HFPolicy(nn.Module):
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
             m.gradient_checkpointing_disable()
+
+    def set_shared_prompt(self, on: bool) -> None:
+        """--shared_prompt: teacher-forced passes encode each distinct prompt once
+        (`_shared_prompt_cache`). Raises ValueError for a model with sliding-window layers (its
+        cache keeps a window, not the whole prompt)."""
+        if on:
+            cfg = self.model.config
+            layer_types = getattr(cfg, "layer_types", None) or []
+            sliding = [t for t in layer_types if t != "full_attention"]
+            if sliding or (getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)):
+                raise ValueError(
+                    f"{cfg.model_type} has sliding-window attention layers; shared prompts need "
+                    "every layer to attend to the whole sequence (drop the flag)"
+                )
+        self.shared_prompt = bool(on)
 
     def prefill(self, tokens: torch.Tensor, capacity: int | None = None) -> tuple[torch.Tensor, Any]:
         """tokens[N, P] (left-padded) -> (float32 logits of the last position [N, V], state).
