@@ -349,7 +349,9 @@ def main(argv=None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     if a.shared_prompt and not a.worker and "on" in a.ckpt:
-        parser.error("argument --shared_prompt: our --shared_prompt cannot run with gradient checkpointing; use --ckpt off")
+        parser.error(
+            "argument --shared_prompt: our --shared_prompt cannot run with gradient checkpointing; use --ckpt off"
+        )
     if a.temperature is None:
         a.temperature = 0.7 if a.real else 1.0
     if a.worker:
