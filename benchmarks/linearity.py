@@ -7,14 +7,17 @@ shortest length's (1.00 = linear in FLOPs).
 
 FLOPs of one A1 step of SmolLM2-135M (30 layers, hidden 576, 9 query / 3 KV heads of 64, MLP 1536,
 vocabulary 49,152; LoRA r8 products left out, < 1%), N rows = B x G, prompt length P, T_used the
-padded response length (the longest response of the batch), both solved from the step's two counters:
+padded response length (the longest response of the batch), as real_speed.py records them per step
+(`shape/P`, `shape/T_used`; older files: solved from the step's two counters,
 `count/tokens_ref` = N (P + T_used) and `count/tokens_policy` = B P (shared prefill) + N (T_used - 1)
-(decode) + N (P + T_used) (the learner's pass):
+(decode) + N (P + T_used) (the learner's pass)):
     W = 2 x 3,538,944 x 30 per token (the layers' matmuls), H = 2 x 576 x 49,152 (the head)
     attention forward of a token at context c: 30 x 4 x 576 x c
     rollout    prefill B x P tokens (W, attention) + N x (T - 1) decode tokens (W + H + attention)
     reference  N x (P + T) tokens (W, attention) + N x (T + 1) head rows
     train      3 x the reference pass (forward + backward through the frozen base)
+    --shared_prompt (settings.shared_prompt, U = `shape/U` distinct prompts): a teacher-forced pass
+    runs U x (P - 1) prompt positions (W, attention) and N x (T + 1) positions on their cache
 
     PYTHONPATH=src python benchmarks/linearity.py benchmarks/results/real_speed.json \\
         benchmarks/results/real_speed_T64.json benchmarks/results/real_speed_T128.json
@@ -35,10 +38,16 @@ def attn(c: float) -> float:
     return LAYERS * 4 * HIDDEN * c
 
 
-def step_flops(N: int, B: int, P: int, T: int) -> float:
+def step_flops(N: int, B: int, P: int, T: int, U: int | None = None) -> float:
+    """One step's model FLOPs; U: --shared_prompt's distinct prompts (the teacher-forced passes
+    run U x (P - 1) prompt positions and N x (T + 1) positions on their cache), None: off."""
     prefill = B * P * W + B * sum(attn(c) for c in range(1, P + 1))
     decode = N * sum(W + H + attn(P + t) for t in range(1, T))
-    ref = N * (P + T) * W + N * (T + 1) * H + N * sum(attn(c) for c in range(1, P + T + 1))
+    if U is None:
+        ref = N * (P + T) * W + N * (T + 1) * H + N * sum(attn(c) for c in range(1, P + T + 1))
+    else:
+        ref = (U * (P - 1) + N * (T + 1)) * W + N * (T + 1) * H
+        ref += U * sum(attn(c) for c in range(1, P)) + N * sum(attn(c) for c in range(P, P + T + 1))
     return prefill + decode + 4 * ref
 
 
@@ -49,9 +58,14 @@ def summarise(path: str, dtype: str) -> dict:
     cpu, flops, used = [], [], []
     for run in d["runs"].get(dtype, []):
         for st in run["per_step"][run.get("drop_first", 1) :]:
-            P, T_used = prompt_and_length(N, B, st["count/tokens_policy"], st["count/tokens_ref"])
+            U = None
+            if "shape/P" in st:  # recorded by real_speed.py (needed with --shared_prompt)
+                P, T_used = st["shape/P"], st["shape/T_used"]
+                U = st["shape/U"] if s.get("shared_prompt") else None
+            else:
+                P, T_used = prompt_and_length(N, B, st["count/tokens_policy"], st["count/tokens_ref"])
             cpu.append(st["time/rollout"] + st["time/ref"] + st["time/train"])
-            flops.append(step_flops(N, B, P, T_used))
+            flops.append(step_flops(N, B, P, T_used, U))
             used.append(T_used)
     return {
         "T": T,

@@ -37,6 +37,7 @@ from _pairs import pair_ratios
 
 STAGES = ("time/step", "time/rollout", "time/ref", "time/train")
 TOKEN_COUNTS = ("count/tokens_policy", "count/tokens_ref")  # tokens through the policy / reference per step
+SHAPES = ("shape/P", "shape/T_used", "shape/U")  # the step's prompt length, padded response length, distinct prompts
 DTYPES = ("float32", "bf16_mixed")
 MATMUL_SHAPES = ((1024, 576, 1536), (2048, 576, 576))  # [tokens, hidden] x [hidden, mlp] / [hidden, hidden]
 
@@ -73,12 +74,25 @@ def worker(args) -> None:
     )
     events = MemorySink()
     trainer = Trainer.from_config(cfg, events_sink=events)
+    # each step's batch shape (prompt length P, padded response length, distinct prompts U): with
+    # --shared_prompt the token counters no longer determine P and the length (linearity.py)
+    shapes: list[dict] = []
+    collect = trainer.collector.collect
+
+    def recording_collect():
+        batch, metrics = collect()
+        P = int(batch.prompt_len)
+        distinct = len({tuple(r) for r in batch.tokens[:, :P].tolist()})
+        shapes.append({"shape/P": P, "shape/T_used": int(batch.tokens.shape[1]) - P, "shape/U": distinct})
+        return batch, metrics
+
+    trainer.collector.collect = recording_collect
     if args.profile:  # torch.profiler around the last step; the table goes to stderr
         from torch.profiler import ProfilerActivity, profile
 
-        steps = [trainer.train_step() for _ in range(args.steps - 1)]
+        steps = [{**trainer.train_step(), **shapes[-1]} for _ in range(args.steps - 1)]
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            steps.append(trainer.train_step())
+            steps.append({**trainer.train_step(), **shapes[-1]})
         print(
             prof.key_averages(group_by_input_shape=True).table(
                 sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=40, max_shapes_column_width=60
@@ -86,14 +100,15 @@ def worker(args) -> None:
             file=sys.stderr,
         )
     else:
-        steps = [trainer.train_step() for _ in range(args.steps)]
+        steps = [{**trainer.train_step(), **shapes[-1]} for _ in range(args.steps)]
     (prec,) = [e for e in events.records if e["event"] == "precision"]
     print_result(
         {
             "dtype": args.dtype,
             "precision_event": prec,
             "per_step": [
-                {k: s[k] for k in (*STAGES, "time/eval", "response/len_mean", *TOKEN_COUNTS) if k in s} for s in steps
+                {k: s[k] for k in (*STAGES, "time/eval", "response/len_mean", *TOKEN_COUNTS, *SHAPES) if k in s}
+                for s in steps
             ],
             "peak_rss_mb": peak_rss_mb(),
             "loadavg_start": load0,

@@ -349,10 +349,21 @@ def speed_section() -> str:
     if len(draws) != 1:  # one sentence quotes all three: they must share the draw
         raise ValueError(f"the speed result files were made with different --sample_draw: {sorted(draws)}")
     (draw,) = draws
-    with_draw = f" with `--sample_draw {draw}`" if draw != "exponential" else ""
+
+    def shared_of(d: dict) -> bool:  # real_speed: a bool; vs_trl: "ours --shared_prompt: ..." or "off: ..."
+        said = d["settings"].get("shared_prompt", False)
+        return said.startswith("ours --shared_prompt") if isinstance(said, str) else bool(said)
+
+    shared = {shared_of(d) for d in (f32, b16, rs)}
+    if len(shared) != 1:
+        raise ValueError("the speed result files differ in --shared_prompt")
+    flags = ([f"`--sample_draw {draw}`"] if draw != "exponential" else []) + (
+        ["`--shared_prompt`"] if shared.pop() else []
+    )
+    with_draw = f" with {' and '.join(flags)}" if flags else ""
     b16x = _load_optional("benchmarks/results/vs_trl_smollm2_bf16_exponential.json")
     same = ""
-    if with_draw and b16x:
+    if draw != "exponential" and b16x and shared_of(b16x) == shared_of(b16):
         same = (
             " (the distribution TRL samples, drawn with one uniform per row instead of an exponential per vocabulary "
             f"entry; with the default draw TRL/ours is {b16x['ratio_trl_over_ours']:.2f}x in bf16)"

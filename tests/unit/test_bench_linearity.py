@@ -35,3 +35,16 @@ def test_measured_steps_and_a_short_batch_costs_fewer_flops():
 def test_counters_that_do_not_fit_raise():
     with pytest.raises(ValueError, match="do not fit"):
         prompt_and_length(16, 4, 5181, 2928)
+
+
+def test_shared_prompt_flops_count_the_shared_prefix_once():
+    """--shared_prompt: with every row's prompt its own (U = N) the model is the unshared one
+    (same positions, same contexts); with U = B the teacher-forced passes drop (N - B)(P - 1)
+    prompt positions, W each plus their attention, four times (reference + 3 x learner)."""
+    from linearity import HIDDEN, LAYERS, W, attn
+
+    assert step_flops(16, 16, 39, 32, U=16) == pytest.approx(step_flops(16, 16, 39, 32), rel=1e-12)
+    saved = step_flops(16, 4, 39, 32) - step_flops(16, 4, 39, 32, U=4)
+    expected = 4 * (16 - 4) * ((39 - 1) * W + sum(attn(c) for c in range(1, 39)))
+    assert saved == pytest.approx(expected, rel=1e-12)
+    assert attn(10) == LAYERS * 4 * HIDDEN * 10

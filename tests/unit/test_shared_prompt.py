@@ -98,6 +98,22 @@ def test_shared_prompt_float32_close_and_distinct_prompts_untouched(tmp_path):
     assert policy._shared_prompt_cache(tokens, P, 0) is None
 
 
+def test_fed_tokens_counts_what_the_pass_runs(tmp_path):
+    from noma_prorl_bench.models.base import fed_tokens
+
+    policy, tok = _policy(tmp_path, "llama", torch.float32)
+    tokens, P = _batch(tok, G=4, T=6)  # 3 prompts x 4 rows
+    N, L = tokens.shape
+    policy.shared_prompt = False
+    assert fed_tokens(policy, tokens, P) == N * L
+    policy.shared_prompt = True
+    assert fed_tokens(policy, tokens, P) == 3 * (P - 1) + N * (L - P + 1)
+    assert fed_tokens(policy, tokens[:3], P) == tokens[:3].numel() or len(set(map(tuple, tokens[:3, :P].tolist()))) < 3
+    distinct, Pd = _batch(tok, G=1, T=6)
+    assert fed_tokens(policy, distinct, Pd) == distinct.numel()
+    assert fed_tokens(lambda t: t, tokens, P) == N * L  # a callable without the switch (a monitor's)
+
+
 def test_shared_prompt_refused_where_it_cannot_hold(tmp_path):
     for bad, flag in (
         ({"model": "gru", "shared_prompt": True}, "shared_prompt"),
@@ -166,6 +182,13 @@ def test_trainer_shared_prompt_reaches_learner_and_reference(tmp_path):
         HFPolicy._shared_prompt_cache = orig
     assert torch.equal(out[False][0], out[True][0])  # the rollout is untouched: same tokens
     assert torch.allclose(out[False][1], out[True][1], atol=1e-5, rtol=0), (out[False][1] - out[True][1]).abs().max()
+    # exact counters: the shared passes feed (N - U) x (P - 1) fewer token positions per pass
+    saved_ref = out[False][2]["count/tokens_ref"] - out[True][2]["count/tokens_ref"]
+    saved_policy = out[False][2]["count/tokens_policy"] - out[True][2]["count/tokens_policy"]
+    N, U = 3 * 4, 3
+    assert saved_ref > 0 and saved_ref % (N - U) == 0, saved_ref
+    # the learner's minibatches share prompts within each minibatch: a multiple of P - 1
+    assert saved_policy > 0 and saved_policy % (saved_ref // (N - U)) == 0, (saved_policy, saved_ref)
     keys = [k for k in out[False][2] if k.startswith(("loss", "kl/")) and isinstance(out[False][2][k], float)]
     assert any(k.startswith("loss") for k in keys) and any(k.startswith("kl/") for k in keys), keys
     for k in keys:

@@ -93,6 +93,18 @@ def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Ten
     return logits[:, P - 1 : -1].float()  # [N, T, V]: position P-1+t predicts token P+t
 
 
+def fed_tokens(model: Any, tokens: torch.Tensor, P: int) -> int:
+    """Token positions a teacher-forced pass of `model` over tokens[N, L] (prompt length P) runs
+    through the model, for the exact counters: N x L, or with --shared_prompt (models/hf.py)
+    U x (P - 1) + N x (L - P + 1) for the batch's U distinct prompts."""
+    groups = getattr(model, "prompt_groups", None)
+    g = groups(tokens, P) if groups is not None and getattr(model, "shared_prompt", False) else None
+    if g is None:
+        return tokens.numel()
+    N, L = tokens.shape
+    return int(g[0].shape[0]) * (P - 1) + N * (L - P + 1)
+
+
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """logits[N, T, V], targets[N, T] -> log pi(target)[N, T] under logits / temperature."""
     logp_all = F.log_softmax(logits.float() / temperature, dim=-1)

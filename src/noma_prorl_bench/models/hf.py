@@ -140,6 +140,14 @@ class HFPolicy(nn.Module):
         h = out.last_hidden_state  # [N, L or L - start, C]
         return h[:, -keep_last:] if keep_last > 0 else h
 
+    def prompt_groups(self, tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """--shared_prompt: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's index
+        into them [N]), or None when the switch is off, P < 2 or every row's prompt is its own."""
+        if not self.shared_prompt or P < 2:
+            return None
+        uniq, inverse = torch.unique(tokens[:, : P - 1], dim=0, return_inverse=True)  # [U, P-1], [N]
+        return None if uniq.shape[0] == tokens.shape[0] else (uniq, inverse)
+
     def _shared_prompt_cache(self, tokens: torch.Tensor, P: int, keep_last: int) -> tuple[Any, int] | None:
         """--shared_prompt: rows that share a prompt (a group's G samples) share its encoding.
 
@@ -151,14 +159,13 @@ class HFPolicy(nn.Module):
         not the same bits (the prompt's matmuls and attention see other shapes). -> (cache, P - 1),
         or None for the whole forward: the switch is off, no prompt length or a short one, the
         caller wants outputs from the prompt (keep_last 0 or > L - P + 1), or every prompt differs."""
-        L = tokens.shape[1]
-        if not self.shared_prompt or P < 2 or keep_last <= 0 or keep_last > L - P + 1:
+        if keep_last <= 0 or keep_last > tokens.shape[1] - P + 1:
             return None
+        groups = self.prompt_groups(tokens, P)
+        if groups is None:
+            return None
+        uniq, inverse = groups
         start = P - 1
-        prefix = tokens[:, :start]
-        uniq, inverse = torch.unique(prefix, dim=0, return_inverse=True)  # [U, P-1], [N]
-        if uniq.shape[0] == tokens.shape[0]:
-            return None
         umask = left_pad_mask(uniq, self.pad_id)  # = mask[:, :P-1] of the prompt's rows (leading PADs only)
         out = self.model.base_model(
             input_ids=uniq, attention_mask=umask, position_ids=positions_from_mask(umask), use_cache=True

@@ -53,7 +53,7 @@ from torch import nn
 
 from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.models.base import frozen_parameters, policy_logprobs, same_tensor
+from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_logprobs, same_tensor
 
 REF_MODES = (*REF_COMPUTES, "none")  # --ref_compute, and "none" for Variant B (no reference model)
 
@@ -247,7 +247,7 @@ class ReferenceHolder:
         self._fwd_logits = logits if self.keep_logits else None
         if logp.is_cuda:
             torch.cuda.synchronize(logp.device)
-        self.counter.forward(tokens.numel(), time.perf_counter() - t0)
+        self.counter.forward(fed_tokens(model, tokens, P), time.perf_counter() - t0)
         return logp
 
     def prepare(self, tokens: torch.Tensor, P: int) -> None:

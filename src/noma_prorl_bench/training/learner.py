@@ -21,7 +21,7 @@ from noma_prorl_bench.algorithms import objective as objective_lib
 from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config.specs import ObjectiveSpec, OptimizerSpec
 from noma_prorl_bench.io.metrics import Counters, StageTimer
-from noma_prorl_bench.models.base import policy_logprobs
+from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
@@ -133,7 +133,7 @@ class Learner:
                     self.policy, batch.tokens, batch.prompt_len, spec.temperature, chunk=spec.logprob_chunk
                 )  # logits None when chunked
             self.counters.add("policy_fwd_train", 1)
-            self.counters.add("tokens_policy", batch.tokens.numel())
+            self.counters.add("tokens_policy", fed_tokens(self.policy, batch.tokens, batch.prompt_len))
             if spec.tis_cap > 0:
                 inp.tis_weight = loss_lib.tis_weights(logp, batch.logp_old, spec.tis_cap)  # [N, T]
                 inp.logp_old = logp
@@ -213,7 +213,7 @@ class Learner:
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
         logp, ent, logits = micro.logprobs(self.policy, tokens, P, spec.temperature, spec.logprob_chunk)
         self.counters.add("policy_fwd_train", 1)
-        self.counters.add("tokens_policy", tokens.numel())
+        self.counters.add("tokens_policy", fed_tokens(self.policy, tokens, P))
         old_logits = None if inp.old_logits is None else inp.old_logits[sl]
         with self.timer("ref_in_train"):  # A0 runs a reference forward here
             anchor, logits_anchor = reference.anchor(

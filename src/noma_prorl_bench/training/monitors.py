@@ -28,7 +28,7 @@ from torch.func import functional_call
 
 from noma_prorl_bench.algorithms.kl import kl_full
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.models.base import frozen_parameters, response_logits, same_tensor, slices_logits
+from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, response_logits, same_tensor, slices_logits
 from noma_prorl_bench.training.resets import adopt_frozen, clone_state_dict
 
 Params = dict[str, torch.Tensor]
@@ -90,7 +90,7 @@ def _scaled_logits(
     model = policy if params is None else _functional(policy, params)
     logits = response_logits(model, tokens, P) / temperature  # [N, T, V]
     if counter is not None:
-        counter.forward(tokens.numel(), time.perf_counter() - t0)
+        counter.forward(fed_tokens(model, tokens, P), time.perf_counter() - t0)
     return logits
 
 
@@ -201,15 +201,18 @@ class DriftMonitor:
         rows = N if not T else max(1, MONITOR_CHUNK_ELEMENTS // (T * vocab_size(policy)))
         sums: dict[str, Any] = {k: 0.0 for k in others}  # float, then a 0-dim tensor
         t0 = time.perf_counter()
+        fed = 0  # the policy's own pass (--shared_prompt shares prompts); the others run every row's
         with _eval_mode(policy):
             for a in range(0, N, rows):
                 tok, m = self.tokens[a : a + rows], self.mask[a : a + rows].float()
+                fed += fed_tokens(policy, tok, self.P)
                 lp = _scaled_logits(policy, None, tok, self.P, self.temperature, None)  # [n, T, V]
                 for key, params in others.items():
                     kl = kl_full(lp, _scaled_logits(policy, params, tok, self.P, self.temperature, None))
                     sums[key] = sums[key] + (kl * m).sum()
         seconds = (time.perf_counter() - t0) / (1 + len(others))
-        for _ in range(1 + len(others)):
+        self.counter.forward(fed, seconds)
+        for _ in others:
             self.counter.forward(self.tokens.numel(), seconds)
         total = self.mask.float().sum().clamp_min(1.0)
         return {k: float(v / total) for k, v in sums.items()}

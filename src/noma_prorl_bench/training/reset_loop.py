@@ -42,7 +42,7 @@ from torch import nn
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
 from noma_prorl_bench.io.metrics import Counters, StepSignals
-from noma_prorl_bench.models.base import frozen_parameters, policy_device, policy_logprobs
+from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_device, policy_logprobs
 from noma_prorl_bench.rollout.reference import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
@@ -250,7 +250,8 @@ class EvalMonitors:
         out["policy/delta_logp"] = float(loss_lib.masked_mean_or_zero((logp - batch.logp_old).abs(), batch.mask))
         counts = self.drift.pop_counts()
         self.counters.add("monitor_fwd", counts["count/monitor_fwd"] + 1)
-        self.counters.add("tokens_monitor", counts["count/tokens_monitor"] + batch.tokens.numel())
+        fed = fed_tokens(policy, batch.tokens, batch.prompt_len)  # N x L, fewer with --shared_prompt
+        self.counters.add("tokens_monitor", counts["count/tokens_monitor"] + fed)
         return out
 
     def state_dict(self) -> dict[str, Any]:
