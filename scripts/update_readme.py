@@ -357,17 +357,31 @@ def speed_section() -> str:
     shared = {shared_of(d) for d in (f32, b16, rs)}
     if len(shared) != 1:
         raise ValueError("the speed result files differ in --shared_prompt")
+    is_shared = shared.pop()
     flags = ([f"`--sample_draw {draw}`"] if draw != "exponential" else []) + (
-        ["`--shared_prompt`"] if shared.pop() else []
+        ["`--shared_prompt`"] if is_shared else []
     )
     with_draw = f" with {' and '.join(flags)}" if flags else ""
     b16x = _load_optional("benchmarks/results/vs_trl_smollm2_bf16_exponential.json")
-    same = ""
-    if draw != "exponential" and b16x and shared_of(b16x) == shared_of(b16):
-        same = (
-            " (the distribution TRL samples, drawn with one uniform per row instead of an exponential per vocabulary "
-            f"entry; with the default draw TRL/ours is {b16x['ratio_trl_over_ours']:.2f}x in bf16)"
+    notes = []
+    if draw != "exponential":
+        notes.append(
+            "the distribution TRL samples, drawn with one uniform per row instead of an exponential per vocabulary entry"
+            + (
+                f"; with the default draw TRL/ours is {b16x['ratio_trl_over_ours']:.2f}x in bf16"
+                if b16x and shared_of(b16x) == is_shared
+                else ""
+            )
         )
+    if is_shared:
+        notes.append("the learner's and reference passes encode each distinct prompt once, TRL's every row's")
+    same = f" ({'; '.join(notes)})" if notes else ""
+    unshared = _load_optional("benchmarks/results/real_speed_acd7c91.json")
+    before = (
+        f"; {unshared['ratio_bf16_over_float32']:.2f}x without `--shared_prompt`, which speeds float32 up more"
+        if is_shared and unshared and not shared_of(unshared)
+        else ""
+    )
     return (
         f"**Step time** ([docs/performance.md](docs/performance.md); SmolLM2-135M + LoRA r8, B 4 x G 4, <= 32 new "
         f"tokens, medians of per-pair process-CPU ratios over {len(f32['pair_ratios'])} alternating pairs, "
@@ -375,7 +389,7 @@ def speed_section() -> str:
         f"{f32['ratio_trl_over_ours']:.2f}x in float32 (pairs {pairs(f32)}; per token "
         f"{f32['ratio_trl_over_ours_per_token']:.2f}x: TRL generates {tokens(f32)} tokens per step), "
         f"{b16['ratio_trl_over_ours']:.2f}x in bf16 ({pairs(b16)}; per token {b16['ratio_trl_over_ours_per_token']:.2f}x); "
-        f"our `--dtype bf16_mixed` step {rs['ratio_bf16_over_float32']:.2f}x faster than our float32 ({pairs(rs)}). "
+        f"our `--dtype bf16_mixed` step {rs['ratio_bf16_over_float32']:.2f}x faster than our float32 ({pairs(rs)}{before}). "
         "B 0.97x A1 and TRL/ours 1.02-1.10x at 4M-32M parameters come from older float32 runs on the AMD guest."
     )
 

@@ -27,7 +27,7 @@ def test_prompt_and_length_round_trip(P, T_used):
 
 
 def test_measured_steps_and_a_short_batch_costs_fewer_flops():
-    assert prompt_and_length(16, 4, 5180, 2928) == (55, 128)  # real_speed_T128.json, first timed step
+    assert prompt_and_length(16, 4, 5180, 2928) == (55, 128)  # real_speed_T128_acd7c91.json, first timed step
     assert prompt_and_length(16, 4, 2612, 1632) == (53, 49)  # every row ended by 49 tokens
     assert step_flops(16, 4, 53, 49) < 0.6 * step_flops(16, 4, 55, 128)  # 1.85 vs 3.64 TFLOP
 
@@ -48,3 +48,13 @@ def test_shared_prompt_flops_count_the_shared_prefix_once():
     expected = 4 * (16 - 4) * ((39 - 1) * W + sum(attn(c) for c in range(1, 39)))
     assert saved == pytest.approx(expected, rel=1e-12)
     assert attn(10) == LAYERS * 4 * HIDDEN * 10
+
+
+def test_a_measured_shared_prompt_step_counts_what_ran():
+    """real_speed_T128.json (--shared_prompt), a timed step: P 53, padded length 128, U 4 distinct
+    prompts; the reference ran U (P - 1) + N (T + 1) positions and the policy the shared prefill,
+    the decode steps and the learner's pass of the same size."""
+    N, B, U, P, T = 16, 4, 4, 53, 128
+    tokens_ref = U * (P - 1) + N * (T + 1)
+    assert tokens_ref == 2272
+    assert B * P + N * (T - 1) + tokens_ref == 4516
