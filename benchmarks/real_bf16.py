@@ -84,8 +84,29 @@ def load_previous(path: str) -> dict[int, float]:
     return {int(r["seed"]): r["bf16_after"] - r["bf16_before"] for r in json.load(open(path))["per_seed"]}
 
 
-def compare(f32: dict[int, dict], b16: dict[int, dict], previous: dict[int, float] | None = None) -> dict:
-    from noma_prorl_bench.analysis.stats import mde80, sign_flip_p, t_ci
+# Speed switches the bf16 arm may add (--speed_flags): each samples the same distribution and
+# computes the same function as without it (other float rounding, other tokens per seed)
+SPEED_FLAGS = {"--sample_draw": 1, "--shared_prompt": 0}  # flag -> how many values follow it
+
+
+def split_speed_flags(flags: list[str]) -> tuple[list[str], list[str]]:
+    """flags -> (the recipe without SPEED_FLAGS, the speed flags with their values)."""
+    recipe, speed, i = [], [], 0
+    while i < len(flags):
+        n = SPEED_FLAGS.get(flags[i])
+        if n is None:
+            recipe.append(flags[i])
+            i += 1
+        else:
+            speed += flags[i : i + 1 + n]
+            i += 1 + n
+    return recipe, speed
+
+
+def compare(
+    f32: dict[int, dict], b16: dict[int, dict], previous: dict[int, float] | None = None, speed_flags: bool = False
+) -> dict:
+    from noma_prorl_bench.analysis.stats import holm, mde80, sign_flip_p, t_ci
 
     seeds = sorted(set(f32) & set(b16))
     if len(seeds) < 2:
@@ -94,9 +115,17 @@ def compare(f32: dict[int, dict], b16: dict[int, dict], previous: dict[int, floa
     def recipe(flags: list[str]) -> list[str]:  # the flags bar --dtype X
         return [f for i, f in enumerate(flags) if f != "--dtype" and (i == 0 or flags[i - 1] != "--dtype")]
 
-    for s in seeds:  # the same recipe on both sides, bar the dtype
-        if recipe(f32[s]["flags"]) != recipe(b16[s]["flags"]):
+    speed: set[tuple[str, ...]] = set()
+    for s in seeds:  # the same recipe on both sides, bar the dtype (and, with speed_flags, bf16's speed switches)
+        b16_flags = b16[s]["flags"]
+        if speed_flags:
+            b16_flags, extra_flags = split_speed_flags(b16_flags)
+            speed.add(tuple(extra_flags))
+        if recipe(f32[s]["flags"]) != recipe(b16_flags):
             raise SystemExit(f"seed {s}: flags differ: {f32[s]['flags']} vs {b16[s]['flags']}")
+    if len(speed) > 1:
+        raise SystemExit(f"the bf16 seeds differ in their speed flags: {sorted(speed)}")
+    bf16_speed_flags = list(speed.pop()) if speed else []
     lift = {
         k: np.array([a[s]["after"] - a[s]["before"] for s in seeds]) for k, a in (("float32", f32), ("bf16_mixed", b16))
     }
@@ -132,8 +161,14 @@ def compare(f32: dict[int, dict], b16: dict[int, dict], previous: dict[int, floa
             "lift_vs_previous": row(d),
             "previous_lift": [previous[s] for s in both],
         }
+    if extra:  # two questions: Holm over their sign-flip p-values
+        p_holm = holm(
+            [row(lift["bf16_mixed"] - lift["float32"])["sign_flip_p"], extra["lift_vs_previous"]["sign_flip_p"]]
+        )
+        extra["p_holm"] = {"lift_diff": p_holm[0], "lift_vs_previous": p_holm[1]}
     return {
         **extra,
+        "bf16_speed_flags": bf16_speed_flags,
         "seeds": seeds,
         "n": len(seeds),
         "form": {"float32": form(f32), "bf16_mixed": form(b16)},
@@ -170,8 +205,9 @@ def markdown(res: dict) -> str:
         "",
         "Regime: the demo recipe (`--preset smollm2_demo`: SmolLM2-135M-Instruct, dequantised Q4_1, LoRA r8 on "
         "q/k/v/o, `rg:basic_arithmetic`, k3 beta 0.01, lr 2e-4, B 4 x G 4, 32 new tokens, 16 RL steps), greedy "
-        "correctness on 200 held-out prompts, float32 vs `--dtype bf16_mixed`, paired by seed "
-        "(`benchmarks/real_bf16.py`; machine and timings: docs/performance.md, bf16 section).",
+        "correctness on 200 held-out prompts, float32 vs `--dtype bf16_mixed`"
+        + (f" with `{' '.join(res['bf16_speed_flags'])}`" if res.get("bf16_speed_flags") else "")
+        + ", paired by seed (`benchmarks/real_bf16.py`; machine and timings: docs/performance.md, bf16 section).",
         "",
         f"Paired by training seed, n = {res['n']}: lift (greedy correctness after 16 RL steps minus the "
         f"untouched model's, 200 prompts) float32 {ci(res['lift']['float32'])}, bf16_mixed "
@@ -208,6 +244,14 @@ def previous_lines(res: dict) -> list[str]:
         f"lift now - lift then {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}], sign-flip p = "
         f"{d['sign_flip_p']:.3f}: {word} (mde80 {d['mde80']:.3f}; ahead on {d['positive']}, behind on "
         f"{d['negative']} seeds).",
+        *(
+            [
+                f"Two questions, Holm-adjusted sign-flip p: bf16 - float32 {res['p_holm']['lift_diff']:.3f}, "
+                f"now - then {res['p_holm']['lift_vs_previous']:.3f}."
+            ]
+            if "p_holm" in res
+            else []
+        ),
         "",
     ]
 
@@ -273,12 +317,19 @@ def main(argv=None) -> int:
     p.add_argument(
         "--previous", default=None, help="an earlier bf16.json of this script: also compare the two bf16 code paths"
     )
+    p.add_argument(
+        "--speed_flags",
+        action="store_true",
+        help="the bf16 seeds may add --sample_draw X and --shared_prompt (same distribution, same function)",
+    )
     a = p.parse_args(argv)
     b16 = load_root(a.bf16)
     bad = [s for s, r in b16.items() if r["dtype"] != "bf16_mixed" or not r["complete"]]
     if bad:
         raise SystemExit(f"seeds {bad} in {a.bf16} are not complete bf16_mixed runs")
-    res = compare(load_float32(a.float32), b16, load_previous(a.previous) if a.previous else None)
+    res = compare(
+        load_float32(a.float32), b16, load_previous(a.previous) if a.previous else None, speed_flags=a.speed_flags
+    )
     os.makedirs(a.out, exist_ok=True)
     json.dump(res, open(os.path.join(a.out, "bf16.json"), "w"), indent=1)
     md = markdown(res)

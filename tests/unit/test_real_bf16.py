@@ -95,3 +95,30 @@ def test_against_a_previous_bf16_file_by_hand(tmp_path):
     assert res["previous_seeds"] == [0, 1, 2]
     assert "Against the previous bf16 code path" in real_bf16.markdown(res)
     assert "previous" not in real_bf16.markdown(real_bf16.compare(f32, b16))
+
+
+def test_speed_flags_only_with_the_switch_and_only_the_speed_switches():
+    """--speed_flags: the bf16 arm may add --sample_draw X and --shared_prompt (recorded in the
+    result and named in the report); anything else, or the same flags without the switch, is refused."""
+    f32 = _arm(0.10, [0.15, 0.12, 0.16], "float32")
+    b16 = _arm(0.08, [0.14, 0.11, 0.12], "bf16_mixed")
+    for r in b16.values():
+        r["flags"] = [*r["flags"], "--sample_draw", "inverse_cdf", "--shared_prompt"]
+    with pytest.raises(SystemExit, match="flags differ"):
+        real_bf16.compare(f32, b16)
+    res = real_bf16.compare(f32, b16, speed_flags=True)
+    assert res["bf16_speed_flags"] == ["--sample_draw", "inverse_cdf", "--shared_prompt"]
+    assert "with `--sample_draw inverse_cdf --shared_prompt`" in real_bf16.markdown(res)
+    assert (
+        real_bf16.compare(f32, _arm(0.08, [0.14, 0.11, 0.12], "bf16_mixed"), speed_flags=True)["bf16_speed_flags"] == []
+    )
+    b16[1]["flags"] = [*RECIPE, "--dtype", "bf16_mixed", "--lr", "1e-3", "--shared_prompt"]
+    with pytest.raises(SystemExit, match="flags differ"):
+        real_bf16.compare(f32, b16, speed_flags=True)
+    b16[1]["flags"] = [*RECIPE, "--dtype", "bf16_mixed", "--shared_prompt"]  # seeds with other speed flags
+    with pytest.raises(SystemExit, match="differ in their speed flags"):
+        real_bf16.compare(f32, b16, speed_flags=True)
+    assert real_bf16.split_speed_flags(["--a", "1", "--sample_draw", "x", "--shared_prompt", "--b"]) == (
+        ["--a", "1", "--b"],
+        ["--sample_draw", "x", "--shared_prompt"],
+    )
