@@ -66,13 +66,21 @@ class DynamicOnly(torch.nn.Module):
         return self.policy.decode(tok, state)
 
 
-def prompts_for(tok, B: int, G: int) -> torch.Tensor:
-    """[N, P] left-padded keyword_inclusion prompts (B distinct, G copies each)."""
+def prompts_for(tok, B: int, G: int, which: str = "keyword_inclusion") -> torch.Tensor:
+    """[N, P] left-padded prompts (B distinct, G copies each): keyword_inclusion, or `demo`: the
+    smollm2_demo preset's rg:basic_arithmetic prompts (the caller's tokenizer wraps them in the chat
+    template, as the demo's does; needs reasoning-gym)."""
     import numpy as np
 
     from noma_prorl_bench.tasks import make_task
 
-    task = make_task("keyword_inclusion", n_val=8)
+    if which == "demo":
+        from noma_prorl_bench.config import make_config
+
+        cfg = make_config({"preset": "smollm2_demo", "outdir": "/dev/null"})
+        task = make_task(cfg.task, n_val=8, cfg=cfg)
+    else:
+        task = make_task("keyword_inclusion", n_val=8)
     ex = task.sample(np.random.default_rng([0, 1]), B)
     return tok.encode_prompts([e.prompt for e in ex for _ in range(G)])
 
@@ -153,6 +161,13 @@ def main(argv=None) -> int:
         help="a converted HF model directory (e.g. SmolLM2-135M-Instruct) instead of the random tiny Llama; "
         "the `transformer` path is then left out (no model of that size)",
     )
+    p.add_argument(
+        "--prompts",
+        default="keyword_inclusion",
+        choices=["keyword_inclusion", "demo"],
+        help="keyword_inclusion (no chat template), or demo: the smollm2_demo preset's rg:basic_arithmetic "
+        "chat prompts (P ~55 with SmolLM2's template; needs reasoning-gym)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     import transformers
@@ -194,8 +209,8 @@ def main(argv=None) -> int:
             a.paths = [k for k in a.paths if k != "transformer"]
         else:
             path = build_tiny_hf_model(f"{tmp}/llama", "llama", hidden=a.hidden, layers=a.layers, heads=a.heads, seed=0)
-        policy, tok = load_hf_policy(path, device=device, dtype=a.dtype)
-        ids = prompts_for(tok, a.B, a.G).to(device)
+        policy, tok = load_hf_policy(path, device=device, dtype=a.dtype, chat=a.prompts == "demo")
+        ids = prompts_for(tok, a.B, a.G, a.prompts).to(device)
         N, P = ids.shape
         torch.manual_seed(0)
         ours_tf = (
