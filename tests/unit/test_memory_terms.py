@@ -127,3 +127,26 @@ def test_eval_batch_is_the_evaluations():
     from noma_prorl_bench.rollout import sampling
 
     assert memory.EVAL_BATCH == sampling.EVAL_BATCH
+
+
+def test_shared_prompt_counts_the_positions_the_passes_run(smollm2_dir, monkeypatch):
+    """--shared_prompt: a pass runs B x (P - 1) + N x (T + 1) positions instead of N x (P + T), plus
+    the prompts' keys and values gathered to the N rows in every layer: by hand at the demo's shapes."""
+    from noma_prorl_bench.io import memory
+
+    kw = dict(model=f"hf:{smollm2_dir}", batch_size=4, group_size=4, max_new_tokens=32, task="keyword_inclusion")
+    sp_off, sp_on = specs_of(**kw), specs_of(**kw, shared_prompt=True)
+    shape = model_shape(sp_off, 96)
+    P, T, N, B = 55, 32, 16, 4
+    a = memory._per_token(shape) * shape.act_bytes
+    logits = 3 * N * (T + 1) * shape.vocab * 4
+    off = memory._logprob_pass(sp_off, shape, N, P, T, 3, train=False)
+    on = memory._logprob_pass(sp_on, shape, N, P, T, 3, train=False)
+    assert off == N * (P + T) * a + logits
+    assert on == (B * (P - 1) + N * (T + 1)) * a + N * (P - 1) * 2 * shape.kv * shape.act_bytes + logits
+    assert on < off
+    # with gradients every layer keeps both, and the update phase shrinks with them
+    assert memory._logprob_pass(sp_on, shape, N, P, T, 3, train=True) < memory._logprob_pass(
+        sp_off, shape, N, P, T, 3, train=True
+    )
+    assert build_estimate(sp_on, shape, P, T).phases["update"] < build_estimate(sp_off, shape, P, T).phases["update"]

@@ -294,15 +294,25 @@ def _logits_positions(s: Shape, P: int, T: int) -> int:
 def _logprob_pass(sp: RunSpecs, s: Shape, rows: int, P: int, T: int, copies: int, train: bool) -> int:
     """One log-prob pass over `rows` sequences: activations (all layers with grad, one layer
     without; block inputs only under --grad_checkpoint) and `copies` logits-sized tensors
-    (`--logprob_chunk` positions at a time when set)."""
+    (`--logprob_chunk` positions at a time when set). With --shared_prompt (hf:PATH) the trunk runs
+    each distinct prompt's P - 1 positions once (at most B of them) and rows x (T + 1) positions,
+    and every layer holds the prompts' keys and values gathered to the rows."""
     L, a = P + T, _per_token(s) * s.act_bytes
+    positions_run = rows * L  # token positions through the trunk
+    gathered = 0  # --shared_prompt: the prompts' keys and values gathered to every row, per layer
+    if getattr(sp.model, "shared_prompt", False) and s.kind == "hf" and P > 1:
+        prompts = min(rows, sp.rollout.batch_size)  # at most B distinct prompts among the rows
+        positions_run = prompts * (P - 1) + rows * (T + 1)
+        gathered = rows * (P - 1) * 2 * s.kv * s.act_bytes
     if train:
         saved = (
-            rows * L * (s.width * s.layers * s.act_bytes + a) if sp.model.grad_checkpoint else rows * L * a * s.layers
+            positions_run * (s.width * s.layers * s.act_bytes + a)
+            if sp.model.grad_checkpoint
+            else (positions_run * a + gathered) * s.layers
         )
-        act = saved + rows * L * a  # + one layer's gradients in backward
+        act = saved + positions_run * a + gathered  # + one layer's gradients in backward
     else:
-        act = rows * L * a
+        act = positions_run * a + gathered
     chunk = sp.objective.logprob_chunk
     positions = min(chunk, rows * T) if chunk > 0 else rows * _logits_positions(s, P, T)
     return act + copies * positions * s.vocab * 4
