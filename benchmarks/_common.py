@@ -64,6 +64,21 @@ def cpu_model() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
 
 
+def run_record(model_dir: str, loadavg_start: tuple) -> dict:
+    """The facts every single-process model benchmark records beside its numbers: the model
+    directory (the home directory as ~), the machine (io/machine.py, with the CPU's model name), the
+    commit and the load averages at its start and now. Needs src/ importable (the caller's sys.path)."""
+    from noma_prorl_bench.io.machine import machine_info  # noqa: PLC0415
+
+    return {
+        "model_dir": model_dir.replace(os.path.expanduser("~"), "~"),
+        "machine": {**machine_info(), "cpu": cpu_model()},
+        "commit": git_commit(),
+        "loadavg_start": loadavg_start,
+        "loadavg_end": os.getloadavg(),
+    }
+
+
 def sample_draws() -> tuple[str, ...]:
     """--sample_draw's values, the package's one list (config/choices.py), for a benchmark's parser."""
     if SRC not in sys.path:

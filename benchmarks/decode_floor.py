@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-from _common import SRC, cpu_model, git_commit
+from _common import SRC, run_record
 
 DTYPES = ("float32", "bfloat16")
 
@@ -79,7 +79,6 @@ def main(argv=None) -> int:
     sys.path.insert(0, SRC)
     import torch
 
-    from noma_prorl_bench.io.machine import machine_info
     from noma_prorl_bench.models.hf import load_hf_policy
 
     torch.set_num_threads(1)
@@ -110,11 +109,7 @@ def main(argv=None) -> int:
             "definition": "floor: CPU ms of one pass over every Linear of the model (rows x in @ W.T, the "
             "model's own weights, one thread, median of repeats); samplers: CPU ms per decode step "
             "(a call's median CPU s / T, prefill included) and that over the floor of the same dtype",
-            "model_dir": a.model_dir.replace(os.path.expanduser("~"), "~"),
-            "machine": {**machine_info(), "cpu": cpu_model()},
-            "commit": git_commit(),
-            "loadavg_start": load0,
-            "loadavg_end": os.getloadavg(),
+            **run_record(a.model_dir, load0),
         }
     )
     if a.out:

@@ -22,8 +22,9 @@ import os
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
-from _common import SRC, cpu_model, git_commit
+from _common import SRC, run_record
 
 PROMPTS = (
     "Calculate 5 - 3.",
@@ -52,21 +53,17 @@ def main(argv=None) -> int:
     sys.path.insert(0, SRC)
     import torch
 
-    from noma_prorl_bench.io.machine import machine_info
     from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.lora import attach_lora
-    from noma_prorl_bench.models.precision import cast_norm_outputs_once, float32_teacher_attention, hold_frozen_in_bf16
+    from noma_prorl_bench.training.trainer import hold_precision
 
     torch.set_num_threads(1)
     load0 = os.getloadavg()
     policy, tok = load_hf_policy(os.path.expanduser(a.model_dir), dtype="float32", chat=True)
     attach_lora(policy.model, ["q_proj", "k_proj", "v_proj", "o_proj"], 8, 16.0)
-    if a.dtype == "bf16_mixed":  # as the trainer sets a bf16_mixed HF policy up (models/precision.py)
-        policy.compute_dtype = torch.bfloat16
-        hold_frozen_in_bf16(policy)
-        float32_teacher_attention(policy)
-        cast_norm_outputs_once(policy)
+    policy.compute_dtype = torch.bfloat16 if a.dtype == "bf16_mixed" else None  # as models/build.py sets it
+    hold_precision(SimpleNamespace(dtype=a.dtype), policy, lambda *args, **kw: None)  # the trainer's set-up
     gen = torch.Generator().manual_seed(0)
     prompts = tok.encode_prompts(list(PROMPTS[: a.B])).repeat_interleave(a.G, 0)
     P = prompts.shape[1]
@@ -124,11 +121,7 @@ def main(argv=None) -> int:
             },
             "definition": "per pass: CPU s off (every row's prompt) and on (--shared_prompt), alternating, "
             "first pair dropped; ratio = median of per-pair off / on",
-            "model_dir": a.model_dir.replace(os.path.expanduser("~"), "~"),
-            "machine": {**machine_info(), "cpu": cpu_model()},
-            "commit": git_commit(),
-            "loadavg_start": load0,
-            "loadavg_end": os.getloadavg(),
+            **run_record(a.model_dir, load0),
         }
     )
     if a.out:

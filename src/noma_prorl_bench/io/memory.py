@@ -300,7 +300,7 @@ def _logprob_pass(sp: RunSpecs, s: Shape, rows: int, P: int, T: int, copies: int
     L, a = P + T, _per_token(s) * s.act_bytes
     positions_run = rows * L  # token positions through the trunk
     gathered = 0  # --shared_prompt: the prompts' keys and values gathered to every row, per layer
-    if getattr(sp.model, "shared_prompt", False) and s.kind == "hf" and P > 1:
+    if sp.model.shared_prompt and s.kind == "hf" and P > 1:
         prompts = min(rows, sp.rollout.batch_size)  # at most B distinct prompts among the rows
         positions_run = prompts * (P - 1) + rows * (T + 1)
         gathered = rows * (P - 1) * 2 * s.kv * s.act_bytes

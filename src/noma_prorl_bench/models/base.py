@@ -97,8 +97,8 @@ def fed_tokens(model: Any, tokens: torch.Tensor, P: int) -> int:
     """Token positions a teacher-forced pass of `model` over tokens[N, L] (prompt length P) runs
     through the model, for the exact counters: N x L, or with --shared_prompt (models/hf.py)
     U x (P - 1) + N x (L - P + 1) for the batch's U distinct prompts."""
-    groups = getattr(model, "prompt_groups", None)
-    g = groups(tokens, P) if groups is not None and getattr(model, "shared_prompt", False) else None
+    groups = getattr(model, "prompt_groups", None)  # None when the switch is off or no prompt is shared
+    g = groups(tokens, P) if groups is not None else None
     if g is None:
         return tokens.numel()
     N, L = tokens.shape

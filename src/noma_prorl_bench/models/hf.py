@@ -99,46 +99,35 @@ class HFPolicy(nn.Module):
         ``prompt_len=P`` with ``shared_prompt`` on and k <= L - P + 1: each distinct prompt is
         encoded once (`_shared_prompt_cache`).
         """
-        mask = left_pad_mask(tokens, self.pad_id)
-        pos = positions_from_mask(mask)
         with autocast(self):
-            shared = self._shared_prompt_cache(tokens, prompt_len, keep_last)
-            if shared is not None:
-                cache, start = shared
-                out = self.model(
-                    input_ids=tokens[:, start:],
-                    attention_mask=mask,
-                    position_ids=pos[:, start:],
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=keep_last,
-                )
-            else:
-                out = self.model(
-                    input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=keep_last
-                )
+            out = self.model(**self._trunk_inputs(tokens, prompt_len, keep_last), logits_to_keep=keep_last)
         return out.logits.float()  # [N, L or k, V]
 
     def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0, prompt_len: int = 0) -> torch.Tensor:
         """tokens[N, L] -> the decoder's final (normed) hidden states [N, L or k, C]
         (``prompt_len`` as in `forward`)."""
+        with autocast(self):
+            out = self.model.base_model(**self._trunk_inputs(tokens, prompt_len, keep_last))
+        h = out.last_hidden_state  # [N, L or L - P + 1, C]
+        return h[:, -keep_last:] if keep_last > 0 else h
+
+    def _trunk_inputs(self, tokens: torch.Tensor, prompt_len: int, keep_last: int) -> dict[str, Any]:
+        """The decoder's keyword inputs for a teacher-forced pass over tokens[N, L]: the whole
+        sequence, or with --shared_prompt tokens[:, P-1:] on the shared prompt cache (the mask
+        still covers all L positions; call under the policy's autocast)."""
         mask = left_pad_mask(tokens, self.pad_id)
         pos = positions_from_mask(mask)
-        with autocast(self):
-            shared = self._shared_prompt_cache(tokens, prompt_len, keep_last)
-            if shared is not None:
-                cache, start = shared
-                out = self.model.base_model(
-                    input_ids=tokens[:, start:],
-                    attention_mask=mask,
-                    position_ids=pos[:, start:],
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-            else:
-                out = self.model.base_model(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=False)
-        h = out.last_hidden_state  # [N, L or L - start, C]
-        return h[:, -keep_last:] if keep_last > 0 else h
+        shared = self._shared_prompt_cache(tokens, prompt_len, keep_last)
+        if shared is None:
+            return {"input_ids": tokens, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+        cache, start = shared
+        return {
+            "input_ids": tokens[:, start:],
+            "attention_mask": mask,
+            "position_ids": pos[:, start:],
+            "past_key_values": cache,
+            "use_cache": True,
+        }
 
     def prompt_groups(self, tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """--shared_prompt: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's index
