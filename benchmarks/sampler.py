@@ -10,6 +10,9 @@ exactly T new tokens per sequence on every path (EOS disabled: our sampler gets 
                         its G samples, in-place decode, device-side EOS bookkeeping
   ours_inverse_cdf      ours with --sample_draw inverse_cdf (one uniform per row and token instead
                         of generate's exponential race over the vocabulary: the same distribution)
+  ours_plain, ours_inverse_cdf_plain
+                        ours / ours_inverse_cdf with --decode_weights plain (the Linears' own
+                        F.linear instead of weights packed once for MKL / oneDNN: the same bits)
   ours_noshare          the same without prefix sharing (all N rows prefilled)
   ours_dynamic_noshare  the same loop on the model's DynamicCache, all N rows prefilled (close to
                         the earlier sampler)
@@ -90,7 +93,9 @@ def _sync(ids) -> None:
         torch.cuda.synchronize()
 
 
-def run_ours(policy, ids, T, pad_id, seed, G=1, draw="exponential") -> tuple[float, float]:
+def run_ours(policy, ids, T, pad_id, seed, G=1, draw="exponential", weights="packed") -> tuple[float, float]:
+    if hasattr(policy, "decode_weights"):
+        policy.decode_weights = weights  # --decode_weights (models/packed.py)
     g = torch.Generator(device=ids.device).manual_seed(seed)
     _sync(ids)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -222,6 +227,10 @@ def main(argv=None) -> int:
         fns = {
             "ours": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G),
             "ours_inverse_cdf": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G, draw="inverse_cdf"),
+            "ours_plain": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s, G, weights="plain"),
+            "ours_inverse_cdf_plain": lambda T, s: run_ours(
+                policy, ids, T, tok.pad_id, s, G, draw="inverse_cdf", weights="plain"
+            ),
             "ours_noshare": lambda T, s: run_ours(policy, ids, T, tok.pad_id, s),
             "ours_dynamic_noshare": lambda T, s: run_ours(DynamicOnly(policy), ids, T, tok.pad_id, s),
             "hf_dynamic": lambda T, s: run_hf(policy.model, ids, T, tok.pad_id, s, static=False),
@@ -261,7 +270,7 @@ def main(argv=None) -> int:
                 # per repeat (the paths of one repeat ran one after the other): generate's CPU s over ours
                 "pair_ratios_cpu": {
                     f"{o}/{h}": [hc / oc for oc, hc in zip(cpu[o], cpu[h])]
-                    for o in ("ours", "ours_inverse_cdf")
+                    for o in ("ours", "ours_inverse_cdf", "ours_plain", "ours_inverse_cdf_plain")
                     for h in ("hf_dynamic", "hf_static")
                     if o in cpu and h in cpu
                 },
@@ -270,7 +279,14 @@ def main(argv=None) -> int:
                 ts = row[key]
                 row[f"ratios_{key}"] = {
                     f"{o}/{h}": ts[o] / ts[h]
-                    for o in ("ours", "ours_inverse_cdf", "ours_noshare", "ours_dynamic_noshare")
+                    for o in (
+                        "ours",
+                        "ours_inverse_cdf",
+                        "ours_plain",
+                        "ours_inverse_cdf_plain",
+                        "ours_noshare",
+                        "ours_dynamic_noshare",
+                    )
                     for h in ("hf_dynamic", "hf_static")
                     if o in ts and h in ts
                 }

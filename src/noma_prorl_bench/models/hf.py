@@ -80,6 +80,7 @@ class HFPolicy(nn.Module):
     slice_logits = True  # models.base.response_logits asks for the response positions only
     frozen_bf16 = True  # bf16_mixed: the trainer stores frozen Linear weights in bf16 (models/precision.py)
     shared_prompt = False  # --shared_prompt: teacher-forced passes encode each distinct prompt once
+    decode_weights = "packed"  # --decode_weights: the sampler's CPU Linears on packed weights (models/packed.py)
 
     def __init__(self, model: Any, pad_id: int):
         super().__init__()

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from noma_prorl_bench.config.choices import SAMPLE_DRAWS
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.lora import merged_adapters
+from noma_prorl_bench.models.packed import packed_linears
 
 
 @dataclass
@@ -111,7 +112,7 @@ def generate(
     if draw not in SAMPLE_DRAWS:
         raise ValueError(f"draw must be one of {SAMPLE_DRAWS}, got {draw!r}")
     k = sync_every or (1 if prompts.device.type == "cpu" else SYNC_EVERY_CUDA)
-    with torch.inference_mode(), sampling_weights(policy):
+    with torch.inference_mode(), sampling_weights(policy, prompts.shape[0]):
         response, logp, mask, done, stats = _sample(
             policy, prompts, max_new_tokens, temperature, eos_id, pad_id, generator, greedy, k, group_size, draw
         )
@@ -174,13 +175,19 @@ def inverse_cdf_tokens(probs: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tens
     return (b * CDF_BLOCK + j).squeeze(1), total
 
 
-def sampling_weights(policy):
+@contextlib.contextmanager
+def sampling_weights(policy, rows: int = 0):
     """The weights the sampler decodes with: under bf16 autocast (`--dtype bf16_mixed`) each LoRA
     adapter merged into its base weight for the call (models/lora.merged_adapters: one bf16 matmul
-    per adapted layer instead of three), else the policy as it is."""
-    if getattr(policy, "compute_dtype", None) == torch.bfloat16 and isinstance(policy, torch.nn.Module):
-        return merged_adapters(policy)
-    return contextlib.nullcontext()
+    per adapted layer instead of three); with `decode_weights == "packed"` (HF policies,
+    `--decode_weights`) every CPU Linear multiplies its `rows`-row decode batches by a weight packed
+    once for the matmul library (models/packed.py), where that gives `F.linear`'s exact bits."""
+    with contextlib.ExitStack() as stack:
+        if getattr(policy, "compute_dtype", None) == torch.bfloat16 and isinstance(policy, torch.nn.Module):
+            stack.enter_context(merged_adapters(policy))
+        if rows > 0 and getattr(policy, "decode_weights", "plain") == "packed" and isinstance(policy, torch.nn.Module):
+            stack.enter_context(packed_linears(policy, rows))
+        yield
 
 
 SYNC_EVERY_CUDA = 8
@@ -253,7 +260,8 @@ def _sample(
     pad = torch.full((N,), pad_id, dtype=prompts.dtype, device=prompts.device)
     t = -1
     for t in range(T):
-        logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
+        scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # x / 1 is x: same bits
+        logp_all = F.log_softmax(scaled, dim=-1)  # [N, V]
         if greedy:
             tok = logp_all.argmax(-1)  # [N]
         else:
