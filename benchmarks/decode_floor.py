@@ -6,7 +6,9 @@ model's own weight tensors (so the bytes read from memory are the real ones), N 
 nothing else: no norms, rotary, attention, cache writes, sampling or Python between layers. Divide a
 sampler's measured time per token by it to see how far above the floor it runs, and divide
 `generate`'s time per token by it for the largest speed-up over `generate` that any sampler could
-show with these weights (if everything but the matmuls cost nothing).
+show with these weights (if everything but the matmuls cost nothing). `F.linear` repacks each
+weight for MKL / oneDNN inside every call; the packed floor multiplies by weights packed once
+(what our sampler does under --decode_weights packed), so it is the lower of the two.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/decode_floor.py \\
         --model_dir ~/.cache/noma_prorl_bench/models/smollm2-135m-instruct-q4_1-dequant \\
@@ -54,6 +56,29 @@ def floor_ms(weights: list, rows: int, repeats: int) -> list[float]:
     return out
 
 
+def packed_floor_ms(weights: list, rows: int, repeats: int) -> list[float] | None:
+    """The same pass with every weight packed once for its library (models/packed.py: MKL for float32,
+    oneDNN for bf16), as the sampler multiplies under --decode_weights packed; None without the library."""
+    import torch
+
+    from noma_prorl_bench.models import packed
+
+    lib = packed.library_for(weights[0].dtype)
+    if lib is None:
+        return None
+    xs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
+    out = []
+    with torch.inference_mode():
+        ps = [packed._pack(lib, w, rows) for w in weights]
+        for r in range(repeats + 1):
+            t = time.process_time()
+            for w, p in zip(weights, ps):
+                packed._apply(lib, xs[w.shape[1]], p, w, None, rows)
+            if r:
+                out.append((time.process_time() - t) * 1e3)
+    return out
+
+
 def sampler_ms(path: str) -> dict:
     """benchmarks/sampler.py result -> {dtype, rows, per-path CPU ms per decoded token (median)}."""
     d = json.load(open(path))
@@ -87,9 +112,15 @@ def main(argv=None) -> int:
     for dtype in DTYPES:
         policy, _ = load_hf_policy(os.path.expanduser(a.model_dir), dtype=dtype)
         ws = linears(policy.model)
+        ws = [w.detach() for w in ws]
         ms = floor_ms(ws, a.rows, a.repeats)
         result["floor_ms_per_token_step"][dtype] = statistics.median(ms)
         result["floor_repeats_ms"][dtype] = ms
+        pk = packed_floor_ms(ws, a.rows, a.repeats)
+        if pk is not None:
+            result.setdefault("packed_floor_ms_per_token_step", {})[dtype] = statistics.median(pk)
+            result.setdefault("packed_floor_repeats_ms", {})[dtype] = pk
+            print(f"{dtype}: the same weights packed once: {statistics.median(pk):.1f} CPU ms per decode step", flush=True)
         result.setdefault("linears", len(ws))
         result.setdefault("params_in_linears", sum(w.numel() for w in ws))
         print(
@@ -101,13 +132,17 @@ def main(argv=None) -> int:
         s = sampler_ms(path)
         fl = result["floor_ms_per_token_step"][s["dtype"]]
         s["over_floor"] = {k: v / fl for k, v in s["ms_per_token_step"].items()}
+        pfl = result.get("packed_floor_ms_per_token_step", {}).get(s["dtype"])
+        if pfl:
+            s["over_packed_floor"] = {k: v / pfl for k, v in s["ms_per_token_step"].items()}
         result["samplers"].append(s)
         for k, v in s["ms_per_token_step"].items():
             print(f"  {s['dtype']} {k}: {v:.1f} ms per token step = {v / fl:.2f}x the floor", flush=True)
     result.update(
         {
             "definition": "floor: CPU ms of one pass over every Linear of the model (rows x in @ W.T, the "
-            "model's own weights, one thread, median of repeats); samplers: CPU ms per decode step "
+            "model's own weights, one thread, median of repeats); packed floor: the same pass with each "
+            "weight packed once for MKL (float32) / oneDNN (bf16) (models/packed.py); samplers: CPU ms per decode step "
             "(a call's median CPU s / T, prefill included) and that over the floor of the same dtype",
             **run_record(a.model_dir, load0),
         }

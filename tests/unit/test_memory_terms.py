@@ -150,3 +150,25 @@ def test_shared_prompt_counts_the_positions_the_passes_run(smollm2_dir, monkeypa
         sp_off, shape, N, P, T, 3, train=True
     )
     assert build_estimate(sp_on, shape, P, T).phases["update"] < build_estimate(sp_off, shape, P, T).phases["update"]
+
+
+def test_packed_decode_weights_are_held_for_hf_on_cpu(smollm2_dir):
+    """--decode_weights: the sampler's packed copy of the Linear weights (models/packed.py) is a held
+    term for hf:PATH on CPU, by hand at SmolLM2's shapes: 30 layers x (2 x 576^2 + 2 x 576 x 192 +
+    3 x 576 x 1536) + the 49,152 x 576 head, 4 bytes each in float32 (x 2.0 packed), 2 in bf16 (x 0.93);
+    nothing with plain."""
+    from noma_prorl_bench.io import memory
+
+    kw = dict(model=f"hf:{smollm2_dir}", batch_size=4, group_size=4, max_new_tokens=32, task="keyword_inclusion")
+    linear_params = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 49152 * 576
+    for dtype, size, factor in (("float32", 4, 2.0), ("bf16_mixed", 2, 0.93)):
+        sp = specs_of(**kw, dtype=dtype)
+        shape = model_shape(sp, 96)
+        assert shape.linear_bytes == linear_params * size
+        est = build_estimate(sp, shape, 55, 32)
+        assert est.held["packed_weights"] == int(linear_params * size * factor)
+        assert est.flags["packed_weights"] == "decode_weights"
+        plain = specs_of(**kw, dtype=dtype, decode_weights="plain")
+        assert build_estimate(plain, model_shape(plain, 96), 55, 32).held["packed_weights"] == 0
+    toy = specs_of(model="transformer")
+    assert build_estimate(toy, model_shape(toy, 96), 8, 8).held["packed_weights"] == 0

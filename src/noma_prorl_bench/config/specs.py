@@ -63,6 +63,7 @@ class ModelSpec:
     dtype: str
     grad_checkpoint: bool
     shared_prompt: bool
+    decode_weights: str
     compile_decode: str
 
 

@@ -577,7 +577,7 @@ def _validate_loss(cfg: RunConfig) -> None:
 
 
 def _check_memory(cfg: RunConfig) -> None:
-    """--micro_batch, --logprob_chunk, --grad_checkpoint, --shared_prompt, --compile_decode."""
+    """--micro_batch, --logprob_chunk, --grad_checkpoint, --shared_prompt, --decode_weights, --compile_decode."""
     _nonneg(cfg, ["micro_batch", "logprob_chunk"])
     for n in ("grad_checkpoint", "logprob_chunk"):
         if getattr(cfg, n) and cfg.model == "gru":
@@ -588,6 +588,8 @@ def _check_memory(cfg: RunConfig) -> None:
         )
     if cfg.shared_prompt and not cfg.model.startswith("hf:"):
         raise ConfigError("shared_prompt", f"needs --model hf:PATH, not {cfg.model}")
+    if cfg.decode_weights == "packed" and not cfg.model.startswith("hf:"):
+        raise ConfigError("decode_weights", f"packed needs --model hf:PATH, not {cfg.model} (use auto or plain)")
     if cfg.shared_prompt and cfg.grad_checkpoint:
         raise ConfigError(
             "shared_prompt",

@@ -16,7 +16,8 @@ the policy; Variant B has none); the critic of --adv gae (a copy of the policy w
 gradients and Adam moments; other runs have no such term); the drift monitor's initial and previous snapshots (two
 state-dict clones, kept by every run); the best checkpoint (--reset_to best). The copies share
 a frozen base with the policy (models.base.frozen_parameters), so under --enable_growth each
-costs its adapters and buffers only; the [N, T, V] logits of --kl_estimator full; the validation set (--n_val).
+costs its adapters and buffers only; the [N, T, V] logits of --kl_estimator full; the validation set (--n_val);
+the sampler's packed copy of the Linear weights (hf:PATH on CPU unless --decode_weights plain).
 `phases` happen one at a time: the rollout (KV cache of N rows and one position's logits), a
 no-grad log-prob pass over the batch (reference forward, --tis_cap, policy/delta_logp), one
 micro-batch's forward and backward (saved activations plus five [n, T, V] logits-sized tensors),
@@ -51,6 +52,10 @@ WARMSTART_ROWS = 64  # demonstrations per warm-start step (training/warmstart.py
 PER_VAL_EXAMPLE = 1024  # bytes per validation prompt (measured ~690 on reverse_digits: Example, response, records)
 LOGITS_COPIES_TRAIN = 5  # logits, /temperature, log_softmax (saved), its gradient, the logits' gradient
 LOGITS_COPIES_NOGRAD = 3  # logits, /temperature, log_softmax
+# resident bytes of the packed copies per byte of Linear weights (models/packed.py), measured on
+# SmolLM2-135M at 16 rows: MKL's packed float32 layout +1,018 MiB for 513 MiB of weights, oneDNN's
+# bf16 +238 MiB for 256 MiB
+PACKED_PER_WEIGHT_BYTE = {4: 2.0, 2: 0.93}
 DEFAULT_PROMPT_TOKENS = 128  # hf:PATH when the task's prompts cannot be tokenised up front
 
 
@@ -69,6 +74,7 @@ class Shape:
     kv: int  # key/value width per layer K
     act_bytes: int = 4  # activations (2 under bf16 compute)
     shared_bytes: int = 0  # frozen parameters (a LoRA base): held once, aliased by every copy
+    linear_bytes: int = 0  # the nn.Linear weights the sampler multiplies, in their compute dtype
 
 
 @dataclass
@@ -228,6 +234,7 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
         *dims,
         act_bytes=2 if low else 4,
         shared_bytes=frozen,
+        linear_bytes=sum(m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear)) * (2 if low else 4),
     )
 
 
@@ -326,6 +333,14 @@ def _monitor(sp: RunSpecs, s: Shape, P: int, T: int) -> int:
     return 7 * chunk * _logits_positions(s, P, T) * s.vocab * 4 + chunk * (P + T) * _per_token(s) * s.act_bytes
 
 
+def packed_bytes(sp: RunSpecs, s: Shape) -> int:
+    """--decode_weights packed (auto with hf:PATH) on CPU: the sampler's packed copy of every Linear
+    weight, kept while the weights are unchanged (models/packed.py); 0 for plain, toy models, CUDA."""
+    if sp.model.decode_weights == "plain" or s.kind != "hf" or sp.model.device == "cuda":
+        return 0
+    return int(s.linear_bytes * PACKED_PER_WEIGHT_BYTE[s.act_bytes])
+
+
 def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
     """The estimate for the run of specs `sp` with the policy `shape`, prompt length P and response length T."""
     N = sp.rollout.batch_size * sp.rollout.group_size
@@ -342,6 +357,7 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
         "best_snapshot": own if sp.resets.reset_to == "best" else 0,
         "kl_full_logits": N * T * s.vocab * 4 if sp.objective.kl.estimator == "full" else 0,
         "val_set": sp.task.n_val * PER_VAL_EXAMPLE,
+        "packed_weights": packed_bytes(sp, s),
     }
     if sp.critic.enabled:  # --adv gae: the value model (a copy beyond the shared base), its grads and Adam
         held["critic"] = own + 3 * s.trainable * 4
@@ -373,6 +389,7 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
         "best_snapshot": "reset_to",
         "kl_full_logits": "kl_estimator",
         "val_set": "n_val",
+        "packed_weights": "decode_weights",
         "rollout": batch_flag,
         "logprob_pass": batch_flag,
         "update": "micro_batch" if sp.optimizer.micro_batch > 0 else batch_flag,

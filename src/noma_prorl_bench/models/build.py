@@ -67,6 +67,7 @@ def build_policy(spec: ModelSpec, max_len: int | None = None):
                 policy.set_shared_prompt(True)
             except ValueError as e:
                 raise ConfigError("shared_prompt", str(e)) from e
+        policy.decode_weights = "plain" if getattr(spec, "decode_weights", "auto") == "plain" else "packed"
         policy.dtype_choice = (dtype, why)
         return policy, tok
     tok = CharTokenizer()

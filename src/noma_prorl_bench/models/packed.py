@@ -69,10 +69,14 @@ def _apply(lib: str, x: torch.Tensor, packed: torch.Tensor, w: torch.Tensor, b, 
     return torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
 
 
+def _shape_key(lib: str, w: torch.Tensor, b, rows: int) -> tuple:
+    return (lib, w.dtype, w.shape[0], w.shape[1], rows, b is not None)
+
+
 def same_bits(lib: str, w: torch.Tensor, b, packed: torch.Tensor, rows: int, own: Callable) -> bool:
     """Whether the packed op gives the exact bits of the Linear's own forward `own` for this shape
     (probed once per shape and process, cached)."""
-    key = (lib, w.dtype, w.shape[0], w.shape[1], rows, b is not None)
+    key = _shape_key(lib, w, b, rows)
     ok = SAME_BITS.get(key)
     if ok is None:
         g = torch.Generator().manual_seed(0)
@@ -88,6 +92,8 @@ def same_bits(lib: str, w: torch.Tensor, b, packed: torch.Tensor, rows: int, own
 def packed_weight(lib: str, key: torch.Tensor, w: torch.Tensor, b, rows: int, own: Callable) -> torch.Tensor | None:
     """`w` (the detached `key`, the module's own weight tensor) packed for `rows` rows, cached under
     `key` while its version counter is unchanged; None where the bits would differ."""
+    if SAME_BITS.get(_shape_key(lib, w, b, rows)) is False:  # this shape failed its probe already
+        return None
     try:
         version = key._version
     except RuntimeError:  # an inference tensor has no version counter: pack for this call only
