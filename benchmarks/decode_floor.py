@@ -120,7 +120,9 @@ def main(argv=None) -> int:
         if pk is not None:
             result.setdefault("packed_floor_ms_per_token_step", {})[dtype] = statistics.median(pk)
             result.setdefault("packed_floor_repeats_ms", {})[dtype] = pk
-            print(f"{dtype}: the same weights packed once: {statistics.median(pk):.1f} CPU ms per decode step", flush=True)
+            print(
+                f"{dtype}: the same weights packed once: {statistics.median(pk):.1f} CPU ms per decode step", flush=True
+            )
         result.setdefault("linears", len(ws))
         result.setdefault("params_in_linears", sum(w.numel() for w in ws))
         print(

@@ -102,7 +102,8 @@ def test_smollm2_demo_is_not_refused_on_a_24_gib_machine(smollm2_dir, monkeypatc
     cfg = cfg_of(preset="smollm2_demo", model=f"hf:{smollm2_dir}")
     sp = RunSpecs.from_config(cfg)
     e = build_estimate(sp, model_shape(sp, 96), 64, 32)  # the demo's prompts are 64 tokens long
-    assert 3000 * MiB < e.total < 4500 * MiB  # measured peak: 3689 MiB (docs/performance.md)
+    # measured peak: 4,744 MiB with the packed decode weights, 3,752 with --decode_weights plain (docs/performance.md)
+    assert 3000 * MiB < e.total < 5000 * MiB
     assert estimate(sp).total < 8 * 2**30  # no tokenizer here: 128 prompt tokens assumed
     monkeypatch.setattr(preflight, "machine_bytes", lambda: 24 * 2**30)
     assert preflight.memory_error(cfg) is None
@@ -157,8 +158,6 @@ def test_packed_decode_weights_are_held_for_hf_on_cpu(smollm2_dir):
     term for hf:PATH on CPU, by hand at SmolLM2's shapes: 30 layers x (2 x 576^2 + 2 x 576 x 192 +
     3 x 576 x 1536) + the 49,152 x 576 head, 4 bytes each in float32 (x 2.0 packed), 2 in bf16 (x 0.93);
     nothing with plain."""
-    from noma_prorl_bench.io import memory
-
     kw = dict(model=f"hf:{smollm2_dir}", batch_size=4, group_size=4, max_new_tokens=32, task="keyword_inclusion")
     linear_params = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 49152 * 576
     for dtype, size, factor in (("float32", 4, 2.0), ("bf16_mixed", 2, 0.93)):

@@ -226,6 +226,7 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
         dims = (policy.vocab_size, sp.model.d_model, sp.model.n_layers, 4 * sp.model.d_model, sp.model.d_model)
     low = dtype in ("bfloat16", "bf16_mixed")
     frozen = _copy_bytes_of([p for p in policy.parameters() if not p.requires_grad])
+    linear_params = sum(m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear))
     return Shape(
         "hf" if c is not None else sp.model.model,
         _copy_bytes(policy) + int(adapters * (scale - 1)),
@@ -234,7 +235,7 @@ def model_shape(sp: RunSpecs, max_len: int) -> Shape:
         *dims,
         act_bytes=2 if low else 4,
         shared_bytes=frozen,
-        linear_bytes=sum(m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear)) * (2 if low else 4),
+        linear_bytes=linear_params * (2 if low else 4),
     )
 
 

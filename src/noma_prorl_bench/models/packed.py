@@ -35,8 +35,6 @@ import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-DECODE_WEIGHTS = ("packed", "plain")
-
 #: (library, dtype, out, in, rows, has_bias) -> did the packed op return F.linear's bits on the probe?
 SAME_BITS: dict[tuple, bool] = {}
 #: weight tensor -> (version, rows, library, packed tensor)
@@ -135,8 +133,9 @@ def _targets(model: nn.Module) -> Iterator[tuple[nn.Module, torch.Tensor, Any]]:
             continue
         merged = m.__dict__.get("merged") if hasattr(m, "lora_A") else None
         if merged is not None:
-            skip.add(id(m.base))
-            yield m, merged, m.base.bias
+            base: Any = m.base
+            skip.add(id(base))
+            yield m, merged, base.bias
         elif isinstance(m, nn.Linear):
             yield m, m.weight, m.bias
 
