@@ -122,6 +122,8 @@ def test_changed_weights_are_packed_again_and_unchanged_ones_are_not(model_dir, 
 
     policy, tok = load_hf_policy(model_dir)
     ids = tok.encode_prompts(["hello there", "ab", "a longer prompt"]).repeat_interleave(2, 0)  # [6, P]
+    monkeypatch.setattr(packed, "SAME_BITS", {})  # no probe verdicts or packed weights from other tests
+    monkeypatch.setattr(packed, "_CACHE", packed.WeakIdKeyDictionary())
     count = _Count(monkeypatch)
 
     def roll(mode):
