@@ -369,14 +369,14 @@ def speed_section() -> str:
             "the distribution TRL samples, drawn with one uniform per row instead of an exponential per vocabulary entry"
             + (
                 f"; with the default draw TRL/ours is {b16x['ratio_trl_over_ours']:.2f}x in bf16"
-                if b16x and shared_of(b16x) == is_shared
-                else ""
+                if b16x and shared_of(b16x) == is_shared and b16x.get("commit") == b16.get("commit")
+                else ""  # quoted only beside runs of the same code
             )
         )
     if is_shared:
         notes.append("the learner's and reference passes encode each distinct prompt once, TRL's every row's")
     same = f" ({'; '.join(notes)})" if notes else ""
-    unshared = _load_optional("benchmarks/results/real_speed_acd7c91.json")
+    unshared = _load_optional("benchmarks/results/real_speed_noshared.json")  # the same commit, without the flag
     before = (
         f"; {unshared['ratio_bf16_over_float32']:.2f}x without `--shared_prompt`, which speeds float32 up more"
         if is_shared and unshared and not shared_of(unshared)
