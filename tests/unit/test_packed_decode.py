@@ -186,5 +186,7 @@ def test_decode_weights_flag(model_dir):
     with pytest.raises(ConfigError, match="decode_weights"):
         make_config({"outdir": "/tmp/unused", "model": "gru", "decode_weights": "packed"})
     make_config({"outdir": "/tmp/unused", "model": "transformer", "decode_weights": "plain"})
+    with pytest.raises(ConfigError, match="decode_weights"):
+        make_config({"outdir": "/tmp/unused", "model": f"hf:{model_dir}", "device": "cuda", "decode_weights": "packed"})
     tr = _trainer(model_dir)  # auto: packed for hf:PATH
     assert tr.policy.decode_weights == "packed"

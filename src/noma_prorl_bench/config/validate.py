@@ -590,6 +590,8 @@ def _check_memory(cfg: RunConfig) -> None:
         raise ConfigError("shared_prompt", f"needs --model hf:PATH, not {cfg.model}")
     if cfg.decode_weights == "packed" and not cfg.model.startswith("hf:"):
         raise ConfigError("decode_weights", f"packed needs --model hf:PATH, not {cfg.model} (use auto or plain)")
+    if cfg.decode_weights == "packed" and cfg.device == "cuda":
+        raise ConfigError("decode_weights", "packed is for CPU matmul libraries, not --device cuda (use auto or plain)")
     if cfg.shared_prompt and cfg.grad_checkpoint:
         raise ConfigError(
             "shared_prompt",
