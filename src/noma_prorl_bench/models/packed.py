@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-#: (library, dtype, out, in, rows, has_bias) -> did the packed op return F.linear's bits on the probe?
+#: (library, dtype, out, in, rows, has_bias) -> did the packed op return the module's own bits on the probe?
 SAME_BITS: dict[tuple, bool] = {}
 #: weight tensor -> (version, rows, library, packed tensor)
 _CACHE: Any = WeakIdKeyDictionary()
