@@ -3,32 +3,37 @@
 A decode step multiplies N rows (a batch of one token each) by every weight of the model. For
 float32, PyTorch's CPU `F.linear` calls MKL's sgemm, which copies the weight into its blocked
 layout inside every call; for bf16 it calls oneDNN's matmul, which does the same reordering per
-call. At N = 16 rows that repacking is a large part of a decode step's matmul time (the step is
-bound by reading the weights, and it reads them twice). The libraries can instead pack a weight
-once and multiply by the packed copy: MKL's packed GEMM (`torch.ops.mkl._mkl_reorder_linear_weight`
-/ `_mkl_linear`) and oneDNN's prepacked matmul (`torch.ops.mkldnn._reorder_linear_weight` /
-`_linear_pointwise`), the ops that PyTorch's inductor uses when it freezes a CPU model's weights.
-SmolLM2-135M's 211 Linears at 16 rows, one thread, the 2-core Intel Xeon with AMX: 106 -> 77 CPU ms
-per decode step in float32 (MKL packed), 47 -> 33 ms in bf16 (oneDNN packed);
-`benchmarks/decode_floor.py` measures it.
+call. At N = 16 rows that repacking is a large part of a decode step's matmul time. The libraries
+can instead pack a weight once and multiply by the packed copy: MKL's packed GEMM
+(`torch.ops.mkl._mkl_reorder_linear_weight` / `_mkl_linear`) and oneDNN's prepacked matmul
+(`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`), the ops that PyTorch's inductor
+uses when it freezes a CPU model's weights.
+SmolLM2-135M's 211 Linears at 16 rows, one thread, the 2-core Intel Xeon with AMX (avx512_bf16,
+amx_bf16), idle: 109 -> 83 CPU ms per decode step in float32 (MKL packed), 52 -> 38 ms in bf16
+(oneDNN packed; benchmarks/results/decode_floor_packed.json, `benchmarks/decode_floor.py`).
 
 Same bits, not approximately: a packed op is used for a (library, dtype, out, in, rows, bias)
-shape only after it returned exactly `F.linear`'s bits on a probe of that shape with the real
-weight on this machine (checked once per shape and process: a library's summation order depends on
-the shapes and the CPU's code path, not on the values); otherwise that Linear keeps `F.linear`.
-Calls with another number of rows (the prefill's B x P positions) take `F.linear` too. So the
-sampler's tokens and logp_old are those of the plain Linears (tests/unit/test_packed_decode.py).
+shape only after it returned exactly the module's own forward's bits on a probe of that shape with
+the real weight on this machine (checked once per shape and process: a library's summation order
+depends on the shapes and the CPU's code path, not on the values); otherwise that Linear keeps its
+own forward. Calls with another number of rows (the prefill's B x P positions) or a strided input
+take the module's own forward too (not `F.linear` on a detached weight: on a strided input torch
+multiplies a requires-grad Parameter through another path, with other bits). So the sampler's
+tokens and logp_old are those of the plain Linears (tests/unit/test_packed_decode.py).
 
 Packed copies are kept per weight tensor while its version counter is unchanged: a frozen base
-(a LoRA run's) is packed once per run and evaluation reuses it; a weight the optimizer changed
+(a LoRA run's) is packed once per row count (rollouts of N rows; an evaluation's 32 rows packs it
+again, and the next rollout once more); a weight the optimizer changed
 (full fine-tuning) or a new tensor (the bf16 sampler's merged adapters, formed per call) is packed
-again. Memory: about one more copy of the packed weights (MKL's packed float32 layout is ~1.27x the
-weights). Only CPU tensors; CUDA and builds without MKL / oneDNN keep `F.linear`.
+again. Memory, measured on SmolLM2-135M at 16 rows: +1,018 MiB resident for 513 MiB of float32
+Linear weights (MKL), +238 MiB for 256 MiB of bf16 ones (oneDNN). Only CPU tensors; CUDA and
+builds without MKL / oneDNN keep the modules' own forwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator
 
 import torch
@@ -41,6 +46,7 @@ SAME_BITS: dict[tuple, bool] = {}
 _CACHE: Any = WeakIdKeyDictionary()
 
 
+@functools.cache
 def library_for(dtype: torch.dtype) -> str | None:
     """The library whose packed op computes what `F.linear` computes on this CPU for `dtype`, or None."""
     if dtype == torch.float32 and torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear"):
@@ -142,9 +148,9 @@ def _targets(model: nn.Module) -> Iterator[tuple[nn.Module, torch.Tensor, Any]]:
 
 @contextlib.contextmanager
 def packed_linears(model: nn.Module, rows: int) -> Iterator[int]:
-    """Inside the block every CPU Linear of `model` whose packed op gives `F.linear`'s bits at `rows`
-    rows multiplies by its packed weight (calls with other row counts take `F.linear`); yields how
-    many. Restores the modules' own forwards on exit. For forwards without gradients (the sampler)."""
+    """Inside the block every CPU Linear of `model` whose packed op gives its own forward's bits at
+    `rows` rows multiplies by its packed weight (other calls take the module's own forward); yields
+    how many. Restores the modules' own forwards on exit. For forwards without gradients (the sampler)."""
     patched: list[nn.Module] = []
     try:
         with torch.no_grad():
