@@ -6,7 +6,7 @@ docs/files.md (every file), docs/flags.md (every flag, by --help section) and do
 (what each preset sets).
 
 Run from the repo root:  .venv/bin/python scripts/update_readme.py      (--check: exit 1 if stale)
-The flag tables come from the RunConfig field docstrings (the same text as `--help`); the trees
+The flag tables come from the specs' field docstrings (config/specs/, the same text as `--help`); the trees
 list tracked files with the first line of each file's docstring or heading. Each block lives
 between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; tests/smoke/test_docs.py checks
 that they are current.
@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from noma_prorl_bench.config import RunConfig, field_docs  # noqa: E402
-from noma_prorl_bench.config.fields import field_sections  # noqa: E402
+from noma_prorl_bench.config.fields import field_sections  # noqa: E402  (each flag's section, from its spec)
 from noma_prorl_bench.config.parser import HELP_GROUPS, _choices  # noqa: E402
 from noma_prorl_bench.config.presets import describe_all  # noqa: E402
 

@@ -95,7 +95,7 @@ def test_from_spec_and_needs():
     r = _term(kl_in="reward", kl_reward_form="sequence")
     assert r.in_reward and r.reward_form == "sequence"
     assert _term() == KLTerm()  # defaults: k3 in the loss, Variant A
-    assert kl_metric_key("k3_ratio") == "kl/k3_ratio" and kl_metric_key("nonsense") == "kl/k3"
+    assert kl_metric_key("k3_ratio") == "kl/k3_ratio" and kl_metric_key("simple") == "kl/k1"  # derived, no table
 
 
 # ---------------------------------------------------------------- clip and reduction defaults

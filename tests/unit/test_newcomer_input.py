@@ -12,17 +12,12 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from noma_prorl_bench.config import make_config
-from noma_prorl_bench.config.fields import RunConfig
+from noma_prorl_bench.config import ConfigError, RunConfig, make_config
 from noma_prorl_bench.config.files import load_config_file
+from noma_prorl_bench.config.foreign import FOREIGN_NAMES
 from noma_prorl_bench.config.parser import build_parser
-from noma_prorl_bench.config.validate import (
-    FLOAT32_TINY,
-    FOREIGN_NAMES,
-    POSITIVE_FLOATS,
-    ConfigError,
-    _validate_reliability,
-)
+from noma_prorl_bench.config.specs import RunSpecs
+from noma_prorl_bench.config.specs.base import FLOAT32_TINY, POSITIVE_FLOATS
 from noma_prorl_bench.io import preflight
 
 pytestmark = pytest.mark.unit
@@ -120,7 +115,7 @@ def test_every_float_flag_refuses_values_that_are_0_or_subnormal_in_float32(valu
     assert 0 < abs(value) < np.finfo(np.float32).tiny and len(FLOATS) >= 20
     for name in FLOATS:
         with pytest.raises(ConfigError, match="smallest normal") as e:
-            _validate_reliability(RunConfig(outdir="x", **{name: value}))
+            RunSpecs.from_config(RunConfig(outdir="x", **{name: value}))  # every spec checks its floats
         assert e.value.flag == name
 
 

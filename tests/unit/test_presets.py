@@ -107,8 +107,7 @@ def test_smollm2_demo_full_fine_tune_drops_the_presets_adapter_fields():
     the user gives explicitly still errors."""
     import pytest
 
-    from noma_prorl_bench.config import ConfigError, RunConfig, make_config
-    from noma_prorl_bench.config.validate import GROWTH_FLAGS
+    from noma_prorl_bench.config import GROWTH_FLAGS, ConfigError, RunConfig, make_config
 
     cfg = make_config({"outdir": "x", "preset": "smollm2_demo", "enable_growth": 0, "lr": 1e-5})
     assert cfg.enable_growth == 0 and cfg.lr == 1e-5 and cfg.task == "rg:basic_arithmetic"

@@ -1,60 +1,48 @@
-"""The per-stage specs (config/specs.py) and the choice lists (config/choices.py).
+"""The spec tree (config/specs/) and the choice lists (config/choices.py).
 
-Each spec field is the RunConfig attribute of its name, copied unchanged; the stages take their
-spec and never the config; only the run's entries import RunConfig. Each choice list is written
-once and is what the parser offers, what docs/flags.md lists and what the implementing module uses.
+Each flag is owned by one spec (its default, help, choices and checks); the flat RunConfig is
+generated from the tree; specs built from a config hold its values, share their sub-specs and check
+themselves; the stages take their spec and never the config; only the run's entries import
+RunConfig. Each choice list is written once and is what the parser offers, what docs/flags.md lists
+and what the implementing module uses.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 from pathlib import Path
 
 import pytest
 
-from noma_prorl_bench.config import RunConfig, build_parser, make_config
+from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, generate, make_config
 from noma_prorl_bench.config import choices as ch
-from noma_prorl_bench.config.specs import SPECS, KLSpec, RunSpecs, take
+from noma_prorl_bench.config.fields import field_docs, kl_metric_key
+from noma_prorl_bench.config.specs import SPECS, KLSpec, ResetSpec, RunSpecs, owner
+from noma_prorl_bench.config.specs.base import owned_fields
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "noma_prorl_bench"
 
-#: fields no stage spec carries: the run's files, engines, checkpoints and the config's own
-#: inputs that specs carry resolved (clip_eps/eps_low/eps_high as eps_lo/eps_hi, loss_agg as
-#: loss_agg_resolved, warmstart_steps as warmstart_steps_resolved, critic_lr as critic_lr_resolved),
-#: read by the run entries
-RUN_LEVEL = {
-    "outdir",
-    "overwrite",
-    "report_to",
-    "plots",
-    "preset",
-    "clip_eps",
-    "eps_low",
-    "eps_high",
-    "loss_agg",
-    "warmstart_steps",
-    "critic_lr",
-    "engine",
-    "ref_placement",
-    "steps_per_rollout",
-    "max_staleness",
-    "num_generators",
-    "ray_address",
-    "actor_timeout",
-    "weight_sync",
-    "save_every",
-    "keep_checkpoints",
-    "resume",
-}
-#: read by RunSpecs itself (seed, threads, steps) and by KLSpec.from_config (the KL flags)
-RUN_SPECS = {"seed", "threads", "steps", "kl_estimator", "k2_mode", "kl_in", "kl_reward_form", "variant"}
+
+def test_every_flag_has_exactly_one_owning_spec_with_its_help():
+    owned = [f.name for cls in SPECS for f in owned_fields(cls)]
+    assert len(owned) == len(set(owned)), sorted(n for n in owned if owned.count(n) > 1)
+    assert owned == [f.name for f in dataclasses.fields(RunConfig)]  # RunConfig is the tree, in order
+    docs = field_docs()
+    assert [n for n in owned if not docs.get(n)] == []
+    assert owner("soft_factor") is ResetSpec and owner("kl_estimator") is KLSpec
 
 
-def test_every_spec_field_is_a_runconfig_attribute_copied_unchanged():
+def test_runconfig_is_generated_from_the_tree():
+    assert (SRC / "config" / "run_config.py").read_text() == generate.render()
+    assert generate.main(["--check"]) == 0
+
+
+def test_specs_built_from_a_config_hold_its_values_and_share_sub_specs():
     cfg = make_config(
         {
             "outdir": "x",
@@ -65,40 +53,84 @@ def test_every_spec_field_is_a_runconfig_attribute_copied_unchanged():
             "grow_every": 2,
             "lr": 3e-4,
             "eval_samples": 2,
+            "temperature": 0.7,
         }
     )
     specs = RunSpecs.from_config(cfg)
-    for cls in SPECS:
-        spec = next(v for v in vars(specs).values() if isinstance(v, cls))
-        for f in dataclasses.fields(cls):
-            if f.name == "kl":
-                continue
-            assert hasattr(RunConfig, f.name) or f.name in {x.name for x in dataclasses.fields(RunConfig)}, f.name
-            assert getattr(spec, f.name) == getattr(cfg, f.name), (cls.__name__, f.name)
+    seen = {}
+
+    def walk(spec):
+        for f in dataclasses.fields(spec):
+            v = getattr(spec, f.name)
+            if "spec" in f.metadata:
+                walk(v)
+            else:
+                assert v == getattr(cfg, f.name), (type(spec).__name__, f.name)
+        seen.setdefault(type(spec), spec)
+        assert seen[type(spec)] is spec  # one instance per spec class in a tree
         with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(spec, dataclasses.fields(cls)[0].name, None)
+            setattr(spec, dataclasses.fields(spec)[0].name, None)
+
+    for name in ("run", "task", "model", "warm_start", "rollout", "reference", "objective", "optimizer"):
+        walk(getattr(specs, name))
+    for name in ("critic", "resets", "growth", "evaluation", "engine", "checkpoints"):
+        walk(getattr(specs, name))
+    assert specs.objective.shape is specs.rollout.shape is specs.reference.shape
+    assert specs.critic.optimizer is specs.optimizer and specs.critic.resets is specs.resets
     assert (specs.objective.eps_lo, specs.objective.eps_hi) == (3e-4, 4e-4)  # GSPO's, resolved
-    assert specs.objective.loss_agg_resolved == "seq-mean-token-mean"
-    assert specs.objective.kl == KLSpec("k1", "theta_over_ref", "loss", "token", "ref")  # simple = k1
+    assert (cfg.eps_lo, cfg.eps_hi, cfg.loss_agg_resolved) == (3e-4, 4e-4, "seq-mean-token-mean")
+    kl = specs.objective.kl
+    assert (kl.estimator, kl.placement, kl.reward_form, kl.anchor, kl.metric_key) == (
+        "k1",
+        "loss",
+        "token",
+        "ref",
+        "kl/k1",
+    )
     assert (specs.reference.mode, specs.reference.rows) == ("cached", cfg.batch_size * cfg.group_size)
     b = RunSpecs.from_config(make_config({"outdir": "x", "variant": "B", "kl_estimator": "k2"}))
-    assert b.reference.mode == "none" and b.objective.kl == KLSpec("k2", "theta_over_ref", "loss", "token", "old")
+    assert b.reference.mode == "none" and (b.objective.kl.estimator, b.objective.kl.anchor) == ("k2", "old")
     assert specs.optimizer.lr == 3e-4 and specs.resets.reset_every == 3 and specs.growth.grow_every == 2
+    assert specs.optimizer.horizon == cfg.steps * cfg.ppo_epochs * cfg.minibatches
+    assert specs.critic.critic_lr_resolved == 3e-4 and cfg.critic_lr_resolved == 3e-4
 
 
-def test_every_runconfig_field_reaches_a_spec_or_is_run_level():
-    read = {f.name for cls in SPECS for f in dataclasses.fields(cls)}
-    missing = [f.name for f in dataclasses.fields(RunConfig) if f.name not in read | RUN_LEVEL | RUN_SPECS]
-    assert missing == []
+@pytest.mark.parametrize(
+    "kwargs, flag, text",
+    [
+        ({"soft_factor": 2.0}, "soft_factor", "must be in [0, 1]"),
+        ({"reset_kl_above": math.nan}, "reset_kl_above", "finite"),
+        ({"stall_min_delta": math.inf}, "stall_min_delta", "finite"),
+        ({"reset_every": 1.5}, "reset_every", "integer"),
+        ({"opt_reset": "wipe"}, "opt_reset", "invalid choice"),
+        ({"reset_opt_step": 2}, "reset_opt_step", "choose from 0, 1"),
+    ],
+)
+def test_a_spec_made_in_python_checks_itself_as_the_command_line_does(kwargs, flag, text):
+    with pytest.raises(ConfigError) as e:
+        ResetSpec(**kwargs)
+    assert e.value.flag == flag and text in str(e.value)
+    cli = {k: (int(v) if k == "reset_every" else v) for k, v in kwargs.items()}
+    if flag != "reset_every":
+        with pytest.raises(ConfigError) as e2:
+            make_config({"outdir": "x", **cli})
+        assert e2.value.flag == flag
 
 
-def test_take_reads_named_attributes_and_keeps_given_ones():
-    @dataclasses.dataclass(frozen=True)
-    class Two:
-        lr: float
-        kl: str
+def test_the_kl_metric_key_is_derived_from_the_estimator():
+    assert [kl_metric_key(e) for e in ch.KL_ESTIMATOR_CHOICES] == [
+        "kl/k1" if e == "simple" else f"kl/{e}" for e in ch.KL_ESTIMATOR_CHOICES
+    ]
+    for e in ch.KL_ESTIMATOR_CHOICES:
+        spec = RunSpecs.from_config(make_config({"outdir": "x", "kl_estimator": e})).objective.kl
+        assert spec.metric_key == kl_metric_key(e)
 
-    assert take(Two, RunConfig(lr=0.5), kl="given") == Two(0.5, "given")
+
+def test_validate_holds_only_the_rules_that_span_two_specs():
+    text = (SRC / "config" / "validate.py").read_text()
+    assert len(text.splitlines()) <= 200
+    # the per-flag rules are the specs': no range or choice check on a lone flag here
+    assert "must be a positive integer" not in text and "invalid choice" not in text
 
 
 def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
@@ -205,7 +237,7 @@ def test_each_choice_list_is_the_parsers_and_the_docs(flag):
 
 def test_implementing_modules_use_the_one_choice_list():
     from noma_prorl_bench.algorithms import advantages, critic, losses
-    from noma_prorl_bench.config import KL_METRIC_KEYS, REF_CODES
+    from noma_prorl_bench.config import REF_CODES
     from noma_prorl_bench.models import static_decode
     from noma_prorl_bench.rollout import reference
     from noma_prorl_bench.training import critic as training_critic
@@ -215,7 +247,6 @@ def test_implementing_modules_use_the_one_choice_list():
     assert losses.AGGREGATIONS is ch.AGGREGATIONS and ch.CHOICES["loss_agg"] == ("auto", *ch.AGGREGATIONS)
     assert reference.REF_MODES == (*ch.REF_COMPUTES, "none") and tuple(REF_CODES) == ch.REF_COMPUTES
     assert reference.REF_UPDATES is ch.REF_UPDATES
-    assert set(KL_METRIC_KEYS) == {*ch.KL_ESTIMATOR_CHOICES, "k1"}
     assert optim_state.OPT_RESETS is ch.OPT_RESETS and optim_state.LR_SCHEDULES is ch.LR_SCHEDULES
     assert growth.MODES is ch.GROWTH_MIGRATIONS and static_decode.COMPILE_MODES is ch.COMPILE_DECODES
     assert training_critic.CRITIC_RESETS is ch.CRITIC_RESETS
@@ -245,13 +276,9 @@ def test_no_module_spells_a_choice_list_again():
 def test_report_to_names_are_the_validators_and_the_docs():
     """--report_to takes a comma list, so it has no parser `choices`: its one list is
     choices.REPORT_TO, which the validator uses and docs/flags.md names in full."""
-    import importlib
+    from noma_prorl_bench.config.specs import run
 
-    from noma_prorl_bench.config import ConfigError
-
-    val = importlib.import_module("noma_prorl_bench.config.validate")  # the package exports validate()
-
-    assert val.REPORT_TO is ch.REPORT_TO
+    assert run.REPORT_TO is ch.REPORT_TO
     row = next(line for line in (ROOT / "docs" / "flags.md").read_text().splitlines() if "`--report_to`" in line)
     assert all(re.search(rf"\b{name}\b", row) for name in ch.REPORT_TO)
     for name in ch.REPORT_TO:

@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 
@@ -19,6 +20,7 @@ import torch
 
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.presets import PRESETS, RESET_FIELDS
+from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.integrations.trl import REF_FILE, STATE_FILE, ResetConfig, ResetGRPOTrainer, _torch_optimizer
 from noma_prorl_bench.training.optim_state import apply_reset_semantics, state_census, verify_reset
 from noma_prorl_bench.training.resets import Decision
@@ -122,14 +124,17 @@ def test_reset_config_uses_the_cli_names_defaults_and_presets():
     assert ResetConfig.from_preset("trl_sync", reset_every=64).reset_every == 64
     assert ResetConfig.from_preset("trl_sync").ref_update == "polyak"
     for bad, msg in [
-        ({"opt_reset": "adam"}, "opt_reset must be one of keep, hard, soft, asym"),
-        ({"reset_to": "init"}, "reset_to must be one of current, best"),
-        ({"soft_factor": 1.5}, "soft_factor must be in [0, 1]"),
-        ({"reset_every": -1}, "reset_every must be an integer >= 0"),
+        ({"opt_reset": "adam"}, "--opt_reset: invalid choice: 'adam' (choose from keep, hard, soft, asym)"),
+        ({"reset_to": "init"}, "--reset_to: invalid choice: 'init' (choose from current, best)"),
+        ({"soft_factor": 1.5}, "--soft_factor: must be in [0, 1]"),
+        ({"reset_every": -1}, "--reset_every: must be >= 0"),
+        ({"reset_every": 2.5}, "--reset_every: must be an integer"),
+        ({"reset_kl_above": float("nan")}, "--reset_kl_above: must be a finite number"),
     ]:
-        with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(ValueError, match=re.escape(msg)):  # ResetConfig is the CLI's ResetSpec: its checks
             ResetConfig(**bad)
-    with pytest.raises(ValueError, match="preset must be one of prorl_v1"):
+    assert ResetConfig is ResetSpec
+    with pytest.raises(ValueError, match="--preset: must be one of prorl_v1"):
         ResetConfig.from_preset("smollm2_demo")
 
 

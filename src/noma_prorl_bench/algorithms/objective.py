@@ -123,7 +123,14 @@ class Objective:
             raise ValueError("--adv gae: the advantages need the critic's values (gae_advantages)")
         shaped, shape_metrics = shape_rewards(rewards, mask, overlong=spec.overlong, T_max=self.T_max)  # [N]
         adv, adv_metrics = self.kl.advantages(
-            shaped, mask, spec.adv, spec.batch_size, spec.group_size, beta=beta, logp_old=logp_old, logp_ref=logp_ref
+            shaped,
+            mask,
+            spec.adv,
+            spec.shape.batch_size,
+            spec.shape.group_size,
+            beta=beta,
+            logp_old=logp_old,
+            logp_ref=logp_ref,
         )
         return adv, adv_metrics, shape_metrics
 
@@ -171,7 +178,7 @@ class Objective:
         if c.whiten_adv:
             adv = critic_lib.whiten(adv, mask)
         sel = adv[mask != 0]
-        r = rewards.float().view(self.spec.batch_size, self.spec.group_size)
+        r = rewards.float().view(self.spec.shape.batch_size, self.spec.shape.group_size)
         metrics.update(
             {
                 "adv/mean": float(sel.mean()) if sel.numel() else 0.0,
@@ -218,7 +225,7 @@ class Objective:
             tis_weight=tis_weight,
         )
         kl = self.kl.estimates(
-            logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor, temperature=spec.temperature
+            logp, anchor, logp_old, logits=logits, logits_anchor=logits_anchor, temperature=spec.shape.temperature
         )
         kl_tok = self.kl.loss_term(kl, logp_sampler, anchor)  # zeros when the KL is in the reward
         total = pg + beta * kl_tok

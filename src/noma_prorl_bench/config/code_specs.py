@@ -21,7 +21,7 @@ import re
 import shlex
 from collections.abc import Mapping
 
-from noma_prorl_bench.config.validate import ConfigError
+from noma_prorl_bench.config.errors import ConfigError
 
 #: the flags whose value may name a Python callable to import
 CODE_FLAGS = ("task", "reward_fn")

@@ -23,8 +23,9 @@ from dataclasses import fields
 from typing import Any, Literal
 
 from noma_prorl_bench.config.code_specs import refuse_code_from
-from noma_prorl_bench.config.fields import RunConfig
-from noma_prorl_bench.config.validate import ConfigError, suggest, suggest_name
+from noma_prorl_bench.config.errors import ConfigError, suggest
+from noma_prorl_bench.config.foreign import suggest_name
+from noma_prorl_bench.config.run_config import RunConfig
 
 #: keys a run writes into config.json beside its fields; skipped when read back as --config
 RUN_RECORD_KEYS = ("derived", "versions", "argv", "resumes", "run_id", "machine")

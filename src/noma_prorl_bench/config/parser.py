@@ -13,9 +13,13 @@ from dataclasses import fields
 from typing import Any, Literal, Optional, cast
 
 from noma_prorl_bench._version import __version__
-from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
+from noma_prorl_bench.config.errors import ConfigError, suggest
+from noma_prorl_bench.config.fields import field_docs, field_sections
 from noma_prorl_bench.config.files import with_config_file
-from noma_prorl_bench.config.validate import FOREIGN_NAMES, GROWTH_FLAGS, ConfigError, suggest, suggest_name, validate
+from noma_prorl_bench.config.foreign import FOREIGN_NAMES, suggest_name
+from noma_prorl_bench.config.run_config import RunConfig
+from noma_prorl_bench.config.specs.growth import GROWTH_FLAGS
+from noma_prorl_bench.config.validate import validate
 
 
 def _choices(tp) -> Optional[list]:
@@ -24,7 +28,7 @@ def _choices(tp) -> Optional[list]:
     return None
 
 
-# --help groups: (section in fields.py, title), in the order a newcomer reads them
+# --help groups: (a spec's section, title), in the order a newcomer reads them
 HELP_GROUPS = [
     ("task and model", "task and model"),
     ("sampling", "RL: sampling"),
@@ -41,7 +45,7 @@ HELP_GROUPS = [
 
 class Parser(argparse.ArgumentParser):
     """argparse with "did you mean" for misspelt flags and choices (difflib), and our name for a
-    TRL or verl one (validate.FOREIGN_NAMES)."""
+    TRL or verl one (foreign.FOREIGN_NAMES)."""
 
     def error(self, message: str):
         m = re.search(r"unrecognized arguments: (\S+)", message)
@@ -67,7 +71,7 @@ class _ForeignPrefix(argparse.Action):
 
 
 def build_parser(prog: str = "python -m noma_prorl_bench.run") -> argparse.ArgumentParser:
-    """An argparse parser with one flag per RunConfig field, grouped by fields.py section
+    """An argparse parser with one flag per RunConfig field, grouped by the owning spec's section
     (defaults suppressed so the caller can tell explicit flags from defaults, which presets need)."""
     p = Parser(
         prog=prog,

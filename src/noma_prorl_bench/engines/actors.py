@@ -113,7 +113,7 @@ class _RefSide:
     cpu: CpuClock
 
     def _init_ref(self, spec: ReferenceSpec, module, T_max: int):
-        self.ref = ReferenceHolder(module, "cached", spec.temperature, spec.rows, T_max, chunk=spec.logprob_chunk)
+        self.ref = ReferenceHolder(module, "cached", spec.shape.temperature, spec.rows, T_max, chunk=spec.logprob_chunk)
         self.ref_version = 0
         self.ref_struct_version = 0
 

@@ -43,7 +43,6 @@ import inspect
 import json
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,12 +56,9 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is absent
     raise ImportError(f"noma_prorl_bench.integrations.trl needs the trl extra: pip install -e .[trl] ({e})") from e
 
-from noma_prorl_bench.config.choices import REF_UPDATES, RESET_TOS
-from noma_prorl_bench.config.presets import PRESETS
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.models.base import frozen_parameters
 from noma_prorl_bench.training.optim_state import (
-    OPT_RESETS,
     apply_reset_semantics,
     optimizer_step_count,
     require_reachable,
@@ -78,70 +74,10 @@ SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")  # torch Adam/AdamW: t ke
 SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 
 
-@dataclass(frozen=True)
-class ResetConfig:
-    """The CLI's reset switches (same names, defaults and meaning: `prorl-bench run --help`)."""
-
-    reset_every: int = 0  # periodic reset every N optimizer steps (0: never)
-    reset_kl_above: float = 0.0  # reset after a step whose KL (TRL's `kl`) exceeds X (0: off)
-    reset_kl_min_gap: int = 20  # a KL-spike reset needs this many steps since the last reset
-    reset_on_stall: int = 0  # reset after PATIENCE evaluations without improvement (0: off)
-    stall_min_delta: float = 0.0  # improvement of eval_reward over the best that counts as progress
-    reset_to: str = "current"  # current | best (the policy is restored to the best evaluation)
-    ref_update: str = "hard"  # hard | polyak: ref <- a pi + (1 - a) ref
-    ref_mix_alpha: float = 0.6  # a
-    opt_reset: str = "keep"  # keep | hard | soft | asym (optim_state.apply_moment_reset)
-    soft_factor: float = 0.2  # f for soft / asym
-    reset_opt_step: int = 0  # 1: Adam's step count back to 0
-    reset_lr_schedule: int = 0  # 1: the LR schedule restarts (warmup included)
-    reset_kl_coef: int = 0  # 1: the KL coefficient back to its initial value (constant in TRL)
-
-    def __post_init__(self) -> None:
-        choices = {
-            "reset_to": RESET_TOS,
-            "ref_update": REF_UPDATES,
-            "opt_reset": OPT_RESETS,
-            "reset_opt_step": (0, 1),
-            "reset_lr_schedule": (0, 1),
-            "reset_kl_coef": (0, 1),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"ResetConfig.{name} must be one of {', '.join(map(str, allowed))}; got {getattr(self, name)!r}"
-                )
-        for name in ("reset_every", "reset_kl_min_gap", "reset_on_stall"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"ResetConfig.{name} must be an integer >= 0; got {getattr(self, name)!r}")
-        if self.reset_kl_above < 0 or self.stall_min_delta < 0:
-            raise ValueError("ResetConfig.reset_kl_above and stall_min_delta must be >= 0")
-        if not 0.0 < self.ref_mix_alpha <= 1.0:
-            raise ValueError(f"ResetConfig.ref_mix_alpha must be in (0, 1]; got {self.ref_mix_alpha}")
-        if not 0.0 <= self.soft_factor <= 1.0:
-            raise ValueError(f"ResetConfig.soft_factor must be in [0, 1]; got {self.soft_factor}")
-
-    def spec(self) -> ResetSpec:
-        """The same switches as the harness's ResetSpec (config/specs.py), for its trigger."""
-        return ResetSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ResetSpec)})
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ResetConfig:
-        """The preset `name` (config.presets.PRESETS: prorl_v1, prorl_v2, trl_sync, noma_soft), with
-        `overrides` winning, as `--preset NAME --flag value` does on the CLI."""
-        if name not in PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
-        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"ResetConfig has no field {sorted(unknown)[0]!r}")
-        return cls(**{**PRESETS[name], **overrides})
-
-    @property
-    def needs_eval(self) -> bool:
-        """Whether a switch reads evaluations (the stall trigger, the best-checkpoint target)."""
-        return self.reset_on_stall > 0 or self.reset_to == "best"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+#: The reset switches under the CLI's names, defaults, choices and checks: the harness's own
+#: `ResetSpec` (config/specs/resets.py), not a copy of it. A bad value raises ConfigError (a
+#: ValueError) naming the field; `ResetConfig.from_preset(name, **overrides)` as `--preset`.
+ResetConfig = ResetSpec
 
 
 def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) -> str | None:
@@ -237,7 +173,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         if missing:
             raise ValueError(f"ResetGRPOTrainer: this TRL lacks GRPOTrainer.{missing[0]} (tested with trl 1.16)")
         self.reset_config = cfg
-        self._trigger = trigger_from_spec(cfg.spec())  # the harness's own trigger, from the same switches
+        self._trigger = trigger_from_spec(cfg)  # the harness's own trigger, from the same switches
         policy = self.accelerator.unwrap_model(self.model)
         self._peft = self.ref_model is None
         if self._peft:

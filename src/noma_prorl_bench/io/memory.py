@@ -309,7 +309,7 @@ def _logprob_pass(sp: RunSpecs, s: Shape, rows: int, P: int, T: int, copies: int
     positions_run = rows * L  # token positions through the trunk
     gathered = 0  # --shared_prompt: the prompts' keys and values gathered to every row, per layer
     if sp.model.shared_prompt and s.kind == "hf" and P > 1:
-        prompts = min(rows, sp.rollout.batch_size)  # at most B distinct prompts among the rows
+        prompts = min(rows, sp.rollout.shape.batch_size)  # at most B distinct prompts among the rows
         positions_run = prompts * (P - 1) + rows * (T + 1)
         gathered = rows * (P - 1) * 2 * s.kv * s.act_bytes
     if train:
@@ -344,10 +344,10 @@ def packed_bytes(sp: RunSpecs, s: Shape) -> int:
 
 def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
     """The estimate for the run of specs `sp` with the policy `shape`, prompt length P and response length T."""
-    N = sp.rollout.batch_size * sp.rollout.group_size
+    N = sp.rollout.shape.batch_size * sp.rollout.shape.group_size
     n_train = sp.optimizer.micro_batch if sp.optimizer.micro_batch > 0 else -(-N // sp.optimizer.minibatches)
     size_flag = "hidden" if sp.model.model == "gru" else "d_model" if sp.model.model == "transformer" else "model"
-    batch_flag = "batch_size" if sp.rollout.batch_size >= sp.rollout.group_size else "group_size"
+    batch_flag = "batch_size" if sp.rollout.shape.batch_size >= sp.rollout.shape.group_size else "group_size"
     copy, s = shape.copy_bytes, shape
     own = copy - s.shared_bytes  # a copy beyond the shared frozen base
     held = {
@@ -367,7 +367,7 @@ def build_estimate(sp: RunSpecs, shape: Shape, P: int, T: int) -> Estimate:
         k = sp.evaluation.eval_samples
         eval_rows = max(eval_rows, min(sp.task.n_val, max(1, EVAL_CHUNK // k)) * k)
     phases = {
-        "rollout": _decode(s, N, sp.rollout.batch_size, P, T),
+        "rollout": _decode(s, N, sp.rollout.shape.batch_size, P, T),
         "logprob_pass": _logprob_pass(sp, s, N, P, T, LOGITS_COPIES_NOGRAD, train=False),
         "update": _logprob_pass(sp, s, n_train, P, T, LOGITS_COPIES_TRAIN, train=True) + N * (P + T) * 8,
         "optimizer_step": s.trainable * 4,  # foreach Adam's sqrt(exp_avg_sq) temporary

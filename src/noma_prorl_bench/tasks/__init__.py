@@ -39,7 +39,7 @@ def make_task(name: str, n_val: int = 256, cfg=None) -> Task:
 def _read_task_file(path: str, build: Callable[[], T]) -> T:
     """build(), its errors reading the jsonl:PATH task file as ConfigError naming the flag (--task,
     --n_val, or the bound's own flag, which tasks/jsonl.py raises as ConfigError already)."""
-    from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
+    from noma_prorl_bench.config.errors import ConfigError  # noqa: PLC0415
 
     try:
         return build()

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 
 from noma_prorl_bench.config.code_specs import names_code
-from noma_prorl_bench.config.validate import ConfigError
+from noma_prorl_bench.config.errors import ConfigError
 
 REQUIRED = ("name", "max_new_tokens", "sample", "validation_set", "reward")
 

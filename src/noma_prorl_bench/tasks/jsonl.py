@@ -46,8 +46,9 @@ from typing import Callable
 
 import numpy as np
 
+from noma_prorl_bench.config.errors import ConfigError
 from noma_prorl_bench.config.fields import field_default
-from noma_prorl_bench.config.validate import JSONL_LIMITS, ConfigError
+from noma_prorl_bench.config.specs.task import JSONL_LIMITS
 from noma_prorl_bench.tasks.base import Example
 
 REWARDS = ("exact", "numeric", "regex")
@@ -80,7 +81,7 @@ def _verifier(spec: str) -> Callable[[str, str], float]:
     ``(response, answer)`` (ConfigError naming --reward_fn otherwise)."""
     import inspect  # noqa: PLC0415
 
-    from noma_prorl_bench.config.validate import ConfigError  # noqa: PLC0415
+    from noma_prorl_bench.config.errors import ConfigError  # noqa: PLC0415
     from noma_prorl_bench.tasks.custom import import_attr  # noqa: PLC0415
 
     fn = import_attr(spec, "--reward_fn")

@@ -49,7 +49,7 @@ class Critic:
         self.spec = spec
         self.model = ValueModel(policy)
         self.optimizer = torch.optim.Adam(self.model.trainable(), lr=spec.critic_lr_resolved)
-        self.scheduler = run_scheduler(self.optimizer, spec)  # the policy's schedule, --critic_lr as base
+        self.scheduler = run_scheduler(self.optimizer, spec.optimizer)  # the policy's schedule, --critic_lr as base
         self.counter = ForwardCounter("critic_fwd", "tokens_critic")
 
     # ------------------------------------------------------------ forwards (counted)
@@ -75,8 +75,8 @@ class Critic:
         gradients are not finite), step its LR scheduler with the policy's (unless `skip`), then
         drop its gradients."""
         params = self.model.trainable()
-        if self.spec.max_grad_norm > 0:
-            gn = torch.nn.utils.clip_grad_norm_(params, self.spec.max_grad_norm)
+        if self.spec.optimizer.max_grad_norm > 0:
+            gn = torch.nn.utils.clip_grad_norm_(params, self.spec.optimizer.max_grad_norm)
         else:
             grads = [p.grad.detach().norm() for p in params if p.grad is not None]
             gn = torch.stack(grads).norm() if grads else torch.tensor(0.0)
@@ -102,10 +102,10 @@ class Critic:
                 self.optimizer,
                 self.scheduler,
                 None,
-                opt_reset=s.opt_reset,
-                soft_factor=s.soft_factor,
-                reset_opt_step=bool(s.reset_opt_step),
-                reset_lr_schedule=bool(s.reset_lr_schedule),
+                opt_reset=s.resets.opt_reset,
+                soft_factor=s.resets.soft_factor,
+                reset_opt_step=bool(s.resets.reset_opt_step),
+                reset_lr_schedule=bool(s.resets.reset_lr_schedule),
                 reset_kl_coef=False,
             )
             return {"mode": "follow", **rec}

@@ -130,7 +130,7 @@ class Learner:
         if spec.tis_cap > 0 or b_full:
             with torch.no_grad():
                 logp, _, logits = policy_logprobs(
-                    self.policy, batch.tokens, batch.prompt_len, spec.temperature, chunk=spec.logprob_chunk
+                    self.policy, batch.tokens, batch.prompt_len, spec.shape.temperature, chunk=spec.logprob_chunk
                 )  # logits None when chunked
             self.counters.add("policy_fwd_train", 1)
             self.counters.add("tokens_policy", fed_tokens(self.policy, batch.tokens, batch.prompt_len))
@@ -211,7 +211,7 @@ class Learner:
         """Forward, loss and backward of rows `sl` of minibatch `ctx` (its share of ctx's loss)."""
         spec = self.spec
         P, tokens, mask = batch.prompt_len, batch.tokens[sl], inp.mask[sl]
-        logp, ent, logits = micro.logprobs(self.policy, tokens, P, spec.temperature, spec.logprob_chunk)
+        logp, ent, logits = micro.logprobs(self.policy, tokens, P, spec.shape.temperature, spec.logprob_chunk)
         self.counters.add("policy_fwd_train", 1)
         self.counters.add("tokens_policy", fed_tokens(self.policy, tokens, P))
         old_logits = None if inp.old_logits is None else inp.old_logits[sl]

@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from noma_prorl_bench.config.choices import LR_SCHEDULES, OPT_RESETS
+from noma_prorl_bench.config.specs import OptimizerSpec
 from noma_prorl_bench.training import adam_cohorts
 
 FIRST_MOMENT_KEYS = ("exp_avg", "momentum_buffer")
@@ -178,15 +179,11 @@ def make_lr_scheduler(
     return LambdaLR(optimizer, WarmupSchedule(kind, warmup_steps, total_steps, min_lr_ratio))
 
 
-def lr_horizon(cfg: Any) -> int:
-    """The run's LR-schedule horizon in scheduler steps: one per optimizer step, i.e.
-    `--steps` x `--ppo_epochs` x `--minibatches` (the cosine reaches its floor at the last update)."""
-    return cfg.steps * cfg.ppo_epochs * cfg.minibatches
-
-
-def run_scheduler(optimizer: Optimizer, cfg: Any) -> LambdaLR:
-    """The run's LR scheduler for `optimizer` (`--lr_schedule`, `--warmup_steps`, `lr_horizon`)."""
-    return make_lr_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps, lr_horizon(cfg))
+def run_scheduler(optimizer: Optimizer, spec: OptimizerSpec) -> LambdaLR:
+    """The run's LR scheduler for `optimizer` (`--lr_schedule`, `--warmup_steps`, over the run's
+    horizon of optimizer steps, `OptimizerSpec.horizon`: the cosine reaches its floor at the last
+    update)."""
+    return make_lr_scheduler(optimizer, spec.lr_schedule, spec.warmup_steps, spec.horizon)
 
 
 def restart_schedule(scheduler: LRScheduler) -> float:

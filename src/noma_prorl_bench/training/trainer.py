@@ -212,7 +212,7 @@ class Trainer:
             else make_reference(
                 self.policy,
                 rs.mode,
-                rs.temperature,
+                rs.shape.temperature,
                 rs.rows,
                 self.T_max,
                 keep_logits=self.kl.needs_ref_logits,
