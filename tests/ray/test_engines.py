@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import make_config
-from noma_prorl_bench.engines.actors import Learner
+from noma_prorl_bench.engines.learner_actor import Learner
 from noma_prorl_bench.io.checkpoint import read
 from noma_prorl_bench.run import main
 

@@ -7,7 +7,8 @@ by one controller; see docs/ray.md.
   local.py      the local engine: build the Trainer, run its steps, checkpoints, summary
   weights.py    state dicts as numpy arrays for the object store (exact), structure signatures
   timeline.py   per-actor stage spans -> timeline.jsonl -> plots/timeline.png (Gantt)
-  actors.py     Generator, Learner (a Trainer inside), ReferenceScorer
+  actors.py     Generator, ReferenceScorer, the CPU clock and object-store access they share
+  learner_actor.py  Learner (a Trainer inside): steps, weight packs, checkpoints
   driver.py     Ray lifecycle, placement, start-up, per-step metrics (RayEngine)
   calls.py      actor calls with deadlines: dead, hung or raising actors -> EngineError
   launch.py     `run_engine(cfg)`: output files, failure and signal handling, summary, plot

@@ -44,13 +44,9 @@ import time
 from collections import Counter
 from typing import Any, Optional
 
-from noma_prorl_bench.engines.actors import (
-    CpuClock,
-    Generator,
-    Learner,
-    ReferenceScorer,
-)
+from noma_prorl_bench.engines.actors import CpuClock, Generator, ReferenceScorer
 from noma_prorl_bench.engines.calls import Call, Deadlines, EngineError
+from noma_prorl_bench.engines.learner_actor import Learner
 from noma_prorl_bench.engines.reaper import Reaper, session_env
 from noma_prorl_bench.engines.stops import ray_starting
 
