@@ -126,6 +126,7 @@ def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
         "algorithms/kl_term.py",
         "algorithms/objective.py",
         "io/memory.py",
+        "io/memory_shape.py",
     ],
 )
 def test_stages_take_their_spec_not_the_config(rel):
