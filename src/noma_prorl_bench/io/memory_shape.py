@@ -161,7 +161,7 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
             return 2 + max(len(e.prompt) for e in ex), T
         from transformers import AutoTokenizer  # noqa: PLC0415
 
-        from noma_prorl_bench.models.hf import HFTokenizerAdapter  # noqa: PLC0415
+        from noma_prorl_bench.models.hf_tokenizer import HFTokenizerAdapter  # noqa: PLC0415
 
         hf_tok = AutoTokenizer.from_pretrained(os.path.expanduser(sp.model.model[3:]), local_files_only=True)
         tok = HFTokenizerAdapter(hf_tok, chat=sp.task.task.startswith("rg:"))
