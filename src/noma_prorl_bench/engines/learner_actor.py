@@ -24,7 +24,7 @@ from noma_prorl_bench.engines.weights import WeightPack, pack_state, structure
 from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
 from noma_prorl_bench.rollout.collector import HandedCollector
 from noma_prorl_bench.rollout.nonfinite import NonFiniteError
-from noma_prorl_bench.rollout.reference import ReferenceSource
+from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training.trainer import COUNTER_KEYS, Trainer
 
