@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import make_config
-from noma_prorl_bench.engines.actors import Learner
+from noma_prorl_bench.engines.learner_actor import Learner
 from noma_prorl_bench.io.checkpoint import read
 from noma_prorl_bench.run import main
 
@@ -364,7 +364,8 @@ def test_hung_actor_call_times_out(ray_cluster, tmp_path, alive_actors):
     """A generator that never returns: the driver's wait gives up after --actor_timeout."""
     from noma_prorl_bench.config import make_config
     from noma_prorl_bench.engines.actors import Generator
-    from noma_prorl_bench.engines.driver import EngineError, RayEngine
+    from noma_prorl_bench.engines.calls import EngineError
+    from noma_prorl_bench.engines.driver import RayEngine
 
     cfg = make_config({"outdir": str(tmp_path), "engine": "ray_async", "actor_timeout": 1.0})
     engine = RayEngine(cfg, files=None)

@@ -11,6 +11,7 @@ from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.engines import actors
 from noma_prorl_bench.engines.async_ import batch_state
+from noma_prorl_bench.engines.remote_ref import RemoteReference
 from noma_prorl_bench.engines.timeline import (
     SpanRecorder,
     stage_seconds,
@@ -79,7 +80,7 @@ def test_rollout_core_with_handed_over_streams_draws_the_trainers_batch():
 # ---------------------------------------------------------------- reference outside the learner
 def test_remote_reference_serves_received_logp_and_checks_versions():
     puts = []
-    proxy = actors.RemoteReference(put=lambda obj: puts.append(obj) or len(puts))
+    proxy = RemoteReference(put=lambda obj: puts.append(obj) or len(puts))
     policy = _gru(0)
     proxy.bind(policy)
     logp = torch.randn(6, 3)
@@ -99,7 +100,7 @@ def test_remote_reference_serves_received_logp_and_checks_versions():
 
 
 def test_reset_update_on_a_holder_matches_the_local_reference(monkeypatch):
-    monkeypatch.setattr(actors, "_ray_get", lambda x: x)  # refs are the objects here
+    monkeypatch.setattr(actors, "ray_get", lambda x: x)  # refs are the objects here
     policy, ref0 = _gru(0), _gru(1)
     local = ReferenceHolder(ref0, "cached")
     local.reset_to(policy, "polyak", 0.6)
@@ -108,7 +109,7 @@ def test_reset_update_on_a_holder_matches_the_local_reference(monkeypatch):
     side.cpu, side.rec = actors.CpuClock(), SpanRecorder("reference", 0.0)
     ref_spec = RunSpecs.from_config(make_config({"outdir": "/tmp/unused", "batch_size": 2, "group_size": 2})).reference
     side._init_ref(ref_spec, ref0, 4)  # N = 2*2 rows, T = 4
-    proxy = actors.RemoteReference(put=lambda obj: obj)
+    proxy = RemoteReference(put=lambda obj: obj)
     proxy.bind(policy)
     proxy.reset_to(policy, "polyak", 0.6)
     out = side.reset_ref(proxy.pop_update(), step=3)

@@ -183,8 +183,8 @@ def test_memory_estimate_counts_the_critic_only_with_gae():
 
 
 def _estimate_args(flags):
-    from noma_prorl_bench.io import memory
+    from noma_prorl_bench.io.memory_shape import model_shape, prompt_response_tokens
 
     sp = RunSpecs.from_config(make_config({"outdir": "x", **flags}))
-    P, T = memory.prompt_response_tokens(sp)
-    return sp, memory.model_shape(sp, P + T), P, T
+    P, T = prompt_response_tokens(sp)
+    return sp, model_shape(sp, P + T), P, T

@@ -10,7 +10,8 @@ import pytest
 
 from noma_prorl_bench.config import ConfigError, make_config
 from noma_prorl_bench.config.specs import RunSpecs
-from noma_prorl_bench.io.memory import build_estimate, model_shape, prompt_response_tokens
+from noma_prorl_bench.io.memory import build_estimate
+from noma_prorl_bench.io.memory_shape import model_shape, prompt_response_tokens
 from noma_prorl_bench.tasks import jsonl, make_task
 from noma_prorl_bench.tasks.jsonl import LIMITS, MAX_DEPTH, read_lines
 

@@ -9,7 +9,8 @@ import pytest
 from noma_prorl_bench.config import make_config
 from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.io import preflight
-from noma_prorl_bench.io.memory import MiB, build_estimate, estimate, model_shape
+from noma_prorl_bench.io.memory import MiB, build_estimate, estimate
+from noma_prorl_bench.io.memory_shape import model_shape
 
 # SmolLM2-135M-Instruct's config.json (the smollm2_demo model): no weights are needed for the estimate
 SMOLLM2 = {

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fakeruns import write_run, write_suite  # noqa: E402
 
+from noma_prorl_bench.analysis.plot_parts import run_lines  # noqa: E402
 from noma_prorl_bench.analysis.plots import (  # noqa: E402
     STAGES,
     ref_cost_figure,
-    run_lines,
     run_plots,
     save_summary,
     stage_means,

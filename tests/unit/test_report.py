@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import SUITE, write_suite  # noqa: E402
 
 from noma_prorl_bench.analysis import compare as cmp  # noqa: E402
+from noma_prorl_bench.analysis import conclusion as cc  # noqa: E402
 from noma_prorl_bench.analysis import findings as fd  # noqa: E402
 from noma_prorl_bench.analysis import report as rp  # noqa: E402
 from noma_prorl_bench.analysis import runlog  # noqa: E402
@@ -221,12 +222,12 @@ def test_conclusion_states_verdicts_and_caveats(ten, groups):
     _, arms = ten
     rows = cmp.compare(arms, cmp.default_comparisons(arms), KS, timing=True)
     gains = cmp.gain_kept(arms, rows, KS)
-    text = "\n".join(fd.conclusion(fd.cost_model_check(groups), rows, gains, n_pairs=10))
+    text = "\n".join(cc.conclusion(fd.cost_model_check(groups), rows, gains, n_pairs=10))
     assert "took 1.06× A1's step time" in text
     assert "kept 85% of" in text and "'keeps >= 80% at lower step time': held" in text
     assert f"{G10['hard']} is worse than {G10['A1']}" in text
     assert "Caveat" not in text and "smoke run" not in text
-    short = " ".join(fd.conclusion([], rows, [], n_pairs=3, partial=1, evidence=False))
+    short = " ".join(cc.conclusion([], rows, [], n_pairs=3, partial=1, evidence=False))
     assert "smoke run, not evidence" in short and "as few as 3 paired seed" in short
     assert "1 run(s) are incomplete" in short
 

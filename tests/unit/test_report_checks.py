@@ -25,7 +25,8 @@ from noma_prorl_bench.analysis import report as rp  # noqa: E402
 from noma_prorl_bench.analysis import stats  # noqa: E402
 from noma_prorl_bench.analysis.atlas import effect_cells, parse_arms  # noqa: E402
 from noma_prorl_bench.analysis.commands import plan_main, report_main  # noqa: E402
-from noma_prorl_bench.analysis.plots import run_lines, summary_figure  # noqa: E402
+from noma_prorl_bench.analysis.plot_parts import run_lines  # noqa: E402
+from noma_prorl_bench.analysis.plots import summary_figure  # noqa: E402
 from noma_prorl_bench.analysis.runlog import load_runs  # noqa: E402
 
 pytestmark = pytest.mark.unit

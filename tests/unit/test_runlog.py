@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruns import N_SEQ, T_TOK, write_run, write_suite  # noqa: E402
 
+from noma_prorl_bench.analysis.run_files import align_metrics  # noqa: E402
 from noma_prorl_bench.analysis.runlog import (  # noqa: E402
     THROUGHPUT_KEY,
-    align_metrics,
     group_runs,
     load_run,
     load_runs,

@@ -158,6 +158,7 @@ def _params_and_attrs(path: Path) -> tuple[set[str], set[str]]:
         "algorithms/kl_term.py",
         "algorithms/objective.py",
         "io/memory.py",
+        "io/memory_shape.py",
     ],
 )
 def test_stages_take_their_spec_not_the_config(rel):
@@ -311,7 +312,7 @@ SHARED_NAMES = {
     "write_json": "io/run_dir.write_json is io/safe_files.write_json with the run directory's defaults",
     # the Ray engine's learner role: a Trainer (which holds a training.learner.Learner); Ray titles
     # its process ray::Learner, which the reaper and its tests look for
-    "Learner": "training/learner.py (the update stage) and engines/actors.py (the Ray actor)",
+    "Learner": "training/learner.py (the update stage) and engines/learner_actor.py (the Ray actor)",
 }
 
 

@@ -11,7 +11,8 @@ import torch
 
 from noma_prorl_bench.io.metrics import Counters
 from noma_prorl_bench.rollout.collector import HandedCollector
-from noma_prorl_bench.rollout.reference import NoReference, ReferenceHolder, make_reference
+from noma_prorl_bench.rollout.reference import ReferenceHolder, make_reference
+from noma_prorl_bench.rollout.reference_source import NoReference
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from noma_prorl_bench.analysis.compare import run_numbers, run_score
-from noma_prorl_bench.analysis.plots import curve
+from noma_prorl_bench.analysis.plot_parts import curve
 from noma_prorl_bench.analysis.runlog import load_run, run_stats
 from tests.fakeruns import write_run
 

@@ -28,10 +28,10 @@ rises when A0 wastes work on extra reference forwards; policy tokens do not (sam
 which makes this the fair cross-variant throughput. Runs without those keys fall back to
 `perf/tokens_per_s`.
 
-JSONL files are read tolerantly: a partial last line (a run killed mid-write) is dropped;
-an unparseable line elsewhere is dropped with a warning. Both are recorded in `Run.dropped`.
-A run file that is a symlink, FIFO, socket, device or directory is not read: ValueError naming
-it (io/safe_files.py; hard links are fine for reading).
+JSONL files are read tolerantly (run_files.py): a partial last line (a run killed mid-write) is
+dropped; an unparseable line elsewhere is dropped with a warning. Both are recorded in
+`Run.dropped`. A run file that is a symlink, FIFO, socket, device or directory is not read:
+ValueError naming it (io/safe_files.py; hard links are fine for reading).
 """
 
 from __future__ import annotations
@@ -39,16 +39,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from noma_prorl_bench.analysis.untrusted import term_text
+from noma_prorl_bench.analysis.run_files import align_metrics, initial_values, is_step0, read_jsonl, read_text
 from noma_prorl_bench.config import REF_CODES, kl_metric_key
-from noma_prorl_bench.io import safe_files
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
 NOT_CONFIG = frozenset(
@@ -157,84 +155,6 @@ def kl_loss_key(run: Run) -> str:
     return next((k for k in ("kl/k3", "kl/k1", "kl/k2") if run.has(k)), key)
 
 
-# ---------------------------------------------------------------- reading files
-
-
-def _read_text(path: Path) -> str:
-    """A run file's text (safe_files.read_bytes: no link followed, never a FIFO, socket or device);
-    FileNotFoundError if absent, ValueError naming what it is otherwise."""
-    try:
-        return safe_files.read_bytes(str(path), links_ok=True).decode("utf-8", errors="replace")
-    except safe_files.RunDirRefused as err:
-        raise ValueError(str(err).removeprefix("argument --outdir: ")) from err
-
-
-def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, Any]]:
-    """Parse a JSONL file; drop a partial last line and (with a warning) bad middle lines."""
-    try:
-        lines = _read_text(path).splitlines()
-    except FileNotFoundError:
-        return []
-    rows: list[dict[str, Any]] = []
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            if dropped is not None:
-                dropped.append(f"{path.name}:{i + 1}")
-            if i != last:
-                warnings.warn(f"{term_text(path)}: line {i + 1} is not a JSON object; dropped", stacklevel=2)
-            continue
-        rows.append(obj)
-    return rows
-
-
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
-
-
-def align_metrics(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Rows with a "step" -> (steps[S], key -> values[S]); a repeated step keeps its last row."""
-    by_step: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        step = row.get("step")
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
-            by_step.setdefault(int(step), {}).update(row)
-    steps = np.array(sorted(by_step), dtype=int)
-    index = {s: i for i, s in enumerate(steps.tolist())}
-    metrics: dict[str, np.ndarray] = {}
-    for step, row in by_step.items():
-        for key, value in row.items():
-            num = _as_float(value)
-            if key == "step" or num is None:
-                continue
-            if key not in metrics:
-                metrics[key] = np.full(len(steps), np.nan)
-            metrics[key][index[step]] = num
-    return steps, metrics
-
-
-def _is_step0(row: dict[str, Any]) -> bool:
-    return row.get("step") == 0 and not isinstance(row.get("step"), bool)
-
-
-def initial_values(step0_rows: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """The values before RL: the last step-0 row's numbers, else the `warmstart` event's val_reward."""
-    warm = next((e for e in events if e.get("event") == "warmstart"), {})
-    row = step0_rows[-1] if step0_rows else {"reward/val": warm.get("val_reward")}
-    nums = {k: _as_float(v) for k, v in row.items() if k != "step"}
-    return {k: v for k, v in nums.items() if v is not None}
-
-
 def load_run(run_dir: str | Path) -> Run:
     """Load one run directory. FileNotFoundError if absent; ValueError if not a run."""
     path = Path(run_dir)
@@ -246,20 +166,20 @@ def load_run(run_dir: str | Path) -> Run:
     if missing:
         raise ValueError(f"{path} is not a run directory: missing {', '.join(missing)}")
     try:
-        config = json.loads(_read_text(path / "config.json"))
+        config = json.loads(read_text(path / "config.json"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}/config.json is not valid JSON: {err}") from err
     if not isinstance(config, dict):
         raise ValueError(f"{path}/config.json is not a JSON object")
     dropped: list[str] = []
     rows = read_jsonl(path / "metrics.jsonl", dropped)
-    steps, metrics = align_metrics([r for r in rows if not _is_step0(r)])
+    steps, metrics = align_metrics([r for r in rows if not is_step0(r)])
     events = read_jsonl(path / "events.jsonl", dropped)
     samples = read_jsonl(path / "samples.jsonl", dropped)
     summary = None
     if os.path.lexists(path / "summary.json"):
         try:
-            summary = json.loads(_read_text(path / "summary.json"))
+            summary = json.loads(read_text(path / "summary.json"))
         except json.JSONDecodeError:
             dropped.append("summary.json")
     run = Run(
@@ -271,7 +191,7 @@ def load_run(run_dir: str | Path) -> Run:
         samples,
         summary if isinstance(summary, dict) else None,
         dropped=dropped,
-        initial=initial_values([r for r in rows if _is_step0(r)], events),
+        initial=initial_values([r for r in rows if is_step0(r)], events),
     )
     run.label = run.group = base_label(config)
     add_derived(run)

@@ -1,4 +1,6 @@
-"""The Ray engines' actors: Generator, Learner, ReferenceScorer (plain classes; the driver wraps them).
+"""The Ray engines' sampling-side actors, Generator and ReferenceScorer (plain classes; the driver
+wraps them), and what every actor shares (the CPU clock, object-store access); the Learner
+actor is in learner_actor.py.
 
 Legend: B prompts, G samples per prompt, N = B*G, P prompt length, T response length, L = P + T.
 
@@ -9,7 +11,7 @@ scored remotely carries the `ref_version` that scored it and the learner refuses
 `struct_version` counts changes of the policy's state-dict structure (adapter growth): the
 learner ships the whole module once per structure version, weights as numpy otherwise.
 
-  Learner          a `Trainer` (the local engine's loop, unchanged) built with a collector that is a
+  Learner          (learner_actor.py) a `Trainer` (the local engine's loop, unchanged) built with a collector that is a
                    `HandedCollector` serving the batch the driver hands it, so every metric,
                    reset, eval and counter is the local code path (the same `Learner` stage);
                    it publishes weight packs through the object store.
@@ -31,39 +33,35 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from noma_prorl_bench.config.specs import ReferenceSpec, RolloutSpec, RunSpecs
-from noma_prorl_bench.engines.remote_ref import RemoteReference
 from noma_prorl_bench.engines.timeline import SpanRecorder
 from noma_prorl_bench.engines.weights import (
-    WeightPack,
     load_state,
-    pack_state,
-    structure,
     unpack_state,
 )
-from noma_prorl_bench.io.metrics import Counters, MemorySink, NullSink
-from noma_prorl_bench.rollout.collector import Collector, HandedCollector
-from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits
-from noma_prorl_bench.rollout.reference import ReferenceHolder, ReferenceSource
+from noma_prorl_bench.io.metrics import Counters
+from noma_prorl_bench.rollout.collector import Collector
+from noma_prorl_bench.rollout.nonfinite import NonFiniteLogits
+from noma_prorl_bench.rollout.reference import ReferenceHolder
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.tasks import make_task
-from noma_prorl_bench.training.trainer import COUNTER_KEYS, Trainer
 
 ROLLOUT_COUNTERS = ("policy_fwd_rollout", "tokens_policy")
 
 
-def _ray_put(obj):
+def ray_put(obj):
+    """Into the object store (inside an actor: Ray is imported there only)."""
     import ray  # noqa: PLC0415  (only inside actors)
 
     return ray.put(obj)
 
 
-def _ray_get(ref):
+def ray_get(ref):
     import ray  # noqa: PLC0415
 
     return ray.get(ref)
@@ -129,10 +127,10 @@ class _RefSide:
         if update["struct_version"] != self.ref_struct_version:
             if update["rule"] != "hard":
                 raise ValueError("a Polyak reference update across a policy structure change is undefined")
-            module = _ray_get(update["module"][0])
+            module = ray_get(update["module"][0])
             self.ref.model = module.eval().requires_grad_(False)
             self.ref_struct_version = update["struct_version"]
-        state = unpack_state(_ray_get(update["arrays"][0]))
+        state = unpack_state(ray_get(update["arrays"][0]))
         self.ref.reset_to(state, update["rule"], update["alpha"])
         self.ref_version = update["ref_version"]
         self.rec.add("sync", t, self.rec.now(), step)
@@ -178,9 +176,9 @@ class Generator(_RefSide):
         """Load a weight pack (and, on a structure change, the shipped module) -> its version."""
         t, t_wall = self.rec.now(), time.perf_counter()
         if pub["struct_version"] != self.struct_version:
-            self.core.policy = _ray_get(pub["module"][0])
+            self.core.policy = ray_get(pub["module"][0])
             self.struct_version = pub["struct_version"]
-        load_state(self.core.policy, _ray_get(pub["arrays"][0]))
+        load_state(self.core.policy, ray_get(pub["arrays"][0]))
         self.version = pub["version"]
         load_s = time.perf_counter() - t_wall
         self.rec.add("sync", t, self.rec.now(), step)
@@ -266,138 +264,3 @@ class ReferenceScorer(_RefSide):
         self.ref_struct_version = payload["struct_version"]
         self.rec.add("setup", start, self.rec.now(), 0)
         return {"pid": os.getpid(), "ref_version": self.ref_version, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
-
-
-# ============================================================================ learner side
-class Learner:
-    """Owns the trainable policy, the optimizer and (with --ref_placement learner) pi_ref."""
-
-    def __init__(self, cfg, t0: float, ref_remote: bool):
-        self.cpu = CpuClock()
-        self.rec = SpanRecorder("learner", t0)
-        start = self.rec.now()
-        self.events, self.samples = MemorySink(), MemorySink()
-        counters = Counters(COUNTER_KEYS)
-        remote = RemoteReference() if ref_remote else None  # logp_ref scored elsewhere, resets sent out
-        self.handed = HandedCollector(counters, remote)  # the driver's batches
-        self.trainer = Trainer.from_config(
-            cfg,
-            NullSink(),
-            self.events,
-            self.samples,
-            counters=counters,
-            collector=self.handed,
-            reference=cast(Optional[ReferenceSource], remote),
-        )
-        if remote is not None:
-            remote.bind(self.trainer.policy)
-        self.version = 0
-        self.struct_version, self._sig, self._module_ref = 0, structure(self.trainer.policy), None
-        self.rec.add("setup", start, self.rec.now(), 0)
-
-    def init_payload(self) -> dict:
-        """What generators and the reference scorer start from (the version-0 policy module,
-        tokenizer, shapes, the learner's RNG streams) plus the warm-start info."""
-        tr = self.trainer
-        return {
-            "module": tr.policy,
-            "tok": tr.tok,
-            "T_max": tr.T_max,
-            "P": tr.P,
-            "data_rng_state": tr.data_rng.bit_generator.state,
-            "sample_gen_state": tr.sample_gen.get_state(),
-            "struct_version": self.struct_version,
-            "version": self.version,
-            "warmstart": dict(tr.warmstart_info),
-            "initial_metrics": dict(tr.initial_metrics),  # metrics.jsonl's step-0 row (a new run's)
-            "events": self.events.drain(),
-            "samples": self.samples.drain(),
-            "pid": os.getpid(),
-            "spans": self.rec.drain(),
-            "cpu_s": self.cpu.lap(),
-        }
-
-    def restore(self, path: str) -> dict:
-        """Resume: load the checkpoint written by `save_checkpoint`; its sampling
-        streams are generator 0's, handed over by the next `init_payload`. The set-up records
-        (already in the run's files) are dropped; a growth due on a shorter run's last step is done."""
-        from noma_prorl_bench.io.checkpoint import read  # noqa: PLC0415
-
-        tr, ckpt = self.trainer, read(path)
-        tr.load_state_dict(ckpt.state)
-        self.events.drain()
-        self.samples.drain()
-        self.version, self.struct_version = tr.step_idx, int(ckpt.extra.get("struct_version", 0))
-        self._sig, self._module_ref = structure(tr.policy), None
-        tr.growth.grow_pending(tr.step_idx)  # published as a new structure at the next step
-        return {"spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
-
-    def save_checkpoint(self, outdir: str, keep: int, extra: dict, rng: dict) -> dict:
-        """io.checkpoint.save of this learner's Trainer at its step, with generator 0's sampling
-        streams in place of the learner's own (unused: batches are handed in), so a resume
-        continues sampling where generator 0 stopped."""
-        from noma_prorl_bench.io.checkpoint import save  # noqa: PLC0415
-
-        tr = self.trainer
-        tr.data_rng.bit_generator.state = rng["data_rng_state"]
-        tr.sample_gen.set_state(rng["sample_gen_state"])
-        path = save(tr, outdir, keep, extra={**extra, "struct_version": self.struct_version})
-        return {"path": path, "spans": self.rec.drain(), "cpu_s": self.cpu.lap()}
-
-    def publish(self, step: int = 0) -> dict:
-        """The current weights into the object store: {version, arrays: [ref], struct_version,
-        module: [ref], bytes, pack_s}. Refs travel inside lists so Ray does not resolve them
-        on the way; the receiver fetches (and times) the transfer itself."""
-        t, t_wall = self.rec.now(), time.perf_counter()
-        policy = self.trainer.policy
-        sig = structure(policy)
-        if sig != self._sig:
-            self._sig, self.struct_version = sig, self.struct_version + 1
-            self._module_ref = _ray_put(policy)
-        pack: WeightPack = pack_state(policy)
-        pub = {
-            "version": self.version,
-            "arrays": [_ray_put(pack)],
-            "struct_version": self.struct_version,
-            "module": [self._module_ref],
-            "bytes": pack.nbytes,
-        }
-        pub["pack_s"] = time.perf_counter() - t_wall
-        self.rec.add("sync", t, self.rec.now(), step)
-        return pub
-
-    def train_step(self, batch: RolloutBatch, info: dict, publish: bool) -> dict:
-        """One local-engine step on the given batch; optionally publish the new weights."""
-        tr = self.trainer
-        step = tr.step_idx + 1
-        start = self.rec.now()
-        self.handed.hand(batch, info)
-        try:
-            m = tr.train_step()
-        except NonFiniteError as e:  # --on_nan stop: the step's records (its nan_guard event)
-            cast(Any, e).records = {"events": self.events.drain(), "samples": self.samples.drain()}  # go with it
-            raise
-        self.version += 1
-        self._train_spans(start, m, step)
-        ref = tr.ref.pop_update() if isinstance(tr.ref, RemoteReference) else None
-        pub = self.publish(step) if publish else None
-        return {
-            "metrics": m,
-            "events": self.events.drain(),
-            "samples": self.samples.drain(),
-            "pub": pub,
-            "ref_update": ref,
-            "version": self.version,
-            "spans": self.rec.drain(),
-            "cpu_s": self.cpu.lap(),
-        }
-
-    def _train_spans(self, start: float, m: dict, step: int) -> None:
-        """The step's span split by the trainer's stage timers in loop order (ref, train, eval)."""
-        end = self.rec.now()
-        t = start
-        for stage, key in (("ref", "time/ref"), ("train", None), ("eval", "time/eval")):
-            dur = m.get(key, 0.0) if key else max(0.0, (end - start) - m.get("time/ref", 0.0) - m.get("time/eval", 0.0))
-            if dur > 0:
-                self.rec.add(stage, t, min(end, t + dur), step)
-                t += dur

@@ -41,8 +41,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import fields
 
+from noma_prorl_bench.engines.calls import EngineError
 from noma_prorl_bench.engines.checkpoints import Checkpointing
-from noma_prorl_bench.engines.driver import EngineError, RayEngine
+from noma_prorl_bench.engines.driver import RayEngine
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 
 

@@ -20,8 +20,9 @@ batches stale for a remote reference; they are re-scored (counted in `count/ref_
 
 from __future__ import annotations
 
+from noma_prorl_bench.engines.calls import EngineError
 from noma_prorl_bench.engines.checkpoints import Checkpointing
-from noma_prorl_bench.engines.driver import EngineError, RayEngine
+from noma_prorl_bench.engines.driver import RayEngine
 
 
 class ColocatedEngine(Checkpointing, RayEngine):

@@ -23,7 +23,7 @@ import time
 from contextlib import ExitStack
 from typing import Any, Optional
 
-from noma_prorl_bench.engines.driver import EngineError
+from noma_prorl_bench.engines.calls import EngineError
 from noma_prorl_bench.engines.stops import EngineStopped, StopSignals, stop_on_signals
 from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.lock import run_lock

@@ -26,7 +26,8 @@ import torch
 
 from noma_prorl_bench.engines.weights import pack_state, structure
 from noma_prorl_bench.io.metrics import ForwardCounter
-from noma_prorl_bench.rollout.reference import REF_UPDATES, anchor_from
+from noma_prorl_bench.rollout.reference import REF_UPDATES
+from noma_prorl_bench.rollout.reference_source import anchor_from
 
 
 def _ray_put(obj):

@@ -31,7 +31,8 @@ Metrics = dict[str, float]
 
 #: the step-metric keys the run's own decisions read (reset and growth triggers): spelled once,
 #: here, and read only by `StepSignals.of`. The KL key is the loss estimator's
-#: (`KLTerm.metric_key`, derived from the estimator: config/specs/objective.kl_metric_key), handed to `of` by the Trainer.
+#: (`KLTerm.metric_key`, derived from the estimator: config/specs/objective.kl_metric_key), handed
+#: to `of` by the Trainer.
 REWARD_MEAN = "reward/mean"
 REWARD_VAL = "reward/val"
 

@@ -19,7 +19,8 @@ Errors a user can fix (missing path, no ``config.json``, not a causal LM, no tok
   ``capacity``, or with a non-SDPA attention, the model's ``DynamicCache`` is used instead
   (its mask grown by one column per step). Models load with ``attn_implementation="sdpa"``
   (their default attention if the architecture has no SDPA path).
-  The static-cache code lives in ``models/hf_cache.py``.
+  The static-cache code lives in ``models/hf_cache.py``; the tokenizer adapter in
+  ``models/hf_tokenizer.py``.
 * Precision. The model computes in its dtype (``float32`` or ``bfloat16``), or under bf16
   autocast (``bf16_mixed``: float32 trainable weights; the trainer stores frozen ``nn.Linear``
   weights in bf16, ``models/precision.py``); every model call runs under that autocast, and
@@ -36,13 +37,14 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
 
 from noma_prorl_bench.models.base import autocast
 from noma_prorl_bench.models.hf_cache import StaticHFState, decode_static, prefill_static, repeat_static
+from noma_prorl_bench.models.hf_tokenizer import HFTokenizerAdapter
 from noma_prorl_bench.models.precision import TEACHER_ATTENTION, register_teacher_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -287,62 +289,6 @@ def disable_dropout(model: nn.Module) -> int:
             m.p = 0.0
             n += 1
     return n
-
-
-# ----------------------------------------------------------------------------- tokenizer
-
-
-class HFTokenizerAdapter:
-    """An HF tokenizer with the interface of ``tasks.base.CharTokenizer``.
-
-    ``encode_prompts`` left-pads with ``pad_id`` (the tokenizer's pad token, or EOS when it has
-    none, as for Llama); the tokenizer's own special tokens (e.g. Llama's BOS) are kept.
-    With ``chat=True`` each prompt is wrapped as one user turn by the tokenizer's chat
-    template (for instruct models) before encoding.
-    """
-
-    def __init__(self, tokenizer: Any, chat: bool = False):
-        self.tokenizer = tokenizer
-        self.chat = chat
-        if tokenizer.eos_token_id is None:
-            raise ValueError("tokenizer has no EOS token; cannot end responses")
-        self.eos_id = int(tokenizer.eos_token_id)
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad) if pad is not None else self.eos_id
-        self.vocab_size = len(tokenizer)
-
-    def prompt_ids(self, prompt: str) -> list[int]:
-        """One prompt -> token ids (special tokens as the tokenizer adds them)."""
-        if self.chat:
-            text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
-
-    def encode_prompts(self, prompts: Sequence[str], P: int | None = None) -> torch.Tensor:
-        """prompts -> LongTensor[N, P], left-padded with ``pad_id`` (P: longest prompt if None)."""
-        rows = [self.prompt_ids(p) for p in prompts]
-        P = P or max(len(r) for r in rows)
-        too_long = [len(r) for r in rows if len(r) > P]
-        if too_long:
-            raise ValueError(f"prompt of {max(too_long)} tokens is longer than P={P}")
-        return torch.tensor([[self.pad_id] * (P - len(r)) + r for r in rows], dtype=torch.long)
-
-    def encode_answer(self, answer: str) -> list[int]:
-        """A target response -> ids + EOS (no BOS): the teacher-forcing target of a warm start."""
-        return list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [self.eos_id]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Response ids -> text: stops at the first EOS, skips special and out-of-vocabulary ids."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id:
-                break
-            if 0 <= i < self.vocab_size:  # a model's logits may be wider than its tokenizer
-                out.append(i)
-        return self.tokenizer.decode(out, skip_special_tokens=True)
 
 
 # ----------------------------------------------------------------------------- loading

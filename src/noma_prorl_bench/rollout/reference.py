@@ -11,6 +11,8 @@ hands the trainer `logp_ref` under one of four modes (`--ref_compute`):
                allocated once at construction and never reallocated; minibatches are views
                of that buffer (same numbers as cached, bit for bit)
   none         Variant B: no reference is ever built; asking for logp_ref raises
+               (`make_reference` gives `NoReference` for it: reference_source.py, with the
+               `ReferenceSource` protocol that every strategy meets)
 
 Call `prepare(tokens, P)` once per rollout batch, then `minibatch(tokens[sl], P, sl)` for
 each contiguous minibatch slice (any epoch order); `minibatch(tokens, P, slice(None))` gives
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Optional, Protocol, cast
+from typing import Any, Optional, cast
 
 import torch
 from torch import nn
@@ -54,6 +56,10 @@ from torch import nn
 from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_logprobs, same_tensor
+from noma_prorl_bench.rollout.reference_source import NoReference, anchor_from
+from noma_prorl_bench.rollout.reference_source import (
+    ReferenceSource as ReferenceSource,  # training/trainer.py imports it from here
+)
 
 REF_MODES = (*REF_COMPUTES, "none")  # --ref_compute, and "none" for Variant B (no reference model)
 
@@ -66,91 +72,6 @@ def _model_device(model: nn.Module) -> torch.device:
 
 def _state_of(policy_or_state: nn.Module | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return policy_or_state.state_dict() if isinstance(policy_or_state, nn.Module) else policy_or_state
-
-
-class ReferenceSource(Protocol):
-    """What the step and the managers ask of a reference: `ReferenceHolder` (A0/A1/A2),
-    `NoReference` (Variant B: the anchor is pi_old) and the Ray learner's `RemoteReference`."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    @property
-    def model(self) -> Optional[nn.Module]:
-        """This process's copy of pi_ref (adapter growth grows it with the policy); None where there
-        is none here (Variant B; the Ray learner's RemoteReference)."""
-        ...
-
-    def prepare(self, tokens: torch.Tensor, P: int) -> None: ...
-
-    def anchor(
-        self,
-        tokens_mb: torch.Tensor,
-        P: int,
-        sl: slice,
-        logp_old: torch.Tensor,
-        old_logits: Optional[torch.Tensor] = None,
-        with_logits: bool = False,
-    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
-
-    def pop_counts(self) -> dict[str, int]: ...
-
-    def pop_time(self) -> float: ...
-
-    def reset_to(self, policy_or_state: Any, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-def anchor_from(
-    ref: Any, tokens_mb: torch.Tensor, P: int, sl: slice, with_logits: bool
-) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(logp_ref[n, T], logits[n, T, V] or None) of rows `sl` from a holder of pi_ref."""
-    logp = ref.minibatch(tokens_mb, P, sl)
-    return logp, (ref.minibatch_logits(tokens_mb, P, sl) if with_logits else None)
-
-
-class NoReference:
-    """Variant B: no pi_ref is built; the anchor of the KL term is pi_old (the rows' logp_old)."""
-
-    enabled = False
-    mode = "none"
-    model = None
-
-    def __init__(self) -> None:
-        self.counter = ForwardCounter("ref_fwd", "tokens_ref")  # stays 0: count/ref_fwd is 0 in B
-
-    def prepare(self, tokens: torch.Tensor, P: int) -> None:
-        """Nothing to score."""
-
-    def anchor(
-        self,
-        tokens_mb: torch.Tensor,
-        P: int,
-        sl: slice,
-        logp_old: torch.Tensor,
-        old_logits: Optional[torch.Tensor] = None,
-        with_logits: bool = False,
-    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        return logp_old, old_logits  # the caller's rows of pi_old
-
-    def pop_counts(self) -> dict[str, int]:
-        return self.counter.pop_counts()
-
-    def pop_time(self) -> float:
-        return self.counter.pop_time()
-
-    def reset_to(self, policy_or_state: Any, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:
-        raise RuntimeError("ref_compute='none' (Variant B): there is no reference policy / logp_ref")
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"mode": "none", "model": None}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["mode"] != "none":
-            raise ValueError(f"checkpoint ref mode {state['mode']!r} vs this run's 'none'")
 
 
 def make_reference(

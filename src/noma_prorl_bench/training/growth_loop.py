@@ -62,7 +62,7 @@ from noma_prorl_bench.models.lora import (  # parse_targets re-exported
     attach_lora,
     parse_targets,
 )
-from noma_prorl_bench.rollout.reference import ReferenceSource
+from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.training.growth import (
     MODES,
     check_no_stale_state,

@@ -22,7 +22,7 @@ from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config.specs import ObjectiveSpec, OptimizerSpec
 from noma_prorl_bench.io.metrics import Counters, StageTimer
 from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
-from noma_prorl_bench.rollout.reference import ReferenceSource
+from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.critic import Critic

@@ -43,7 +43,7 @@ from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
 from noma_prorl_bench.io.metrics import Counters, StepSignals
 from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_device, policy_logprobs
-from noma_prorl_bench.rollout.reference import ReferenceSource
+from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics

@@ -56,7 +56,7 @@ class ResetSpec(Spec):
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(sorted(unknown)[0], "is not a reset switch (ResetSpec has no such field)")
-        return cls(**{**PRESETS[name], **overrides})  # type: ignore[arg-type]
+        return cls(**{**PRESETS[name], **overrides})
 
     @property
     def any_trigger(self) -> bool:
