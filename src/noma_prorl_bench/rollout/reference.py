@@ -57,9 +57,6 @@ from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
 from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_logprobs, same_tensor
 from noma_prorl_bench.rollout.reference_source import NoReference, anchor_from
-from noma_prorl_bench.rollout.reference_source import (
-    ReferenceSource as ReferenceSource,  # training/trainer.py imports it from here
-)
 
 REF_MODES = (*REF_COMPUTES, "none")  # --ref_compute, and "none" for Variant B (no reference model)
 

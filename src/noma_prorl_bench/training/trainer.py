@@ -30,7 +30,8 @@ from noma_prorl_bench.models.precision import (
 )
 from noma_prorl_bench.rollout.collector import BatchSource, Collector
 from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
-from noma_prorl_bench.rollout.reference import ReferenceSource, make_reference
+from noma_prorl_bench.rollout.reference import make_reference
+from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, evaluate
 from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
 from noma_prorl_bench.tasks.custom import check_vocabulary
