@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py end to end on CPU (`device --device cpu --tiny`): every phase on a tiny
+"""scripts/device/gpu_study.py end to end on CPU (`device --device cpu --tiny`): every phase on a tiny
 random llama (the CUDA-only tests skip, ours vs trl.GRPOTrainer with LoRA, the real_resets matrix on
 one seed), its result files, a second call that finds every phase done, and a fresh state restored
 from what came back."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "scripts" / "device"))
 import gpu_study as gs  # noqa: E402
 
 pytestmark = pytest.mark.smoke
@@ -24,7 +24,7 @@ def _device(tmp_path, *flags):
     return subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "scripts" / "device" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",

@@ -1,4 +1,4 @@
-"""The FLOP bookkeeping of benchmarks/linearity.py: prompt and padded response length solved from a
+"""The FLOP bookkeeping of benchmarks/speed/linearity.py: prompt and padded response length solved from a
 step's two token counters, on hand-made counts (including a batch whose longest response ended
 before the limit, which the old "padded length = T" reading got wrong)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "speed"))
 
 from linearity import prompt_and_length, step_flops  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py's parts that need no GPU: the time budget, the model's parts (split,
+"""scripts/device/gpu_study.py's parts that need no GPU: the time budget, the model's parts (split,
 carry, join, checksums), the plan of device calls and of reset runs, the task file, the result
 files, the pass/fail table from pytest's junit XML, and the vs_trl phase's stop before the budget."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "scripts" / "device"))
 import gpu_study as gs  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -356,7 +356,7 @@ def test_bad_device_flags_exit_2_naming_the_flag_and_write_nothing(tmp_path, fla
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "scripts" / "device" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",
