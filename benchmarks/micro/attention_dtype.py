@@ -17,10 +17,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 VARIANTS = ("float32", "bf16", "bf16_upcast")
 
@@ -56,11 +60,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5, help="calls per timing")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    from noma_prorl_bench.io.machine import machine_info
-
     torch.set_num_threads(1)
     shape, m = (a.N, 9, a.L, 64), mask(a.N, a.L, 12)
-    out = {"machine": machine_info(), "loadavg_start": os.getloadavg(), "shape": list(shape), "rows": {}}
+    out = {**provenance(), "loadavg_start": os.getloadavg(), "shape": list(shape), "rows": {}}
     for grad in (False, True):
         ms: dict[str, list[float]] = {k: [] for k in VARIANTS}
         for _ in range(a.repeats):

@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 # On a CPU shared with other jobs wall time measures the neighbours; one thread's process CPU
 # time is the time it actually ran. CUDA timings (untested here) use the wall clock.
@@ -127,6 +132,7 @@ def main(argv=None) -> int:
     global clock
     clock = CLOCK[device]
     out = {
+        **provenance(),
         "device": f"cpu ({platform.processor() or platform.machine()}), {a.threads} thread(s)",
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -47,12 +47,16 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
 import torch
 
 from noma_prorl_bench.rollout.sampling import generate
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 
 class DynamicOnly(torch.nn.Module):
@@ -184,10 +188,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     device = a.device
     name = torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine())
-    from noma_prorl_bench.io.machine import machine_info
-
     info = {
-        "machine": machine_info(),
+        **provenance(),
         "device": f"{device} ({name})",
         "threads": a.threads,
         "loadavg_start": os.getloadavg(),

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 
 import torch
@@ -26,6 +27,9 @@ from trl import GRPOConfig
 
 from noma_prorl_bench.integrations.trl import ResetConfig, ResetGRPOTrainer
 from noma_prorl_bench.models.tiny_hf import build_tiny_hf_model
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 
 def reward(completions, **_):
@@ -123,7 +127,7 @@ def main() -> None:
         )
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"load": load, "steps": a.steps, "tokens": a.tokens, "rows": rows}, f, indent=1)
+            json.dump({**provenance(), "load": load, "steps": a.steps, "tokens": a.tokens, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

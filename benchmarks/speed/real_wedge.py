@@ -15,7 +15,7 @@ one torch thread that is close to the wall time on an idle core. `wall` keeps th
 With `--clock cpu` the variants may run as parallel processes (`--variants A0` ... then `--merge`).
 
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/speed/real_wedge.py --reps 3 --steps 4 \
-        --out docs/real_model/wedge.json
+        --out benchmarks/results/real_wedge.json
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ import torch
 from noma_prorl_bench.config import make_config
 from noma_prorl_bench.io.metrics import MemorySink
 from noma_prorl_bench.training.trainer import Trainer
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 VARIANTS = {
     "A0": {"variant": "A", "ref_compute": "naive_epoch"},
@@ -95,6 +98,7 @@ def use_cpu_clock() -> None:
 def merge(files: list[str], out: str) -> None:
     parts = [json.load(open(f)) for f in files]
     merged = {"settings": parts[0]["settings"], "variants": {}, "extra_runs": {}}
+    merged.update({k: parts[0][k] for k in ("commit", "machine") if k in parts[0]})
     for p in parts:
         merged["variants"].update(p["variants"])
         merged["extra_runs"].update(p["extra_runs"])
@@ -115,7 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", default="reset,growth", help="subset of reset,growth ('' for none)")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--merge", nargs="*", default=None, help="merge these result files into --out and exit")
-    ap.add_argument("--out", default="docs/real_model/wedge.json")
+    ap.add_argument("--out", default="benchmarks/results/real_wedge.json")
     args = ap.parse_args(argv)
     if args.merge is not None:
         merge(args.merge, args.out)
@@ -152,6 +156,7 @@ def main(argv=None) -> int:
         }
         print(f"{name} run done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = {
+        **provenance(),
         "settings": {
             **settings(args),
             "reps": args.reps,

@@ -8,7 +8,7 @@ response each (temperature irrelevant; ``--max_new_tokens`` cap), scored three w
 pass@1 = mean over prompts (greedy: one sample per prompt). 95% CI: bootstrap over prompts.
 
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/studies/real_baseline.py \\
-        --out docs/real_model/baseline.json          # ~15-25 min on one shared core
+        --out benchmarks/results/real_baseline.json          # ~15-25 min on one shared core
 
 Needs the real extra and `prorl-bench get-model smollm2-135m-instruct`.
 """
@@ -28,6 +28,9 @@ from noma_prorl_bench.config.presets import SMOLLM2_DIR
 from noma_prorl_bench.models.hf import load_hf_policy
 from noma_prorl_bench.rollout.sampling import generate
 from noma_prorl_bench.tasks.reasoning_gym import ReasoningGymTask, extract_answer, format_ok
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
 
 # (label, rg dataset, task_kwargs): defaults of reasoning-gym unless stated
 TASKS = (
@@ -93,11 +96,12 @@ def main(argv=None) -> int:
         "work over processes, then --merge their JSON files",
     )
     p.add_argument("--merge", nargs="*", default=None, help="merge these result files into --out and exit")
-    p.add_argument("--out", default="docs/real_model/baseline.json")
+    p.add_argument("--out", default="benchmarks/results/real_baseline.json")
     args = p.parse_args(argv)
     if args.merge is not None:
         parts = [json.load(open(f)) for f in args.merge]
         merged = {"settings": parts[0]["settings"], "results": [r for part in parts for r in part["results"]]}
+        merged.update({k: parts[0][k] for k in ("commit", "machine") if k in parts[0]})
         json.dump(merged, open(args.out, "w"), indent=1)
         return 0
     torch.set_num_threads(args.threads)
@@ -131,6 +135,7 @@ def main(argv=None) -> int:
         with open(args.out, "w") as fh:
             json.dump(
                 {
+                    **provenance(),
                     "settings": {**vars(args), "decoding": "greedy", "chat_template": True, "torch": torch.__version__},
                     "results": results,
                 },

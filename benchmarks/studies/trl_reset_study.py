@@ -30,6 +30,9 @@ import torch
 
 from noma_prorl_bench.tasks.base import Example
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: _common
+from _common import provenance
+
 PROMPTS = ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op"]
 
 
@@ -239,6 +242,7 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump(
                 {
+                    **provenance(),
                     "settings": vars(a),
                     "harness": ours,
                     "trl": theirs,
