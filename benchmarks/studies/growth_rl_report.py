@@ -26,6 +26,8 @@ import sys
 import growth_stats
 from growth_xor_report import machine
 
+from noma_prorl_bench.analysis.tables import markdown_table
+
 FINAL, PRE, POST = 20, 10, 20
 METRICS = {
     "final_train": "final train reward (last 20 steps)",
@@ -151,22 +153,24 @@ def report_lines(comps: list[dict], data: dict, meta: dict, from_summary: bool) 
         "across the comparisons below; verdict at Holm p < 0.05 (higher reward is better); mde80 = the "
         "smallest |mean diff| detectable with 80% power after Holm.",
         "",
-        "| comparison | metric | pairs | mean diff | 95% CI | p (Holm) | verdict | mde80 |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for c in comps:
-        lines.append(
-            f"| {c['name']} | {METRICS[c['metric']]} | {c['n_pairs']} | {c['diff']:+.4f} | "
-            f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}] | {c['p_holm']:.4f} | {c['verdict']} | "
-            f"{c['mde80']:.4f} |"
-        )
-    lines += ["", "| arm | final train reward | final val reward | delta20 |", "|---|---|---|---|"]
-    for arm in data:
-        cells = []
-        for metric in METRICS:
-            xs = [data[arm][s][metric] for s in seeds]
-            cells.append(f"{statistics.fmean(xs):.4f} +- {statistics.stdev(xs):.4f}")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += markdown_table(
+        ["comparison", "metric", "pairs", "mean diff", "95% CI", "p (Holm)", "verdict", "mde80"],
+        [
+            [c["name"], METRICS[c["metric"]], c["n_pairs"], f"{c['diff']:+.4f}"]
+            + [f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}]", f"{c['p_holm']:.4f}", c["verdict"], f"{c['mde80']:.4f}"]
+            for c in comps
+        ],
+    )
+    spread = [
+        [arm]
+        + [
+            f"{statistics.fmean(xs):.4f} +- {statistics.stdev(xs):.4f}"
+            for xs in ([data[arm][s][metric] for s in seeds] for metric in METRICS)
+        ]
+        for arm in data
+    ]
+    lines += [""] + markdown_table(["arm", "final train reward", "final val reward", "delta20"], spread)
     return lines + ["", "(mean +- sd over seeds)", "", FIGURE]
 
 

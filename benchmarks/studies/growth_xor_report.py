@@ -29,6 +29,8 @@ import growth_stats
 import numpy as np
 from growth_xor_figures import crop_to_curve_row, plot
 
+from noma_prorl_bench.analysis.tables import markdown_table
+
 COMPARISONS = [("preserve", "reset"), ("noma_flat", "preserve"), ("preserve_shared_step", "preserve")]
 METRIC_LABEL = {"steps": "steps to target", "final": "final loss"}
 ARMS = ["preserve", "preserve_shared_step", "reset", "naive", "noma_flat", "nogrow", "scratch16"]
@@ -101,18 +103,17 @@ def build(saved: dict) -> tuple[list[dict], dict]:
 
 
 def _arm_rows(arms_lr: dict, post: int) -> list[str]:
-    rows = [
-        "| arm | reached | steps to target: mean +- sd | median | final loss (last 100) | new-entry step / lr |",
-        "|---|---|---|---|---|---|",
-    ]
+    cells = []
     for arm, m in arms_lr.items():
         s = np.array(m["steps"], dtype=float)
         rel = m.get("new_step_rel_mean")
         rel_s = "-" if rel is None else f"{rel:.2f}"
-        rows.append(
-            f"| {arm} | {sum(m['reached'])}/{len(s)} | {s.mean():.1f} +- {s.std(ddof=1):.1f} | "
-            f"{np.median(s):.1f} | {np.mean(m['final']):.4f} +- {np.std(m['final'], ddof=1):.4f} | {rel_s} |"
+        cells.append(
+            [arm, f"{sum(m['reached'])}/{len(s)}", f"{s.mean():.1f} +- {s.std(ddof=1):.1f}", f"{np.median(s):.1f}"]
+            + [f"{np.mean(m['final']):.4f} +- {np.std(m['final'], ddof=1):.4f}", rel_s]
         )
+    header = ["arm", "reached", "steps to target: mean +- sd", "median", "final loss (last 100)"]
+    rows = markdown_table([*header, "new-entry step / lr"], cells)
     rows.append(
         f"\n(steps of a run that never reached the target count as {post}; scratch16 counts from its own step 0)"
     )
@@ -120,18 +121,16 @@ def _arm_rows(arms_lr: dict, post: int) -> list[str]:
 
 
 def _comp_rows(comps: list[dict]) -> list[str]:
-    rows = [
-        "| comparison (arm - baseline) | metric | pairs | mean diff | 95% CI | p (Holm) | verdict | mde80 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    cells = []
     for c in comps:
         fmt = "{:+.1f}" if c["metric"] == "steps" else "{:+.4f}"
         ci = "[" + ", ".join(fmt.format(v) for v in c["ci95"]) + "]"
-        rows.append(
-            f"| {c['name']} | {METRIC_LABEL[c['metric']]} | {c['n_pairs']} | {fmt.format(c['diff'])} | {ci} | "
-            f"{c['p_holm']:.4f} | {c['verdict']} | {fmt.format(c['mde80']).lstrip('+')} |"
+        cells.append(
+            [c["name"], METRIC_LABEL[c["metric"]], c["n_pairs"], fmt.format(c["diff"]), ci, f"{c['p_holm']:.4f}"]
+            + [c["verdict"], fmt.format(c["mde80"]).lstrip("+")]
         )
-    return rows
+    header = ["comparison (arm - baseline)", "metric", "pairs", "mean diff", "95% CI", "p (Holm)", "verdict", "mde80"]
+    return markdown_table(header, cells)
 
 
 def _summary(comps: list[dict], arms: dict, meta: dict, same: dict) -> dict:

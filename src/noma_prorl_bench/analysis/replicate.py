@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_text, term_text
 
 
@@ -103,16 +104,20 @@ def _yes(v: bool | None) -> str:
 
 def _table(rows: list[dict], term: bool = False) -> list[str]:
     esc = (lambda s: term_text(str(s), 120)) if term else (lambda s: md_text(str(s), 120))
-    lines = [
-        "| comparison | committed | this machine | replicates | intervals overlap | committed effect in new CI |",
-        "|---|---|---|---|---|---|",
+    header = [
+        "comparison",
+        "committed",
+        "this machine",
+        "replicates",
+        "intervals overlap",
+        "committed effect in new CI",
     ]
-    for r in rows:
-        lines.append(
-            f"| {esc(r['name'])} | {esc(_cell(r['committed']))} | {esc(_cell(r['new']))} | "
-            f"{_yes(r['replicates'])} | {_yes(r['overlap'])} | {_yes(r['within'])} |"
-        )
-    return lines
+    cells = [
+        [esc(r["name"]), esc(_cell(r["committed"])), esc(_cell(r["new"])), _yes(r["replicates"]), _yes(r["overlap"])]
+        + [_yes(r["within"])]
+        for r in rows
+    ]
+    return markdown_table(header, cells)
 
 
 def _trained_at(prov: dict) -> Any:
