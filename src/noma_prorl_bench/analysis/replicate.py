@@ -65,28 +65,26 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
                 name=c.get("name"),
                 metric=c.get("metric"),
                 family=c.get("family"),
-                committed=dict(
-                    diff=c.get("diff"),
-                    ci95=ci_old,
-                    verdict=c.get("verdict"),
-                    n_pairs=c.get("n_pairs"),
-                    p_holm=c.get("p_holm"),
-                    family_size=sizes_old[c.get("family")],
-                ),
-                new=dict(
-                    diff=n.get("diff"),
-                    ci95=ci_new,
-                    verdict=n.get("verdict"),
-                    n_pairs=n.get("n_pairs"),
-                    p_holm=n.get("p_holm"),
-                    family_size=sizes_new[n.get("family")],
-                ),
+                committed=_side(c, ci_old, sizes_old),
+                new=_side(n, ci_new, sizes_new),
                 replicates=c.get("verdict") == n.get("verdict"),
                 overlap=_overlap(ci_old, ci_new),
                 within=within,
             )
         )
     return out
+
+
+def _side(c: dict, ci: list, sizes: Counter) -> dict:
+    """One summary's side of a compared row: its effect, interval, verdict and family size."""
+    return dict(
+        diff=c.get("diff"),
+        ci95=ci,
+        verdict=c.get("verdict"),
+        n_pairs=c.get("n_pairs"),
+        p_holm=c.get("p_holm"),
+        family_size=sizes[c.get("family")],
+    )
 
 
 def _num(v: Any) -> str:
