@@ -187,7 +187,7 @@ def summarise(runs: list[dict]) -> dict:
     timed = [s for r in runs for s in r["per_step"][r.get("drop_first", 1) :]]
     med = {k: statistics.median(s[k] for s in timed) for k in STAGES}
     # time/step also holds the validation at a run's last step (time/eval): the step compared is the
-    # sum of the three stages (the rest of a step, advantages and metrics, measured < 0.1 s)
+    # sum of the three stages (the rest of a step is advantages and metrics)
     med["stages_sum"] = statistics.median(sum(s[k] for k in STAGES[1:]) for s in timed)
     med["steps_timed"] = len(timed)
     med["first_step"] = {k: statistics.median(r["per_step"][0][k] for r in runs) for k in STAGES}

@@ -12,7 +12,7 @@ j > g whose train reward >= that level (same rule as the `recovery` event of res
 numbers at the same steps (the noise floor: nothing happens there). Final: mean train reward of
 the last 20 steps, and the last greedy validation reward (`reward/val`).
 
-Run (about 8-10 minutes on 2 shared cores; at most `--jobs` processes, 1 torch thread each):
+Run (at most `--jobs` processes, 1 torch thread each; docs/growth/rl/report.md records a run's wall time):
     PYTHONPATH=src python benchmarks/studies/growth_rl.py
     PYTHONPATH=src python benchmarks/studies/growth_rl.py --from_json runs/growth_rl.json   # re-print, re-plot
 Prints every command, writes run directories under `--runs`, `--json` (per-run curves and

@@ -5,8 +5,8 @@ For one comparison ``arm - baseline`` over the same seeds (differences ``d_i``, 
 * ``diff``  = mean(d);
 * ``ci95``  = Student t interval of mean(d), mean(d) +- t(0.975, n-1) sd(d) / sqrt(n)
   (``stats.t_ci``; ``[d, d]`` when every d_i is equal). Not the BCa bootstrap these reports
-  used before: simulated in this project, BCa covered the true mean in only 87-90% of studies at
-  n = 10 pairs (too narrow at 5-20 pairs); the t interval covers 95% there (analysis/stats.py);
+  used before: simulated in this project, BCa was too narrow at 5-20 pairs and the t interval
+  covers 95% there (docs/statistics.md has the coverage table; analysis/stats.py);
 * ``p``     = two-sided paired sign-flip permutation p-value of mean(d) (``stats.sign_flip_p``:
   exact over all 2^n sign patterns for n <= 16): under H0 each d_i is as likely to be -d_i;
 * ``p_holm`` = Holm's step-down adjustment across every comparison of the report (``stats.holm``);

@@ -11,7 +11,7 @@ trained once per seed and branched, so all modes start from the same state. Base
 its own start). Ablation ``reset_lr_x3``: ``reset`` with a 3x post-growth lr, to test how much of
 ``preserve``'s lead comes from the larger early steps its zero-moment new entries take.
 
-Run (about 20-35 s on one thread):
+Run (one thread; docs/growth/xor/report.md records a sweep's wall time):
     PYTHONPATH=src python benchmarks/studies/growth_xor.py
     PYTHONPATH=src python benchmarks/studies/growth_xor.py --task xor --seeds 5
 Prints the resolved config and a table; writes ``--fig`` (default docs/figures/growth_xor.png)

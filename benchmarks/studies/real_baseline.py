@@ -8,7 +8,7 @@ response each (temperature irrelevant; ``--max_new_tokens`` cap), scored three w
 pass@1 = mean over prompts (greedy: one sample per prompt). 95% CI: bootstrap over prompts.
 
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 5 python benchmarks/studies/real_baseline.py \\
-        --out benchmarks/results/real_baseline.json          # ~15-25 min on one shared core
+        --out benchmarks/results/real_baseline.json
 
 Needs the real extra and `prorl-bench get-model smollm2-135m-instruct`.
 """

@@ -2,10 +2,8 @@
 
 Run:  PYTHONPATH=src python benchmarks/studies/reset_ablation.py [--scratch /tmp/reset_ablation] [--jobs 2]
       (--analyse_only re-reads saved runs; finished runs are skipped unless --fresh)
-Defaults: 15 runs x 500 steps at 2 runs at a time: ~11 min on the 2 shared cores when they are
-lightly loaded (a 600-step run took ~110 s), ~16 min under heavy load (~150-190 s per
-600-step run). docs/resets.md records the 600-step run with --with_no_kl (18 runs, 22.5 min
-under a load average of 6-8).
+Defaults: 15 runs x 500 steps at 2 runs at a time. docs/resets.md records the 600-step run with
+--with_no_kl (18 runs), with its wall time and load.
 
 Every run is `python -m noma_prorl_bench.run` on reverse_digits with the same settings
 (COMMON below, printed with the commands), one torch thread, at most `--jobs` at a time; runs
