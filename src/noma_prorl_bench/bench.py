@@ -4,7 +4,7 @@
     prorl-bench bench run vs_trl -- --real --betas 0.01 --out /tmp/v.json
 
 Each entry names a script (relative to the repository root) and the committed result it made; its
-kind is the script's folder (benchmarks/README.md: studies, speed, micro, device) and its question
+kind is the script's folder (benchmarks/README.md: studies, speed, micro) and its question
 is the first paragraph of the script's docstring, so neither is written twice. `run` executes the script
 with this interpreter, src/ importable and the repository root as working directory, passing the
 arguments after `--` unchanged; its exit status is the script's.
@@ -41,6 +41,7 @@ BENCHES: dict[str, Bench] = {
     "real_resets": Bench("benchmarks/studies/real_resets.py", "docs/real_model/resets/form.json"),
     "reset_ablation": Bench("benchmarks/studies/reset_ablation.py", "docs/resets.md"),
     "trl_reset_study": Bench("benchmarks/studies/trl_reset_study.py", R + "trl_reset_study_soft.json"),
+    "gpu_study": Bench("benchmarks/studies/gpu_study.py", "docs/gpu.md"),  # on a lent GPU: scripts/gpu_study.sh
     # speed: step time and memory of whole runs
     "linearity": Bench("benchmarks/speed/linearity.py", "docs/performance.md"),
     "ray_engines": Bench("benchmarks/speed/ray_engines.py", "docs/ray.md"),
@@ -60,8 +61,6 @@ BENCHES: dict[str, Bench] = {
     "shared_prompt": Bench("benchmarks/micro/shared_prompt.py", R + "shared_prompt_float32.json"),
     "trl_reset_cost": Bench("benchmarks/micro/trl_reset_cost.py", R + "trl_reset_cost.json"),
     "update_rss": Bench("benchmarks/micro/update_rss.py", R + "update_rss.log"),
-    # device: the prepared entry point for a lent GPU machine
-    "gpu_study": Bench("scripts/device/gpu_study.py", "docs/gpu.md"),
 }
 
 DESCRIPTION = (
@@ -79,7 +78,7 @@ def repo_root() -> Optional[Path]:
 
 
 def kind(b: Bench) -> str:
-    """The script's folder: studies, speed, micro or device."""
+    """The script's folder: studies, speed or micro."""
     return Path(b.script).parent.name
 
 

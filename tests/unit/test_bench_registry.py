@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _scripts_with_main() -> set[str]:
     out = set()
-    for p in list((ROOT / "benchmarks").glob("*/*.py")) + list((ROOT / "scripts" / "device").glob("*.py")):
+    for p in (ROOT / "benchmarks").glob("*/*.py"):
         if 'if __name__ == "__main__"' in p.read_text():
             out.add(p.relative_to(ROOT).as_posix())
     return out
@@ -29,7 +29,7 @@ def test_every_script_is_an_entry_and_every_entry_exists():
     assert declared == _scripts_with_main()
     for name, b in bench.BENCHES.items():
         assert Path(b.script).stem == name
-        assert bench.kind(b) in ("studies", "speed", "micro", "device"), name
+        assert bench.kind(b) in ("studies", "speed", "micro"), name
         assert (ROOT / b.result).is_file(), (name, b.result)
         q = bench.question(ROOT, b)
         assert q and len(q) <= 110, (name, q)
