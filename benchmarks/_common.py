@@ -68,15 +68,20 @@ def run_record(model_dir: str, loadavg_start: tuple) -> dict:
     """The facts every single-process model benchmark records beside its numbers: the model
     directory (the home directory as ~), the machine (io/machine.py, with the CPU's model name), the
     commit and the load averages at its start and now. Needs src/ importable (the caller's sys.path)."""
-    from noma_prorl_bench.io.machine import machine_info  # noqa: PLC0415
-
     return {
         "model_dir": model_dir.replace(os.path.expanduser("~"), "~"),
-        "machine": {**machine_info(), "cpu": cpu_model()},
-        "commit": git_commit(),
+        **provenance(),
         "loadavg_start": loadavg_start,
         "loadavg_end": os.getloadavg(),
     }
+
+
+def provenance() -> dict:
+    """What every result file records about where it was made: the machine (io/machine.py, with
+    the CPU's model name) and the commit, in the file, not in its name. Needs src/ importable."""
+    from noma_prorl_bench.io.machine import machine_info  # noqa: PLC0415
+
+    return {"machine": {**machine_info(), "cpu": cpu_model()}, "commit": git_commit()}
 
 
 def sample_draws() -> tuple[str, ...]:

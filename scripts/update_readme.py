@@ -101,7 +101,7 @@ def _cut(text: str, n: int = 100) -> str:
 
 def short_tree() -> str:
     """The README's tree: top-level files, each package module or folder on one line, and one
-    line per folder of scripts, benchmarks, docs and tests (docs/files.md lists every file)."""
+    line per folder of scripts, benchmarks (their subfolders counted), docs and tests (docs/files.md lists every file)."""
     files = tracked_files()
     pkg = "src/noma_prorl_bench/"
     lines, folders = [], {}
@@ -124,6 +124,15 @@ def short_tree() -> str:
         if folder.startswith(pkg):
             names = [n[:-3] for n in names if n.endswith(".py")]
             lines.append((folder, "[" + " ".join(names) + "] " + desc))
+        elif folder in ("benchmarks/", "scripts/"):  # its own files, then each subfolder with its count
+            subs: dict[str, int] = {}
+            for m in members:
+                if m.count("/") > 1:
+                    sub = m.split("/")[1] + "/"
+                    subs[sub] = subs.get(sub, 0) + 1
+            own = [os.path.basename(m) for m in members if m.count("/") == 1]
+            listed = own + [f"{sub} ({n})" for sub, n in subs.items()]
+            lines.append((folder, f"{len(members)} files: " + " ".join(listed)))
         else:
             lines.append((folder, f"{len(members)} files: " + " ".join(names)))
     lines.sort(key=lambda x: (x[0].startswith(("tests/", "docs/", "benchmarks/")), x[0]))

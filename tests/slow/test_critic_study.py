@@ -1,4 +1,4 @@
-"""benchmarks/critic_study.py keeps working: 2 seeds x 2 steps of both arms on tiny batches, the paired
+"""benchmarks/studies/critic_study.py keeps working: 2 seeds x 2 steps of both arms on tiny batches, the paired
 summary written as JSON and text (the study itself, 10 seeds, is run by hand; its result is in
 benchmarks/results/critic_study.*)."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_critic_study_runs_both_arms_and_writes_the_paired_summary(tmp_path):
     out = tmp_path / "cs"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "critic_study.py")]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "studies" / "critic_study.py")]
     cmd += ["--seeds", "2", "--steps", "2", "--tiny", "--jobs", "2", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

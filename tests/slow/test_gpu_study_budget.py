@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py, the slower CPU checks (tiny model): the reset study stops for its budget
+"""benchmarks/studies/gpu_study.py, the slower CPU checks (tiny model): the reset study stops for its budget
 (the timer sends the suite SIGTERM, the runs checkpoint, the command exits 0 with "continue with:
 ..."), a second call resumes the runs from their checkpoints and reports; the full fine-tune pair of
 the vs_trl phase."""
@@ -21,7 +21,7 @@ def _call(tmp_path, *flags):
     return subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "benchmarks" / "studies" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",
@@ -90,7 +90,7 @@ def test_full_fine_tune_pair_of_the_dry_run(tmp_path):
     p = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "benchmarks" / "studies" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",

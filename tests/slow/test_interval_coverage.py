@@ -1,5 +1,5 @@
 """Coverage of the report's paired interval (`stats.paired_interval`) under the shapes per-seed
-differences take (benchmarks/interval_coverage.py draws them; docs/statistics.md has its 4 000-
+differences take (benchmarks/studies/interval_coverage.py draws them; docs/statistics.md has its 4 000-
 study table): at 10 pairs >= 0.94 under normal and t3 differences, >= 0.92 under shifted-
 exponential ones and one outlying seed in ten, >= 0.89 under lognormal ones; the Student t
 interval alone falls short under skew, so the test can fail."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "studies"))
 import interval_coverage  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The device paths that only a CUDA device exercises: the sampler on the GPU, bf16 there, the
 compiled decode step with CUDA graphs, and the learner -> generator weight pack from GPU tensors.
-Skipped without CUDA; `benchmarks/gpu_study.py device` runs them on a lent GPU and tabulates them."""
+Skipped without CUDA; `benchmarks/studies/gpu_study.py device` runs them on a lent GPU and tabulates them."""
 
 import copy
 import sys

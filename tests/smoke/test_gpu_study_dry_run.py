@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py end to end on CPU (`device --device cpu --tiny`): every phase on a tiny
+"""benchmarks/studies/gpu_study.py end to end on CPU (`device --device cpu --tiny`): every phase on a tiny
 random llama (the CUDA-only tests skip, ours vs trl.GRPOTrainer with LoRA, the real_resets matrix on
 one seed), its result files, a second call that finds every phase done, and a fresh state restored
 from what came back."""
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_study as gs  # noqa: E402
+sys.path[:0] = [str(ROOT / "benchmarks" / "studies"), str(ROOT / "scripts" / "device")]
+import carry  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 
@@ -24,7 +24,7 @@ def _device(tmp_path, *flags):
     return subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "benchmarks" / "studies" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",
@@ -67,7 +67,7 @@ def test_dry_run_of_every_phase_then_a_second_call_and_a_restored_state(tmp_path
         json.loads((out / f).read_text()) for f in ("gpu_tests.json", "vs_trl_gpu.json", "resets_gpu.json")
     )
     for r in (tests, trl, resets):
-        gs.check_result(r)
+        carry.check_result(r)
         assert r["complete"] and r["device"]["gpu"] is None
     assert tests["counts"]["failed"] == tests["counts"]["error"] == 0 and tests["counts"]["skipped"] >= 5
     (row,) = trl["pairs"]

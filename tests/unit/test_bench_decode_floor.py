@@ -1,4 +1,4 @@
-"""benchmarks/decode_floor.py: it times every Linear a decode step multiplies by (7 per Llama layer
+"""benchmarks/micro/decode_floor.py: it times every Linear a decode step multiplies by (7 per Llama layer
 plus the head) and turns a sampler result into CPU ms per decode step by hand-checkable arithmetic."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "micro"))
 
 from decode_floor import floor_ms, linears, sampler_ms  # noqa: E402
 

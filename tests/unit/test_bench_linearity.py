@@ -1,4 +1,4 @@
-"""The FLOP bookkeeping of benchmarks/linearity.py: prompt and padded response length solved from a
+"""The FLOP bookkeeping of benchmarks/speed/linearity.py: prompt and padded response length solved from a
 step's two token counters, on hand-made counts (including a batch whose longest response ended
 before the limit, which the old "padded length = T" reading got wrong)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "speed"))
 
 from linearity import prompt_and_length, step_flops  # noqa: E402
 
@@ -27,7 +27,7 @@ def test_prompt_and_length_round_trip(P, T_used):
 
 
 def test_measured_steps_and_a_short_batch_costs_fewer_flops():
-    assert prompt_and_length(16, 4, 5180, 2928) == (55, 128)  # real_speed_T128_acd7c91.json, first timed step
+    assert prompt_and_length(16, 4, 5180, 2928) == (55, 128)  # real_speed_T128_lean.json, first timed step
     assert prompt_and_length(16, 4, 2612, 1632) == (53, 49)  # every row ended by 49 tokens
     assert step_flops(16, 4, 53, 49) < 0.6 * step_flops(16, 4, 55, 128)  # 1.85 vs 3.64 TFLOP
 

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py's parts that need no GPU: the time budget, the model's parts (split,
+"""benchmarks/studies/gpu_study.py's parts that need no GPU: the time budget, the model's parts (split,
 carry, join, checksums), the plan of device calls and of reset runs, the task file, the result
 files, the pass/fail table from pytest's junit XML, and the vs_trl phase's stop before the budget."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "studies"), str(ROOT / "scripts" / "device")]
+import carry  # noqa: E402
 import gpu_study as gs  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -32,7 +33,7 @@ class Clock:
 # ---------------------------------------------------------------------------- budget
 def test_budget_leaves_the_reserve_and_refuses_work_that_would_end_past_it():
     clock = Clock()
-    b = gs.Budget(100, 10, clock)
+    b = carry.Budget(100, 10, clock)
     assert b.left() == 90 and b.allows(90) and not b.allows(90.5)
     clock.t += 85
     assert b.elapsed() == 85 and b.left() == 5 and b.allows(5) and not b.allows(6)
@@ -40,7 +41,7 @@ def test_budget_leaves_the_reserve_and_refuses_work_that_would_end_past_it():
     assert b.left() == -15 and not b.allows(0)
     assert "100 s for this command, 10 s kept" in b.line() and "0 s left" in b.line()
     with pytest.raises(ValueError, match="--budget_s"):
-        gs.Budget(10, 10)
+        carry.Budget(10, 10)
 
 
 def _trl_args(tmp_path, **over):
@@ -81,12 +82,12 @@ def test_vs_trl_starts_a_run_only_while_its_estimate_fits_and_a_second_call_cont
     monkeypatch.setattr(gs, "spawn_worker", spawn)
     monkeypatch.setattr(gs.time, "monotonic", clock)
     a = _trl_args(tmp_path)
-    res = gs.phase_vs_trl(a, gs.Budget(200, 10, clock), "M", "T")
+    res = gs.phase_vs_trl(a, carry.Budget(200, 10, clock), "M", "T")
     assert len(started) == 6 and not res["complete"]
     assert started == [gs.item_key(it) for it in gs.trl_items(a)][:6]
     assert json.loads((tmp_path / "vs_trl_gpu.json").read_text())["runs"].keys() == set(started)
-    gs.check_result(res)
-    res2 = gs.phase_vs_trl(a, gs.Budget(200, 10, clock), "M", "T")
+    carry.check_result(res)
+    res2 = gs.phase_vs_trl(a, carry.Budget(200, 10, clock), "M", "T")
     assert len(started) == 8 and res2["complete"] and len(res2["runs"]) == 8
 
 
@@ -105,10 +106,10 @@ def test_pair_summary_ratios_tokens_and_peaks_by_hand(tmp_path):
 
 def test_vs_trl_without_trl_is_skipped_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gs, "trl_missing", lambda: "No module named 'trl'")
-    res = gs.phase_vs_trl(_trl_args(tmp_path), gs.Budget(100, 10), "M", "T")
+    res = gs.phase_vs_trl(_trl_args(tmp_path), carry.Budget(100, 10), "M", "T")
     assert not res["complete"] and res["skipped"] == "No module named 'trl'" and res["pairs"] == []
     assert "vs_trl: SKIPPED, trl cannot be imported here" in capsys.readouterr().out
-    gs.check_result(res)
+    carry.check_result(res)
 
 
 # ---------------------------------------------------------------------------- parts
@@ -116,69 +117,69 @@ def test_split_carry_join_round_trip_with_checksums(tmp_path):
     data = os.urandom(10_000)
     src = tmp_path / "model.gguf"
     src.write_bytes(data)
-    man = gs.split_file(src, tmp_path / "carry", 3000)
+    man = carry.split_file(src, tmp_path / "carry", 3000)
     assert [p["size"] for p in man["parts"]] == [3000, 3000, 3000, 1000]
     assert man["sha256"] == hashlib.sha256(data).hexdigest() and man["size"] == 10_000
     assert sorted(os.listdir(tmp_path / "carry")) == ["part00", "part01", "part02", "part03"]
     store = tmp_path / "store"
-    assert gs.missing_parts(store) is None  # nothing carried yet
+    assert carry.missing_parts(store) is None  # nothing carried yet
     # call 1 carries part00 and part01 only (the others are not in its carry)
     one = tmp_path / "call1"
     for d in ("part00", "part01"):
         os.makedirs(one / d)
         for f in os.listdir(tmp_path / "carry" / d):
             (one / d / f).write_bytes((tmp_path / "carry" / d / f).read_bytes())
-    assert gs.absorb_parts(one, store) == ["model.gguf.part00", "model.gguf.part01"]
-    assert gs.missing_parts(store) == ["model.gguf.part02", "model.gguf.part03"]
+    assert carry.absorb_parts(one, store) == ["model.gguf.part00", "model.gguf.part01"]
+    assert carry.missing_parts(store) == ["model.gguf.part02", "model.gguf.part03"]
     with pytest.raises(ValueError, match="missing parts"):
-        gs.join_parts(store, tmp_path / "out.gguf")
-    assert gs.absorb_parts(tmp_path / "carry", store) == ["model.gguf.part02", "model.gguf.part03"]
-    assert gs.absorb_parts(tmp_path / "carry", store) == []  # already stored: nothing copied again
-    assert gs.missing_parts(store) == []
-    out = gs.join_parts(store, tmp_path / "out" / "model.gguf")
+        carry.join_parts(store, tmp_path / "out.gguf")
+    assert carry.absorb_parts(tmp_path / "carry", store) == ["model.gguf.part02", "model.gguf.part03"]
+    assert carry.absorb_parts(tmp_path / "carry", store) == []  # already stored: nothing copied again
+    assert carry.missing_parts(store) == []
+    out = carry.join_parts(store, tmp_path / "out" / "model.gguf")
     assert out.read_bytes() == data
 
 
 def test_a_corrupt_part_is_refused_carried_or_stored(tmp_path):
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(5000))
-    gs.split_file(src, tmp_path / "carry", 2000)
-    gs.absorb_parts(tmp_path / "carry", tmp_path / "store")
+    carry.split_file(src, tmp_path / "carry", 2000)
+    carry.absorb_parts(tmp_path / "carry", tmp_path / "store")
     stored = tmp_path / "store" / "f.bin.part01"
     bad = bytearray(stored.read_bytes())
     bad[7] ^= 1
     stored.write_bytes(bytes(bad))
     with pytest.raises(ValueError, match="f.bin.part01 is corrupt"):
-        gs.join_parts(tmp_path / "store", tmp_path / "out.bin")
+        carry.join_parts(tmp_path / "store", tmp_path / "out.bin")
     assert not (tmp_path / "out.bin").exists() and not (tmp_path / "out.bin.tmp").exists()
     carried = tmp_path / "carry" / "part02" / "f.bin.part02"
     carried.write_bytes(carried.read_bytes()[:-1] + b"\0")
     with pytest.raises(ValueError, match="does not match its manifest"):
-        gs.absorb_parts(tmp_path / "carry", tmp_path / "store2")
+        carry.absorb_parts(tmp_path / "carry", tmp_path / "store2")
 
 
 def test_parts_of_another_file_are_not_mixed_into_the_store(tmp_path):
     for name, seed in (("a", b"x"), ("b", b"y")):
         (tmp_path / name).write_bytes(seed * 3000)
-        gs.split_file(tmp_path / name, tmp_path / f"carry_{name}", 1000)
-    gs.absorb_parts(tmp_path / "carry_a", tmp_path / "store")
+        carry.split_file(tmp_path / name, tmp_path / f"carry_{name}", 1000)
+    carry.absorb_parts(tmp_path / "carry_a", tmp_path / "store")
     with pytest.raises(ValueError, match="another file"):
-        gs.absorb_parts(tmp_path / "carry_b", tmp_path / "store")
+        carry.absorb_parts(tmp_path / "carry_b", tmp_path / "store")
 
 
 def test_call_plan_and_part_size_by_hand():
     """Tree 10 MiB, wheels 2 MiB, 2 MiB slack: parts of 64 - 10 - 2 - 2 = 50 MiB; a 94 MiB file is
     2 calls, the first with the wheels (62 MiB), the second 10 + 44 = 54 MiB."""
-    assert gs.part_size_for(10 * MIB, 2 * MIB) == 50 * MIB
-    plan = gs.call_plan([50 * MIB, 44 * MIB], 2 * MIB, 10 * MIB)
+    assert carry.part_size_for(10 * MIB, 2 * MIB) == 50 * MIB
+    plan = carry.call_plan([50 * MIB, 44 * MIB], 2 * MIB, 10 * MIB)
     assert plan == [
         {"call": 1, "carry": [".gpu_carry/whl", ".gpu_carry/part00"], "bytes": 62 * MIB},
         {"call": 2, "carry": [".gpu_carry/part01"], "bytes": 54 * MIB},
     ]
     with pytest.raises(ValueError, match="call 1 would carry 65.0 MiB"):
-        gs.call_plan([53 * MIB], 2 * MIB, 10 * MIB)
+        carry.call_plan([53 * MIB], 2 * MIB, 10 * MIB)
     with pytest.raises(ValueError, match="leaves no room"):
-        gs.part_size_for(63 * MIB, 0)
+        carry.part_size_for(63 * MIB, 0)
 
 
 # ---------------------------------------------------------------------------- the task and the runs
@@ -260,18 +261,18 @@ def test_reset_plan_flags_make_a_valid_run_config(tmp_path):
 
 # ---------------------------------------------------------------------------- result files
 def test_result_files_carry_the_header_and_the_phase_keys(tmp_path):
-    res = gs.result("tests", True, rows=[], counts={"passed": 0})
-    gs.check_result(res)
-    assert res["format"] == gs.FORMAT and res["phase"] == "tests" and "torch" in res["device"]
-    path = gs.save(str(tmp_path), "gpu_tests.json", res)
-    assert gs.load(str(tmp_path), "gpu_tests.json") == json.loads(Path(path).read_text())
+    res = carry.result("tests", True, rows=[], counts={"passed": 0})
+    carry.check_result(res)
+    assert res["format"] == carry.FORMAT and res["phase"] == "tests" and "torch" in res["device"]
+    path = carry.save(str(tmp_path), "gpu_tests.json", res)
+    assert carry.load(str(tmp_path), "gpu_tests.json") == json.loads(Path(path).read_text())
     for broken, what in (
         ({k: v for k, v in res.items() if k != "counts"}, "lacks 'counts'"),
         ({k: v for k, v in res.items() if k != "device"}, "lacks 'device'"),
         ({**res, "phase": "other"}, "unknown"),
     ):
         with pytest.raises(ValueError, match=what):
-            gs.save(str(tmp_path), "bad.json", broken)
+            carry.save(str(tmp_path), "bad.json", broken)
     assert not (tmp_path / "bad.json").exists()
 
 
@@ -285,7 +286,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 def test_parse_junit_and_the_pass_fail_table(tmp_path):
     (tmp_path / "j.xml").write_text(JUNIT)
-    rows = gs.parse_junit(tmp_path / "j.xml")
+    rows = carry.parse_junit(tmp_path / "j.xml")
     assert [(r["test"], r["outcome"]) for r in rows] == [
         ("tests/smoke/test_cuda_only.py::test_a", "passed"),
         ("tests/smoke/test_cuda_only.py::test_b", "failed"),
@@ -297,7 +298,7 @@ def test_parse_junit_and_the_pass_fail_table(tmp_path):
         and rows[1]["message"] == "assert 1 == 2"
         and rows[3]["message"] == "needs a CUDA device"
     )
-    text = gs.table(rows)
+    text = carry.table(rows)
     assert "| tests/smoke/test_cuda_only.py::test_b | FAILED | 0.5 | assert 1 == 2 |" in text
     assert text.splitlines()[-1] == "1 passed, 1 failed, 1 error, 1 skipped"
 
@@ -325,7 +326,7 @@ def test_parse_junit_of_a_real_pytest_run(tmp_path):
         cwd=tmp_path,
         capture_output=True,
     )
-    got = {r["test"].split("::")[1]: r["outcome"] for r in gs.parse_junit(xml)}
+    got = {r["test"].split("::")[1]: r["outcome"] for r in carry.parse_junit(xml)}
     assert got == {"test_ok": "passed", "test_bad": "failed", "test_skip": "skipped"}
 
 
@@ -333,14 +334,14 @@ def test_parse_junit_of_a_real_pytest_run(tmp_path):
 def test_restore_seeds_a_fresh_state_with_checked_results_only(tmp_path):
     src, state = tmp_path / "back", tmp_path / "state"
     src.mkdir(), state.mkdir()
-    (src / "gpu_tests.json").write_text(json.dumps(gs.result("tests", True, rows=[], counts={})))
+    (src / "gpu_tests.json").write_text(json.dumps(carry.result("tests", True, rows=[], counts={})))
     (src / "vs_trl_gpu.json").write_text(json.dumps({"format": 1}))
     with pytest.raises(ValueError, match="lacks"):
-        gs.restore(str(src), str(state))
+        carry.restore(str(src), str(state))
     assert os.listdir(state) == []  # nothing copied when one file is bad
     (src / "vs_trl_gpu.json").unlink()
-    assert gs.restore(str(src), str(state)) == ["gpu_tests.json"]
-    assert gs.restore(str(src), str(state)) == []  # never overwrites what the state has
+    assert carry.restore(str(src), str(state)) == ["gpu_tests.json"]
+    assert carry.restore(str(src), str(state)) == []  # never overwrites what the state has
 
 
 @pytest.mark.parametrize(
@@ -356,7 +357,7 @@ def test_bad_device_flags_exit_2_naming_the_flag_and_write_nothing(tmp_path, fla
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_study.py"),
+            str(ROOT / "benchmarks" / "studies" / "gpu_study.py"),
             "device",
             "--device",
             "cpu",
@@ -386,7 +387,7 @@ def test_real_model_waits_for_every_part_then_converts_the_joined_file(tmp_path,
     monkeypatch.setenv("NOMA_PRORL_BENCH_CACHE", str(tmp_path / "cache"))
     data = os.urandom(5000)
     (tmp_path / "m.gguf").write_bytes(data)
-    gs.split_file(tmp_path / "m.gguf", tmp_path / "made", 3000)
+    carry.split_file(tmp_path / "m.gguf", tmp_path / "made", 3000)
     seen = {}
 
     def fake_get_model(name, dest, log=print):
@@ -396,24 +397,24 @@ def test_real_model_waits_for_every_part_then_converts_the_joined_file(tmp_path,
 
     monkeypatch.setattr(gm, "get_model", fake_get_model)
     monkeypatch.setattr(gm, "find_gguf", gm.find_gguf)  # restored after the test
-    monkeypatch.setattr(gs, "ROOT", str(tmp_path / "repo"))
-    carry = tmp_path / "repo" / gs.CARRY
-    os.makedirs(carry)
-    os.rename(tmp_path / "made" / "part00", carry / "part00")
-    assert gs.real_model(None) is None and not seen
+    monkeypatch.setattr(carry, "ROOT", str(tmp_path / "repo"))
+    carried = tmp_path / "repo" / carry.CARRY
+    os.makedirs(carried)
+    os.rename(tmp_path / "made" / "part00", carried / "part00")
+    assert carry.real_model(None) is None and not seen
     assert "the model still needs ['m.gguf.part01']" in capsys.readouterr().out
-    shutil.rmtree(carry / "part00")  # the next call carries part01 only
-    os.rename(tmp_path / "made" / "part01", carry / "part01")
-    got = gs.real_model(None)
+    shutil.rmtree(carried / "part00")  # the next call carries part01 only
+    os.rename(tmp_path / "made" / "part01", carried / "part01")
+    got = carry.real_model(None)
     assert seen["bytes"] == data and seen["name"] == "smollm2-135m-instruct"
     assert got == str(tmp_path / "cache" / "models" / "smollm2-135m-instruct-q4_1-dequant") == str(seen["dest"])
 
 
 def test_prepare_splits_a_given_gguf_and_prints_one_call_per_part(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(gs, "ROOT", str(tmp_path))
+    monkeypatch.setattr(carry, "ROOT", str(tmp_path))
     (tmp_path / "m.gguf").write_bytes(os.urandom(5 * MIB // 2))
     a = argparse.Namespace(gguf=str(tmp_path / "m.gguf"), part_mib=1, skip_download=True)
-    assert gs.prepare_main(a) == 0
+    assert carry.prepare_main(a) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("m.gguf: 2.5 MiB") and "3 parts" in out[0]
     assert [ln.split(": carry ")[1].split(" (")[0] for ln in out[1:]] == [
@@ -421,17 +422,17 @@ def test_prepare_splits_a_given_gguf_and_prints_one_call_per_part(tmp_path, monk
         '[".gpu_carry/part01"]',
         '[".gpu_carry/part02"]',
     ]
-    assert sorted(os.listdir(tmp_path / gs.CARRY)) == ["part00", "part01", "part02", "whl"]
+    assert sorted(os.listdir(tmp_path / carry.CARRY)) == ["part00", "part01", "part02", "whl"]
 
 
 @pytest.mark.parametrize(
     "flags, named", [(["--part_mib", "-1"], "--part_mib"), (["--gguf", "/no/such.gguf"], "--gguf")]
 )
 def test_bad_prepare_flags_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags, named):
-    monkeypatch.setattr(gs, "ROOT", str(tmp_path))
+    monkeypatch.setattr(carry, "ROOT", str(tmp_path))
     assert gs.main(["prepare", "--skip_download", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and named in err[0] and not (tmp_path / gs.CARRY).exists()
+    assert len(err) == 1 and named in err[0] and not (tmp_path / carry.CARRY).exists()
 
 
 def test_a_failing_vs_trl_run_is_reported_saved_and_ends_the_phase(tmp_path, monkeypatch, capsys):
@@ -445,8 +446,8 @@ def test_a_failing_vs_trl_run_is_reported_saved_and_ends_the_phase(tmp_path, mon
         return _fake_run("ours")
 
     monkeypatch.setattr(gs, "spawn_worker", spawn)
-    res = gs.phase_vs_trl(_trl_args(tmp_path), gs.Budget(500, 10), "M", "T")
+    res = gs.phase_vs_trl(_trl_args(tmp_path), carry.Budget(500, 10), "M", "T")
     assert calls == ["ours", "trl"] and not res["complete"] and "TypeError: bad kwarg" in res["error"]
     assert list(res["runs"]) == ["lora/B2G2T8/0/ours"] and res["pairs"] == []
     assert "TypeError: bad kwarg" in capsys.readouterr().out
-    gs.check_result(res)
+    carry.check_result(res)

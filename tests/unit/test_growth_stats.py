@@ -1,4 +1,4 @@
-"""benchmarks/growth_stats.py (the growth reports' paired statistics) on hand-worked examples, and the
+"""benchmarks/studies/growth_stats.py (the growth reports' paired statistics) on hand-worked examples, and the
 ``--from_summary`` rebuilds of docs/growth/{rl,xor} against their committed summaries."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "studies"))
 import growth_stats  # noqa: E402
 
 from noma_prorl_bench.analysis import stats  # noqa: E402

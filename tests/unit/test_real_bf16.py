@@ -1,4 +1,4 @@
-"""benchmarks/real_bf16.py (equal learning in bf16: the demo's per-seed lifts, bf16 vs float32) on a
+"""benchmarks/studies/real_bf16.py (equal learning in bf16: the demo's per-seed lifts, bf16 vs float32) on a
 hand-worked example: the lift difference, its t interval and sign-flip p, final correctness, the
 recipe check and the form summary."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "studies"))
 import real_bf16  # noqa: E402
 
 pytestmark = pytest.mark.unit

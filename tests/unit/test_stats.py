@@ -137,7 +137,7 @@ def test_paired_interval_widens_the_t_interval_toward_the_skew_and_is_determinis
 
 @pytest.mark.parametrize("dist", ["normal", "shifted exp"])
 def test_paired_interval_covers_at_ten_pairs(dist):
-    # 600 studies of 10 pairs (the slow tier and benchmarks/interval_coverage.py do every shape
+    # 600 studies of 10 pairs (the slow tier and benchmarks/studies/interval_coverage.py do every shape
     # with more): coverage 0.969 (normal) / 0.944 (shifted exp) in the 4 000-study table; the
     # Monte-Carlo SE at 600 studies is 0.007-0.009, so 0.92 is 2.7 SE or more below both
     rng = np.random.default_rng(7)

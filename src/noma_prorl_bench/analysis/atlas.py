@@ -37,6 +37,7 @@ from noma_prorl_bench.analysis.plots import (
     summary_figure,
 )
 from noma_prorl_bench.analysis.runlog import RESET_EVENTS, Run, smooth
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.io.safe_files import makedirs, save_figure
 
 ARM_RE = re.compile(r"^b(?P<beta>[0-9.]+(?:e-?[0-9]+)?)-(?P<treatment>[a-z]+)$")
@@ -164,7 +165,7 @@ def atlas_section(
             "detectable difference, with its mde80).",
             "",
         ]
-        + _table(header, body)
+        + markdown_table(header, body)
         + [
             "",
             f"![Atlas heatmap]({rel(heat)})",
@@ -180,11 +181,6 @@ def atlas_section(
             "",
         ]
     )
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 # ---------------------------------------------------------------- figures

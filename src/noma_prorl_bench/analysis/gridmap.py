@@ -32,6 +32,7 @@ from noma_prorl_bench.analysis.atlas import effect_cells, parse_arms
 from noma_prorl_bench.analysis.plots import check_outputs
 from noma_prorl_bench.analysis.report import suite_rows
 from noma_prorl_bench.analysis.runlog import load_runs
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_code, md_text, plot_text
 from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.machine import describe
@@ -366,11 +367,6 @@ def cell_text(c: dict | None) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
-
 def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
     """map.md: the answer, the suites with their machines, the keep-vs-none table, the
     treatment-vs-keep table, the figure."""
@@ -395,7 +391,9 @@ def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
             + f"), K = {m.k}, {m.runs} complete runs of {m.listed} listed; machine: {machines or 'no complete run'}"
         )
     lines += ["", "## Reset + keep vs no reset", ""]
-    lines += _table(["beta", *tasks], [[b, *(cell_text(m.cells.get((b, "keep"))) for m in maps)] for b in betas])
+    lines += markdown_table(
+        ["beta", *tasks], [[b, *(cell_text(m.cells.get((b, "keep"))) for m in maps)] for b in betas]
+    )
     lines += ["", "## Each optimizer treatment vs keep (both arms reset the reference at the same cadence)", ""]
     rows = [
         [f"{t}", b, *(cell_text(m.cells.get((b, t))) for m in maps)]
@@ -403,7 +401,7 @@ def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
         for b in betas
         if any((b, t) in m.cells for m in maps)
     ]
-    lines += _table(["treatment", "beta", *tasks], rows) if rows else ["No optimizer treatment was run."]
+    lines += markdown_table(["treatment", "beta", *tasks], rows) if rows else ["No optimizer treatment was run."]
     lines += ["", f"![Effect against beta, one line per task]({figure})", ""]
     return lines
 

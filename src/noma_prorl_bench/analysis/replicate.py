@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_text, term_text
 
 
@@ -64,28 +65,26 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
                 name=c.get("name"),
                 metric=c.get("metric"),
                 family=c.get("family"),
-                committed=dict(
-                    diff=c.get("diff"),
-                    ci95=ci_old,
-                    verdict=c.get("verdict"),
-                    n_pairs=c.get("n_pairs"),
-                    p_holm=c.get("p_holm"),
-                    family_size=sizes_old[c.get("family")],
-                ),
-                new=dict(
-                    diff=n.get("diff"),
-                    ci95=ci_new,
-                    verdict=n.get("verdict"),
-                    n_pairs=n.get("n_pairs"),
-                    p_holm=n.get("p_holm"),
-                    family_size=sizes_new[n.get("family")],
-                ),
+                committed=_side(c, ci_old, sizes_old),
+                new=_side(n, ci_new, sizes_new),
                 replicates=c.get("verdict") == n.get("verdict"),
                 overlap=_overlap(ci_old, ci_new),
                 within=within,
             )
         )
     return out
+
+
+def _side(c: dict, ci: list, sizes: Counter) -> dict:
+    """One summary's side of a compared row: its effect, interval, verdict and family size."""
+    return dict(
+        diff=c.get("diff"),
+        ci95=ci,
+        verdict=c.get("verdict"),
+        n_pairs=c.get("n_pairs"),
+        p_holm=c.get("p_holm"),
+        family_size=sizes[c.get("family")],
+    )
 
 
 def _num(v: Any) -> str:
@@ -103,16 +102,20 @@ def _yes(v: bool | None) -> str:
 
 def _table(rows: list[dict], term: bool = False) -> list[str]:
     esc = (lambda s: term_text(str(s), 120)) if term else (lambda s: md_text(str(s), 120))
-    lines = [
-        "| comparison | committed | this machine | replicates | intervals overlap | committed effect in new CI |",
-        "|---|---|---|---|---|---|",
+    header = [
+        "comparison",
+        "committed",
+        "this machine",
+        "replicates",
+        "intervals overlap",
+        "committed effect in new CI",
     ]
-    for r in rows:
-        lines.append(
-            f"| {esc(r['name'])} | {esc(_cell(r['committed']))} | {esc(_cell(r['new']))} | "
-            f"{_yes(r['replicates'])} | {_yes(r['overlap'])} | {_yes(r['within'])} |"
-        )
-    return lines
+    cells = [
+        [esc(r["name"]), esc(_cell(r["committed"])), esc(_cell(r["new"])), _yes(r["replicates"]), _yes(r["overlap"])]
+        + [_yes(r["within"])]
+        for r in rows
+    ]
+    return markdown_table(header, cells)
 
 
 def _trained_at(prov: dict) -> Any:

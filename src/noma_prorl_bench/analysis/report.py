@@ -48,7 +48,6 @@ from noma_prorl_bench.analysis.runlog import (
 )
 from noma_prorl_bench.analysis.sections import (
     _cell,
-    _table,
     arm_lines,
     check_lines,
     comparison_lines,
@@ -58,6 +57,7 @@ from noma_prorl_bench.analysis.sections import (
     per_seed_lines,
     provenance_lines,
 )
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_code, md_text, visible
 from noma_prorl_bench.io import safe_files
 
@@ -114,7 +114,7 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
 def _settings_lines(runs: Sequence[Run], settings: dict | None) -> list[str]:
     lines = ["## Settings", ""]
     if settings:
-        lines += _table(
+        lines += markdown_table(
             ["setting", "value"], [[_cell(k, 80), md_code(json.dumps(v), 200)] for k, v in settings.items()]
         ) + [""]
     common = {
@@ -276,7 +276,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     lines += ["## Sample rollouts (earliest and latest logged step)", ""]
     samples = sample_rows(groups)
     lines += (
-        _table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)
+        markdown_table(["configuration", "step", "prompt", "response", "answer", "reward"], samples)
         if samples
         else ["No samples.jsonl in these runs."]
     ) + [""]
@@ -284,7 +284,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
     return (
         lines
         + ["## Runs", ""]
-        + _table(
+        + markdown_table(
             ["directory", "label", "steps", "complete", "dropped lines"],
             [[md_code(rel(r.path)), _cell(r.label, 80), len(r.steps), r.complete, len(r.dropped)] for r in runs],
         )

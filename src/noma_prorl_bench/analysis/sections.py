@@ -6,24 +6,20 @@ read from run or suite directories (names, labels, seeds, metric keys) is shown 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from noma_prorl_bench.analysis.compare import METRICS, run_numbers
 from noma_prorl_bench.analysis.findings import Stat
 from noma_prorl_bench.analysis.runlog import Run, kl_loss_key, reduce_key
+from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_code, md_text
 
 
 def _cell(text: Any, limit: int = 60) -> str:
     """A table cell holding `text` as data (`untrusted.md_text`), cut to `limit` characters."""
     return md_text(text, limit)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def _f(x: float, decimals: int = 3, unit: str = "", sign: bool = False) -> str:
@@ -120,7 +116,7 @@ def comparison_lines(rows: list[dict], timing_note: str = "") -> list[str]:
             ]
             for r in members
         ]
-        lines += _table(
+        lines += markdown_table(
             [
                 "comparison (arm vs baseline)",
                 "metric",
@@ -165,7 +161,7 @@ def check_lines(checks: list[dict]) -> list[str]:
             "step of every pair. A failure is an error in the harness; the suite exits non-zero.",
             "",
         ]
-        + _table(["check", "arms", "pairs", "result"], body)
+        + markdown_table(["check", "arms", "pairs", "result"], body)
         + [""]
     )
 
@@ -200,7 +196,7 @@ def gain_lines(gains: list[dict]) -> list[str]:
             "in time: their step times are not compared).",
             "",
         ]
-        + _table(
+        + markdown_table(
             ["B vs A", "pairs", "warm-start score", "A gain", "B gain", "share kept [95% CI]", "≥ 80%", "≥ 90%"], body
         )
         + [""]
@@ -239,7 +235,7 @@ def arm_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
             "in the loss (for B: to the old policy, not a reference).",
             "",
         ]
-        + _table(
+        + markdown_table(
             [
                 "arm",
                 "runs",
@@ -295,7 +291,7 @@ def cost_lines(cost: list[dict], interleaved: bool = True) -> list[str]:
     return (
         ["## Cost model check (A0 vs A1)", "", intro, ""]
         + (
-            _table(
+            markdown_table(
                 [
                     "A0",
                     "A1",
@@ -334,7 +330,7 @@ def per_seed_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
             )
     return (
         ["## Per-seed numbers", ""]
-        + _table(
+        + markdown_table(
             [
                 "arm",
                 "pair",
@@ -386,7 +382,7 @@ def details_lines(
             "per-run max.",
             "",
         ]
-        + _table(
+        + markdown_table(
             [
                 "configuration",
                 "runs",

@@ -17,7 +17,7 @@ evidence is the per-seed difference d_i = x_i - y_i (n pairs). For each comparis
                differences, 0.84 under lognormal ones); the bootstrap-t follows the skew but
                under-covers a little under heavy symmetric tails (0.92 under t3); their union
                keeps the t interval's coverage where d is symmetric and the bootstrap-t's where
-               it is skewed. benchmarks/interval_coverage.py simulates it (docs/statistics.md
+               it is skewed. benchmarks/studies/interval_coverage.py simulates it (docs/statistics.md
                has the table); tests/slow/test_interval_coverage.py asserts it. All d_i equal:
                the t interval with sd(d) replaced by `resolution` (the precision the values are
                recorded at), never a zero-width interval from finite data

@@ -274,7 +274,7 @@ class HFPolicy(nn.Module):
         """CUDA only, opt-in, NOT RUN so far (no GPU was available): compile the static-cache
         decode step with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs over fixed shapes
         and the StaticCache's fixed addresses, which ``repeat_state`` re-marks). Measure with
-        ``benchmarks/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""
+        ``benchmarks/micro/sampler.py --compile`` on a GPU before relying on it (docs/performance.md)."""
         if next(self.model.parameters()).device.type != "cuda":
             raise ValueError("compile_decode needs the model on a CUDA device (CUDA graphs)")
         setattr(self, "_static_step", torch.compile(self._static_step, mode=mode, dynamic=False))  # this instance

@@ -10,7 +10,7 @@ can instead pack a weight once and multiply by the packed copy: MKL's packed GEM
 uses when it freezes a CPU model's weights.
 SmolLM2-135M's 211 Linears at 16 rows, one thread, the 2-core Intel Xeon with AMX (avx512_bf16,
 amx_bf16), idle: 109 -> 83 CPU ms per decode step in float32 (MKL packed), 52 -> 38 ms in bf16
-(oneDNN packed; benchmarks/results/decode_floor_packed.json, `benchmarks/decode_floor.py`).
+(oneDNN packed; benchmarks/results/decode_floor_packed.json, `benchmarks/micro/decode_floor.py`).
 
 Same bits, not approximately: a packed op is used for a (library, dtype, out, in, rows, bias)
 shape only after it returned exactly the module's own forward's bits on a probe of that shape with

@@ -239,7 +239,7 @@ class TransformerPolicy(nn.Module):
 class NoCachePolicy(nn.Module):
     """Wraps any policy so that prefill/decode recompute ``forward`` over the whole prefix.
 
-    The slow reference for KV-cache tests and for ``benchmarks/rollout_kv.py``: step t costs a
+    The slow reference for KV-cache tests and for ``benchmarks/micro/rollout_kv.py``: step t costs a
     full forward over ``P + t`` tokens (only the last position goes through the output head).
     The state is simply the token prefix [N, S].
     """

@@ -353,7 +353,7 @@ def collect(
 
 
 #: prompts per greedy `generate` call of `evaluate`: the KV cache, prefill activations and [N, V]
-#: logits scale with it (SmolLM2-135M, 200 prompts in one call: benchmarks/eval_memory.py)
+#: logits scale with it (SmolLM2-135M, 200 prompts in one call: benchmarks/micro/eval_memory.py)
 EVAL_BATCH = 32
 
 
