@@ -1,7 +1,9 @@
-"""The command line generated from `RunConfig`: one flag per field, its docstring as help.
+"""The command line generated from `RunConfig` (itself generated from the spec tree): one flag per
+field, its help the owning spec's docstring of the field, grouped by that spec's section.
 
 `build_parser()` turns the dataclass into an argparse parser; `parse_config(argv)` applies a
-preset, then the explicit flags, validates (validate.py) and returns a `RunConfig`.
+preset, then the explicit flags, validates (each spec checks itself, then validate.py's rules
+across specs) and returns a `RunConfig`.
 """
 
 from __future__ import annotations
