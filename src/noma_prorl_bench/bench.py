@@ -98,7 +98,7 @@ def listing(root: Path) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def bench_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prorl-bench bench", description=DESCRIPTION)
     sub = ap.add_subparsers(dest="action", required=True, metavar="{list,run}")
     sub.add_parser("list", help="name, kind, question, script and committed result of every entry")
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    a = build_parser().parse_args(argv)
+    a = bench_parser().parse_args(argv)
     root = repo_root()
     if root is None:
         print("prorl-bench bench: error: needs a source checkout (benchmarks/ next to src/)", file=sys.stderr)
