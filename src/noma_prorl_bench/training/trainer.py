@@ -152,13 +152,7 @@ class Trainer:
         self.events_sink = events_sink or NullSink()
         self.samples_sink = samples_sink or NullSink()
         set_determinism(specs.threads, specs.seed)
-        self._build_task_and_policy(specs, counters)
-        self._build_stages(specs, collector, reference)
-        self._build_managers(specs)
-
-    def _build_task_and_policy(self, specs: RunSpecs, counters: Counters | None) -> None:
-        """The task, the policy and its tokenizer, the RNG streams, the warm start (and the step-0
-        row it evaluates), adapters and precision: the state every stage is then built on."""
+        # ------------------------------------------------------------ task, model, RNG streams
         ts, ms = specs.task, specs.model
         self.task = make_task(ts.task, n_val=ts.n_val, cfg=ts)
         self.T_max = ts.max_new_tokens or self.task.max_new_tokens
@@ -195,10 +189,7 @@ class Trainer:
         self.metrics_sink.write(self.initial_metrics)  # step 0: the curve starts before RL
         attach_adapters(specs.growth, self.policy, self.write_event)  # --enable_growth: LoRA, base frozen
         self.precision_info = hold_precision(ms, self.policy, self.event)  # --dtype used and why; bf16 frozen base
-
-    def _build_stages(self, specs: RunSpecs, collector: BatchSource | None, reference: ReferenceSource | None) -> None:
-        """The collector, KL term, reference, critic and learner, each from its spec (`collector`
-        and `reference`, when given, replace the local ones)."""
+        # ------------------------------------------------------------ the stages
         self.collector: BatchSource = (
             collector
             if collector is not None
@@ -243,10 +234,8 @@ class Trainer:
             self.event,
             critic=self.critic,
         )  # optimizer, scheduler, adaptive KL
-
-    def _build_managers(self, specs: RunSpecs) -> None:
-        """The reset, evaluation and growth managers: each gets its spec and the narrow state it
-        acts on, never the Trainer."""
+        # ------------------------------------------------------------ resets, drift monitors, growth
+        # Each manager gets its spec and the narrow state it acts on, never the Trainer.
         optim = self.learner.optim
         self.resets = ResetManager(
             specs.resets, self.policy, self.ref, optim, self.write_event, critic=self.critic
