@@ -90,7 +90,7 @@ def _dispatch(argv: Optional[list[str]] = None) -> int:
 
         return get_model_main(rest)
     if cmd == "bench":
-        from noma_prorl_bench.bench import main as bench_main
+        from noma_prorl_bench.analysis.bench import main as bench_main
 
         return bench_main(rest)
     print(USAGE, file=sys.stderr)

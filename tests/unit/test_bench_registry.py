@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from noma_prorl_bench import bench
+from noma_prorl_bench.analysis import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 

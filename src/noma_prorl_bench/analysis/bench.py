@@ -73,7 +73,7 @@ DESCRIPTION = (
 def repo_root() -> Optional[Path]:
     """The source checkout this package runs from (src/noma_prorl_bench/ -> the root), or None
     when the package is installed without one."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     return root if (root / "benchmarks").is_dir() else None
 
 
