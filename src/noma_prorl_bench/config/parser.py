@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, cast
 
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.fields import RunConfig, field_docs, field_sections
-from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.config.files import with_config_file, with_origin
 from noma_prorl_bench.config.validate import FOREIGN_NAMES, GROWTH_FLAGS, ConfigError, suggest, suggest_name, validate
 
 
@@ -114,10 +114,11 @@ def parse_config(argv: Optional[list[str]] = None, prog: str = "python -m noma_p
     """Parse argv into a validated RunConfig (preset first, explicit flags win). Exits 2 on error."""
     parser = build_parser(prog)
     ns = vars(parser.parse_args(argv))
+    origins: dict = {}
     try:
-        return make_config(with_config_file(ns))
+        return make_config(with_config_file(ns, origins))
     except ConfigError as e:
-        parser.error(str(e))
+        parser.error(str(with_origin(e, origins)))
         raise  # unreachable
 
 
