@@ -19,16 +19,20 @@ import sys
 from typing import Optional
 
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
-from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.config.files import with_config_file, with_origin
 from noma_prorl_bench.config.shell import command
+
+#: key -> the --config file that set it, for this process's run (an error about that value names the file)
+CONFIG_ORIGINS: dict[str, str] = {}
 
 
 def resolve_config(argv: Optional[list[str]], prog: str):
     """(cfg, checkpoint or None) from the command line; exits 2 (argparse-style) on bad flags."""
     parser = build_parser(prog)
     explicit = vars(parser.parse_args(argv))
+    CONFIG_ORIGINS.clear()
     try:
-        explicit = with_config_file(explicit)  # --config FILE: its values under the flags given
+        explicit = with_config_file(explicit, CONFIG_ORIGINS)  # --config FILE: its values under the flags given
         if explicit.get("resume"):
             from noma_prorl_bench.io.resume import require_intact_log, resume_config
 
@@ -47,7 +51,7 @@ def resolve_config(argv: Optional[list[str]], prog: str):
             )
         return cfg, None
     except ConfigError as e:
-        parser.error(str(e))
+        parser.error(str(with_origin(e, CONFIG_ORIGINS)))
         raise  # unreachable
 
 
@@ -83,8 +87,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         except CheckpointError as e:
             print(f"{prog}: error: argument --resume: {e}", file=sys.stderr)
             return 2
-        except ConfigError as e:  # names its flag, e.g. --model (weights, tokenizer)
-            print(f"{prog}: error: {e}", file=sys.stderr)
+        except ConfigError as e:  # names its flag, e.g. --model (weights, tokenizer), and the file that set it
+            print(f"{prog}: error: {with_origin(e, CONFIG_ORIGINS)}", file=sys.stderr)
             return 2
         except (ValueError, OSError) as e:  # e.g. an HF model directory that does not load
             print(f"{prog}: error: cannot set up the run: {e}", file=sys.stderr)

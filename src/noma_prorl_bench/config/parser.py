@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional, cast
 from noma_prorl_bench._version import __version__
 from noma_prorl_bench.config.errors import ConfigError, suggest
 from noma_prorl_bench.config.fields import field_docs, field_sections
-from noma_prorl_bench.config.files import with_config_file
+from noma_prorl_bench.config.files import with_config_file, with_origin
 from noma_prorl_bench.config.foreign import FOREIGN_NAMES, suggest_name
 from noma_prorl_bench.config.run_config import RunConfig
 from noma_prorl_bench.config.specs.growth import GROWTH_FLAGS
@@ -120,10 +120,11 @@ def parse_config(argv: Optional[list[str]] = None, prog: str = "python -m noma_p
     """Parse argv into a validated RunConfig (preset first, explicit flags win). Exits 2 on error."""
     parser = build_parser(prog)
     ns = vars(parser.parse_args(argv))
+    origins: dict = {}
     try:
-        return make_config(with_config_file(ns))
+        return make_config(with_config_file(ns, origins))
     except ConfigError as e:
-        parser.error(str(e))
+        parser.error(str(with_origin(e, origins)))
         raise  # unreachable
 
 

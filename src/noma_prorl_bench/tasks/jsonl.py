@@ -160,16 +160,20 @@ def _parse(line: bytes, where: str):
 def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -> list[Example]:
     """Every line of the file as an Example; ValueError naming the line on a bad one, ConfigError
     naming the flag when the file, a line, a prompt or an answer exceeds its bound (LIMITS, or
-    `limits`): the file's size is checked before it is opened, a line before it is parsed."""
-    lim, size = {**LIMITS, **limits}, os.stat(path).st_size
+    `limits`): the file's size is checked before it is read, a line before it is parsed."""
+    from noma_prorl_bench.io.safe_files import open_input  # noqa: PLC0415
+
+    fd = open_input(path)  # a regular file (links followed): a FIFO or a device is refused, never read
+    lim, size = {**LIMITS, **limits}, os.fstat(fd).st_size
     if size > lim["max_task_bytes"]:
+        os.close(fd)
         raise ConfigError(
             "max_task_bytes",
             f"{path} is {size:,} bytes, more than --max_task_bytes "
             f"{lim['max_task_bytes']:,} (raise it to read a larger task file)",
         )
     out, total, cap = [], 0, lim["max_line_bytes"]
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         for i in itertools.count(1):
             line = f.readline(cap + 2)
             if not line:
