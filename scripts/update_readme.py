@@ -106,8 +106,8 @@ def short_tree() -> str:
     pkg = "src/noma_prorl_bench/"
     lines, folders = [], {}
     for f in files:
-        if f.startswith(pkg) and f.count("/") == 3:
-            folders.setdefault(f.rsplit("/", 1)[0] + "/", []).append(f)
+        if f.startswith(pkg) and f.count("/") >= 3:  # a subpackage (and its own subpackages) on one line
+            folders.setdefault("/".join(f.split("/")[:3]) + "/", []).append(f)
         elif f.startswith(pkg) or f.count("/") == 0 or f.startswith(".ci/"):
             lines.append((f, describe(f)))
         else:
@@ -122,7 +122,12 @@ def short_tree() -> str:
         desc = describe(init) if init in members else ""
         names = [os.path.basename(m) for m in members if not m.endswith("__init__.py")]
         if folder.startswith(pkg):
-            names = [n[:-3] for n in names if n.endswith(".py")]
+            names = [
+                m[len(folder) : -3]
+                for m in members
+                if m.endswith(".py") and "/" not in m[len(folder) :] and not m.endswith("__init__.py")
+            ]
+            names += sorted({m[len(folder) :].split("/")[0] + "/" for m in members if m[len(folder) :].count("/")})
             lines.append((folder, "[" + " ".join(names) + "] " + desc))
         elif folder in ("benchmarks/", "scripts/"):  # its own files, then each subfolder with its count
             subs: dict[str, int] = {}
