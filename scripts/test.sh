@@ -4,7 +4,9 @@
 # Usage: bash scripts/test.sh [extra pytest args]
 #   PRORL_TEST_SKIP_SETUP=1 bash scripts/test.sh ...   skip setup, ruff and mypy (pytest only)
 # One Ctrl-C (SIGINT) or a SIGTERM to this script stops everything it started: pytest gets the SIGINT
-# (its "KeyboardInterrupt" summary), then every process of this command still alive after 5 s gets
+# (its "KeyboardInterrupt" summary; the file PRORL_TEST_STOP_FILE, created first, tells tests/conftest.py
+# to report the test being run as interrupted, not failed, even where a command run in-process caught
+# the SIGINT itself), then every process of this command still alive after 5 s gets
 # SIGTERM, after 5 s more SIGKILL. "Of this command" means: started under it, found by the
 # PRORL_TEST_TREE variable in its environment, so runs, suites and Ray workers that tests start in
 # their own sessions (which a terminal's Ctrl-C never reaches) are found too. Exit 130 / 143.
@@ -12,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 set -m                     # each step in its own process group: a Ctrl-C reaches this script, which relays it
 export RAY_AUTH_MODE=disabled PYTHONHASHSEED=0 PRORL_TEST_TREE="test.sh-$$-$RANDOM"
+export PRORL_TEST_STOP_FILE="${TMPDIR:-/tmp}/prorl-$PRORL_TEST_TREE.stop"
+trap 'rm -f "$PRORL_TEST_STOP_FILE"' EXIT
 step=""
 
 tagged() {    # pids of the processes whose environment carries PRORL_TEST_TREE (not grep's: env -u)
@@ -33,6 +37,7 @@ settle() {    # wait up to $1 tenths of a second for every tagged process to end
 
 stop() {      # $1: exit code. SIGINT to the running step's group, then SIGTERM, then SIGKILL to all tagged
   trap '' INT TERM         # a second Ctrl-C does not cut the clean-up short
+  : >"$PRORL_TEST_STOP_FILE" 2>/dev/null || true
   [ -n "$step" ] && kill -INT -- "-$step" 2>/dev/null || true
   settle 50 || { kill -TERM $(tagged) 2>/dev/null || true; settle 50; } \
     || { kill -KILL $(tagged) 2>/dev/null || true; settle 50; } || true

@@ -34,15 +34,23 @@ def _ancestors():
     return pids
 
 
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def tagged_pids(tag=TREE):
-    """Live processes whose environment has PRORL_TEST_TREE=tag, this process and its ancestors left out."""
+    """Live processes whose environment has PRORL_TEST_TREE=tag, this process and its ancestors left out,
+    and so the other children of those ancestors (scripts/test.sh's own `sleep`s and subshells: it waits
+    for this process and is not one of the tests' processes)."""
     mine, out, entry = _ancestors(), [], f"PRORL_TEST_TREE={tag}".encode()
+    theirs = mine - {os.getpid()}
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{d}/environ", "rb") as f:
-                if int(d) not in mine and entry in f.read().split(b"\0"):
+                if int(d) not in mine and entry in f.read().split(b"\0") and _parent(d) not in theirs:
                     out.append(int(d))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             pass
     return out
 
@@ -59,6 +67,37 @@ def pytest_keyboard_interrupt(excinfo):
             if not tagged_pids():
                 return
             time.sleep(0.1)
+
+
+# scripts/test.sh creates this file before it relays a Ctrl-C to pytest. A test that runs a command
+# in-process gets the command's own SIGINT handler (a run stops cleanly, exit 130), so pytest never sees
+# the KeyboardInterrupt, and the test, cut short, would be reported as failed. With the file there, the
+# test being run is reported as interrupted instead and pytest stops with its summary.
+STOP_FILE = os.environ.get("PRORL_TEST_STOP_FILE")
+
+
+def _stop_requested():
+    return bool(STOP_FILE) and os.path.exists(STOP_FILE)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if _stop_requested():
+        raise KeyboardInterrupt
+    try:
+        return (yield)
+    finally:
+        if _stop_requested():
+            raise KeyboardInterrupt  # replaces the cut-short outcome
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    finally:
+        if _stop_requested():
+            raise KeyboardInterrupt  # replaces the cut-short outcome
 
 
 # Flags that make a run take a second or two: tiny batch, short warm start.

@@ -6,6 +6,7 @@ pytest run directly stops such a subprocess on Ctrl-C too (tests/conftest.py pyt
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,12 +25,19 @@ def test_probe():
     out = os.environ.get(PROBE)
     if not out:
         pytest.skip("run by the tests below only")
-    if not os.environ.get("PRORL_SIGNAL_PROBE_KEEP_SIGINT"):
+    caught = []
+    if os.environ.get("PRORL_SIGNAL_PROBE_CATCH"):  # as a run in-process: its handler records the SIGINT
+        signal.signal(signal.SIGINT, lambda *_: caught.append(1))
+    elif not os.environ.get("PRORL_SIGNAL_PROBE_KEEP_SIGINT"):
         signal.signal(signal.SIGINT, lambda *_: None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     with open(out + ".tmp", "w") as f:
         json.dump({"pytest": os.getpid(), "child": child.pid, "tag": os.environ.get("PRORL_TEST_TREE")}, f)
     os.replace(out + ".tmp", out)
+    if os.environ.get("PRORL_SIGNAL_PROBE_CATCH"):
+        while not caught:  # then returns, cut short, with the wrong answer (a run's 130 instead of 0)
+            time.sleep(0.05)
+        assert not caught, "stopped by SIGINT"
     child.wait()
 
 
@@ -60,6 +68,22 @@ def test_one_signal_stops_the_test_command_and_all_it_started(tmp_path, sig, cod
     probe_and_stop(
         tmp_path, ["bash", "scripts/test.sh"], {"PRORL_TEST_SKIP_SETUP": "1"}, sig, code, f"stopped (exit {code})"
     )
+
+
+def test_ctrl_c_when_a_test_catches_the_sigint_itself_gives_pytest_summary_and_no_failure(tmp_path):
+    """A command run in-process (run.main) has its own SIGINT handler: it stops cleanly and the test,
+    cut short, would fail. The test command's Ctrl-C instead ends pytest with its KeyboardInterrupt
+    summary before the script's SIGTERM, and the interrupted test is not counted as failed."""
+    log = probe_and_stop(
+        tmp_path,
+        ["bash", "scripts/test.sh"],
+        {"PRORL_TEST_SKIP_SETUP": "1", "PRORL_SIGNAL_PROBE_CATCH": "1"},
+        signal.SIGINT,
+        130,
+        "KeyboardInterrupt",
+    )
+    assert re.search(r"no tests ran in \d|\d+ \w+ in \d", log), log  # pytest's summary line
+    assert "failed" not in log and "AssertionError" not in log and "stopped by SIGINT" not in log, log
 
 
 def test_ctrl_c_to_pytest_itself_stops_what_a_test_started_in_its_own_session(tmp_path):
@@ -124,6 +148,7 @@ def probe_and_stop(tmp_path, cmd, env, sig, code, said):
             time.sleep(0.1)
         assert not alive(info["pytest"]) and not alive(info["child"]), log
         assert tagged(info["tag"]) == [], log
+        return log
     finally:
         for pid in [script.pid, *([info["pytest"], info["child"]] if info else []), *tagged(info.get("tag"))]:
             try:
