@@ -40,7 +40,7 @@ EXTENSIONS = (".yaml", ".yml", ".toml", ".json")
 DESTINATION_KEYS = ("outdir", "overwrite", "resume")
 
 
-#: a config file's bounds: its size (safe_files.CONFIG_LIMIT), how deep its values nest, and how many
+#: a config file's bounds: its size (user_files.CONFIG_LIMIT), how deep its values nest, and how many
 #: values its YAML aliases expand to (an alias bomb: 900 bytes that expand to a billion values)
 MAX_DEPTH = 64
 MAX_VALUES = 100_000
@@ -88,7 +88,7 @@ def _expanded_size(node, sizes: dict, open_: set) -> int:
 
 
 def _parse(path: str) -> Any:
-    from noma_prorl_bench.io import safe_files  # noqa: PLC0415
+    from noma_prorl_bench.config import user_files  # noqa: PLC0415
 
     ext = os.path.splitext(path)[1].lower()
     if ext not in EXTENSIONS:
@@ -96,7 +96,7 @@ def _parse(path: str) -> Any:
             "config", f"{path!r}: unknown extension {ext or '(none)'!r} (choose from {', '.join(EXTENSIONS)})"
         )
     try:
-        raw = safe_files.read_input(path, safe_files.CONFIG_LIMIT)  # a regular file, bounded: never a FIFO
+        raw = user_files.read_input(path, user_files.CONFIG_LIMIT)  # a regular file, bounded: never a FIFO
         if ext == ".json":
             return json.loads(raw.decode("utf-8"))
         if ext == ".toml":
@@ -112,7 +112,7 @@ def _parse(path: str) -> Any:
             return loader.construct_document(node)
         finally:
             loader.dispose()
-    except safe_files.InputFileError as e:
+    except user_files.InputFileError as e:
         raise ConfigError("config", f"cannot read {e}") from e
     except OSError as e:
         raise ConfigError("config", f"cannot read {path!r}: {e.strerror or e}") from e

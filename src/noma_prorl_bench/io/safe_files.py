@@ -34,6 +34,8 @@ import stat
 import tempfile
 from typing import Iterable, Optional
 
+from noma_prorl_bench.config.user_files import not_regular
+
 #: a run directory's files and subdirectories (io/run_dir.py writes them, the suite reads some)
 RUN_FILES = (
     "config.json",
@@ -79,24 +81,6 @@ class NotRegularFile(RunDirRefused):
             why = f"is {what}, not a regular file; a run directory holds only regular files: remove it"
         super().__init__(f"argument {flag}: {path!r} {why}")
         self.path = path
-
-
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
-
-
-def not_regular(st: os.stat_result, links_ok: bool = False) -> Optional[str]:
-    """What a file with status `st` is ("a FIFO (named pipe)", "has 2 hard links", ...) when it is not a
-    regular file with one link (any link count with `links_ok`), else None."""
-    if stat.S_ISREG(st.st_mode):
-        return None if links_ok or st.st_nlink <= 1 else f"has {st.st_nlink} hard links"
-    return next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
 
 
 def _umask() -> int:
@@ -251,85 +235,6 @@ def append_text(path: str, text: str) -> None:
     fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(text)
-
-
-#: the most this tool reads from one file of a run or suite directory (a JSON file, a JSONL log); a
-#: larger file (a sparse file that claims gigabytes, a log that grew without end) is refused by its
-#: size before any byte is read
-JSON_LIMIT = 1 << 24
-LOG_LIMIT = 1 << 28
-#: the most this tool reads from a --config file
-CONFIG_LIMIT = 1 << 20
-
-
-class FileTooLarge(RunDirRefused):
-    """A run or suite file larger than the bound this tool reads."""
-
-    def __init__(self, path: str, size: int, limit: int, flag: str = "--outdir"):
-        super().__init__(
-            f"argument {flag}: {path!r} is {size:,} bytes, more than the {limit:,} this tool reads from such a "
-            "file (a sparse or runaway file?): remove it or cut it back"
-        )
-        self.path = path
-
-
-class InputFileError(ValueError):
-    """A file named on the command line (--config, --task jsonl:PATH) that is not a regular file or is
-    larger than its bound; the message names the path, the caller adds the flag."""
-
-
-def _read_bounded(fd: int, path: str, limit: int, flag: str) -> bytes:
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise FileTooLarge(path, size, limit, flag)
-        data = f.read(limit + 1)
-    if len(data) > limit:  # it grew while it was read
-        raise FileTooLarge(path, len(data), limit, flag)
-    return data
-
-
-def read_run_file(path: str, limit: int = JSON_LIMIT, flag: str = "--outdir") -> bytes:
-    """The one way a file of a run or suite directory is read (by `run --resume`, `report`, `plot`,
-    `replicate`, `map`, `plan`): no symlink followed, a regular file with one hard link (a hard link to
-    a file outside the directory is refused like a symlink), at most `limit` bytes, its size checked
-    by `fstat` before anything is read (FileTooLarge). FileNotFoundError when it is absent."""
-    return _read_bounded(open_nofollow(path, os.O_RDONLY), path, limit, flag)
-
-
-def open_input(path: str) -> int:
-    """A descriptor on a file the user named (links followed: it is theirs), refused with
-    InputFileError unless it is a regular file: a FIFO (opened non-blocking, so it never waits for
-    a writer), a socket or a device (/dev/zero) is never read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as e:
-        try:
-            what = not_regular(os.stat(path), links_ok=True)
-        except OSError:
-            raise e from None
-        if what:
-            raise InputFileError(f"{path!r} is {what}, not a regular file") from e
-        raise
-    try:
-        what = not_regular(os.fstat(fd), links_ok=True)
-        if what:
-            raise InputFileError(f"{path!r} is {what}, not a regular file")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_input(path: str, limit: int) -> bytes:
-    """A user-named file's bytes (`open_input`), at most `limit` (InputFileError when larger, checked
-    by size before reading)."""
-    fd = open_input(path)
-    try:
-        return _read_bounded(fd, path, limit, "")
-    except FileTooLarge as e:
-        raise InputFileError(f"{path!r} is larger than {limit:,} bytes") from e
 
 
 def read_bytes(path: str, links_ok: bool = False) -> bytes:

@@ -161,7 +161,7 @@ def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -
     """Every line of the file as an Example; ValueError naming the line on a bad one, ConfigError
     naming the flag when the file, a line, a prompt or an answer exceeds its bound (LIMITS, or
     `limits`): the file's size is checked before it is read, a line before it is parsed."""
-    from noma_prorl_bench.io.safe_files import open_input  # noqa: PLC0415
+    from noma_prorl_bench.config.user_files import open_input  # noqa: PLC0415
 
     fd = open_input(path)  # a regular file (links followed): a FIFO or a device is refused, never read
     lim, size = {**LIMITS, **limits}, os.fstat(fd).st_size
