@@ -25,8 +25,8 @@ from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
 from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
-from noma_prorl_bench.training.grad_parts import GradParts
 from noma_prorl_bench.training.critic import Critic
+from noma_prorl_bench.training.grad_parts import GradParts
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 
 
