@@ -18,7 +18,7 @@ import torch
 from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.specs import ModelSpec, RunSpecs, WarmStartSpec
-from noma_prorl_bench.io import checkpoint
+from noma_prorl_bench.io import state_tree
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, StepSignals, peak_rss_mb
 from noma_prorl_bench.models.base import policy_device
 from noma_prorl_bench.models.build import build_policy
@@ -336,7 +336,7 @@ class Trainer:
             "updates_applied": self.learner.updates_applied,
             **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None},
         }
-        return checkpoint.state_tree(self.step_idx, self._components(), self._generators(), scalars)
+        return state_tree.state_tree(self.step_idx, self._components(), self._generators(), scalars)
 
     #: what the run has recorded about itself (warm start, precision, per-prompt evaluations before
     #: and after RL): saved with the checkpoint so a resumed run reports them
@@ -346,7 +346,7 @@ class Trainer:
         """Overwrite this freshly built Trainer with a saved state (RNG states included); the LR
         schedule's horizon follows this run's --steps. Mismatches raise checkpoint.CheckpointError."""
         horizons = [getattr(f, "total_steps", None) for f in getattr(self.scheduler, "lr_lambdas", [])]
-        scalars = checkpoint.load_state_tree(state, self._components, self._generators())
+        scalars = state_tree.load_state_tree(state, self._components, self._generators())
         for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):  # growth may have replaced it
             if total is not None:
                 f.total_steps = total
