@@ -103,7 +103,7 @@ def plateau_sentence(
     text = (
         f"Over the last third of the run, {head} (greedy score {_fmt(a['score_slope'])} per 100 steps "
         f"[{_fmt(a['lo'])}, {_fmt(a['hi'])}], kl/to_init {a['kl_tail']:.3f} moving {_fmt(a['kl_slope'])}), and "
-        f"{tail} (score {_fmt(b['score_slope'])} per 100 steps; the difference {_fmt(res['diff'])} "
+        f"{tail} (score {_fmt(b['score_slope'])} per 100 steps; the difference {_fmt(float(np.mean(d)) if d else math.nan)} "
         f"[{_fmt(dlo)}, {_fmt(dhi)}], sign-flip p {p:.3f}, {len(d)} pairs)."
     )
     return text, res
