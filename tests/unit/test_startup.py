@@ -62,3 +62,20 @@ def test_toy_start_up_does_not_import_dynamo(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.stdout.split()[-2:] == ["0", "False"], out.stderr[-2000:]
+
+
+def test_lean_optimizer_runs_the_global_step_hooks():
+    """training/adam_cohorts.py installs a global step pre-hook: it must see the lean optimizer's steps."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    seen = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: seen.append(type(opt).__name__))
+    try:
+        m = torch.nn.Linear(2, 2)
+        opt = lean_optimizer(torch.optim.Adam)(m.parameters())
+        m(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        opt.step()
+    finally:
+        handle.remove()
+    assert seen == ["Adam", "Adam"]
