@@ -116,7 +116,6 @@ def test_fed_tokens_counts_what_the_pass_runs(tmp_path):
 
 def test_shared_prompt_refused_where_it_cannot_hold(tmp_path):
     for bad, flag in (
-        ({"model": "gru", "shared_prompt": True}, "shared_prompt"),
         ({"model": "transformer", "shared_prompt": True}, "shared_prompt"),
         ({"model": "hf:/x", "shared_prompt": True, "grad_checkpoint": True}, "shared_prompt"),
     ):

@@ -48,6 +48,7 @@ BENCHES: dict[str, Bench] = {
     "real_speed": Bench("benchmarks/speed/real_speed.py", R + "real_speed.json"),
     "real_wedge": Bench("benchmarks/speed/real_wedge.py", R + "real_wedge.json"),
     "ref_cost": Bench("benchmarks/speed/ref_cost.py", R + "ref_cost_toy.txt"),
+    "toy_speed": Bench("benchmarks/speed/toy_speed.py", R + "toy_speed.json"),
     "rss_by_stage": Bench("benchmarks/speed/rss_by_stage.py", "docs/performance.md"),
     "vs_trl": Bench("benchmarks/speed/vs_trl.py", R + "vs_trl_smollm2_float32.json"),
     # micro: one component

@@ -38,10 +38,12 @@ def _meta_policy(sp: RunSpecs, max_len: int):
     hf:PATH from its config.json; adapters attached as the run attaches them."""
     import torch  # noqa: PLC0415
 
+    from noma_prorl_bench.models.startup import meta_modules  # noqa: PLC0415
     from noma_prorl_bench.tasks.base import CharTokenizer  # noqa: PLC0415
 
     policy: Any
-    with torch.device("meta"):
+    # toy models skip their init draws (no torch._dynamo import at start-up; models/startup.py)
+    with torch.device("meta") if sp.model.model.startswith("hf:") else meta_modules():
         if sp.model.model.startswith("hf:"):
             from transformers import AutoModelForCausalLM  # noqa: PLC0415
 

@@ -80,13 +80,13 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
 def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Tensor:
     """tokens[N, L] -> logits[N, T, V] (float32) at the positions that predict the response.
 
-    Policies with `slice_logits` (HF models) are asked for the last T + 1 positions only
+    Policies with `slice_logits` (HF models) or `shared_prompt` on are asked for the last T + 1 positions only
     (`keep_last`), so the output head never materialises the prompt's [N, P-1, V] logits
     (on a 150k vocabulary that is most of the forward's memory)."""
     T = tokens.shape[1] - P
-    if slices_logits(model):
-        # --shared_prompt: the policy encodes each distinct prompt once (models/hf.py)
-        shared = {"prompt_len": P} if getattr(model, "shared_prompt", False) else {}
+    shares = getattr(model, "shared_prompt", False)  # --shared_prompt: each distinct prompt runs once
+    if slices_logits(model) or shares:  # (models/hf.py, models/gru.py)
+        shared = {"prompt_len": P} if shares else {}
         logits = model(tokens, keep_last=T + 1, **shared)  # [N, T+1, V]: positions P-1 .. L-1
         return logits[:, :-1].float()  # [N, T, V]
     logits = model(tokens)  # [N, L, V]

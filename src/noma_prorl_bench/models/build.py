@@ -75,6 +75,7 @@ def build_policy(spec: ModelSpec, max_len: int | None = None):
         from noma_prorl_bench.models.gru import GRUPolicy  # noqa: PLC0415
 
         policy = GRUPolicy(tok.vocab_size, hidden=spec.hidden)
+        policy.shared_prompt = bool(getattr(spec, "shared_prompt", False))
     else:
         from noma_prorl_bench.models.transformer import TransformerPolicy  # noqa: PLC0415
 

@@ -13,6 +13,8 @@ from torch import nn
 class GRUPolicy(nn.Module):
     """tokens[N, L] -> logits[N, L, V]."""
 
+    shared_prompt = False  # --shared_prompt: teacher-forced passes run each distinct prompt once
+
     def __init__(self, vocab_size: int, hidden: int = 128, layers: int = 1):
         super().__init__()
         self.vocab_size = vocab_size
@@ -20,15 +22,36 @@ class GRUPolicy(nn.Module):
         self.gru = nn.GRU(hidden, hidden, num_layers=layers, batch_first=True)
         self.head = nn.Linear(hidden, vocab_size)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h, _ = self.gru(self.embed(tokens))  # [N, L, H]
-        return self.head(h)  # [N, L, V]
+    def forward(self, tokens: torch.Tensor, keep_last: int = 0, prompt_len: int = 0) -> torch.Tensor:
+        """Teacher forcing -> logits[N, L, V]; with ``keep_last=k > 0`` the last k positions [N, k, V]
+        (``prompt_len`` as in `hidden_states`)."""
+        return self.head(self.hidden_states(tokens, keep_last, prompt_len))
 
-    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0) -> torch.Tensor:
+    def hidden_states(self, tokens: torch.Tensor, keep_last: int = 0, prompt_len: int = 0) -> torch.Tensor:
         """tokens[N, L] -> the GRU's outputs [N, L or k, H] (the head's input; the critic's value head
-        reads them). No `logits_from_hidden`: --logprob_chunk stays transformer/HF only."""
-        h, _ = self.gru(self.embed(tokens))  # [N, L, H]
+        reads them). No `logits_from_hidden`: --logprob_chunk stays transformer/HF only.
+
+        --shared_prompt with ``prompt_len=P`` and 0 < k <= L - P + 1: the first P - 1 tokens of each
+        distinct prompt run once, their final hidden state is gathered to the rows that carry that
+        prompt (``index_select``: in backward each row's gradient is added into its prompt's), and
+        tokens[:, P-1:] run from it. The same function as the whole pass; not the same bits (the
+        prompt's matmuls see other shapes)."""
+        groups = self.prompt_groups(tokens, prompt_len) if 0 < keep_last <= tokens.shape[1] - prompt_len + 1 else None
+        if groups is None:
+            h, _ = self.gru(self.embed(tokens))  # [N, L, H]
+        else:
+            uniq, inverse = groups  # [U, P-1], [N]
+            _, state = self.gru(self.embed(uniq))  # [layers, U, H]
+            h, _ = self.gru(self.embed(tokens[:, prompt_len - 1 :]), state.index_select(1, inverse))  # [N, L-P+1, H]
         return h[:, -keep_last:] if keep_last > 0 else h
+
+    def prompt_groups(self, tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """--shared_prompt: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's index
+        into them [N]), or None when the switch is off, P < 2 or every row's prompt is its own."""
+        if not self.shared_prompt or P < 2:
+            return None
+        uniq, inverse = torch.unique(tokens[:, : P - 1], dim=0, return_inverse=True)  # [U, P-1], [N]
+        return None if uniq.shape[0] == tokens.shape[0] else (uniq, inverse)
 
     def prefill(self, tokens: torch.Tensor):
         out, state = self.gru(self.embed(tokens))  # out [N, P, H], state [layers, N, H]

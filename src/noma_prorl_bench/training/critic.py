@@ -33,6 +33,7 @@ from torch import nn
 from noma_prorl_bench.config.choices import CRITIC_RESETS
 from noma_prorl_bench.config.specs import CriticSpec
 from noma_prorl_bench.io.metrics import ForwardCounter, Metrics
+from noma_prorl_bench.models.startup import lean_optimizer
 from noma_prorl_bench.models.value import ValueModel
 from noma_prorl_bench.training.optim_state import (
     apply_moment_reset,
@@ -48,7 +49,7 @@ class Critic:
     def __init__(self, spec: CriticSpec, policy: nn.Module):
         self.spec = spec
         self.model = ValueModel(policy)
-        self.optimizer = torch.optim.Adam(self.model.trainable(), lr=spec.critic_lr_resolved)
+        self.optimizer = lean_optimizer(torch.optim.Adam)(self.model.trainable(), lr=spec.critic_lr_resolved)
         self.scheduler = run_scheduler(self.optimizer, spec.optimizer)  # the policy's schedule, --critic_lr as base
         self.counter = ForwardCounter("critic_fwd", "tokens_critic")
 

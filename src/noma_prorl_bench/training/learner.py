@@ -22,6 +22,7 @@ from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config.specs import ObjectiveSpec, OptimizerSpec
 from noma_prorl_bench.io.metrics import Counters, StageTimer
 from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
+from noma_prorl_bench.models.startup import lean_optimizer
 from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
@@ -32,7 +33,7 @@ from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 
 def make_optimizer(spec: OptimizerSpec, policy: torch.nn.Module) -> torch.optim.Optimizer:
     """--optimizer over the trainable parameters (LoRA: the adapters only)."""
-    cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam
+    cls = lean_optimizer(torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.Adam)
     params = [p for p in policy.parameters() if p.requires_grad]
     return cls(params, lr=spec.lr, weight_decay=spec.weight_decay)
 

@@ -13,6 +13,7 @@ import torch
 
 from noma_prorl_bench.config.specs import WarmStartSpec
 from noma_prorl_bench.models.base import policy_logprobs
+from noma_prorl_bench.models.startup import lean_optimizer
 
 
 def demonstration_batch(
@@ -37,7 +38,7 @@ def supervised_warm_start(policy, task, tok, spec: WarmStartSpec, P: int | None,
     """`spec.warmstart_steps_resolved` Adam steps of mean response NLL on batches of 64; returns
     the number of steps. Seeded by (spec.seed, 3), so the warm start is the same for every arm."""
     rng = np.random.default_rng([spec.seed, 3])
-    opt = torch.optim.Adam(policy.parameters(), lr=spec.warmstart_lr)
+    opt = lean_optimizer(torch.optim.Adam)(policy.parameters(), lr=spec.warmstart_lr)
     n_steps = spec.warmstart_steps_resolved
     for _ in range(n_steps):
         tokens, mask = demonstration_batch(task, tok, rng, 64, P)
