@@ -8,7 +8,8 @@ test at `level`; power = the share of MDE_STUDIES studies (seed MDE_SEED) that r
 p is exact (every pattern) up to EXACT_UNITS seeds, else from MC_FLIPS random patterns shared by all
 studies (seed MDE_SEED + 1; p = (k + 1)/(R + 1), so p < 0.0125 is resolved to 1/(R + 1) = 0.0005).
 The same normal draws serve every delta, so power grows with delta and bisection finds it to 0.5%.
-An estimate: the observed sd stands in for the true one, the shape is normal, and machines are
+Above SIM_MAX_UNITS seeds a one-machine design's mde is the paired t test's (`stats.mde80_t`: the
+two agree within 2% there, as docs/statistics.md shows for mde80). An estimate: the observed sd stands in for the true one, the shape is normal, and machines are
 taken as independent given the seed (a positive correlation between machines lowers the power
 of a design with shared seeds).
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from noma_prorl_bench.analysis import stats
 
-MDE_STUDIES, MDE_SEED, EXACT_UNITS, MC_FLIPS = 2_000, 0, 14, 2_000
+MDE_STUDIES, MDE_SEED, EXACT_UNITS, MC_FLIPS, SIM_MAX_UNITS = 2_000, 0, 14, 2_000, 40
 POWER = 0.9
 
 
@@ -76,6 +77,8 @@ def mde(sd: float, counts: tuple[int, ...], m: int = 1, alpha: float = stats.ALP
     (module docstring); inf when the test cannot reach it; NaN for an unusable sd."""
     if not math.isfinite(sd) or m < 1 or not counts:
         return math.nan
+    if len(counts) > SIM_MAX_UNITS and set(counts) == {1}:
+        return stats.mde80_t(sd, len(counts), m, alpha, power)
     return float(_factor(tuple(int(c) for c in counts), alpha / m, power) * sd)
 
 

@@ -1,0 +1,299 @@
+"""`prorl-bench pool`'s numbers and files: every question of the run sets (analysis/pool_sets.py)
+pooled over their machines (analysis/pooled.py), in one Holm family per study, written as
+OUT/pooled.json and OUT/pooled.md.
+
+The study's family is every question it asks (the quick suite: both betas' questions together, 4):
+Holm over all of them is the primary answer. The suite's own families (one per beta) are kept as a
+labelled secondary view: a smaller family is a lower bar. Each machine's own answer is given too, in
+the study's family, with its margin: the verdicts a single machine's 8 seeds gave, and how many of
+its seeds they rest on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from noma_prorl_bench.analysis import pooled, power, stats
+from noma_prorl_bench.analysis.pool_sets import RunSet
+from noma_prorl_bench.analysis.tables import markdown_table
+from noma_prorl_bench.analysis.untrusted import md_text
+
+
+def _strata(sets: Sequence[RunSet], q: dict[str, str]) -> dict[str, dict[str, float]]:
+    """machine label -> pair -> difference of question q; sets of one machine merge (a seed run
+    twice on one machine would count twice: ValueError)."""
+    out: dict[str, dict[str, float]] = {}
+    for i, s in enumerate(sets):
+        arm, base = s.scores.get(q["arm"], {}), s.scores.get(q["baseline"], {})
+        label = machine_labels(sets)[i]
+        col = out.setdefault(label, {})
+        for pair in sorted(set(arm) & set(base)):
+            if pair in col:
+                raise ValueError(f"{s.path}: seed pair {pair} of {q['name']!r} ran twice on one machine")
+            col[pair] = arm[pair] - base[pair]
+    return out
+
+
+def machine_labels(sets: Sequence[RunSet]) -> list[str]:
+    """M1, M2, ... per distinct machine line, in the order of first appearance."""
+    order = list(dict.fromkeys(s.machine for s in sets))
+    return [f"M{order.index(s.machine) + 1}" for s in sets]
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _one_machine(tabs: list[np.ndarray], j: int, res: float) -> list[dict[str, Any]]:
+    """Every question on machine column j alone, Holm over the study's family, with margins."""
+    cols = [t[:, [j]][np.isfinite(t[:, j])] for t in tabs]
+    ps = [pooled.pooled_p(c)[0] if c.size else math.nan for c in cols]
+    diffs = [float(c.mean()) if c.size else math.nan for c in cols]
+    verdicts = pooled.family_verdicts(ps, diffs)
+    out = []
+    for i, c in enumerate(cols):
+        lo, hi = stats.paired_interval(c[:, 0], resolution=res or None) if c.size else (math.nan, math.nan)
+        mg, exact = pooled.margin(cols, i) if c.size else (None, False)
+        out.append(
+            dict(
+                n=int(c.size),
+                diff=diffs[i],
+                ci95=[lo, hi],
+                p=ps[i],
+                p_holm=stats.holm(ps)[i],
+                verdict=verdicts[i],
+                margin=mg,
+                margin_exact=exact,
+                fragile=mg is not None and mg <= 1,
+            )
+        )
+    return out
+
+
+def analyse(sets: Sequence[RunSet]) -> dict[str, Any]:
+    """pooled.json's content: machines, then per question the per-machine answers and the pooled
+    one (module docstring)."""
+    questions = sets[0].questions
+    labels = machine_labels(sets)
+    res = max(s.resolution for s in sets)
+    tabs, keys = [], []
+    for q in questions:
+        k, machines, tab = pooled.table(_strata(sets, q))
+        tabs.append(tab)
+        keys.append((k, machines))
+    m = len(questions)
+    ps = [pooled.pooled_p(t) for t in tabs]
+    diffs = [float(np.nanmean(t)) if np.isfinite(t).any() else math.nan for t in tabs]
+    holm_all = stats.holm([p for p, _ in ps])
+    verdicts = pooled.family_verdicts([p for p, _ in ps], diffs)
+    fam_holm, fam_verdict = _family_view(questions, [p for p, _ in ps], diffs)
+    per_machine = {lab: _one_machine(tabs, j, res) for j, lab in enumerate(keys[0][1])}
+    rows = []
+    for i, (q, tab) in enumerate(zip(questions, tabs)):
+        est, lo, hi = pooled.pooled_interval(tab, resolution=res or 1e-3)
+        mg, exact = pooled.margin(tabs, i)
+        sd = pooled.within_sd(tab)
+        counts = tuple(int(c) for c in np.isfinite(tab).sum(axis=1))
+        rows.append(
+            dict(
+                **q,
+                machines={
+                    lab: {k: v for k, v in per_machine[lab][i].items()} for lab in keys[i][1] if lab in per_machine
+                },
+                n_pairs=int(np.isfinite(tab).sum()),
+                n_seeds=len(keys[i][0]),
+                diff=est,
+                ci95=[lo, hi],
+                p=ps[i][0],
+                p_exact=ps[i][1],
+                p_holm=holm_all[i],
+                family_size=m,
+                verdict=verdicts[i],
+                margin=mg,
+                margin_exact=exact,
+                fragile=mg is not None and mg <= 1,
+                p_independent=pooled.flip_p(tab[np.isfinite(tab)])[0],
+                p_holm_suite_family=fam_holm[i],
+                verdict_suite_family=fam_verdict[i],
+                heterogeneity_p=pooled.heterogeneity_p(tab),
+                sd_within=sd,
+                mde90=power.mde(sd, counts, m),
+                pairs_for_90=power.pairs_needed(sd, est, m) if math.isfinite(est) else math.nan,
+            )
+        )
+    return _finite(
+        dict(
+            machines=[
+                dict(label=lab, machine=s.machine, dir=s.path, source=s.source, runs=s.runs, commits=s.commits)
+                for lab, s in zip(labels, sets)
+            ],
+            k=sets[0].k,
+            resolution=res,
+            family="every question of the study",
+            family_size=m,
+            alpha=stats.ALPHA,
+            questions=rows,
+        )
+    )
+
+
+def _family_view(questions: Sequence[dict], ps: Sequence[float], diffs: Sequence[float]) -> tuple[list, list]:
+    """Holm p and verdict of each question within its suite's own family (one per beta)."""
+    p_adj, verdict = [math.nan] * len(ps), [""] * len(ps)
+    for fam in dict.fromkeys(q["family"] for q in questions):
+        idx = [i for i, q in enumerate(questions) if q["family"] == fam]
+        adj = stats.holm([ps[i] for i in idx])
+        for i, a in zip(idx, adj):
+            p_adj[i], verdict[i] = a, stats.verdict(diffs[i], a)
+    return p_adj, verdict
+
+
+def _num(v: Any, dec: int = 3) -> str:
+    return f"{v:+.{dec}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "—"
+
+
+def _p(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, (int, float)) else "—"
+
+
+def _ci(row: dict) -> str:
+    lo, hi = row["ci95"]
+    return f"{_num(row['diff'])} [{_num(lo)}, {_num(hi)}]"
+
+
+def _margin(row: dict) -> str:
+    mg = row.get("margin")
+    text = "none found" if mg is None else f"{mg}" + ("" if row.get("margin_exact") else " (greedy)")
+    return text + (" **fragile**" if row.get("fragile") else "")
+
+
+def _mde(row: dict) -> str:
+    v = row.get("mde90")
+    return "∞" if v is None and row.get("sd_within") is not None else f"{v:.3f}" if v is not None else "—"
+
+
+def answer(data: dict) -> str:
+    """The opening sentence: each question's pooled verdict, effect [CI], Holm p in the study's family."""
+    parts = []
+    for r in data["questions"]:
+        hetero = r.get("heterogeneity_p")
+        parts.append(
+            f"{md_text(r['name'], 80)}: **{r['verdict']}**, {_ci(r)} reward, p_holm {_p(r['p_holm'])}, "
+            f"margin {_margin(r)}"
+            + (f"; machines differ (heterogeneity p {hetero:.3f})" if hetero is not None and hetero < 0.05 else "")
+        )
+    return (
+        f"**Answer** ({len(data['machines'])} run sets, {data['family_size']} questions in one Holm family). "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def pool_lines(data: dict, command: str = "") -> list[str]:
+    """pooled.md: the answer, the machines, the pooled table, each machine's own answers, the
+    suite's per-beta families as the secondary view, and what the numbers are."""
+    res = data.get("resolution") or 0
+    lines = ["# Pooled over machines", "", answer(data), ""]
+    if command:
+        lines += [f"Made with `{command}`.", ""]
+    lines += ["## Run sets", ""] + markdown_table(
+        ["label", "machine (as the runs record it)", "folder", "read from", "runs", "trained at"],
+        [
+            [
+                m["label"],
+                md_text(m["machine"], 240),
+                md_text(m["dir"], 120),
+                m["source"] + (" (scores to 0.001)" if m["source"] == "report table" else ""),
+                m["runs"],
+                md_text(", ".join(c[:7] for c in m["commits"]) or "unrecorded", 80),
+            ]
+            for m in data["machines"]
+        ],
+    )
+    labels = [m["label"] for m in data["machines"]]
+    lines += [
+        "",
+        f"## Pooled answers: one family of {data['family_size']} questions",
+        "",
+        "Score = mean validation reward over the last "
+        f"{data['k']} evaluations; effect = mean of every paired difference (arm − baseline, each run pair "
+        "once); p = sign-flip test with each seed's differences flipped together on every machine "
+        "(exact); Holm over every question of the study; margin = the fewest differences whose sign "
+        "flip or removal changes the verdict (**fragile** at 1); heterogeneity p = within-seed "
+        "permutation test of the machines' means; mde90 = the effect this design detects with 90% power "
+        f"at 0.05/{data['family_size']}; pairs for 90% = the pairs a one-machine study needs to detect the "
+        "pooled effect with 90% power in this family. Methods: `src/noma_prorl_bench/analysis/pooled.py`, "
+        "docs/statistics.md." + (f" Scores read from report tables are rounded to {res:g}." if res else ""),
+        "",
+    ]
+    lines += markdown_table(
+        ["question"]
+        + [f"{lab} n: diff" for lab in dict.fromkeys(labels)]
+        + ["pooled diff [95% CI]", "p", "p (Holm, all)", "verdict", "margin", "heterogeneity p", "mde90", "pairs for 90%"],
+        [
+            [md_text(r["name"], 80)]
+            + [
+                f"{r['machines'][lab]['n']}: {_num(r['machines'][lab]['diff'])}" if lab in r["machines"] else "—"
+                for lab in dict.fromkeys(labels)
+            ]
+            + [_ci(r), _p(r["p"]), _p(r["p_holm"]), r["verdict"], _margin(r), _p(r["heterogeneity_p"]), _mde(r)]
+            + [f"{r['pairs_for_90']:.0f}" if r.get("pairs_for_90") is not None else "∞"]
+            for r in data["questions"]
+        ],
+    )
+    lines += [
+        "",
+        "## Each machine alone, in the study's family",
+        "",
+        "The same family (every question), one machine's seeds: its own verdict and the seeds it rests on.",
+        "",
+    ]
+    lines += markdown_table(
+        ["question", "machine", "n", "diff [95% CI]", "p", "p (Holm, all)", "verdict", "margin"],
+        [
+            [md_text(r["name"], 80), lab, a["n"], _ci(a), _p(a["p"]), _p(a["p_holm"]), a["verdict"], _margin(a)]
+            for r in data["questions"]
+            for lab, a in r["machines"].items()
+        ],
+    )
+    lines += [
+        "",
+        "## Secondary view: the suite's own families",
+        "",
+        "Holm within each of the suite's families (one per beta): a smaller family, a lower bar. The last "
+        "column is the sign-flip p with every run pair flipped on its own, as if one seed's runs on two "
+        "machines were independent; they share the seed's warm start and data, and their scores correlate "
+        "across machines, so the pooled p flips a seed's differences together.",
+        "",
+    ]
+    lines += markdown_table(
+        ["question", "family", "p (Holm, family)", "verdict (family)", "verdict (all)", "p if seeds were independent"],
+        [
+            [md_text(r["name"], 80), md_text(r["family"], 40), _p(r["p_holm_suite_family"])]
+            + [r["verdict_suite_family"], r["verdict"], _p(r["p_independent"])]
+            for r in data["questions"]
+        ],
+    )
+    return lines + [""]
+
+
+def write_pool(outdir: str, data: dict, command: str = "") -> list[str]:
+    """OUT/pooled.json and OUT/pooled.md (safe_files: no link followed); their paths."""
+    import os  # noqa: PLC0415
+
+    from noma_prorl_bench.io.safe_files import makedirs, write_json, write_text  # noqa: PLC0415
+
+    makedirs(outdir)
+    paths = [os.path.join(outdir, "pooled.json"), os.path.join(outdir, "pooled.md")]
+    write_json(paths[0], dict(data, command=command))
+    write_text(paths[1], "\n".join(pool_lines(data, command)))
+    return paths
