@@ -19,7 +19,7 @@ import numpy as np
 from noma_prorl_bench.analysis import pooled, power, stats
 from noma_prorl_bench.analysis.pool_sets import RunSet
 from noma_prorl_bench.analysis.tables import markdown_table
-from noma_prorl_bench.analysis.untrusted import md_text
+from noma_prorl_bench.analysis.untrusted import md_code, md_text
 
 
 def _strata(sets: Sequence[RunSet], q: dict[str, str]) -> dict[str, dict[str, float]]:
@@ -79,67 +79,65 @@ def _one_machine(tabs: list[np.ndarray], j: int, res: float) -> list[dict[str, A
     return out
 
 
+def _pooled_row(tabs: list[np.ndarray], i: int, res: float) -> dict[str, Any]:
+    """Question i pooled: effect, interval, stratified p, margin, heterogeneity and power (its
+    Holm p and verdicts are set by `analyse`, which sees the whole family)."""
+    tab = tabs[i]
+    est, lo, hi = pooled.pooled_interval(tab, resolution=res or 1e-3)
+    mg, exact = pooled.margin(tabs, i)
+    sd = pooled.within_sd(tab)
+    p, p_exact = pooled.pooled_p(tab)
+    counts = tuple(int(c) for c in np.isfinite(tab).sum(axis=1))
+    return dict(
+        n_pairs=int(np.isfinite(tab).sum()),
+        n_seeds=len(counts),
+        diff=est,
+        ci95=[lo, hi],
+        p=p,
+        p_exact=p_exact,
+        margin=mg,
+        margin_exact=exact,
+        fragile=mg is not None and mg <= 1,
+        p_independent=pooled.flip_p(tab[np.isfinite(tab)])[0],
+        heterogeneity_p=pooled.heterogeneity_p(tab),
+        sd_within=sd,
+        mde90=power.mde(sd, counts, len(tabs)),
+        pairs_for_90=power.pairs_needed(sd, est, len(tabs)) if math.isfinite(est) else math.nan,
+    )
+
+
 def analyse(sets: Sequence[RunSet]) -> dict[str, Any]:
     """pooled.json's content: machines, then per question the per-machine answers and the pooled
     one (module docstring)."""
     questions = sets[0].questions
-    labels = machine_labels(sets)
     res = max(s.resolution for s in sets)
-    tabs, keys = [], []
-    for q in questions:
-        k, machines, tab = pooled.table(_strata(sets, q))
-        tabs.append(tab)
-        keys.append((k, machines))
-    m = len(questions)
-    ps = [pooled.pooled_p(t) for t in tabs]
-    diffs = [float(np.nanmean(t)) if np.isfinite(t).any() else math.nan for t in tabs]
-    holm_all = stats.holm([p for p, _ in ps])
-    verdicts = pooled.family_verdicts([p for p, _ in ps], diffs)
-    fam_holm, fam_verdict = _family_view(questions, [p for p, _ in ps], diffs)
-    per_machine = {lab: _one_machine(tabs, j, res) for j, lab in enumerate(keys[0][1])}
-    rows = []
-    for i, (q, tab) in enumerate(zip(questions, tabs)):
-        est, lo, hi = pooled.pooled_interval(tab, resolution=res or 1e-3)
-        mg, exact = pooled.margin(tabs, i)
-        sd = pooled.within_sd(tab)
-        counts = tuple(int(c) for c in np.isfinite(tab).sum(axis=1))
-        rows.append(
-            dict(
-                **q,
-                machines={
-                    lab: {k: v for k, v in per_machine[lab][i].items()} for lab in keys[i][1] if lab in per_machine
-                },
-                n_pairs=int(np.isfinite(tab).sum()),
-                n_seeds=len(keys[i][0]),
-                diff=est,
-                ci95=[lo, hi],
-                p=ps[i][0],
-                p_exact=ps[i][1],
-                p_holm=holm_all[i],
-                family_size=m,
-                verdict=verdicts[i],
-                margin=mg,
-                margin_exact=exact,
-                fragile=mg is not None and mg <= 1,
-                p_independent=pooled.flip_p(tab[np.isfinite(tab)])[0],
-                p_holm_suite_family=fam_holm[i],
-                verdict_suite_family=fam_verdict[i],
-                heterogeneity_p=pooled.heterogeneity_p(tab),
-                sd_within=sd,
-                mde90=power.mde(sd, counts, m),
-                pairs_for_90=power.pairs_needed(sd, est, m) if math.isfinite(est) else math.nan,
-            )
+    strata = [_strata(sets, q) for q in questions]
+    tabs = [pooled.table(st)[2] for st in strata]
+    columns = list(strata[0])
+    per_machine = {lab: _one_machine(tabs, j, res) for j, lab in enumerate(columns)}
+    rows = [dict(q, **_pooled_row(tabs, i, res)) for i, q in enumerate(questions)]
+    ps, diffs = [r["p"] for r in rows], [r["diff"] for r in rows]
+    fam_holm, fam_verdict = _family_view(questions, ps, diffs)
+    for i, (row, p_adj, verdict) in enumerate(zip(rows, stats.holm(ps), pooled.family_verdicts(ps, diffs))):
+        row.update(
+            machines={lab: per_machine[lab][i] for lab in columns},
+            p_holm=p_adj,
+            family_size=len(rows),
+            verdict=verdict,
+            p_holm_suite_family=fam_holm[i],
+            verdict_suite_family=fam_verdict[i],
         )
+    machines = [
+        dict(label=lab, machine=s.machine, dir=s.path, source=s.source, runs=s.runs, commits=s.commits)
+        for lab, s in zip(machine_labels(sets), sets)
+    ]
     return _finite(
         dict(
-            machines=[
-                dict(label=lab, machine=s.machine, dir=s.path, source=s.source, runs=s.runs, commits=s.commits)
-                for lab, s in zip(labels, sets)
-            ],
+            machines=machines,
             k=sets[0].k,
             resolution=res,
             family="every question of the study",
-            family_size=m,
+            family_size=len(rows),
             alpha=stats.ALPHA,
             questions=rows,
         )
@@ -198,14 +196,8 @@ def answer(data: dict) -> str:
     )
 
 
-def pool_lines(data: dict, command: str = "") -> list[str]:
-    """pooled.md: the answer, the machines, the pooled table, each machine's own answers, the
-    suite's per-beta families as the secondary view, and what the numbers are."""
-    res = data.get("resolution") or 0
-    lines = ["# Pooled over machines", "", answer(data), ""]
-    if command:
-        lines += [f"Made with `{command}`.", ""]
-    lines += ["## Run sets", ""] + markdown_table(
+def _sets_lines(data: dict) -> list[str]:
+    return ["## Run sets", ""] + markdown_table(
         ["label", "machine (as the runs record it)", "folder", "read from", "runs", "trained at"],
         [
             [
@@ -219,45 +211,39 @@ def pool_lines(data: dict, command: str = "") -> list[str]:
             for m in data["machines"]
         ],
     )
-    labels = [m["label"] for m in data["machines"]]
-    lines += [
-        "",
-        f"## Pooled answers: one family of {data['family_size']} questions",
-        "",
-        "Score = mean validation reward over the last "
-        f"{data['k']} evaluations; effect = mean of every paired difference (arm − baseline, each run pair "
-        "once); p = sign-flip test with each seed's differences flipped together on every machine "
-        "(exact); Holm over every question of the study; margin = the fewest differences whose sign "
-        "flip or removal changes the verdict (**fragile** at 1); heterogeneity p = within-seed "
-        "permutation test of the machines' means; mde90 = the effect this design detects with 90% power "
-        f"at 0.05/{data['family_size']}; pairs for 90% = the pairs a one-machine study needs to detect the "
-        "pooled effect with 90% power in this family. Methods: `src/noma_prorl_bench/analysis/pooled.py`, "
-        "docs/statistics.md." + (f" Scores read from report tables are rounded to {res:g}." if res else ""),
-        "",
-    ]
-    lines += markdown_table(
-        ["question"]
-        + [f"{lab} n: diff" for lab in dict.fromkeys(labels)]
-        + ["pooled diff [95% CI]", "p", "p (Holm, all)", "verdict", "margin", "heterogeneity p", "mde90", "pairs for 90%"],
-        [
-            [md_text(r["name"], 80)]
-            + [
-                f"{r['machines'][lab]['n']}: {_num(r['machines'][lab]['diff'])}" if lab in r["machines"] else "—"
-                for lab in dict.fromkeys(labels)
-            ]
-            + [_ci(r), _p(r["p"]), _p(r["p_holm"]), r["verdict"], _margin(r), _p(r["heterogeneity_p"]), _mde(r)]
-            + [f"{r['pairs_for_90']:.0f}" if r.get("pairs_for_90") is not None else "∞"]
-            for r in data["questions"]
-        ],
+
+
+POOLED_HEADER = ["pooled diff [95% CI]", "p", "p (Holm, all)", "verdict", "margin", "heterogeneity p", "mde90"]
+
+
+def _pooled_lines(data: dict) -> list[str]:
+    res, m = data.get("resolution") or 0, data["family_size"]
+    labels = list(dict.fromkeys(x["label"] for x in data["machines"]))
+    text = (
+        f"Score = mean validation reward over the last {data['k']} evaluations; effect = mean of every "
+        "paired difference (arm − baseline, each run pair once); p = sign-flip test with each seed's "
+        "differences flipped together on every machine (exact); Holm over every question of the study; "
+        "margin = the fewest differences whose sign flip or removal changes the verdict (**fragile** at "
+        "1); heterogeneity p = within-seed permutation test of the machines' means; mde90 = the effect "
+        f"this design detects with 90% power at 0.05/{m}; pairs for 90% = the pairs a one-machine study "
+        "needs to detect the pooled effect with 90% power in this family. Methods: "
+        "`src/noma_prorl_bench/analysis/pooled.py`, docs/statistics.md."
+        + (f" Scores read from report tables are rounded to {res:g}." if res else "")
     )
-    lines += [
-        "",
-        "## Each machine alone, in the study's family",
-        "",
-        "The same family (every question), one machine's seeds: its own verdict and the seeds it rests on.",
-        "",
+    body = [
+        [md_text(r["name"], 80)]
+        + [f"{r['machines'][lab]['n']}: {_num(r['machines'][lab]['diff'])}" for lab in labels]
+        + [_ci(r), _p(r["p"]), _p(r["p_holm"]), r["verdict"], _margin(r), _p(r["heterogeneity_p"]), _mde(r)]
+        + [f"{r['pairs_for_90']:.0f}" if r.get("pairs_for_90") is not None else "∞"]
+        for r in data["questions"]
     ]
-    lines += markdown_table(
+    header = ["question"] + [f"{lab} n: diff" for lab in labels] + POOLED_HEADER + ["pairs for 90%"]
+    return [f"## Pooled answers: one family of {m} questions", "", text, ""] + markdown_table(header, body)
+
+
+def _machine_lines(data: dict) -> list[str]:
+    intro = "The same family (every question), one machine's seeds: its own verdict and the seeds it rests on."
+    return ["## Each machine alone, in the study's family", "", intro, ""] + markdown_table(
         ["question", "machine", "n", "diff [95% CI]", "p", "p (Holm, all)", "verdict", "margin"],
         [
             [md_text(r["name"], 80), lab, a["n"], _ci(a), _p(a["p"]), _p(a["p_holm"]), a["verdict"], _margin(a)]
@@ -265,17 +251,16 @@ def pool_lines(data: dict, command: str = "") -> list[str]:
             for lab, a in r["machines"].items()
         ],
     )
-    lines += [
-        "",
-        "## Secondary view: the suite's own families",
-        "",
+
+
+def _secondary_lines(data: dict) -> list[str]:
+    intro = (
         "Holm within each of the suite's families (one per beta): a smaller family, a lower bar. The last "
         "column is the sign-flip p with every run pair flipped on its own, as if one seed's runs on two "
         "machines were independent; they share the seed's warm start and data, and their scores correlate "
-        "across machines, so the pooled p flips a seed's differences together.",
-        "",
-    ]
-    lines += markdown_table(
+        "across machines, so the pooled p flips a seed's differences together."
+    )
+    return ["## Secondary view: the suite's own families", "", intro, ""] + markdown_table(
         ["question", "family", "p (Holm, family)", "verdict (family)", "verdict (all)", "p if seeds were independent"],
         [
             [md_text(r["name"], 80), md_text(r["family"], 40), _p(r["p_holm_suite_family"])]
@@ -283,7 +268,17 @@ def pool_lines(data: dict, command: str = "") -> list[str]:
             for r in data["questions"]
         ],
     )
-    return lines + [""]
+
+
+def pool_lines(data: dict, command: str = "") -> list[str]:
+    """pooled.md: the answer, the machines, the pooled table, each machine's own answers, the
+    suite's per-beta families as the secondary view, and what the numbers are."""
+    lines = ["# Pooled over machines", "", answer(data), ""]
+    if command:
+        lines += [f"Made with {md_code(command, 600)}.", ""]
+    for part in (_sets_lines, _pooled_lines, _machine_lines, _secondary_lines):
+        lines += part(data) + [""]
+    return lines
 
 
 def write_pool(outdir: str, data: dict, command: str = "") -> list[str]:

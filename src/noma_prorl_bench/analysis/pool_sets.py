@@ -96,7 +96,10 @@ def _from_runs(root: Path, suite: dict) -> RunSet:
     dirs = [
         root / n
         for n in names
-        if isinstance(n, str) and Path(n).name == n and n not in ("", ".", "..") and (root / n / "config.json").is_file()
+        if isinstance(n, str)
+        and Path(n).name == n
+        and n not in ("", ".", "..")
+        and (root / n / "config.json").is_file()
     ]
     if not dirs:
         raise ValueError(f"{root}: none of the runs its suite.json lists has been written yet")
@@ -163,9 +166,9 @@ def _from_report(root: Path, summary: dict) -> RunSet:
     scores = per_seed_scores(text)
     if not scores:
         raise ValueError(f"{root}: report.md has no per-seed table (a report folder needs one, or the runs)")
-    prov = summary.get("provenance") if isinstance(summary.get("provenance"), dict) else {}
-    made = prov.get("run_commits") if isinstance(prov.get("run_commits"), list) else [prov.get("commit")]
-    score = summary.get("score") if isinstance(summary.get("score"), dict) else {}
+    prov: dict = summary["provenance"] if isinstance(summary.get("provenance"), dict) else {}
+    made: list = prov["run_commits"] if isinstance(prov.get("run_commits"), list) else [prov.get("commit")]
+    score: dict = summary["score"] if isinstance(summary.get("score"), dict) else {}
     n = sum(len(v) for v in scores.values())
     return RunSet(
         path=str(root),

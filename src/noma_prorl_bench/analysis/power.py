@@ -9,9 +9,9 @@ p is exact (every pattern) up to EXACT_UNITS seeds, else from MC_FLIPS random pa
 studies (seed MDE_SEED + 1; p = (k + 1)/(R + 1), so p < 0.0125 is resolved to 1/(R + 1) = 0.0005).
 The same normal draws serve every delta, so power grows with delta and bisection finds it to 0.5%.
 Above SIM_MAX_UNITS seeds a one-machine design's mde is the paired t test's (`stats.mde80_t`: the
-two agree within 2% there, as docs/statistics.md shows for mde80). An estimate: the observed sd stands in for the true one, the shape is normal, and machines are
-taken as independent given the seed (a positive correlation between machines lowers the power
-of a design with shared seeds).
+two agree within 2% there, as docs/statistics.md shows for mde80). An estimate: the observed sd
+stands in for the true one, the shape is normal, and machines are taken as independent given the
+seed (a positive correlation between machines lowers the power of a design with shared seeds).
 """
 
 from __future__ import annotations
