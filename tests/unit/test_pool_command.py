@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from noma_prorl_bench.analysis import pool_sets
 from noma_prorl_bench.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fakeruns import write_grid  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = {"name": "t vs c", "family": "outcome", "metric": "score", "arm": "t", "baseline": "c"}
@@ -70,3 +74,30 @@ def test_pool_refuses_sets_of_other_commands_and_writes_nothing(tmp_path: Path, 
     with pytest.raises(SystemExit):
         main(["pool", str(tmp_path / "missing"), "--out", str(out)])
     assert not out.exists()
+
+
+def test_pool_reads_suite_folders_with_the_reports_own_numbers(tmp_path: Path) -> None:
+    from noma_prorl_bench.analysis.report import suite_rows
+    from noma_prorl_bench.analysis.runlog import find_run_dirs, load_runs
+
+    a, b = write_grid(tmp_path / "a", "reverse_digits"), write_grid(tmp_path / "b", "reverse_digits")
+    record = {"cpu": "CPU X", "cores": 2, "arch": "x86_64", "cpu_flags": ["avx2"], "torch": "2.13"}
+    for cfg in b.glob("*/config.json"):
+        cfg.write_text(json.dumps(dict(json.loads(cfg.read_text()), machine=record)))
+    out = tmp_path / "out"
+    assert main(["pool", str(a), str(b), "--out", str(out)]) == 0
+    data = json.loads((out / "pooled.json").read_text())
+    assert data["machines"][0]["machine"] == "unrecorded" and data["machines"][1]["machine"].startswith(
+        "CPU X, 2 cores"
+    )
+    assert data["machines"][0]["source"] == "runs" and data["machines"][0]["runs"] == 48
+    settings = json.loads((a / "settings.json").read_text()) if (a / "settings.json").is_file() else {}
+    rows = suite_rows(load_runs(find_run_dirs(a)), settings, json.loads((a / "suite.json").read_text()))[-1]
+    assert len(data["questions"]) == len(rows) == 4 and data["family_size"] == 4
+    for q, row in zip(data["questions"], rows):
+        assert q["name"] == row["name"] and q["family"] == row["family"]
+        assert q["machines"]["M1"]["diff"] == pytest.approx(row["diff"]) and q["machines"]["M1"]["n"] == 8
+        assert q["machines"]["M1"]["p"] == pytest.approx(row["p"])  # the report's sign-flip p on one machine
+        assert q["diff"] == pytest.approx(row["diff"]) and q["n_pairs"] == 16 and q["n_seeds"] == 8
+        if q["heterogeneity_p"] is not None:
+            assert q["heterogeneity_p"] > 0.5  # the two machines gave the same numbers

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from noma_prorl_bench.analysis import pooled, power, stats
-from noma_prorl_bench.analysis.pool_sets import RunSet
+from noma_prorl_bench.analysis.pool_sets import UNRECORDED, RunSet
 from noma_prorl_bench.analysis.tables import markdown_table
 from noma_prorl_bench.analysis.untrusted import md_code, md_text
 
@@ -38,9 +38,11 @@ def _strata(sets: Sequence[RunSet], q: dict[str, str]) -> dict[str, dict[str, fl
 
 
 def machine_labels(sets: Sequence[RunSet]) -> list[str]:
-    """M1, M2, ... per distinct machine line, in the order of first appearance."""
-    order = list(dict.fromkeys(s.machine for s in sets))
-    return [f"M{order.index(s.machine) + 1}" for s in sets]
+    """M1, M2, ... per distinct recorded machine line, in the order of first appearance; every
+    set whose machine is unrecorded gets a label of its own (nothing says it is another's)."""
+    keys = [s.machine if s.machine != UNRECORDED else f"{UNRECORDED} {i}" for i, s in enumerate(sets)]
+    order = list(dict.fromkeys(keys))
+    return [f"M{order.index(k) + 1}" for k in keys]
 
 
 def _finite(v: Any) -> Any:
