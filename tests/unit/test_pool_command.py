@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from noma_prorl_bench.analysis import pool_sets
+from noma_prorl_bench.analysis import pool_sets, power
 from noma_prorl_bench.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,6 +61,11 @@ def test_pool_writes_the_hand_worked_toy(tmp_path: Path) -> None:
     assert q["mde90"] > abs(q["diff"])  # six seeds detect 0.002 with 90% power only at a larger effect
     md = (out / "pooled.md").read_text()
     assert "no detectable difference" in md and "unrecorded" in md and "machine A" in md
+    assert main(["pool", str(a), str(b), "--out", str(out), "--effect", "0.01"]) == 0
+    sized = json.loads((out / "pooled.json").read_text())
+    assert sized["effect"] == 0.01 and sized["command"].endswith("--effect 0.01")
+    (q,) = sized["questions"]
+    assert q["pairs_for_90"] == power.pairs_needed(q["sd_within"], 0.01, 1)
 
 
 def test_pool_refuses_sets_of_other_commands_and_writes_nothing(tmp_path: Path, capsys) -> None:
@@ -73,6 +78,9 @@ def test_pool_refuses_sets_of_other_commands_and_writes_nothing(tmp_path: Path, 
     assert "not the same commands" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["pool", str(tmp_path / "missing"), "--out", str(out)])
+    with pytest.raises(SystemExit) as err:
+        main(["pool", str(a), "--out", str(out), "--effect", "-1"])
+    assert err.value.code == 2
     assert not out.exists()
 
 

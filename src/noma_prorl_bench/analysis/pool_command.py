@@ -30,6 +30,12 @@ def pool_parser() -> argparse.ArgumentParser:
         help="suite folders (suite.json and runs) or report folders (summary.json and report.md)",
     )
     parser.add_argument("--out", required=True, metavar="OUT", help="folder for pooled.json and pooled.md")
+    parser.add_argument(
+        "--effect",
+        type=float,
+        metavar="E",
+        help="effect (reward) the pairs for 90%% power are sized for (default: each question's |pooled diff|)",
+    )
     return parser
 
 
@@ -37,6 +43,8 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
     """Read, pool, write; exit 2 on bad input (module docstring)."""
     parser = pool_parser()
     args = parser.parse_args(argv)
+    if args.effect is not None and not args.effect > 0:
+        parser.error(f"argument --effect: must be > 0, got {args.effect}")
     from pathlib import Path  # noqa: PLC0415
 
     for d in args.dirs:
@@ -49,10 +57,11 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
     try:
         sets = [read_set(d) for d in args.dirs]
         check_same_commands(sets)
-        data = analyse(sets)
+        data = analyse(sets, args.effect)
     except (OSError, ValueError, KeyError, TypeError) as err:
         parser.error(f"argument DIR: {term_text(' '.join(str(err).split()), 300)}")
     command = "prorl-bench pool " + " ".join(args.dirs) + f" --out {args.out}"
+    command += f" --effect {args.effect:g}" if args.effect is not None else ""
     try:
         paths = write_pool(args.out, data, command)
     except (OSError, RunDirRefused) as err:

@@ -81,7 +81,7 @@ def _one_machine(tabs: list[np.ndarray], j: int, res: float) -> list[dict[str, A
     return out
 
 
-def _pooled_row(tabs: list[np.ndarray], i: int, res: float) -> dict[str, Any]:
+def _pooled_row(tabs: list[np.ndarray], i: int, res: float, effect: float | None = None) -> dict[str, Any]:
     """Question i pooled: effect, interval, stratified p, margin, heterogeneity and power (its
     Holm p and verdicts are set by `analyse`, which sees the whole family)."""
     tab = tabs[i]
@@ -90,6 +90,7 @@ def _pooled_row(tabs: list[np.ndarray], i: int, res: float) -> dict[str, Any]:
     sd = pooled.within_sd(tab)
     p, p_exact = pooled.pooled_p(tab)
     counts = tuple(int(c) for c in np.isfinite(tab).sum(axis=1))
+    target = abs(est) if effect is None else abs(effect)
     return dict(
         n_pairs=int(np.isfinite(tab).sum()),
         n_seeds=len(counts),
@@ -104,20 +105,22 @@ def _pooled_row(tabs: list[np.ndarray], i: int, res: float) -> dict[str, Any]:
         heterogeneity_p=pooled.heterogeneity_p(tab),
         sd_within=sd,
         mde90=power.mde(sd, counts, len(tabs)),
-        pairs_for_90=power.pairs_needed(sd, est, len(tabs)) if math.isfinite(est) else math.nan,
+        effect_for_90=target,
+        pairs_for_90=power.pairs_needed(sd, target, len(tabs)) if math.isfinite(target) else math.nan,
     )
 
 
-def analyse(sets: Sequence[RunSet]) -> dict[str, Any]:
+def analyse(sets: Sequence[RunSet], effect: float | None = None) -> dict[str, Any]:
     """pooled.json's content: machines, then per question the per-machine answers and the pooled
-    one (module docstring)."""
+    one (module docstring); `effect`: the effect the pairs for 90% power are sized for (default
+    each question's |pooled diff|)."""
     questions = sets[0].questions
     res = max(s.resolution for s in sets)
     strata = [_strata(sets, q) for q in questions]
     tabs = [pooled.table(st)[2] for st in strata]
     columns = list(strata[0])
     per_machine = {lab: _one_machine(tabs, j, res) for j, lab in enumerate(columns)}
-    rows = [dict(q, **_pooled_row(tabs, i, res)) for i, q in enumerate(questions)]
+    rows = [dict(q, **_pooled_row(tabs, i, res, effect)) for i, q in enumerate(questions)]
     ps, diffs = [r["p"] for r in rows], [r["diff"] for r in rows]
     fam_holm, fam_verdict = _family_view(questions, ps, diffs)
     for i, (row, p_adj, verdict) in enumerate(zip(rows, stats.holm(ps), pooled.family_verdicts(ps, diffs))):
@@ -141,6 +144,7 @@ def analyse(sets: Sequence[RunSet]) -> dict[str, Any]:
             family="every question of the study",
             family_size=len(rows),
             alpha=stats.ALPHA,
+            effect=effect,
             questions=rows,
         )
     )
@@ -198,6 +202,11 @@ def answer(data: dict) -> str:
     )
 
 
+def _target(data: dict) -> str:
+    e = data.get("effect")
+    return "the pooled effect" if e is None else f"an effect of {e:g} reward"
+
+
 def _sets_lines(data: dict) -> list[str]:
     return ["## Run sets", ""] + markdown_table(
         ["label", "machine (as the runs record it)", "folder", "read from", "runs", "trained at"],
@@ -228,7 +237,7 @@ def _pooled_lines(data: dict) -> list[str]:
         "margin = the fewest differences whose sign flip or removal changes the verdict (**fragile** at "
         "1); heterogeneity p = within-seed permutation test of the machines' means; mde90 = the effect "
         f"this design detects with 90% power at 0.05/{m}; pairs for 90% = the pairs a one-machine study "
-        "needs to detect the pooled effect with 90% power in this family. Methods: "
+        f"needs to detect {_target(data)} with 90% power in this family. Methods: "
         "`src/noma_prorl_bench/analysis/pooled.py`, docs/statistics.md."
         + (f" Scores read from report tables are rounded to {res:g}." if res else "")
     )
@@ -236,7 +245,7 @@ def _pooled_lines(data: dict) -> list[str]:
         [md_text(r["name"], 80)]
         + [f"{r['machines'][lab]['n']}: {_num(r['machines'][lab]['diff'])}" for lab in labels]
         + [_ci(r), _p(r["p"]), _p(r["p_holm"]), r["verdict"], _margin(r), _p(r["heterogeneity_p"]), _mde(r)]
-        + [f"{r['pairs_for_90']:.0f}" if r.get("pairs_for_90") is not None else "∞"]
+        + [f"{r['pairs_for_90']:.0f}" if r.get("pairs_for_90") is not None else f"> {power.MAX_PAIRS}"]
         for r in data["questions"]
     ]
     header = ["question"] + [f"{lab} n: diff" for lab in labels] + POOLED_HEADER + ["pairs for 90%"]

@@ -25,6 +25,7 @@ import numpy as np
 from noma_prorl_bench.analysis import stats
 
 MDE_STUDIES, MDE_SEED, EXACT_UNITS, MC_FLIPS, SIM_MAX_UNITS = 2_000, 0, 14, 2_000, 40
+MAX_PAIRS = 400  # `pairs_needed` looks no further
 POWER = 0.9
 
 
@@ -83,7 +84,7 @@ def mde(sd: float, counts: tuple[int, ...], m: int = 1, alpha: float = stats.ALP
 
 
 def pairs_needed(
-    sd: float, effect: float, m: int = 1, alpha: float = stats.ALPHA, power: float = POWER, max_n: int = 400
+    sd: float, effect: float, m: int = 1, alpha: float = stats.ALPHA, power: float = POWER, max_n: int = MAX_PAIRS
 ) -> float:
     """Smallest n whose one-machine design of n pairs has `mde` <= |effect|; inf beyond `max_n`
     or for a zero effect, NaN for an unusable sd. The search starts at the t formula's n
