@@ -166,7 +166,9 @@ def _num(v: Any, dec: int = 3) -> str:
 
 
 def _p(v: Any) -> str:
-    return f"{v:.4f}" if isinstance(v, (int, float)) else "—"
+    if not isinstance(v, (int, float)):
+        return "—"
+    return "< 0.0001" if v < 1e-4 else f"{v:.4f}"
 
 
 def _ci(row: dict) -> str:
@@ -176,7 +178,9 @@ def _ci(row: dict) -> str:
 
 def _margin(row: dict) -> str:
     mg = row.get("margin")
-    text = "none found" if mg is None else f"{mg}" + ("" if row.get("margin_exact") else " (greedy)")
+    # not exact: no set of 1 or 2 changes the verdict, the greedy search found `mg`: 3 to mg
+    span = f"{mg}" if row.get("margin_exact") or mg == 3 else f"3-{mg}"
+    text = "none found" if mg is None else span + ("" if row.get("margin_exact") else " (greedy bound)")
     return text + (" **fragile**" if row.get("fragile") else "")
 
 
