@@ -77,7 +77,9 @@ def test_tied_weights_are_mixed_once():
 
 def test_mix_skips_shared_and_copies_integer_buffers():
     dst = {"a": torch.tensor([1.0]), "base": torch.tensor([7.0]), "n": torch.tensor([1])}
-    mix_states_(dst, {"a": torch.tensor([3.0]), "base": torch.tensor([0.0]), "n": torch.tensor([5])}, 0.5, 0.5, {"base"})
+    mix_states_(
+        dst, {"a": torch.tensor([3.0]), "base": torch.tensor([0.0]), "n": torch.tensor([5])}, 0.5, 0.5, {"base"}
+    )
     assert float(dst["a"]) == 2.0 and float(dst["base"]) == 7.0 and int(dst["n"]) == 5
     with pytest.raises(KeyError):
         mix_states_(dst, {"a": torch.tensor([3.0])}, 0.5, 0.5)

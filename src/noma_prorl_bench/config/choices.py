@@ -26,7 +26,7 @@ LOSS_NAMES: tuple[str, ...] = get_args(Loss)  # algorithms/losses.LOSSES
 AGGREGATIONS: tuple[str, ...] = get_args(LossAgg)[1:]  # algorithms/losses.aggregate ("auto" resolved before)
 REF_COMPUTES: tuple[str, ...] = get_args(RefCompute)  # rollout/reference.REF_MODES, plus "none" (Variant B)
 KL_ESTIMATOR_CHOICES: tuple[str, ...] = get_args(KLEstimator)  # config.KL_METRIC_KEYS (simple = k1)
-REF_UPDATES: tuple[str, ...] = get_args(RefUpdate)  # rollout/reference.ReferenceHolder.reset_to (ema: every --ref_ema_every steps)
+REF_UPDATES: tuple[str, ...] = get_args(RefUpdate)  # rollout/reference.ReferenceHolder.reset_to
 RESET_TOS: tuple[str, ...] = get_args(ResetTo)  # training/reset_loop (the reset target; elastic: training/elastic.py)
 OPT_RESETS: tuple[str, ...] = get_args(OptReset)  # training/optim_state.apply_reset_semantics
 LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)  # training/optim_state.make_lr_scheduler

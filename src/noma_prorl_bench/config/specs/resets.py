@@ -114,7 +114,9 @@ class ResetSpec(Spec):
             )
         if self.reset_to != "elastic":
             if self.changed("elastic_decay"):
-                raise ConfigError("elastic_decay", f"only applies to --reset_to elastic (got --reset_to {self.reset_to})")
+                raise ConfigError(
+                    "elastic_decay", f"only applies to --reset_to elastic (got --reset_to {self.reset_to})"
+                )
             return
         if self.ref_update != "hard":
             raise ConfigError(
