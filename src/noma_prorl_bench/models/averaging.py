@@ -20,7 +20,7 @@ import torch
 
 
 def _key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
 
 
 @torch.no_grad()
