@@ -57,10 +57,23 @@ class ElasticReset:
         return [self.init, self.ema]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"decay": self.decay, "init": self.init, "ema": self.ema}
+        """decay and the two snapshots' own entries (a frozen base is the live policy's: not saved)."""
+        own = {part: {k: v for k, v in getattr(self, part).items() if k not in self.frozen} for part in ("init", "ema")}
+        return {"decay": self.decay, **own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copy a saved state in; the frozen entries stay aliases of the live policy's tensors."""
         self.decay = float(state["decay"])
         for part in ("init", "ema"):
-            loaded = {k: v.detach().to(self.device, copy=True) for k, v in state[part].items()}
-            setattr(self, part, adopt_frozen(loaded, self.frozen))
+            saved, mine = state[part], getattr(self, part)
+            missing = sorted(set(mine) - set(self.frozen) - set(saved))
+            if missing or set(saved) - set(mine):
+                raise KeyError(
+                    f"Elastic Reset {part} state: missing {missing[:3]}, unexpected {sorted(set(saved) - set(mine))[:3]}"
+                )
+            loaded = {k: saved[k].detach().to(self.device, copy=True) for k in saved}
+            setattr(
+                self,
+                part,
+                adopt_frozen({**{k: self.frozen[k] for k in mine if k in self.frozen}, **loaded}, self.frozen),
+            )
