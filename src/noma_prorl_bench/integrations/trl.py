@@ -58,14 +58,17 @@ except ImportError as e:  # pragma: no cover - the extra is absent
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.integrations.trl_parts import (
     add_ref_adapter,
+    load_elastic,
     log_reset,
     reference_checksum,
     refusal,
+    save_elastic,
     torch_optimizer,
     unique_targets,
     update_reference,
 )
 from noma_prorl_bench.models.base import frozen_parameters
+from noma_prorl_bench.training.elastic import ElasticReset
 from noma_prorl_bench.training.optim_state import (
     apply_reset_semantics,
     optimizer_step_count,
@@ -125,6 +128,8 @@ class ResetGRPOTrainer(GRPOTrainer):
         if self._peft:
             add_ref_adapter(policy)
         self._best = BestTracker(frozen=frozen_parameters(policy))
+        self._elastic = ElasticReset(policy, cfg.elastic_decay) if cfg.elastic else None  # reset_to="elastic"
+        self._ema_updates, self._ema_due = 0, False  # ref_update="ema": updates made, one due
         self._pending: Decision | None = None
         self._merged = 0  # decisions that fired while one was already pending
         self._pending_kl: float | None = None
@@ -223,12 +228,27 @@ class ResetGRPOTrainer(GRPOTrainer):
         m["ref/forward_seqs"].append(float(seqs))
         m["ref/forward_s"].append(float(secs))
         self._ref_count["train"] = [0, 0.0]
+        self._anchors_after_step(step)
         kl = self._step_kl()
         if defer:  # an evaluation follows: decide with its reward
             self._pending_kl = kl
             self._pending_step = step
             return
         self._decide(step, kl, None)
+
+    def _anchors_after_step(self, step: int) -> None:
+        """Elastic Reset's EMA after every optimizer step; the moving reference after steps N, 2N, ...,
+        applied at the first generation boundary (as a reset) so no stale buffered reference log-probs."""
+        cfg = self.reset_config
+        if self._elastic is not None:
+            self._elastic.update(self.accelerator.unwrap_model(self.model))
+        if not cfg.moving_reference:
+            return
+        self._ema_due = self._ema_due or step % cfg.ref_ema_every == 0
+        if self._ema_due and self._at_generation_boundary():
+            update_reference(self._ref_pairs(), cfg, self._peft, rule="ema")
+            self._ema_updates, self._ema_due = self._ema_updates + 1, False
+        self._metrics["train"]["ref/ema_updates"] = [float(self._ema_updates)]
 
     def _after_evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         if getattr(self, "_pending_step", None) != step:
@@ -266,7 +286,11 @@ class ResetGRPOTrainer(GRPOTrainer):
         if cfg.reset_to == "best":
             restored = self._best.restore(policy) if self._best.params is not None else None
             target.update(restored_step=restored, best_val=self._best.best)
-        ref_rec = update_reference(self._ref_pairs(), cfg, self._peft)
+        if self._elastic is not None:  # policy <- EMA, EMA <- initial; the reference stays the initial policy
+            target.update(self._elastic.reset(policy))
+            ref_rec: dict[str, Any] = {"ref_update": None, "ref_mix_alpha": None, "ref_tensors": 0}
+        else:
+            ref_rec = update_reference(self._ref_pairs(), cfg, self._peft)
         rec = apply_reset_semantics(
             optimizer,
             scheduler,
@@ -323,6 +347,7 @@ class ResetGRPOTrainer(GRPOTrainer):
             "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
             "optimizer_step": optimizer_step_count(torch_optimizer(self.optimizer)),
             "ref_sha256": reference_checksum(self._ref_tensors()),
+            "ema": [self._ema_updates, self._ema_due],
         }
 
     def _save_checkpoint(self, model, trial):
@@ -337,6 +362,8 @@ class ResetGRPOTrainer(GRPOTrainer):
                 {k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
                 os.path.join(out, BEST_FILE),
             )
+        if self._elastic is not None:
+            save_elastic(self._elastic, out)
         with open(os.path.join(out, STATE_FILE), "w") as f:
             json.dump(self._reset_state(), f, indent=1)
 
@@ -367,6 +394,10 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._trigger.load_state_dict(state["trigger"])
         self._n_resets, self._merged = int(state["n_resets"]), int(state["merged"])
         self.reset_events = list(state["events"])
+        self._ema_updates, due = (int(x) for x in state.get("ema", (0, 0)))
+        self._ema_due = bool(due)
+        if self._elastic is not None:
+            load_elastic(self._elastic, checkpoint)
         for key, values in state["unlogged"].items():
             self._metrics["train"][key] = list(values)
         p = state["pending"]
