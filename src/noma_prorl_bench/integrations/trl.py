@@ -4,35 +4,34 @@
 `trl.GRPOTrainer` that resets its reference model the way `--preset` / the reset flags of this
 project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's view.
 
-- `ResetConfig`: the CLI's reset switches under the CLI's names (reset_every, reset_kl_above,
-  reset_kl_min_gap, reset_on_stall, stall_min_delta, reset_to, ref_update, ref_mix_alpha, opt_reset,
-  soft_factor, reset_opt_step, reset_lr_schedule, reset_kl_coef) and the presets by name
-  (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer steps
-  (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
-- When: `training.resets.ResetTrigger` (the harness's trigger) is fed after every optimizer step with
-  TRL's own per-step KL metric (`kl`: token mean of k3 over the step's micro-batches) and, on
-  evaluation steps, `eval_reward` for the stall trigger (and `BestTracker` for reset_to="best").
-- Where: a decided reset is applied at the first optimizer-step end after which TRL generates a new
-  batch (`_step % (steps_per_generation * num_iterations) == 0`), so no buffered reference
-  log-probs of the old reference are used after it; the event records both steps.
-- What: the target (current policy, or the best one restored bit for bit), the reference (hard copy
-  or Polyak `ref <- a pi + (1 - a) ref` on every floating tensor; with PEFT on the "ref" adapter's
-  LoRA factors, which is NOT the Polyak mix of the weight deltas B A), then the optimizer side with
-  `training.optim_state.apply_reset_semantics` (the harness's implementation, on the torch optimizer
-  under accelerate's wrapper and TRL's LR scheduler) and `optim_state.verify_reset` (read-back check).
-  GRPO's beta is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
-- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default" at
-  construction (TRL computes reference log-probs with a "ref" adapter whenever one exists).
-- Logs (TRL's logger, every step): `reset/count`, `ref/forward_seqs`, `ref/forward_s`; on reset steps
+- `ResetConfig`: the CLI's reset switches under the CLI's names (config/presets.RESET_FIELDS) and the
+  presets by name (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer
+  steps (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
+- When: `training.resets.ResetTrigger` fed after every optimizer step with TRL's per-step `kl` (token
+  mean of k3) and, on evaluation steps, `eval_reward` (stall trigger; `BestTracker` for reset_to="best").
+  A decided reset is applied at the first optimizer-step end after which TRL generates a new batch
+  (`_step % (steps_per_generation * num_iterations) == 0`): no buffered reference log-probs of the old
+  reference are used after it; the event records both steps.
+- What: the target (current policy, the best one restored bit for bit, or under reset_to="elastic" the
+  policy's EMA, `training.elastic.ElasticReset`, updated every optimizer step, whose reset leaves the
+  reference alone), the reference (hard copy or Polyak `ref <- a pi + (1 - a) ref`, through
+  `models.averaging.mix_states_`; with PEFT on the "ref" adapter's LoRA factors, NOT the mix of B A),
+  then the optimizer side (`optim_state.apply_reset_semantics` on the torch optimizer under
+  accelerate's wrapper and TRL's LR scheduler, read back by `optim_state.verify_reset`). GRPO's beta
+  is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
+- ref_update="ema": no resets; ref <- tau ref + (1 - tau) pi after every ref_ema_every-th optimizer
+  step (at the next generation boundary, as a reset), logged as `ref/ema_updates`.
+- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default".
+- Logs (TRL's logger): `reset/count`, `ref/forward_seqs`, `ref/forward_s` every step; on reset steps
   `reset/step`, `reset/kl_before`, `reset/kl_after` (k3 of the last micro-batch against the old and
-  the new reference), `reset/m_norm_*`, `reset/v_norm_*` (Adam moments before/after), the seconds
-  and reference forwards of the reset itself. `trainer.reset_events` holds one JSON record per reset.
-- Checkpoints: `reset_state.json` and the reference (`reset_ref.safetensors`; `reset_best.safetensors`
-  under reset_to="best") go into TRL's checkpoint folder; on resume the reference's checksum, the
-  optimizer's step and the ResetConfig are checked against what was saved.
-- Refused at construction, one line: optimizers other than torch Adam/AdamW (fused or not), fp16
-  (a grad scaler), DeepSpeed/FSDP (sharded or offloaded state), TRL's own sync_ref_model, beta=0,
-  Liger's loss, and triggers that need an evaluation the arguments do not schedule.
+  new reference), `reset/m_norm_*`, `reset/v_norm_*`, the reset's seconds and reference forwards.
+  `trainer.reset_events` holds one JSON record per reset.
+- Checkpoints: `reset_state.json`, the reference (`reset_ref.safetensors`), `reset_best.safetensors`
+  (reset_to="best"), `reset_elastic.safetensors` (reset_to="elastic") in TRL's checkpoint folder; on
+  resume the reference's checksum, the optimizer's step and the ResetConfig are checked.
+- Refused at construction, one line: optimizers other than torch Adam/AdamW, fp16 (a grad scaler),
+  DeepSpeed/FSDP, TRL's own sync_ref_model, beta=0, Liger's loss, and triggers that need an
+  evaluation the arguments do not schedule.
 """
 
 from __future__ import annotations
@@ -58,6 +57,7 @@ except ImportError as e:  # pragma: no cover - the extra is absent
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.integrations.trl_parts import (
     add_ref_adapter,
+    anchors_after_step,
     load_elastic,
     log_reset,
     reference_checksum,
@@ -228,27 +228,13 @@ class ResetGRPOTrainer(GRPOTrainer):
         m["ref/forward_seqs"].append(float(seqs))
         m["ref/forward_s"].append(float(secs))
         self._ref_count["train"] = [0, 0.0]
-        self._anchors_after_step(step)
+        anchors_after_step(self, step)  # Elastic Reset's EMA, the moving reference
         kl = self._step_kl()
         if defer:  # an evaluation follows: decide with its reward
             self._pending_kl = kl
             self._pending_step = step
             return
         self._decide(step, kl, None)
-
-    def _anchors_after_step(self, step: int) -> None:
-        """Elastic Reset's EMA after every optimizer step; the moving reference after steps N, 2N, ...,
-        applied at the first generation boundary (as a reset) so no stale buffered reference log-probs."""
-        cfg = self.reset_config
-        if self._elastic is not None:
-            self._elastic.update(self.accelerator.unwrap_model(self.model))
-        if not cfg.moving_reference:
-            return
-        self._ema_due = self._ema_due or step % cfg.ref_ema_every == 0
-        if self._ema_due and self._at_generation_boundary():
-            update_reference(self._ref_pairs(), cfg, self._peft, rule="ema")
-            self._ema_updates, self._ema_due = self._ema_updates + 1, False
-        self._metrics["train"]["ref/ema_updates"] = [float(self._ema_updates)]
 
     def _after_evaluation(self, step: int, metrics: dict[str, Any]) -> None:
         if getattr(self, "_pending_step", None) != step:

@@ -166,3 +166,19 @@ def load_elastic(elastic: ElasticReset, checkpoint: str) -> None:
     saved = load_file(os.path.join(checkpoint, ELASTIC_FILE))
     parts = {p: {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith(p + "/")} for p in ("init", "ema")}
     elastic.load_state_dict({"decay": elastic.decay, **parts})
+
+
+def anchors_after_step(tr: Any, step: int) -> None:
+    """After optimizer step `step` of ResetGRPOTrainer `tr`: Elastic Reset's EMA update; the moving
+    reference after steps N, 2N, ... (N = ref_ema_every), applied at the first generation boundary
+    (as a reset) so no stale buffered reference log-probs are used; `ref/ema_updates` logged."""
+    cfg = tr.reset_config
+    if tr._elastic is not None:
+        tr._elastic.update(tr.accelerator.unwrap_model(tr.model))
+    if not cfg.moving_reference:
+        return
+    tr._ema_due = tr._ema_due or step % cfg.ref_ema_every == 0
+    if tr._ema_due and tr._at_generation_boundary():
+        update_reference(tr._ref_pairs(), cfg, tr._peft, rule="ema")
+        tr._ema_updates, tr._ema_due = tr._ema_updates + 1, False
+    tr._metrics["train"]["ref/ema_updates"] = [float(tr._ema_updates)]

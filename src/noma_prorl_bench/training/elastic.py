@@ -66,11 +66,9 @@ class ElasticReset:
         self.decay = float(state["decay"])
         for part in ("init", "ema"):
             saved, mine = state[part], getattr(self, part)
-            missing = sorted(set(mine) - set(self.frozen) - set(saved))
-            if missing or set(saved) - set(mine):
-                raise KeyError(
-                    f"Elastic Reset {part} state: missing {missing[:3]}, unexpected {sorted(set(saved) - set(mine))[:3]}"
-                )
+            missing, extra = sorted(set(mine) - set(self.frozen) - set(saved)), sorted(set(saved) - set(mine))
+            if missing or extra:
+                raise KeyError(f"Elastic Reset {part} state: missing {missing[:3]}, unexpected {extra[:3]}")
             loaded = {k: saved[k].detach().to(self.device, copy=True) for k in saved}
             setattr(
                 self,
