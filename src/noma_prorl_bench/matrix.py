@@ -150,6 +150,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         arms="real_resets",
         base=["--preset", "smollm2_demo", "--lr", "1e-3", "--beta", "1", "--eval_every", "16", "--n_val", "200"],
     ),
+    # moving KL anchors at the atlas's clamping beta (1): a fixed reference, a hard reset every
+    # {reset_every} steps, the moving reference (--ref_update ema), Elastic Reset, the clamped log-ratio
+    "anchors": dict(seeds=10, steps=300, reset_every=50, evidence=True, k=10, arms="anchors", base=_MAP_BASE),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -191,6 +194,13 @@ GRID_ARMS = {f"b{b}-{t}": [*_A1, "--beta", b, *flags] for b in GRID_BETAS for t,
 #: the real-model arms: the atlas's reference treatments, no reset vs reset every {reset_every} steps
 #: with Adam's state kept or rebuilt (the other flags come from the preset's base)
 REAL_RESET_ARMS = {f"real-{t}": [*_A1, *ATLAS_TREATMENTS[t]] for t in ("none", "keep", "hard")}
+ANCHOR_ARMS = {
+    "anchor-fixed": [*_A1, "--beta", "1"],
+    "anchor-reset": [*_A1, "--beta", "1", "--reset_every", "{reset_every}"],
+    "anchor-ema": [*_A1, "--beta", "1", "--ref_update", "ema"],
+    "anchor-elastic": [*_A1, "--beta", "1", "--reset_every", "{reset_every}", "--reset_to", "elastic"],
+    "anchor-klclip": [*_A1, "--beta", "1", "--kl_clip", "0.2"],
+}
 QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
 COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 #: growth on the transformer policy with LoRA adapters on every attention and MLP projection (the
@@ -247,12 +257,17 @@ REAL_RESET_COMPARISONS = [
     ("real: reset-keep vs no reset", "real-keep", "real-none"),
     ("real: reset-hard vs reset-keep", "real-hard", "real-keep"),
 ]
+#: each moving anchor against the fixed reference, and the two moving ones against the hard reset
+ANCHOR_COMPARISONS = [
+    *[(f"anchors: {a} vs fixed", f"anchor-{a}", "anchor-fixed") for a in ("reset", "ema", "elastic", "klclip")],
+    *[(f"anchors: {a} vs reset", f"anchor-{a}", "anchor-reset") for a in ("ema", "elastic")],
+]
 #: comparison name -> Holm family. A family is the set of questions one reader asks together: the
 #: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
 #: one beta and asks "should I reset, and what should Adam do?" there)
 FAMILIES = {
     **{c[0]: "outcome" for c in COMPARISONS + REAL_RESET_COMPARISONS},
-    **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS},
+    **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS + ANCHOR_COMPARISONS},
 }
 #: pairs identical by construction (same rewards per step, not a question): the report verifies that
 #: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
@@ -298,6 +313,7 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
         "cost": COST_ARMS,
         "growth": GROWTH_ARMS,
         "real_resets": REAL_RESET_ARMS,
+        "anchors": ANCHOR_ARMS,
     }
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
@@ -328,8 +344,9 @@ def expand(
 
 
 def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The COMPARISONS (ATLAS_COMPARISONS, REAL_RESET_COMPARISONS) whose two arms are both in `arms`."""
-    return [c for c in COMPARISONS + ATLAS_COMPARISONS + REAL_RESET_COMPARISONS if c[1] in arms and c[2] in arms]
+    """The COMPARISONS (ATLAS_, REAL_RESET_, ANCHOR_COMPARISONS) whose two arms are both in `arms`."""
+    every = COMPARISONS + ATLAS_COMPARISONS + REAL_RESET_COMPARISONS + ANCHOR_COMPARISONS
+    return [c for c in every if c[1] in arms and c[2] in arms]
 
 
 def checks_for(arms: list[str]) -> list[tuple[str, str, str]]:

@@ -96,6 +96,22 @@ BAD = [
     (["--enable_growth", "1", "--grow_every", "2", "--adapter_targets", "none"], "--adapter_targets"),
     (["--enable_growth", "1", "--grow_every", "2", "--max_rank", "2", "--initial_rank", "4"], "--max_rank"),
     (["--enable_growth", "1", "--grow_every", "2", "--rank_step", "0"], "--rank_step"),
+    # moving anchors: the EMA reference, Elastic Reset, the KL log-ratio clamp
+    (["--ref_update", "emma"], "--ref_update"),
+    (["--ref_update", "ema", "--ref_ema_tau", "1"], "--ref_ema_tau"),  # tau in (0, 1)
+    (["--ref_update", "ema", "--ref_ema_tau", "0"], "--ref_ema_tau"),
+    (["--ref_update", "ema", "--ref_ema_every", "0"], "--ref_ema_every"),  # period >= 1
+    (["--ref_ema_every", "5"], "--ref_ema_every"),  # an EMA flag without --ref_update ema
+    (["--ref_update", "ema", "--reset_every", "5"], "--reset_every"),  # two rules for one reference
+    (["--variant", "B", "--ref_update", "ema"], "--ref_update"),
+    (["--reset_to", "elastic"], "--reset_to"),  # no trigger: it would never reset
+    (["--reset_to", "elastic", "--reset_every", "5", "--ref_update", "polyak"], "--ref_update"),
+    (["--reset_to", "elastic", "--reset_every", "5", "--elastic_decay", "1"], "--elastic_decay"),
+    (["--elastic_decay", "0.9"], "--elastic_decay"),  # without --reset_to elastic
+    (["--variant", "B", "--reset_to", "elastic", "--reset_every", "5"], "--reset_every"),
+    (["--kl_clip", "-1"], "--kl_clip"),
+    (["--kl_clip", "inf"], "--kl_clip"),
+    (["--kl_clip", "nan"], "--kl_clip"),
     # paths
     (["--outdir", "/proc/noma_bad/x"], "--outdir"),
     (["--model", "hf:/etc"], "--model"),

@@ -22,6 +22,8 @@ CONFIGS = [
     ["--kl_in", "reward", "--overlong", "shape", "--loss", "gspo"],
     ["--dynamic_sampling", "1", "--overlong", "filter", "--target_kl", "0.1"],
     ["--enable_growth", "1", "--grow_every", "2", "--reset_every", "2"],
+    ["--ref_update", "ema", "--ref_ema_every", "2", "--kl_clip", "0.1"],
+    ["--reset_every", "2", "--reset_to", "elastic"],
 ]
 
 

@@ -205,7 +205,7 @@ def test_hard_opt_reset_implies_step_schedule_and_kl_coef(tmp_path, fast_flags):
         (
             "prorl_v1",
             ["--reset_on_stall", "1", "--stall_min_delta", "100"],
-            {"reason": "stall", "reset_to": "best", "ref_update": "hard", "mode": "hard", "steps": [4]},
+            {"reason": "stall", "reset_to": "current", "ref_update": "hard", "mode": "hard", "steps": [4]},
         ),
         (
             "prorl_v2",

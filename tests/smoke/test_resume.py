@@ -44,6 +44,11 @@ SCENARIOS = {
     "reset_soft": ["--reset_every", "4", "--opt_reset", "soft"],
     "growth": ["--enable_growth", "1", "--grow_every", "4", "--reset_every", "3"],
     "adaptive_kl_ring": ["--target_kl", "0.01", "--ref_compute", "ring", "--reset_every", "4", "--reset_kl_coef", "1"],
+    # a moving reference updated at steps 2, 4, ...: the checkpoint at 6 holds it mid-way
+    "ema_reference": ["--ref_update", "ema", "--ref_ema_every", "2", "--ref_ema_tau", "0.8", "--kl_clip", "0.05"],
+    # Elastic Reset at steps 4 and 8: the EMA saved at step 6 is half-way through a cycle
+    "elastic": ["--reset_every", "4", "--reset_to", "elastic", "--elastic_decay", "0.9"],
+    "elastic_growth": ["--enable_growth", "1", "--grow_every", "4", "--reset_every", "3", "--reset_to", "elastic"],
 }
 
 

@@ -146,8 +146,8 @@ def test_trainer_reads_no_kl_flag_string():
     import inspect
     import re
 
-    from noma_prorl_bench.training import trainer
+    from noma_prorl_bench.training import setup, trainer
 
-    src = inspect.getsource(trainer)
+    src = inspect.getsource(trainer) + inspect.getsource(setup)
     assert not re.search(r"\.(kl_estimator|kl_in|k2_mode|kl_reward_form)\b", src)
     assert "KLTerm.from_spec(specs.objective.kl)" in src

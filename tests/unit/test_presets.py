@@ -47,8 +47,8 @@ def test_preset_fields_are_runconfig_fields_with_matching_types_and_choices():
 @pytest.mark.unit
 def test_presets_encode_their_sources():
     v1, v2, trl, soft = (PRESETS[n] for n in ("prorl_v1", "prorl_v2", "trl_sync", "noma_soft"))
-    # v1: stall -> best checkpoint, everything optimizer-side fresh
-    assert v1["reset_on_stall"] > 0 and v1["reset_every"] == 0 and v1["reset_to"] == "best"
+    # v1: stall -> reference <- the online policy as it is (no restore), everything optimizer-side fresh
+    assert v1["reset_on_stall"] > 0 and v1["reset_every"] == 0 and v1["reset_to"] == "current"
     assert (v1["opt_reset"], v1["reset_opt_step"], v1["reset_lr_schedule"], v1["reset_kl_coef"]) == ("hard", 1, 1, 1)
     # v2: periodic within 200-500 steps (+ stall), current policy, optimizer kept
     assert 200 <= v2["reset_every"] <= 500 and v2["reset_on_stall"] > 0 and v2["reset_to"] == "current"
@@ -69,7 +69,7 @@ def test_apply_preset_explicit_wins_and_inputs_untouched():
     preset = dict(PRESETS["prorl_v1"])
     merged = apply_preset(preset, {"opt_reset": "asym", "soft_factor": 0.5, "lr": 1e-3})
     assert merged["opt_reset"] == "asym" and merged["soft_factor"] == 0.5 and merged["lr"] == 1e-3
-    assert merged["reset_to"] == "best"
+    assert merged["reset_to"] == "current"
     assert preset == PRESETS["prorl_v1"]
     with pytest.raises(KeyError):
         apply_preset({"not_a_field": 1}, {})

@@ -126,7 +126,7 @@ def test_reset_config_uses_the_cli_names_defaults_and_presets():
     assert ResetConfig.from_preset("trl_sync").ref_update == "polyak"
     for bad, msg in [
         ({"opt_reset": "adam"}, "--opt_reset: invalid choice: 'adam' (choose from keep, hard, soft, asym)"),
-        ({"reset_to": "init"}, "--reset_to: invalid choice: 'init' (choose from current, best)"),
+        ({"reset_to": "init"}, "--reset_to: invalid choice: 'init' (choose from current, best, elastic)"),
         ({"soft_factor": 1.5}, "--soft_factor: must be in [0, 1]"),
         ({"reset_every": -1}, "--reset_every: must be >= 0"),
         ({"reset_every": 2.5}, "--reset_every: must be an integer"),

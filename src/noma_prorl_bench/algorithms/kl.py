@@ -20,6 +20,11 @@ tests/unit/test_kl_gradients.py checks each by Monte Carlo):
                                                  importance-weighted k3 of TRL's
                                                  use_bias_correction_kl, OpenRLHF and slime)
     full      grad KL(pi_theta || pi_anchor)     (exact, from logits)
+
+--kl_clip X clamps log r to [-X, X] before each estimator (`clamp=` below; `kl_full` clamps each
+vocabulary entry's log p_v - log q_v): where a token's |log r| > X its k1/k2/k3 are constants, so
+they add no gradient there. k3_ratio's importance weight rho and full's weights p_v are not
+clamped: their gradient stays. `clipped(...)` marks the clamped tokens (metric kl/clip_frac).
 """
 
 from __future__ import annotations
@@ -48,15 +53,24 @@ def kl_terms(logp: Tensor, logp_anchor: Tensor, *, clamp: float | None = None) -
     }
 
 
-def kl_full(logits_p: Tensor, logits_q: Tensor) -> Tensor:
+def clipped(logp: Tensor, logp_anchor: Tensor, clamp: float) -> Tensor:
+    """Float 0/1 `[N,T]`: 1 where |logp - logp_anchor| > clamp, the tokens `kl_terms(clamp=)` clamps."""
+    with torch.no_grad():
+        return ((logp - logp_anchor).abs() > clamp).to(torch.float32)
+
+
+def kl_full(logits_p: Tensor, logits_q: Tensor, *, clamp: float | None = None) -> Tensor:
     """Exact KL(p || q) per position from logits: `[..., V], [..., V] -> [...]`.
 
     KL = sum_v p_v (log p_v - log q_v), computed from log_softmax in float32. With p the
     policy and q the reference this is the quantity k1/k3 estimate from one sample.
+    clamp: if given, each log p_v - log q_v is clamped to [-clamp, clamp] (--kl_clip); p_v is not.
     """
     logp = torch.log_softmax(logits_p.float(), dim=-1)
     logq = torch.log_softmax(logits_q.float(), dim=-1)
-    return (logp.exp() * (logp - logq)).sum(-1)
+    if clamp is None:
+        return (logp.exp() * (logp - logq)).sum(-1)
+    return (logp.exp() * (logp - logq).clamp(-clamp, clamp)).sum(-1)
 
 
 def k3_ratio(logp: Tensor, logp_anchor: Tensor, logp_old: Tensor, *, clamp: float | None = None) -> Tensor:

@@ -42,6 +42,7 @@ class KLTerm:
     placement: str = "loss"
     reward_form: str = "token"
     anchor: str = "ref"
+    clip: float | None = None  # --kl_clip: |log pi_theta - log pi_anchor| clamp before every estimator
 
     @classmethod
     def from_spec(cls, spec: KLSpec) -> KLTerm:
@@ -52,6 +53,7 @@ class KLTerm:
             placement=spec.placement,
             reward_form=spec.reward_form,
             anchor=spec.anchor,
+            clip=spec.clip,
         )
 
     # ---------------------------------------------------------------- what it needs
@@ -94,20 +96,33 @@ class KLTerm:
     ) -> dict[str, Tensor]:
         """Per-token KL(pi_theta || anchor) estimates [n, T] to log: k1, k2, k3 always; k3_ratio
         (rho = pi_theta / sg(pi_old), logp_old[n, T] the PG ratio's denominator) when chosen; `full`
-        from logits [n, T, V] (divided by the temperature, as every logprob is) when both are given."""
-        kl = kl_lib.kl_terms(logp, anchor)
+        from logits [n, T, V] (divided by the temperature, as every logprob is) when both are given.
+        With --kl_clip every one is of the clamped log-ratio, and `clip_frac` (0/1 per token) marks
+        the clamped tokens."""
+        c = self.clip
+        kl = kl_lib.kl_terms(logp, anchor, clamp=c)
         if self.estimator == "k3_ratio":
-            kl["k3_ratio"] = kl_lib.k3_ratio(logp, anchor, logp_old)
+            kl["k3_ratio"] = kl_lib.k3_ratio(logp, anchor, logp_old, clamp=c)
         if logits is not None and logits_anchor is not None:
-            kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature)  # [n, T]
+            kl["full"] = kl_lib.kl_full(logits / temperature, logits_anchor / temperature, clamp=c)  # [n, T]
+        if c is not None:
+            kl["clip_frac"] = kl_lib.clipped(logp, anchor, c)  # logged as kl/clip_frac
         return kl
 
     def chosen(self, kl: dict[str, Tensor], logp_sampler: Tensor, anchor: Tensor) -> Tensor:
         """The chosen estimator's per-token value [n, T]. ref_over_old: k2 of log(pi_ref / pi_sampler),
-        clamped to +-REF_OVER_OLD_CLAMP and detached (no gradient, as documented in --help)."""
+        clamped to +-REF_OVER_OLD_CLAMP (or the tighter --kl_clip) and detached (no gradient, as
+        documented in --help)."""
         if self.ref_over_old:
-            return kl_lib.kl_terms(logp_sampler, anchor, clamp=kl_lib.REF_OVER_OLD_CLAMP)["k2"].detach()
+            bound = min(kl_lib.REF_OVER_OLD_CLAMP, self.clip or kl_lib.REF_OVER_OLD_CLAMP)
+            return kl_lib.kl_terms(logp_sampler, anchor, clamp=bound)["k2"].detach()
         return kl[self.key]
+
+    def reward_kl(self, logp_old: Tensor, logp_ref: Tensor) -> Tensor:
+        """The per-token KL the reward carries (--kl_in reward) [N, T]: the chosen estimator between
+        logp_old and logp_ref at rollout time (log-ratio clamped by --kl_clip), detached."""
+        kl = kl_lib.kl_terms(logp_old, logp_ref, clamp=self.clip)
+        return self.chosen(kl, logp_old, logp_ref).detach()
 
     def loss_term(self, kl: dict[str, Tensor], logp_sampler: Tensor, anchor: Tensor) -> Tensor:
         """The per-token KL term that enters the loss [n, T] (beta is applied by the caller);
@@ -143,7 +158,7 @@ class KLTerm:
             return a.reshape(-1), m  # [B, G] -> [N]
         if logp_old is None or logp_ref is None:
             raise ValueError("a KL in the reward needs logp_old and logp_ref")
-        kl_tok = self.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()  # [N, T]
+        kl_tok = self.reward_kl(logp_old, logp_ref)  # [N, T]
         shaped, km = kl_lib.kl_reward_penalty(rewards, kl_tok, mask, beta)  # [N]
         metrics = {
             "reward/kl_penalty_mean": km["kl/reward_penalty_mean"],

@@ -157,7 +157,7 @@ class Objective:
         if self.kl.in_reward:
             if logp_old is None or logp_ref is None:
                 raise ValueError("a KL in the reward needs logp_old and logp_ref")
-            kl_tok = self.kl.chosen(kl_lib.kl_terms(logp_old, logp_ref), logp_old, logp_ref).detach()  # [N, T]
+            kl_tok = self.kl.reward_kl(logp_old, logp_ref)  # [N, T]
             seq, km = kl_lib.kl_reward_penalty(shaped, kl_tok, mask, beta)  # [N]
             metrics.update(
                 {"reward/kl_penalty_mean": km["kl/reward_penalty_mean"], "kl/seq_sum_mean": km["kl/seq_sum_mean"]}

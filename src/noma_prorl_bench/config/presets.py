@@ -21,8 +21,11 @@ RESET_FIELDS = (
     "reset_on_stall",
     "stall_min_delta",
     "reset_to",
+    "elastic_decay",
     "ref_update",
     "ref_mix_alpha",
+    "ref_ema_tau",
+    "ref_ema_every",
     "opt_reset",
     "soft_factor",
     "reset_opt_step",
@@ -43,14 +46,15 @@ SWITCH_FIELDS = (
 )
 
 PRESETS: dict[str, dict[str, object]] = {
-    # ProRL v1 paper: reset when validation stalls, back to the best checkpoint, reference
-    # hard-copied, optimizer re-initialised (moments, step, schedule, KL coefficient).
+    # ProRL v1 paper: when validation stalls, the reference is hard-reset to the online policy
+    # (which trains on from where it is) and the optimizer re-initialised (moments, step,
+    # schedule, KL coefficient).
     "prorl_v1": {
         "reset_every": 0,
         "reset_kl_above": 0.0,
         "reset_on_stall": 3,
         "stall_min_delta": 0.0,
-        "reset_to": "best",
+        "reset_to": "current",
         "ref_update": "hard",
         "opt_reset": "hard",
         "reset_opt_step": 1,
@@ -100,9 +104,9 @@ PRESETS: dict[str, dict[str, object]] = {
 }
 
 PRESET_SOURCES: dict[str, str] = {
-    "prorl_v1": "ProRL paper, Liu et al. 2025, arXiv:2505.24864 (reference reset with optimizer "
-    "re-initialisation; reset to the best checkpoint when validation stalls). "
-    "Patience 3 is our choice: the paper gives no number",
+    "prorl_v1": "ProRL paper, Liu et al. 2025, arXiv:2505.24864 (sec. 2.3.1: the reference is hard-reset "
+    "to a recent snapshot of the online policy and the optimizer states re-initialised; sec. 3.3: when "
+    "validation stagnates or degrades). Patience 3 is our choice: the paper gives no number",
     "prorl_v2": "NVIDIA ProRL v2 blog, Aug 2025, developer.nvidia.com/blog/scaling-llm-reinforcement-"
     "learning-with-prolonged-training-using-prorl-v2 (every 200-500 steps or on KL spikes / "
     "stalled validation; optimizer kept). 200 is the low end of that range; patience 3 is ours; "

@@ -131,6 +131,7 @@ class RunConfig(FlatConfig):
     k2_mode: Literal["theta_over_ref", "ref_over_old"] = "theta_over_ref"
     kl_in: Literal["loss", "reward"] = "loss"
     kl_reward_form: Literal["token", "sequence"] = "token"
+    kl_clip: float = 0.0
 
     # ResetSpec (config/specs/resets.py)
     reset_every: int = 0
@@ -139,8 +140,11 @@ class RunConfig(FlatConfig):
     reset_on_stall: int = 0
     stall_min_delta: float = 0.0
     reset_to: ResetTo = "current"
+    elastic_decay: float = 0.995
     ref_update: RefUpdate = "hard"
     ref_mix_alpha: float = 0.6
+    ref_ema_tau: float = 0.95
+    ref_ema_every: int = 10
     opt_reset: OptReset = "keep"
     soft_factor: float = 0.2
     reset_opt_step: int = 0

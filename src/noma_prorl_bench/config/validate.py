@@ -72,6 +72,8 @@ def _variant(sp: RunSpecs, explicit: set) -> None:
         for n in ("reset_every", "reset_kl_above", "reset_on_stall"):
             if getattr(sp.resets, n):
                 raise ConfigError(n, "reference resets need a reference model; Variant B (--variant B) has none")
+        if sp.resets.moving_reference:
+            raise ConfigError("ref_update", "ema moves a reference model; Variant B (--variant B) has none")
         if kl.kl_estimator == "k2" and kl.k2_mode == "ref_over_old":
             raise ConfigError("k2_mode", "ref_over_old needs a reference model; Variant B (--variant B) has none")
         if sp.run.preset not in ("none", "smollm2_demo"):

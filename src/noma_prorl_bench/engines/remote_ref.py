@@ -100,8 +100,8 @@ class RemoteReference:
     def reset_to(self, policy_or_state, rule: str = "hard", alpha: float = 1.0) -> dict[str, Any]:
         if rule not in REF_UPDATES:
             raise ValueError(f"ref_update must be one of {REF_UPDATES}, got {rule!r}")
-        if rule == "polyak" and not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
+        if rule != "hard" and not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"ref_mix_alpha / ref_ema_tau must be in [0, 1], got {alpha}")
         sig = structure(policy_or_state)
         if sig != self._sig:
             if not isinstance(policy_or_state, torch.nn.Module):
@@ -118,6 +118,8 @@ class RemoteReference:
             "module": [self._module_ref],
         }
         self._logp = self._n = None
+        if rule == "ema":
+            return {"ref_update": rule, "ref_ema_tau": float(alpha)}
         return {"ref_update": rule, "ref_mix_alpha": float(alpha) if rule == "polyak" else None}
 
     def pop_update(self) -> Optional[dict]:

@@ -4,35 +4,34 @@
 `trl.GRPOTrainer` that resets its reference model the way `--preset` / the reset flags of this
 project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's view.
 
-- `ResetConfig`: the CLI's reset switches under the CLI's names (reset_every, reset_kl_above,
-  reset_kl_min_gap, reset_on_stall, stall_min_delta, reset_to, ref_update, ref_mix_alpha, opt_reset,
-  soft_factor, reset_opt_step, reset_lr_schedule, reset_kl_coef) and the presets by name
-  (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer steps
-  (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
-- When: `training.resets.ResetTrigger` (the harness's trigger) is fed after every optimizer step with
-  TRL's own per-step KL metric (`kl`: token mean of k3 over the step's micro-batches) and, on
-  evaluation steps, `eval_reward` for the stall trigger (and `BestTracker` for reset_to="best").
-- Where: a decided reset is applied at the first optimizer-step end after which TRL generates a new
-  batch (`_step % (steps_per_generation * num_iterations) == 0`), so no buffered reference
-  log-probs of the old reference are used after it; the event records both steps.
-- What: the target (current policy, or the best one restored bit for bit), the reference (hard copy
-  or Polyak `ref <- a pi + (1 - a) ref` on every floating tensor; with PEFT on the "ref" adapter's
-  LoRA factors, which is NOT the Polyak mix of the weight deltas B A), then the optimizer side with
-  `training.optim_state.apply_reset_semantics` (the harness's implementation, on the torch optimizer
-  under accelerate's wrapper and TRL's LR scheduler) and `optim_state.verify_reset` (read-back check).
-  GRPO's beta is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
-- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default" at
-  construction (TRL computes reference log-probs with a "ref" adapter whenever one exists).
-- Logs (TRL's logger, every step): `reset/count`, `ref/forward_seqs`, `ref/forward_s`; on reset steps
+- `ResetConfig`: the CLI's reset switches under the CLI's names (config/presets.RESET_FIELDS) and the
+  presets by name (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer
+  steps (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
+- When: `training.resets.ResetTrigger` fed after every optimizer step with TRL's per-step `kl` (token
+  mean of k3) and, on evaluation steps, `eval_reward` (stall trigger; `BestTracker` for reset_to="best").
+  A decided reset is applied at the first optimizer-step end after which TRL generates a new batch
+  (`_step % (steps_per_generation * num_iterations) == 0`): no buffered reference log-probs of the old
+  reference are used after it; the event records both steps.
+- What: the target (current policy, the best one restored bit for bit, or under reset_to="elastic" the
+  policy's EMA, `training.elastic.ElasticReset`, updated every optimizer step, whose reset leaves the
+  reference alone), the reference (hard copy or Polyak `ref <- a pi + (1 - a) ref`, through
+  `models.averaging.mix_states_`; with PEFT on the "ref" adapter's LoRA factors, NOT the mix of B A),
+  then the optimizer side (`optim_state.apply_reset_semantics` on the torch optimizer under
+  accelerate's wrapper and TRL's LR scheduler, read back by `optim_state.verify_reset`). GRPO's beta
+  is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
+- ref_update="ema": no resets; ref <- tau ref + (1 - tau) pi after every ref_ema_every-th optimizer
+  step (at the next generation boundary, as a reset), logged as `ref/ema_updates`.
+- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default".
+- Logs (TRL's logger): `reset/count`, `ref/forward_seqs`, `ref/forward_s` every step; on reset steps
   `reset/step`, `reset/kl_before`, `reset/kl_after` (k3 of the last micro-batch against the old and
-  the new reference), `reset/m_norm_*`, `reset/v_norm_*` (Adam moments before/after), the seconds
-  and reference forwards of the reset itself. `trainer.reset_events` holds one JSON record per reset.
-- Checkpoints: `reset_state.json` and the reference (`reset_ref.safetensors`; `reset_best.safetensors`
-  under reset_to="best") go into TRL's checkpoint folder; on resume the reference's checksum, the
-  optimizer's step and the ResetConfig are checked against what was saved.
-- Refused at construction, one line: optimizers other than torch Adam/AdamW (fused or not), fp16
-  (a grad scaler), DeepSpeed/FSDP (sharded or offloaded state), TRL's own sync_ref_model, beta=0,
-  Liger's loss, and triggers that need an evaluation the arguments do not schedule.
+  new reference), `reset/m_norm_*`, `reset/v_norm_*`, the reset's seconds and reference forwards.
+  `trainer.reset_events` holds one JSON record per reset.
+- Checkpoints: `reset_state.json`, the reference (`reset_ref.safetensors`), `reset_best.safetensors`
+  (reset_to="best"), `reset_elastic.safetensors` (reset_to="elastic") in TRL's checkpoint folder; on
+  resume the reference's checksum, the optimizer's step and the ResetConfig are checked.
+- Refused at construction, one line: optimizers other than torch Adam/AdamW, fp16 (a grad scaler),
+  DeepSpeed/FSDP, TRL's own sync_ref_model, beta=0, Liger's loss, and triggers that need an
+  evaluation the arguments do not schedule.
 """
 
 from __future__ import annotations
@@ -58,14 +57,18 @@ except ImportError as e:  # pragma: no cover - the extra is absent
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.integrations.trl_parts import (
     add_ref_adapter,
+    anchors_after_step,
+    load_elastic,
     log_reset,
     reference_checksum,
     refusal,
+    save_elastic,
     torch_optimizer,
     unique_targets,
     update_reference,
 )
 from noma_prorl_bench.models.base import frozen_parameters
+from noma_prorl_bench.training.elastic import ElasticReset
 from noma_prorl_bench.training.optim_state import (
     apply_reset_semantics,
     optimizer_step_count,
@@ -125,6 +128,8 @@ class ResetGRPOTrainer(GRPOTrainer):
         if self._peft:
             add_ref_adapter(policy)
         self._best = BestTracker(frozen=frozen_parameters(policy))
+        self._elastic = ElasticReset(policy, cfg.elastic_decay) if cfg.elastic else None  # reset_to="elastic"
+        self._ema_updates, self._ema_due = 0, False  # ref_update="ema": updates made, one due
         self._pending: Decision | None = None
         self._merged = 0  # decisions that fired while one was already pending
         self._pending_kl: float | None = None
@@ -223,6 +228,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         m["ref/forward_seqs"].append(float(seqs))
         m["ref/forward_s"].append(float(secs))
         self._ref_count["train"] = [0, 0.0]
+        anchors_after_step(self, step)  # Elastic Reset's EMA, the moving reference
         kl = self._step_kl()
         if defer:  # an evaluation follows: decide with its reward
             self._pending_kl = kl
@@ -266,7 +272,11 @@ class ResetGRPOTrainer(GRPOTrainer):
         if cfg.reset_to == "best":
             restored = self._best.restore(policy) if self._best.params is not None else None
             target.update(restored_step=restored, best_val=self._best.best)
-        ref_rec = update_reference(self._ref_pairs(), cfg, self._peft)
+        if self._elastic is not None:  # policy <- EMA, EMA <- initial; the reference stays the initial policy
+            target.update(self._elastic.reset(policy))
+            ref_rec: dict[str, Any] = {"ref_update": None, "ref_mix_alpha": None, "ref_tensors": 0}
+        else:
+            ref_rec = update_reference(self._ref_pairs(), cfg, self._peft)
         rec = apply_reset_semantics(
             optimizer,
             scheduler,
@@ -323,6 +333,7 @@ class ResetGRPOTrainer(GRPOTrainer):
             "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
             "optimizer_step": optimizer_step_count(torch_optimizer(self.optimizer)),
             "ref_sha256": reference_checksum(self._ref_tensors()),
+            "ema": [self._ema_updates, self._ema_due],
         }
 
     def _save_checkpoint(self, model, trial):
@@ -337,6 +348,8 @@ class ResetGRPOTrainer(GRPOTrainer):
                 {k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
                 os.path.join(out, BEST_FILE),
             )
+        if self._elastic is not None:
+            save_elastic(self._elastic, out)
         with open(os.path.join(out, STATE_FILE), "w") as f:
             json.dump(self._reset_state(), f, indent=1)
 
@@ -367,6 +380,10 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._trigger.load_state_dict(state["trigger"])
         self._n_resets, self._merged = int(state["n_resets"]), int(state["merged"])
         self.reset_events = list(state["events"])
+        self._ema_updates, due = (int(x) for x in state.get("ema", (0, 0)))
+        self._ema_due = bool(due)
+        if self._elastic is not None:
+            load_elastic(self._elastic, checkpoint)
         for key, values in state["unlogged"].items():
             self._metrics["train"][key] = list(values)
         p = state["pending"]

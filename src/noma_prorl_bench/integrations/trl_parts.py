@@ -7,11 +7,15 @@ reset's logged metrics. Imports neither trl nor transformers.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from noma_prorl_bench.config.specs import ResetSpec
+from noma_prorl_bench.models.averaging import mix_states_
+from noma_prorl_bench.training.elastic import ElasticReset
 
 SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")  # torch Adam/AdamW: t kept per parameter
 SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
@@ -115,20 +119,66 @@ def add_ref_adapter(policy: Any) -> None:
 
 
 @torch.no_grad()
-def update_reference(pairs: list[tuple[str, torch.Tensor, torch.Tensor]], cfg: ResetSpec, peft: bool) -> dict[str, Any]:
-    """Hard copy or Polyak mix of each (name, reference, policy) pair into the reference, in place."""
-    n = 0
-    for _, dst, src in pairs:
-        src = src.to(dst.device)
-        if cfg.ref_update == "polyak" and dst.is_floating_point():
-            dst.mul_(1.0 - cfg.ref_mix_alpha).add_(src.to(dst.dtype), alpha=cfg.ref_mix_alpha)
-        else:
-            dst.copy_(src)
-        n += 1
-    alpha = cfg.ref_mix_alpha if cfg.ref_update == "polyak" else None
+def update_reference(
+    pairs: list[tuple[str, torch.Tensor, torch.Tensor]], cfg: ResetSpec, peft: bool, rule: str | None = None
+) -> dict[str, Any]:
+    """Hard copy, Polyak mix (`cfg.ref_update`) or, with `rule="ema"`, the moving reference's
+    ref <- tau ref + (1 - tau) pi of each (name, reference, policy) pair, in place: the mixes through
+    the harness's `models.averaging.mix_states_`."""
+    rule = rule or cfg.ref_update
+    dst = {name: d for name, d, _ in pairs}
+    src = {name: s.to(d.device, d.dtype) for name, d, s in pairs}
+    if rule == "hard":
+        for name, d in dst.items():
+            d.copy_(src[name])
+    else:
+        keep, take = (
+            (cfg.ref_ema_tau, 1.0 - cfg.ref_ema_tau) if rule == "ema" else (1.0 - cfg.ref_mix_alpha, cfg.ref_mix_alpha)
+        )
+        mix_states_(dst, src, keep, take)
+    weight = (
+        {"ref_ema_tau": cfg.ref_ema_tau}
+        if rule == "ema"
+        else {"ref_mix_alpha": cfg.ref_mix_alpha if rule == "polyak" else None}
+    )
     return {
-        "ref_update": cfg.ref_update,
-        "ref_mix_alpha": alpha,
-        "ref_tensors": n,
+        "ref_update": rule,
+        **weight,
+        "ref_tensors": len(pairs),
         "ref_kind": "peft_ref_adapter" if peft else "full_model",
     }
+
+
+ELASTIC_FILE = "reset_elastic.safetensors"
+
+
+def save_elastic(elastic: ElasticReset, out: str) -> None:
+    """Elastic Reset's initial weights and EMA (its own entries) into `out`/ELASTIC_FILE."""
+    st = elastic.state_dict()
+    tensors = {
+        f"{part}/{k}": v.detach().cpu().clone().contiguous() for part in ("init", "ema") for k, v in st[part].items()
+    }
+    save_file(tensors, os.path.join(out, ELASTIC_FILE))
+
+
+def load_elastic(elastic: ElasticReset, checkpoint: str) -> None:
+    """The state `save_elastic` wrote, back into `elastic`."""
+    saved = load_file(os.path.join(checkpoint, ELASTIC_FILE))
+    parts = {p: {k.split("/", 1)[1]: v for k, v in saved.items() if k.startswith(p + "/")} for p in ("init", "ema")}
+    elastic.load_state_dict({"decay": elastic.decay, **parts})
+
+
+def anchors_after_step(tr: Any, step: int) -> None:
+    """After optimizer step `step` of ResetGRPOTrainer `tr`: Elastic Reset's EMA update; the moving
+    reference after steps N, 2N, ... (N = ref_ema_every), applied at the first generation boundary
+    (as a reset) so no stale buffered reference log-probs are used; `ref/ema_updates` logged."""
+    cfg = tr.reset_config
+    if tr._elastic is not None:
+        tr._elastic.update(tr.accelerator.unwrap_model(tr.model))
+    if not cfg.moving_reference:
+        return
+    tr._ema_due = tr._ema_due or step % cfg.ref_ema_every == 0
+    if tr._ema_due and tr._at_generation_boundary():
+        update_reference(tr._ref_pairs(), cfg, tr._peft, rule="ema")
+        tr._ema_updates, tr._ema_due = tr._ema_updates + 1, False
+    tr._metrics["train"]["ref/ema_updates"] = [float(tr._ema_updates)]

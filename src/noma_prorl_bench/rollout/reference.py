@@ -33,7 +33,9 @@ so the reference's [n, T, V] float32 logits never exist at once (not with keep_l
 
 Reference updates (`reset_to`): `hard` copies the policy bit for bit; `polyak` mixes
 ref <- alpha * pi + (1 - alpha) * ref in place, the same arithmetic as TRL's
-SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py).
+SyncRefModelCallback (`ref.mul_(1 - alpha).add_(pi, alpha=alpha)`, trl/trainer/callbacks.py);
+`ema` (the moving reference of --ref_update ema, called every --ref_ema_every steps) mixes
+ref <- tau * ref + (1 - tau) * pi the same way (`models.averaging.mix_states_`).
 
 A frozen base is held once: the copy shares the policy's frozen parameters
 (`models.base.frozen_parameters`, requires_grad=False: a LoRA policy's base) instead of
@@ -55,6 +57,7 @@ from torch import nn
 
 from noma_prorl_bench.config.choices import REF_COMPUTES, REF_UPDATES
 from noma_prorl_bench.io.metrics import ForwardCounter
+from noma_prorl_bench.models.averaging import mix_states_
 from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_logprobs, same_tensor
 from noma_prorl_bench.rollout.reference_source import NoReference, anchor_from
 
@@ -259,10 +262,12 @@ class ReferenceHolder:
     def reset_to(
         self, policy_or_state: nn.Module | dict[str, torch.Tensor], rule: str = "hard", alpha: float = 1.0
     ) -> dict[str, Any]:
-        """Update pi_ref from the policy (or a state dict): `hard` copy or `polyak` mix.
+        """Update pi_ref from the policy (or a state dict): `hard` copy, `polyak` or `ema` mix.
 
-        polyak: ref <- alpha * pi + (1 - alpha) * ref on floating tensors (non-float
-        buffers are copied). Returns {"ref_update", "ref_mix_alpha"} for the reset event.
+        polyak: ref <- alpha * pi + (1 - alpha) * ref; ema (the moving reference, `alpha` = tau, the
+        old reference's weight): ref <- tau * ref + (1 - tau) * pi; both on floating tensors, non-float
+        buffers copied, through `models.averaging.mix_states_`. Returns the event's record:
+        {"ref_update", "ref_mix_alpha"} ({"ref_update", "ref_ema_tau"} for ema).
         """
         model = self._require()
         if rule not in REF_UPDATES:
@@ -274,19 +279,15 @@ class ReferenceHolder:
             self._load(src)
             return {"ref_update": "hard", "ref_mix_alpha": None}
         if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"ref_mix_alpha must be in [0, 1], got {alpha}")
+            raise ValueError(f"ref_mix_alpha / ref_ema_tau must be in [0, 1], got {alpha}")
         dst = model.state_dict()
-        if set(dst) != set(src):
-            raise KeyError(f"state dict keys differ: {sorted(set(dst) ^ set(src))[:5]}")
-        for name, ref_t in dst.items():
-            if name in self.shared:
+        for name in self.shared:
+            if name in src:
                 self._check_shared(name, src[name])
-                continue
-            pi_t = src[name].to(ref_t.device)
-            if ref_t.is_floating_point():
-                ref_t.mul_(1.0 - alpha).add_(pi_t, alpha=alpha)
-            else:
-                ref_t.copy_(pi_t)
+        keep, take = (1.0 - alpha, alpha) if rule == "polyak" else (alpha, 1.0 - alpha)
+        mix_states_(dst, src, keep, take, skip=self.shared)
+        if rule == "ema":
+            return {"ref_update": "ema", "ref_ema_tau": float(alpha)}
         return {"ref_update": "polyak", "ref_mix_alpha": float(alpha)}
 
     def _check_shared(self, name: str, value: torch.Tensor) -> None:

@@ -13,13 +13,17 @@ Trainer; no metric key is spelled here):
   1. on eval steps, `BestTracker.update` (only under `--reset_to best`) with `reward/val`;
   2. `RecoveryTracker.observe` with `reward/mean`; writes a `recovery` event when the train
      reward is back to its pre-reset level;
-  3. `ResetTrigger.check(step, kl, val)` with the loss estimator's per-step mean KL
+  3. `--reset_to elastic`: the policy's EMA is updated (`elastic.ElasticReset.update`);
+     `--ref_update ema`: on steps N, 2N, ... (N = --ref_ema_every) the moving reference
+     ref <- tau ref + (1 - tau) pi (its seconds in `time/ref`; no reset, no event);
+  4. `ResetTrigger.check(step, kl, val)` with the loss estimator's per-step mean KL
      (`kl/k1` for simple, `kl/k2`, `kl/k3`, `kl/full`) and `reward/val` on eval steps;
-  4. on a decision, `reset(decision)`: restore the policy to the best checkpoint
-     (`--reset_to best`, bit for bit), update pi_ref (`--ref_update hard|polyak`), then the
-     optimizer side (`optim_state.apply_reset_semantics`), writing a `ref_reset` and an
-     `opt_reset` event;
-  5. sets `reset/steps_since` (0 on a reset step).
+  5. on a decision, `reset(decision)`: restore the policy to the best checkpoint
+     (`--reset_to best`, bit for bit) or to its EMA (`--reset_to elastic`, which then sets the
+     EMA to the initial policy and leaves pi_ref alone), update pi_ref (`--ref_update
+     hard|polyak`), then the optimizer side (`optim_state.apply_reset_semantics`), writing a
+     `ref_reset` and an `opt_reset` event;
+  6. sets `reset/steps_since` (0 on a reset step).
 
 `EvalMonitors` (trainer attribute `monitors`) measures on eval steps: `kl/to_init`,
 `kl/to_prev` (monitors.DriftMonitor on a fixed batch: greedy responses of the warm-started
@@ -34,6 +38,7 @@ Both have `state_dict()` / `load_state_dict()` for checkpoints; docs/resets.md h
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -41,10 +46,11 @@ from torch import nn
 
 from noma_prorl_bench.algorithms import losses as loss_lib
 from noma_prorl_bench.config.specs import EvalSpec, ResetSpec
-from noma_prorl_bench.io.metrics import Counters, StepSignals
+from noma_prorl_bench.io.metrics import Counters, StageTimer, StepSignals
 from noma_prorl_bench.models.base import fed_tokens, frozen_parameters, policy_device, policy_logprobs
 from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, generate
+from noma_prorl_bench.training.elastic import ElasticReset
 from noma_prorl_bench.training.monitors import DriftMonitor
 from noma_prorl_bench.training.optim_state import OptimSide, apply_reset_semantics
 from noma_prorl_bench.training.resets import (
@@ -98,15 +104,19 @@ class ResetManager:
         optim: OptimSide,
         emit: Callable[[dict], None],
         critic: Any = None,
+        timer: StageTimer | None = None,
     ):
         """`ref`: the ReferenceHolder (or the Ray learner's RemoteReference); `critic`: the
-        --adv gae critic (training/critic.Critic), whose `on_reset` each reset calls."""
+        --adv gae critic (training/critic.Critic), whose `on_reset` each reset calls; `timer`: the
+        step's stage timer (the moving reference's updates count in `time/ref`)."""
         self.spec, self.policy, self.ref, self.optim, self.emit = spec, policy, ref, optim, emit
-        self.critic = critic
+        self.critic, self.timer = critic, timer
         self.enabled = ref.enabled  # Variant B: no reference, no resets
         self.trigger = trigger_from_spec(spec)
         self.best = BestTracker(frozen=frozen_parameters(policy))  # a frozen base is aliased, not cloned
         self.recovery = RecoveryTracker(RECOVERY_WINDOW)
+        # --reset_to elastic: the policy's EMA and initial weights (training/elastic.py)
+        self.elastic = ElasticReset(policy, spec.elastic_decay) if spec.elastic and self.enabled else None
 
     @property
     def n_resets(self) -> int:
@@ -114,8 +124,9 @@ class ResetManager:
         return self.trigger.n_resets
 
     def snapshots(self) -> list:
-        """The parameter snapshots this manager keeps (the best checkpoint; None before one)."""
-        return [self.best.params]
+        """The parameter snapshots this manager keeps (the best checkpoint, None before one; Elastic
+        Reset's initial policy and EMA)."""
+        return [self.best.params, *(self.elastic.snapshots() if self.elastic is not None else [])]
 
     def after_step(self, step: int, sig: StepSignals) -> dict:
         """Feed step `step`'s signals (`reward_val` on eval steps); reset if a trigger fires.
@@ -128,6 +139,11 @@ class ResetManager:
         rec = self.recovery.observe(step, sig.reward_mean)
         if rec is not None:
             self.emit({"step": step, "event": "recovery", "reason": "train reward back to its pre-reset level", **rec})
+        if self.elastic is not None:
+            self.elastic.update(self.policy)  # ema <- d ema + (1 - d) pi, before a reset reads it
+        if self.enabled and self.spec.moving_reference and step % self.spec.ref_ema_every == 0:
+            with self.timer("ref") if self.timer is not None else contextlib.nullcontext():
+                self.ref.reset_to(self.policy, "ema", self.spec.ref_ema_tau)  # ref <- tau ref + (1 - tau) pi
         if self.enabled:
             decision = self.trigger.check(step, sig.kl, val)
             if decision is not None:
@@ -135,7 +151,8 @@ class ResetManager:
         return {"reset/steps_since": self.trigger.steps_since_reset(step)}
 
     def reset(self, decision: Decision) -> dict:
-        """Do one reset: target -> pi_ref -> optimizer side; write `ref_reset` and `opt_reset`."""
+        """Do one reset: target -> pi_ref -> optimizer side; write `ref_reset` and `opt_reset`.
+        Elastic Reset: policy <- its EMA, EMA <- the initial policy; pi_ref is not updated."""
         spec, opt = self.spec, self.optim
         target: dict[str, Any] = {"reset_to": spec.reset_to}
         if spec.reset_to == "best":
@@ -143,7 +160,11 @@ class ResetManager:
                 target.update(restored_step=None, best_val=None)
             else:
                 target.update(restored_step=self.best.restore(self.policy), best_val=self.best.best)
-        ref_rec = self.ref.reset_to(self.policy, spec.ref_update, spec.ref_mix_alpha)
+        if self.elastic is not None:
+            target.update(self.elastic.reset(self.policy))
+            ref_rec: dict[str, Any] = {"ref_update": None, "ref_mix_alpha": None}  # pi_ref stays the initial policy
+        else:
+            ref_rec = self.ref.reset_to(self.policy, spec.ref_update, spec.ref_mix_alpha)
         ev = decision.to_event()
         record = {
             "step": ev.pop("step"),
@@ -185,16 +206,23 @@ class ResetManager:
         return record
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "trigger": self.trigger.state_dict(),
             "best": self.best.state_dict(),
             "recovery": self.recovery.state_dict(),
         }
+        if self.elastic is not None:
+            out["elastic"] = self.elastic.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.trigger.load_state_dict(state["trigger"])
         self.best.load_state_dict(state["best"])
         self.recovery.load_state_dict(state["recovery"])
+        if self.elastic is not None:
+            if "elastic" not in state:
+                raise KeyError("checkpoint has no Elastic Reset state (--reset_to elastic)")
+            self.elastic.load_state_dict(state["elastic"])
 
 
 class EvalMonitors:

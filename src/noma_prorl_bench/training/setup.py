@@ -179,7 +179,7 @@ def managers(tr) -> None:
     the Trainer."""
     specs, optim = tr.specs, tr.learner.optim
     tr.resets = ResetManager(
-        specs.resets, tr.policy, tr.ref, optim, tr.write_event, critic=tr.critic
+        specs.resets, tr.policy, tr.ref, optim, tr.write_event, critic=tr.critic, timer=tr.timer
     )  # triggers, best checkpoint, recovery, the critic's --critic_reset
     tr.monitors = EvalMonitors(
         specs.evaluation,

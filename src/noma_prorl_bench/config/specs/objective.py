@@ -39,7 +39,14 @@ class KLSpec(Spec):
     """Place the KL penalty in the loss (beta * KL_t added to each token's loss), or in the reward (see --kl_reward_form), computed between logp_old and logp_ref at rollout time."""
     kl_reward_form: Literal["token", "sequence"] = "token"
     """--kl_in reward only. token (default): REINFORCE++ (Hu 2025) as OpenRLHF does it: -beta*KL_t on every token, return-to-go, so token t's advantage sees r - beta*sum_{s>=t} KL_s (group baselines act on the outcome reward first; reinforce_pp whitens the token returns over the batch); advantages become per token [N, T]. sequence: r - beta*sum_t KL_t, one shaped reward per sequence before the advantage estimator (TRL 1.16 RLOOTrainer's form)."""
+    kl_clip: float = 0.0
+    """Clamp the per-token log-ratio log pi_theta - log pi_anchor to [-X, X] before every KL estimator (k1, k2, k3, k3_ratio; full: each vocabulary entry's; docs/losses.md), so a clamped token adds no KL gradient; kl/clip_frac logs the fraction of response tokens clamped. 0: off (the default); else a finite X > 0."""
     variant: str = copy_of(ReferenceSpec, "variant")
+
+    @property
+    def clip(self) -> float | None:
+        """--kl_clip, or None when off."""
+        return self.kl_clip or None
 
     @property
     def estimator(self) -> str:
@@ -64,6 +71,8 @@ class KLSpec(Spec):
         return kl_metric_key(self.kl_estimator)
 
     def check(self) -> None:
+        if self.kl_clip < 0:
+            raise ConfigError("kl_clip", f"must be 0 (off) or a finite number > 0, got {self.kl_clip}")
         if self.kl_in == "reward" and self.kl_estimator in ("full", "k3_ratio"):
             raise ConfigError(
                 "kl_estimator",

@@ -29,11 +29,17 @@ class ResetSpec(Spec):
     stall_min_delta: float = 0.0
     """Improvement over the best validation reward that counts as progress."""
     reset_to: ResetTo = "current"
-    """Reset target: the current policy (ProRL v2) or the best checkpoint by validation reward (ProRL v1; the policy is restored too)."""
+    """Reset target: the current policy (ProRL v2), the best checkpoint by validation reward (ProRL v1; the policy is restored too), or elastic: Elastic Reset (Noukhovitch et al. 2023), policy <- its EMA (--elastic_decay), then EMA <- the initial policy; the KL reference stays the initial policy."""
+    elastic_decay: float = 0.995
+    """--reset_to elastic: decay d of the policy's EMA, updated after every step: ema <- d*ema + (1-d)*pi; in (0, 1)."""
     ref_update: RefUpdate = "hard"
-    """Reference update rule at a reset: hard copy or Polyak mix ref <- a*pi + (1-a)*ref."""
+    """Reference update rule: hard copy or Polyak mix ref <- a*pi + (1-a)*ref at a reset; ema: no resets, a moving reference ref <- tau*ref + (1-tau)*pi every --ref_ema_every steps (EMA-PG)."""
     ref_mix_alpha: float = 0.6
     """Polyak mixing weight a (TRL sync_ref_model uses 0.6)."""
+    ref_ema_tau: float = 0.95
+    """--ref_update ema: weight tau of the old reference, in (0, 1)."""
+    ref_ema_every: int = 10
+    """--ref_update ema: steps between reference updates (after steps N, 2N, ...), >= 1."""
     opt_reset: OptReset = "keep"
     """Adam moments at a reset: keep; hard (moments, step, schedule cleared); soft (m,v *= soft_factor); asym (m *= soft_factor, v kept)."""
     soft_factor: float = 0.2
@@ -68,6 +74,16 @@ class ResetSpec(Spec):
         """Whether a switch reads evaluations (the stall trigger, the best-checkpoint target)."""
         return self.reset_on_stall > 0 or self.reset_to == "best"
 
+    @property
+    def moving_reference(self) -> bool:
+        """Whether the reference moves without resets (--ref_update ema)."""
+        return self.ref_update == "ema"
+
+    @property
+    def elastic(self) -> bool:
+        """Whether resets are Elastic Reset (--reset_to elastic: the policy's EMA is kept every step)."""
+        return self.reset_to == "elastic"
+
     def check(self) -> None:
         self.nonneg("reset_every", "reset_kl_above", "reset_kl_min_gap", "reset_on_stall", "stall_min_delta")
         if not 0.0 <= self.soft_factor <= 1.0:
@@ -75,3 +91,42 @@ class ResetSpec(Spec):
         if not 0.0 < self.ref_mix_alpha <= 1.0:
             raise ConfigError("ref_mix_alpha", f"must be in (0, 1], got {self.ref_mix_alpha}")
         self.binary("reset_opt_step", "reset_lr_schedule", "reset_kl_coef")
+        for n in ("ref_ema_tau", "elastic_decay"):
+            if not 0.0 < getattr(self, n) < 1.0:
+                raise ConfigError(n, f"must be in (0, 1) (exclusive), got {getattr(self, n)}")
+        if self.ref_ema_every < 1:
+            raise ConfigError("ref_ema_every", f"must be an integer >= 1, got {self.ref_ema_every}")
+        self._check_anchors()
+
+    def _check_anchors(self) -> None:
+        """The moving reference (ema) and Elastic Reset: their flags alone are errors, not no-ops, and
+        combinations with nothing to do or two rules for one reference are refused."""
+        if self.ref_update != "ema":
+            for n in ("ref_ema_tau", "ref_ema_every"):
+                if self.changed(n):
+                    raise ConfigError(n, f"only applies to --ref_update ema (got --ref_update {self.ref_update})")
+        elif self.any_trigger:
+            first = next(n for n in ("reset_every", "reset_kl_above", "reset_on_stall") if getattr(self, n))
+            raise ConfigError(
+                first,
+                "reset triggers need --ref_update hard or polyak; --ref_update ema moves the reference "
+                "every --ref_ema_every steps by itself (drop the trigger or pick hard/polyak)",
+            )
+        if self.reset_to != "elastic":
+            if self.changed("elastic_decay"):
+                raise ConfigError(
+                    "elastic_decay", f"only applies to --reset_to elastic (got --reset_to {self.reset_to})"
+                )
+            return
+        if self.ref_update != "hard":
+            raise ConfigError(
+                "ref_update",
+                f"must stay hard with --reset_to elastic (its KL reference is the initial policy and is "
+                f"never updated), got {self.ref_update}",
+            )
+        if not self.any_trigger:
+            raise ConfigError(
+                "reset_to",
+                "elastic needs a reset trigger (--reset_every, --reset_kl_above or --reset_on_stall): "
+                "without one it never resets",
+            )
