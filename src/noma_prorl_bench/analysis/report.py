@@ -156,7 +156,7 @@ def portable(value: Any, base: Path) -> Any:
 def failed_checks(report_md: str | Path) -> list[str]:
     """Names of the identical-by-construction checks that failed, from the summary.json beside
     `report_md` (the suite's exit code)."""
-    summary = json.loads((Path(report_md).parent / "summary.json").read_text())
+    summary = json.loads(safe_files.read_bytes(str(Path(report_md).parent / "summary.json")))
     return [c["name"] for c in summary.get("checks", []) if c.get("identical") is False]
 
 
