@@ -258,7 +258,8 @@ def suite_rows(
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
     arms = _matrix_order(cmp.arm_table(runs, suite), suite)
-    comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
+    listed = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
+    comparisons = list({json.dumps(c): c for c in listed}.values())  # one row per comparison, however often listed
     checks = [list(c) for c in (suite or {}).get("checks") or []]
     interleaved = bool(settings.get("interleaved", False))
     rows = cmp.compare(arms, comparisons, k, (suite or {}).get("families"), checks, interleaved)
