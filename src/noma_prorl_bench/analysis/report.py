@@ -38,6 +38,7 @@ from noma_prorl_bench.analysis.findings import (
     result_matrix,
     threshold_source,
 )
+from noma_prorl_bench.analysis.plateau import plateau_lines
 from noma_prorl_bench.analysis.plots import check_outputs, save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
@@ -238,6 +239,7 @@ def write_report(
     lines += [""] + check_lines(check_rows)
     lines += atlas_section(arms, rows, k, Path(figures_dir), rel)
     lines += comparison_lines(rows, "" if interleaved else TIMING_NOTE)
+    lines += plateau_lines(arms, rows)
     lines += gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})", ""]
     lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
