@@ -34,9 +34,16 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     try:
         explicit = with_config_file(explicit, CONFIG_ORIGINS)  # --config FILE: its values under the flags given
         if explicit.get("resume"):
-            from noma_prorl_bench.io.resume import resume_config
+            from noma_prorl_bench.io.lock import release_held
+            from noma_prorl_bench.io.resume import require_intact_log, resume_config
 
-            return resume_config(explicit)  # takes the run lock first; metrics.jsonl holds steps 1..k once
+            cfg, ckpt = resume_config(explicit)  # takes the run lock before it reads the checkpoint
+            try:
+                require_intact_log(cfg, ckpt)  # metrics.jsonl holds steps 1..k exactly once
+            except BaseException:
+                release_held(cfg.outdir)
+                raise
+            return cfg, ckpt
         cfg = make_config(explicit)
         if cfg.task.startswith("jsonl:") and "n_val" not in explicit:  # what the file allows (tasks/jsonl.py)
             from noma_prorl_bench.tasks import jsonl_n_val  # noqa: PLC0415  (imports torch)

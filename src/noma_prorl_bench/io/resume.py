@@ -116,7 +116,8 @@ def require_verified(ckpt: Checkpoint) -> None:
 
 def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
     """ConfigError (--resume) unless the run's metrics.jsonl holds steps 1..k exactly once
-    (`check_metrics_log`); checked by `resume_config` under the lock, before anything is written."""
+    (`check_metrics_log`); called by the CLI after `resume_config` (under the lock), before anything
+    is written."""
     problem = check_metrics_log(os.path.join(cfg.outdir, "metrics.jsonl"), ckpt.step)
     if problem:
         raise ConfigError(
@@ -215,9 +216,9 @@ def find_resumable(outdir: str) -> str:
 
 def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     """The config of a resumed run: the checkpoint's config, then the flags given now. Refused
-    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS, or if the log cannot be
-    continued (`require_intact_log`). The run lock is taken before the checkpoint is read and kept
-    for the run (`lock.hold`; given back on a refusal): a second resume of the directory is refused."""
+    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS. The run lock is taken
+    before the checkpoint is read and kept for the run (`lock.hold`; given back on a refusal, and by
+    `lock.release_held` when the caller stops): a second resume of the directory is refused."""
     if not explicit.get("outdir"):
         raise ConfigError("outdir", "is required")
     if explicit.get("overwrite"):
@@ -231,12 +232,10 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     except (lock.RunLocked, RunDirRefused) as e:
         raise ConfigError("outdir", str(e).removeprefix("argument --outdir: ")) from e
     try:
-        cfg, ckpt = _resume_config(explicit)
-        require_intact_log(cfg, ckpt)  # metrics.jsonl holds steps 1..k exactly once
+        return _resume_config(explicit)
     except BaseException:
         lock.release_held(explicit["outdir"])
         raise
-    return cfg, ckpt
 
 
 def _resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
