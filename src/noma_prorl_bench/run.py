@@ -72,6 +72,7 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
 
 
 def _main(cfg: RunConfig, ckpt, prog: str) -> int:
+    # over 60 lines: one flat list of the run's exit paths (each exception -> its one line and exit code)
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error
