@@ -152,7 +152,8 @@ def _difference(a: dict, b: dict) -> tuple[str, Any, Any, int] | None:
     keys = sorted(k for k in set(a) | set(b) if k not in PER_RUN_KEYS and a.get(k) != b.get(k))
     if keys:
         return keys[0], a.get(keys[0]), b.get(keys[0]), len(keys) - 1
-    va, vb = (c.get("versions") if isinstance(c.get("versions"), dict) else {} for c in (a, b))
+    va: dict = a["versions"] if isinstance(a.get("versions"), dict) else {}
+    vb: dict = b["versions"] if isinstance(b.get("versions"), dict) else {}
     if va.get("git_commit") and vb.get("git_commit") and va["git_commit"] != vb["git_commit"]:
         return "versions.git_commit", va["git_commit"], vb["git_commit"], 0
     machine = kernel_differences(a.get("machine"), b.get("machine"))

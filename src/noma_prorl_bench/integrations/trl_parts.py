@@ -144,7 +144,7 @@ def update_reference(pairs: list[tuple[str, torch.Tensor, torch.Tensor]], cfg: R
 
 
 #: the keys of the plug-in's reset_state.json (ResetGRPOTrainer._reset_state writes them)
-STATE_KEYS = ("config", "trigger", "n_resets", "merged", "events", "pending", "best", "unlogged")
+STATE_KEYS: tuple[str, ...] = ("config", "trigger", "n_resets", "merged", "events", "pending", "best", "unlogged")
 STATE_KEYS += ("optimizer_step", "ref_sha256")
 
 
