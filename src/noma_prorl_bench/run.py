@@ -34,10 +34,15 @@ def resolve_config(argv: Optional[list[str]], prog: str):
     try:
         explicit = with_config_file(explicit, CONFIG_ORIGINS)  # --config FILE: its values under the flags given
         if explicit.get("resume"):
+            from noma_prorl_bench.io.lock import release_held
             from noma_prorl_bench.io.resume import require_intact_log, resume_config
 
-            cfg, ckpt = resume_config(explicit)
-            require_intact_log(cfg, ckpt)  # metrics.jsonl holds steps 1..k exactly once
+            cfg, ckpt = resume_config(explicit)  # takes the run lock before it reads the checkpoint
+            try:
+                require_intact_log(cfg, ckpt)  # metrics.jsonl holds steps 1..k exactly once
+            except BaseException:
+                release_held(cfg.outdir)
+                raise
             return cfg, ckpt
         cfg = make_config(explicit)
         if cfg.task.startswith("jsonl:") and "n_val" not in explicit:  # what the file allows (tasks/jsonl.py)
@@ -57,6 +62,17 @@ def resolve_config(argv: Optional[list[str]], prog: str):
 
 def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_bench.run") -> int:
     cfg, ckpt = resolve_config(argv, prog)  # parse first: --help and flag errors never import torch
+    try:
+        return _main(cfg, ckpt, prog)
+    finally:
+        if ckpt is not None:  # the lock --resume took before reading, unless the run took it over
+            from noma_prorl_bench.io.lock import release_held
+
+            release_held(cfg.outdir)
+
+
+def _main(cfg: RunConfig, ckpt, prog: str) -> int:
+    # over 60 lines: one flat list of the run's exit paths (each exception -> its one line and exit code)
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error

@@ -259,10 +259,11 @@ def test_report_on_a_run_dir_keeps_its_summary_json(tmp_path):
 
 
 def test_report_refuses_a_linked_out_and_leaves_the_target(tmp_path, victim, capsys):
-    d = _run_dir(tmp_path)
-    os.symlink(victim, d / "report.md")
+    d, o = _run_dir(tmp_path), tmp_path / "out"
+    o.mkdir()
+    os.symlink(victim, o / "report.md")
     with pytest.raises(SystemExit) as e:
-        report_main([str(d), "--out", str(d / "report.md")])
+        report_main([str(d), "--out", str(o / "report.md")])
     assert e.value.code == 2 and _untouched(victim)
     err = capsys.readouterr().err
     assert "report.md" in err and "symbolic link" in err and "Traceback" not in err

@@ -169,11 +169,14 @@ def test_report_reading_refuses_a_fifo_with_one_line(tmp_path, name):
     assert "\n" not in str(e.value) and not str(e.value).startswith("argument")
 
 
-def test_report_reading_accepts_a_hard_linked_copy(tmp_path):
+def test_report_reading_refuses_a_hard_linked_copy(tmp_path):
+    """A run file with two names is refused for reading too (one rule for every command: exactly one link)."""
     d = write_run(tmp_path / "run", seed=0)
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in os.listdir(d):
         os.link(d / f, copy / f)
     assert find_run_dirs(tmp_path) == [copy, d]
-    assert load_run(copy).steps.tolist() == load_run(d).steps.tolist()
+    with pytest.raises(ValueError, match="config.json' has 2 hard links") as e:
+        load_run(copy)
+    assert "\n" not in str(e.value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -33,6 +34,8 @@ def plot_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 DPI_RANGE = (10, 1000)
+#: the figure formats `plot --out` may name (its extension)
+PLOT_FORMATS = ("png", "pdf", "svg")
 # what a report or plot may fail with on a directory from elsewhere, reported as one line (exit 2)
 INPUT_ERRORS = (OSError, ValueError, RecursionError, OverflowError, TypeError, KeyError)
 
@@ -44,6 +47,11 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
     args = parser.parse_args(argv)
     if not DPI_RANGE[0] <= args.dpi <= DPI_RANGE[1]:
         parser.error(f"argument --dpi: must be in {DPI_RANGE[0]}..{DPI_RANGE[1]}, got {args.dpi}")
+    if Path(args.out).suffix.lower().lstrip(".") not in PLOT_FORMATS:
+        parser.error(
+            f"argument --out: {term_text(args.out, 200)!r} must end in one of "
+            f"{', '.join('.' + f for f in PLOT_FORMATS)} (the figure's format)"
+        )
     from noma_prorl_bench.analysis.plots import save_summary  # noqa: PLC0415 (after parsing)
     from noma_prorl_bench.analysis.runlog import load_runs  # noqa: PLC0415
     from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
@@ -82,10 +90,37 @@ def report_parser() -> argparse.ArgumentParser:
 
 
 def _read_json(parser: argparse.ArgumentParser, path: Path, flag: str):
+    """The JSON in `path` (None when absent), read as a run file (io/safe_files.py: no link, FIFO or
+    device, bounded by size); anything else is one line naming `flag` and the file (exit 2)."""
+    from noma_prorl_bench.io.safe_files import RunDirRefused, read_bytes  # noqa: PLC0415
+
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (ValueError, RecursionError, OSError) as err:
-        parser.error(f"argument {flag}: {path}: {_short(err)}")
+        return json.loads(read_bytes(str(path)))
+    except FileNotFoundError:
+        return None
+    except (ValueError, RecursionError, OSError, RunDirRefused) as err:
+        why = _short(err).removeprefix("argument --outdir: ")
+        parser.error(f"argument {flag}: {term_text(str(path), 200)}: {why}")
+
+
+def own_file_error(where: Path, run_dirs: Sequence[Path], flag: str, shown: str) -> str | None:
+    """Why writing a report's files into directory `where` would replace a file of one of `run_dirs`
+    (`where` is the run directory itself, whose summary.json and metrics.jsonl are its own, or one of
+    its checkpoints/, plots/, tb/, wandb/), else None."""
+    from noma_prorl_bench.io.safe_files import RUN_DIRS  # noqa: PLC0415
+
+    at = os.path.realpath(where)
+    for d in run_dirs:
+        real = os.path.realpath(d)
+        rel = os.path.relpath(at, real).split(os.sep)
+        if rel == ["."] or rel[0] in RUN_DIRS:
+            return (
+                f"argument {flag}: {term_text(shown, 200)!r} would write into run directory {term_text(str(d), 200)} "
+                "over its own files (a report writes report.md, report.json, summary.json and figures/; the run has "
+                f"its own summary.json, metrics.jsonl, ...): write it elsewhere, e.g. "
+                f"{term_text(str(Path(d) / 'report' / 'report.md'), 200)} (the default)"
+            )
+    return None
 
 
 def _short(err: BaseException) -> str:
@@ -112,6 +147,11 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     first = Path(args.dirs[0])
     # a run directory's own files (summary.json, ...) are only written with an explicit --out
     out = Path(args.out) if args.out else first / ("report" if (first / "config.json").is_file() else "") / "report.md"
+    own = own_file_error(out.parent, run_dirs, "--out", str(out)) or (
+        own_file_error(Path(args.figures), run_dirs, "--figures", args.figures) if args.figures else None
+    )
+    if own:
+        parser.error(own)
     settings_file = Path(args.settings) if args.settings else Path(args.dirs[0]) / "settings.json"
     settings = _read_json(parser, settings_file, "--settings") or {}
     if not isinstance(settings, dict):

@@ -109,10 +109,57 @@ def arm_table(runs: Sequence[Run], suite: dict | None = None) -> dict[str, dict[
             entry = listed.get(run.path.name)
             if entry is not None:
                 arms.setdefault(entry["arm"], {})[entry["pair"]] = run
-        return arms
-    for label, members in group_runs(list(runs)).items():
-        arms[label] = {json.dumps(r.seed): r for r in members}
+    else:
+        for label, members in group_runs(list(runs)).items():
+            arms[label] = {json.dumps(r.seed): r for r in members}
+    mixed = mixed_arm(arms)
+    if mixed:
+        raise ValueError(mixed)
     return arms
+
+
+#: config.json keys in which the runs of one arm may differ: the seed, and where a run was written and how
+#: it was driven (flags a resume may change that change nothing it computes); the commit and the machine
+#: are compared apart (`versions.git_commit`, the machine record's kernel fields)
+PER_RUN_KEYS = frozenset(
+    {"seed", "outdir", "run_id", "argv", "resumes", "overwrite", "resume", "quiet", "plots", "save_every"}
+    | {"keep_checkpoints", "on_nan", "threads", "versions", "machine"}
+)
+
+
+def mixed_arm(arms: dict[str, dict[Any, Run]]) -> str | None:
+    """Why an arm's runs are not one treatment on several seeds (one line naming the arm, the key and
+    both runs' values), else None: their configurations differ outside PER_RUN_KEYS, or the commit or
+    the machine their config.json records (when both record one) differ."""
+    for arm, members in arms.items():
+        runs = list(members.values())
+        for other in runs[1:]:
+            diff = _difference(runs[0].config, other.config)
+            if diff:
+                key, x, y, more = diff
+                return (
+                    f"arm {arm!r} mixes runs that differ in {key!r} ({runs[0].path.name}: {str(x)[:60]!r}, "
+                    f"{other.path.name}: {str(y)[:60]!r}{f'; {more} more keys differ' if more else ''}): the "
+                    "runs of one arm differ only in --seed (same configuration, commit and machine)"
+                )
+    return None
+
+
+def _difference(a: dict, b: dict) -> tuple[str, Any, Any, int] | None:
+    """(the first key in which two runs' config.json differ, its two values, how many more keys differ)."""
+    from noma_prorl_bench.io.machine import kernel_differences  # noqa: PLC0415
+
+    keys = sorted(k for k in set(a) | set(b) if k not in PER_RUN_KEYS and a.get(k) != b.get(k))
+    if keys:
+        return keys[0], a.get(keys[0]), b.get(keys[0]), len(keys) - 1
+    va: dict = a["versions"] if isinstance(a.get("versions"), dict) else {}
+    vb: dict = b["versions"] if isinstance(b.get("versions"), dict) else {}
+    if va.get("git_commit") and vb.get("git_commit") and va["git_commit"] != vb["git_commit"]:
+        return "versions.git_commit", va["git_commit"], vb["git_commit"], 0
+    machine = kernel_differences(a.get("machine"), b.get("machine"))
+    if machine and machine != ["unrecorded"]:
+        return f"machine.{machine[0]}", a["machine"].get(machine[0]), b["machine"].get(machine[0]), len(machine) - 1
+    return None
 
 
 def _typical_a1(arms: dict[str, dict[Any, Run]]) -> str | None:

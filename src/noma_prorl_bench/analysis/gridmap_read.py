@@ -102,7 +102,7 @@ def read_suite(root: str | Path) -> SuiteMap:
     ]
     if not dirs:
         raise ValueError(f"{root}: none of the runs its suite.json lists has been written yet")
-    runs = load_runs(dirs)
+    runs = load_runs(dirs, root)  # no run reached through a link inside the suite
     _, _, k, arms, rows = suite_rows(runs, settings, suite)  # the report's own numbers
     tasks = sorted({str(r.config.get("task")) for r in runs})
     if len(tasks) != 1:

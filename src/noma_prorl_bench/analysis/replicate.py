@@ -44,14 +44,15 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
     """Per comparison (name, metric) of `old`: the committed and the new effect, interval, verdict
     and pairs, and whether the verdict replicates (module docstring). A comparison the new report
     lacks (its arms were not re-run) is left out."""
-    new_rows = {(c.get("name"), c.get("metric")): c for c in new.get("comparisons", []) if isinstance(c, dict)}
-    sizes_old = Counter(c.get("family") for c in old.get("comparisons", []) if isinstance(c, dict))
+    new_rows = _unique(new.get("comparisons", []))
+    committed = list(_unique(old.get("comparisons", [])).values())  # a comparison listed twice counts once
+    sizes_old = Counter(c.get("family") for c in committed)
     sizes_new = Counter(c.get("family") for c in new_rows.values())
     out = []
-    for c in old.get("comparisons", []):
-        if not isinstance(c, dict) or (c.get("name"), c.get("metric")) not in new_rows:
+    for c in committed:
+        if (str(c.get("name")), str(c.get("metric"))) not in new_rows:
             continue
-        n = new_rows[(c.get("name"), c.get("metric"))]
+        n = new_rows[(str(c.get("name")), str(c.get("metric")))]
         ci_old, ci_new = list(c.get("ci95") or [math.nan] * 2), list(n.get("ci95") or [math.nan] * 2)
         ci_new = [math.nan if v is None else v for v in ci_new]
         ci_old = [math.nan if v is None else v for v in ci_old]
@@ -72,6 +73,15 @@ def compare_summaries(old: dict, new: dict) -> list[dict[str, Any]]:
                 within=within,
             )
         )
+    return out
+
+
+def _unique(comparisons: Any) -> dict[tuple, dict]:
+    """The comparisons of a summary.json by (name, metric), the first of each kept (a list, else none)."""
+    out: dict[tuple, dict] = {}
+    for c in comparisons if isinstance(comparisons, list) else []:
+        if isinstance(c, dict):
+            out.setdefault((str(c.get("name")), str(c.get("metric"))), c)
     return out
 
 

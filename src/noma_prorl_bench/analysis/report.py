@@ -157,7 +157,7 @@ def portable(value: Any, base: Path) -> Any:
 def failed_checks(report_md: str | Path) -> list[str]:
     """Names of the identical-by-construction checks that failed, from the summary.json beside
     `report_md` (the suite's exit code)."""
-    summary = json.loads((Path(report_md).parent / "summary.json").read_text())
+    summary = json.loads(safe_files.read_bytes(str(Path(report_md).parent / "summary.json")))
     return [c["name"] for c in summary.get("checks", []) if c.get("identical") is False]
 
 
@@ -260,7 +260,8 @@ def suite_rows(
     runs = [r for rs in groups.values() for r in sorted(rs, key=lambda r: json.dumps(r.seed))]
     k = int(settings.get("score_evals", cmp.DEFAULT_K))
     arms = _matrix_order(cmp.arm_table(runs, suite), suite)
-    comparisons = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
+    listed = (suite or {}).get("comparisons") or cmp.default_comparisons(arms)
+    comparisons = list({json.dumps(c): c for c in listed}.values())  # one row per comparison, however often listed
     checks = [list(c) for c in (suite or {}).get("checks") or []]
     interleaved = bool(settings.get("interleaved", False))
     rows = cmp.compare(arms, comparisons, k, (suite or {}).get("families"), checks, interleaved)

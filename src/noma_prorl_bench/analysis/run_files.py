@@ -1,9 +1,10 @@
 """A run's files read tolerantly (the readers behind runlog.load_run): a partial last JSONL line
 (a run killed mid-write) is dropped; an unparseable line elsewhere is dropped with a warning;
 both are recorded in the `dropped` list the caller passes. A run file that is a symlink, FIFO,
-socket, device or directory is not read: ValueError naming it (io/safe_files.py; hard links are
-fine for reading). Metric rows become numpy columns aligned on their steps; the step-0 row (before
-RL) is kept apart.
+socket, device, directory or a file with several hard links, or that lies below a symlinked
+directory of the run or suite, or that is larger than its bound, is not read: ValueError naming
+it (io/safe_files.py); samples.jsonl is read only up to SAMPLES_LIMIT. Metric rows become numpy
+columns aligned on their steps; the step-0 row (before RL) is kept apart.
 """
 
 from __future__ import annotations
@@ -19,20 +20,31 @@ import numpy as np
 from noma_prorl_bench.analysis.untrusted import term_text
 from noma_prorl_bench.io import safe_files
 
+#: the most a report reads of samples.jsonl (its first lines; a longer file is read that far, not whole)
+SAMPLES_LIMIT = 64 << 20
 
-def read_text(path: Path) -> str:
-    """A run file's text (safe_files.read_bytes: no link followed, never a FIFO, socket or device);
-    FileNotFoundError if absent, ValueError naming what it is otherwise."""
+
+def read_text(path: Path, root: Path | None = None, head: int | None = None) -> str:
+    """A run file's text (safe_files: no link followed, also no symlinked directory below `root`; never
+    a FIFO, socket, device or a file with several hard links; its size bounded before it is read);
+    with `head`, only its first `head` bytes (a partial last line is then dropped by `read_jsonl`).
+    FileNotFoundError if absent, ValueError naming the file otherwise."""
     try:
-        return safe_files.read_bytes(str(path), links_ok=True).decode("utf-8", errors="replace")
+        if head is None:
+            raw = safe_files.read_bytes(str(path), root=None if root is None else str(root))
+        else:
+            raw, _ = safe_files.read_head(str(path), head, None if root is None else str(root))
     except safe_files.RunDirRefused as err:
         raise ValueError(str(err).removeprefix("argument --outdir: ")) from err
+    return raw.decode("utf-8", errors="replace")
 
 
-def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: Path, dropped: list[str] | None = None, root: Path | None = None, head: int | None = None
+) -> list[dict[str, Any]]:
     """Parse a JSONL file; drop a partial last line and (with a warning) bad middle lines."""
     try:
-        lines = read_text(path).splitlines()
+        lines = read_text(path, root, head).splitlines()
     except FileNotFoundError:
         return []
     rows: list[dict[str, Any]] = []
@@ -42,7 +54,7 @@ def read_jsonl(path: Path, dropped: list[str] | None = None) -> list[dict[str, A
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             obj = None
         if not isinstance(obj, dict):
             if dropped is not None:

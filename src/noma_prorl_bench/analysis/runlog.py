@@ -45,7 +45,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noma_prorl_bench.analysis.run_files import align_metrics, initial_values, is_step0, read_jsonl, read_text
+from noma_prorl_bench.analysis.run_files import (
+    SAMPLES_LIMIT,
+    align_metrics,
+    initial_values,
+    is_step0,
+    read_jsonl,
+    read_text,
+)
 from noma_prorl_bench.config import REF_CODES, kl_metric_key
 
 #: Config keys that never distinguish configurations (per-run bookkeeping).
@@ -155,9 +162,11 @@ def kl_loss_key(run: Run) -> str:
     return next((k for k in ("kl/k3", "kl/k1", "kl/k2") if run.has(k)), key)
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Load one run directory. FileNotFoundError if absent; ValueError if not a run."""
+def load_run(run_dir: str | Path, root: str | Path | None = None) -> Run:
+    """Load one run directory (below `root`, a suite folder, no directory reached through a link).
+    FileNotFoundError if absent; ValueError if not a run, or naming the run file that is refused."""
     path = Path(run_dir)
+    base = Path(root) if root is not None else path
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such directory")
     if not path.is_dir():
@@ -166,21 +175,21 @@ def load_run(run_dir: str | Path) -> Run:
     if missing:
         raise ValueError(f"{path} is not a run directory: missing {', '.join(missing)}")
     try:
-        config = json.loads(read_text(path / "config.json"))
-    except json.JSONDecodeError as err:
+        config = json.loads(read_text(path / "config.json", base))
+    except (json.JSONDecodeError, RecursionError) as err:
         raise ValueError(f"{path}/config.json is not valid JSON: {err}") from err
     if not isinstance(config, dict):
         raise ValueError(f"{path}/config.json is not a JSON object")
     dropped: list[str] = []
-    rows = read_jsonl(path / "metrics.jsonl", dropped)
+    rows = read_jsonl(path / "metrics.jsonl", dropped, base)
     steps, metrics = align_metrics([r for r in rows if not is_step0(r)])
-    events = read_jsonl(path / "events.jsonl", dropped)
-    samples = read_jsonl(path / "samples.jsonl", dropped)
+    events = read_jsonl(path / "events.jsonl", dropped, base)
+    samples = read_jsonl(path / "samples.jsonl", dropped, base, head=SAMPLES_LIMIT)
     summary = None
     if os.path.lexists(path / "summary.json"):
         try:
-            summary = json.loads(read_text(path / "summary.json"))
-        except json.JSONDecodeError:
+            summary = json.loads(read_text(path / "summary.json", base))
+        except (json.JSONDecodeError, RecursionError):
             dropped.append("summary.json")
     run = Run(
         path,
@@ -278,9 +287,9 @@ def assign_labels(runs: Sequence[Run]) -> None:
             run.label = f"{run.label} [{run.path.name}]"
 
 
-def load_runs(run_dirs: Sequence[str | Path]) -> list[Run]:
-    """Load several runs and label them by what varies between them."""
-    runs = [load_run(d) for d in run_dirs]
+def load_runs(run_dirs: Sequence[str | Path], root: str | Path | None = None) -> list[Run]:
+    """Load several runs (below `root`, a suite folder: `load_run`) and label them by what varies between them."""
+    runs = [load_run(d, root) for d in run_dirs]
     assign_labels(runs)
     return runs
 
@@ -299,7 +308,13 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     """Run directories at or below `root` (those holding config.json and metrics.jsonl)."""
     root = Path(root)
     found = {p.parent for p in root.rglob("config.json") if (p.parent / "metrics.jsonl").is_file()}
-    return sorted(found)
+    return sorted(p for p in found if not _below_link(p, root))
+
+
+def _below_link(path: Path, root: Path) -> bool:
+    """Whether a directory between `root` and `path` (or `path` itself) is a symbolic link."""
+    rel = path.relative_to(root).parts
+    return any((root.joinpath(*rel[: i + 1])).is_symlink() for i in range(len(rel)))
 
 
 # ---------------------------------------------------------------- per-run numbers

@@ -122,10 +122,9 @@ def _parse(path: str) -> Any:
         ) from e
     except RecursionError as e:
         raise ConfigError("config", f"{path!r} does not parse: its values nest too deep") from e
-    except ValueError as e:  # json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError, the bounds above
-        raise ConfigError("config", f"{path!r} does not parse: {e}") from e
-    except Exception as e:  # noqa: BLE001  yaml.YAMLError is not a ValueError
-        raise ConfigError("config", f"{path!r} does not parse: {e}") from e
+    except Exception as e:  # noqa: BLE001  ValueError (JSON, TOML, UTF-8, the bounds above), yaml.YAMLError
+        why = " ".join(str(e).replace('in "<unicode string>", ', "").split())  # YAML's marks span lines
+        raise ConfigError("config", f"{path!r} does not parse: {why[:300]}") from e
 
 
 #: the Python types a JSON value is made of (task_kwargs must be one: the task's builder gets it as JSON)

@@ -72,14 +72,15 @@ class SpanRecorder:
 
 
 def load_timeline(run_dir: str | Path) -> list[dict]:
-    """The spans of a run directory (a partial last line is dropped)."""
+    """The spans of a run directory (a partial last line is dropped; read as a run file: io/safe_files.py)."""
+    from noma_prorl_bench.io.safe_files import read_bytes  # noqa: PLC0415
+
     spans = []
-    with open(Path(run_dir) / "timeline.jsonl", encoding="utf-8") as f:
-        for line in f:
-            try:
-                spans.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for line in read_bytes(str(Path(run_dir) / "timeline.jsonl")).decode("utf-8", errors="replace").splitlines():
+        try:
+            spans.append(json.loads(line))
+        except (json.JSONDecodeError, RecursionError):
+            continue
     return spans
 
 

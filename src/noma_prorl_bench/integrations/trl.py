@@ -60,6 +60,7 @@ from noma_prorl_bench.integrations.trl_parts import (
     anchors_after_step,
     load_elastic,
     log_reset,
+    read_reset_state,
     reference_checksum,
     refusal,
     save_elastic,
@@ -113,7 +114,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
         targs = bound.get("args")
         if targs is None:
-            raise ValueError("ResetGRPOTrainer needs args=GRPOConfig(...) with beta > 0")
+            raise ValueError("ResetGRPOTrainer: args: needs args=GRPOConfig(...) with beta > 0 (none given)")
         why = refusal(targs, cfg, bound.get("optimizers"), bound.get("eval_dataset"))
         if why is not None:
             raise ValueError(f"ResetGRPOTrainer: {why}")
@@ -159,7 +160,8 @@ class ResetGRPOTrainer(GRPOTrainer):
             return unique_targets([(n, t, named[n.replace(".ref.", ".default.")]) for n, t in ref.items()])
         src = policy.state_dict()
         if set(src) != set(ref):
-            raise KeyError(f"policy and reference state differ: {sorted(set(src) ^ set(ref))[:3]}")
+            odd = sorted(set(src) ^ set(ref))[:3]
+            raise ValueError(f"ResetGRPOTrainer: ref_model: its state and the policy's (model) differ in {odd}")
         return unique_targets([(n, t, src[n]) for n, t in ref.items()])
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
@@ -357,18 +359,21 @@ class ResetGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, STATE_FILE)
-        if not os.path.exists(path):
+        if not os.path.lexists(os.path.join(checkpoint, STATE_FILE)):
             raise ValueError(f"ResetGRPOTrainer: {checkpoint} has no {STATE_FILE} (not saved by ResetGRPOTrainer)")
-        with open(path) as f:
-            state = json.load(f)
-        if state["config"] != self.reset_config.to_dict():
-            diff = sorted(k for k in state["config"] if state["config"][k] != self.reset_config.to_dict().get(k))
-            raise ValueError(f"ResetGRPOTrainer: resumed with a different ResetConfig ({', '.join(diff)})")
+        state = read_reset_state(os.path.join(checkpoint, STATE_FILE))
+        now = self.reset_config.to_dict()
+        if state["config"] != now:
+            diff = sorted(k for k in set(state["config"]) | set(now) if state["config"].get(k) != now.get(k))
+            shown = "; ".join(f"{k}: saved {state['config'].get(k)!r}, now {now.get(k)!r}" for k in diff[:3])
+            raise ValueError(
+                f"ResetGRPOTrainer: reset_config: resumed with a different ResetConfig ({', '.join(diff)}): {shown}"
+            )
         saved = load_file(os.path.join(checkpoint, REF_FILE))
         ref = self._ref_tensors()
         if set(saved) != set(ref):
-            raise ValueError(f"ResetGRPOTrainer: {REF_FILE} does not match the reference's tensors")
+            odd = sorted(set(saved) ^ set(ref))[:3]
+            raise ValueError(f"ResetGRPOTrainer: {REF_FILE} does not match the reference's tensors (differ: {odd})")
         with torch.no_grad():
             for name, t in ref.items():
                 t.copy_(saved[name].to(t.device))
@@ -376,7 +381,20 @@ class ResetGRPOTrainer(GRPOTrainer):
             raise ValueError(f"ResetGRPOTrainer: the reference loaded from {checkpoint} fails its checksum")
         step = optimizer_step_count(torch_optimizer(self.optimizer))
         if step != state["optimizer_step"]:
-            raise ValueError(f"ResetGRPOTrainer: optimizer step {step} after loading, {state['optimizer_step']} saved")
+            raise ValueError(
+                f"ResetGRPOTrainer: {STATE_FILE}: optimizer_step {state['optimizer_step']!r} saved, the optimizer "
+                f"loaded from {checkpoint} is at step {step}"
+            )
+        try:
+            self._load_reset_state(state, checkpoint)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ValueError(
+                f"ResetGRPOTrainer: resume_from_checkpoint: {checkpoint}/{STATE_FILE} does not fit this trainer "
+                f"({type(e).__name__}: {' '.join(str(e).split())[:160]})"
+            ) from e
+
+    def _load_reset_state(self, state: dict[str, Any], checkpoint: str) -> None:
+        """The trigger, counters, events, pending decision and best-so-far target of a saved reset state."""
         self._trigger.load_state_dict(state["trigger"])
         self._n_resets, self._merged = int(state["n_resets"]), int(state["merged"])
         self.reset_events = list(state["events"])

@@ -7,6 +7,7 @@ reset's logged metrics. Imports neither trl nor transformers.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from typing import Any
 
@@ -24,32 +25,40 @@ SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 def refusal(args: Any, cfg: ResetSpec, optimizers: Any, eval_dataset: Any) -> str | None:
     """Why this setup cannot be treated exactly (one line), or None."""
     if not args.beta:
-        return "beta=0.0: TRL builds no reference model, so there is nothing to reset; set GRPOConfig(beta=...) > 0"
+        return "args: GRPOConfig.beta=0.0: TRL builds no reference model, so there is nothing to reset; set beta > 0"
     if args.sync_ref_model:
         return (
-            "sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
+            "args: GRPOConfig.sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
             "ResetConfig.from_preset('trl_sync') instead"
         )
     if args.fp16:
-        return "fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
+        return "args: GRPOConfig.fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
     if args.deepspeed or args.fsdp:
-        return "DeepSpeed/FSDP: sharded or offloaded optimizer state is not supported (untested)"
+        field = "deepspeed" if args.deepspeed else "fsdp"
+        return f"args: GRPOConfig.{field} (DeepSpeed/FSDP): sharded or offloaded optimizer state is not supported"
     if getattr(args, "use_liger_kernel", False) or getattr(args, "use_liger_loss", False):
-        return "use_liger_kernel: Liger's fused loss path is not supported"
+        return "args: GRPOConfig.use_liger_kernel / use_liger_loss: Liger's fused loss path is not supported"
     opt = optimizers[0] if optimizers else None
     if opt is not None:
         if type(opt) not in SUPPORTED_OPTIMIZERS or any("step" in g for g in opt.param_groups):
             return (
-                f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) are treated exactly"
+                f"optimizers[0]: optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) "
+                "are treated exactly"
             )
     else:
         name = getattr(args.optim, "value", args.optim)
         if name not in SUPPORTED_OPTIM:
-            return f"optim={name!r}: allowed {', '.join(SUPPORTED_OPTIM)} (8-bit, fused-group-step, Adafactor: refused)"
+            return (
+                f"args: GRPOConfig.optim={name!r}: allowed {', '.join(SUPPORTED_OPTIM)} (8-bit, fused-group-step, "
+                "Adafactor: refused)"
+            )
     if cfg.needs_eval:
         strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
         if strategy == "no" or eval_dataset is None:
-            return "reset_on_stall / reset_to='best' read eval_reward: pass an eval_dataset and eval_strategy='steps'"
+            return (
+                "reset_config: ResetConfig.reset_on_stall / reset_to='best' read eval_reward: pass eval_dataset=... "
+                "and args=GRPOConfig(eval_strategy='steps')"
+            )
     return None
 
 
@@ -115,7 +124,7 @@ def add_ref_adapter(policy: Any) -> None:
         if ".ref." in name:
             p.requires_grad_(False)
     if not any(".ref." in n for n, _ in policy.named_parameters()):
-        raise ValueError("ResetGRPOTrainer: the PEFT model has no 'ref' adapter parameters to reset")
+        raise ValueError("ResetGRPOTrainer: model: the PEFT model has no 'ref' adapter parameters to reset")
 
 
 @torch.no_grad()
@@ -182,3 +191,31 @@ def anchors_after_step(tr: Any, step: int) -> None:
         update_reference(tr._ref_pairs(), cfg, tr._peft, rule="ema")
         tr._ema_updates, tr._ema_due = tr._ema_updates + 1, False
     tr._metrics["train"]["ref/ema_updates"] = [float(tr._ema_updates)]
+
+
+#: the keys of the plug-in's reset_state.json (ResetGRPOTrainer._reset_state writes them)
+STATE_KEYS: tuple[str, ...] = ("config", "trigger", "n_resets", "merged", "events", "pending", "best", "unlogged")
+STATE_KEYS += ("optimizer_step", "ref_sha256")
+
+
+def read_reset_state(path: str) -> dict[str, Any]:
+    """The plug-in's reset_state.json of a TRL checkpoint, read as a run file (no link, FIFO or device;
+    bounded by its size: io/safe_files.py); ValueError naming the file and the key at fault."""
+    from noma_prorl_bench.io.safe_files import RunDirRefused, read_bytes  # noqa: PLC0415
+
+    where = f"ResetGRPOTrainer: resume_from_checkpoint: {path}"
+    try:
+        state = json.loads(read_bytes(path))
+    except FileNotFoundError:
+        raise ValueError(f"{where} is missing (not saved by ResetGRPOTrainer)") from None
+    except (OSError, ValueError, RecursionError, RunDirRefused) as e:
+        raise ValueError(f"{where} is unreadable: {' '.join(str(e).split())[:200]}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{where} does not hold a JSON object")
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"{where} lacks the key {missing[0]!r}")
+    for key, kind in (("config", dict), ("trigger", dict), ("best", dict), ("unlogged", dict), ("events", list)):
+        if not isinstance(state[key], kind):
+            raise ValueError(f"{where}: key {key!r} is not a JSON {'object' if kind is dict else 'array'}")
+    return state

@@ -5,7 +5,8 @@ and held until the run ends; the kernel drops it when the process dies, however 
 live holder is never mistaken for a dead one (nor a reused pid for a live run). The file records
 `{"pid", "host"}` for the message. A second run or `--resume` on the same outdir while the
 holder lives is refused (`RunLocked`, exit 2 naming the pid); a lock file left behind by a dead
-process (kill -9, power loss) is stale and taken over with a warning. The lock file is never
+process (kill -9, power loss) is stale and taken over with a warning. `--resume` takes the lock
+(`hold`) before it reads the checkpoint and keeps it for the run. The lock file is never
 opened through a symlink (`run.lock -> VICTIM` is refused, exit 2, and VICTIM is left alone), nor
 when it is a FIFO, socket or device (it would block or misbehave) or a hard link (the other name's
 contents would be replaced): safe_files.open_nofollow.
@@ -57,9 +58,32 @@ def _held(fd: int) -> bool:
     return False
 
 
+#: outdirs whose lock this process took ahead of its run (`hold`: --resume, before it reads the
+#: checkpoint), keyed by real path; `run_lock` then keeps it instead of taking it again
+_HELD: dict[str, int] = {}
+
+
+def hold(outdir: str) -> None:
+    """Take the outdir's lock now and keep it for this process's later `run_lock` (RunLocked while another
+    live process holds it): a resume reads the checkpoint and the log only under the lock, so a second
+    resume of the same directory cannot cut back what the first one wrote meanwhile."""
+    key = os.path.realpath(outdir)
+    if key not in _HELD:
+        _HELD[key] = acquire(outdir)
+
+
+def release_held(outdir: str) -> None:
+    """Give back a lock taken by `hold` that no `run_lock` took over (the run was refused or stopped)."""
+    fd = _HELD.pop(os.path.realpath(outdir), None)
+    if fd is not None:
+        release(outdir, fd)
+
+
 def lock_error(outdir: str) -> Optional[str]:
     """The refusal message if a live process holds the outdir (or its lock file is a symlink, not a
-    regular file, or a hard link), else None (writes nothing)."""
+    regular file, or a hard link), else None (writes nothing); None when this process holds it (`hold`)."""
+    if os.path.realpath(outdir) in _HELD:
+        return None
     path = os.path.join(outdir, LOCK_FILE)
     err = entry_error(path)
     if err:
@@ -120,8 +144,10 @@ def release(outdir: str, fd: int) -> None:
 
 @contextmanager
 def run_lock(outdir: str):
-    """Hold the outdir's lock for the duration of the block."""
-    fd = acquire(outdir)
+    """Hold the outdir's lock for the duration of the block (the one `hold` took, if it did)."""
+    fd = _HELD.pop(os.path.realpath(outdir), None)
+    if fd is None:
+        fd = acquire(outdir)
     try:
         yield
     finally:

@@ -27,6 +27,7 @@ from dataclasses import fields
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig, validate
 from noma_prorl_bench.config.code_specs import refuse_code_from
+from noma_prorl_bench.io import lock
 from noma_prorl_bench.io.checkpoint import (
     CKPT_DIR,
     Checkpoint,
@@ -115,7 +116,8 @@ def require_verified(ckpt: Checkpoint) -> None:
 
 def require_intact_log(cfg: RunConfig, ckpt: Checkpoint) -> None:
     """ConfigError (--resume) unless the run's metrics.jsonl holds steps 1..k exactly once
-    (`check_metrics_log`); called by the CLI after `resume_config`, before anything is written."""
+    (`check_metrics_log`); called by the CLI after `resume_config` (under the lock), before anything
+    is written."""
     problem = check_metrics_log(os.path.join(cfg.outdir, "metrics.jsonl"), ckpt.step)
     if problem:
         raise ConfigError(
@@ -214,7 +216,9 @@ def find_resumable(outdir: str) -> str:
 
 def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     """The config of a resumed run: the checkpoint's config, then the flags given now. Refused
-    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS."""
+    (ConfigError) if a given flag changes a field outside RESUME_SAFE_FIELDS. The run lock is taken
+    before the checkpoint is read and kept for the run (`lock.hold`; given back on a refusal, and by
+    `lock.release_held` when the caller stops): a second resume of the directory is refused."""
     if not explicit.get("outdir"):
         raise ConfigError("outdir", "is required")
     if explicit.get("overwrite"):
@@ -222,6 +226,20 @@ def resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
     err = run_dir_links(explicit["outdir"])  # a symlink, FIFO, socket, hard link: before anything is read
     if err:
         raise ConfigError("outdir", err.removeprefix("argument --outdir: "))
+    find_resumable(explicit["outdir"])  # a run with a checkpoint, before the lock file is made
+    try:
+        lock.hold(explicit["outdir"])  # kept for the run: no other resume cuts back what this one writes
+    except (lock.RunLocked, RunDirRefused) as e:
+        raise ConfigError("outdir", str(e).removeprefix("argument --outdir: ")) from e
+    try:
+        return _resume_config(explicit)
+    except BaseException:
+        lock.release_held(explicit["outdir"])
+        raise
+
+
+def _resume_config(explicit: dict) -> tuple[RunConfig, Checkpoint]:
+    """resume_config under the run lock: the newest checkpoint read, tied to the run, merged with the flags."""
     try:
         ckpt = read(find_resumable(explicit["outdir"]), defer_digests=True)  # raised by require_verified
     except CheckpointError as e:
@@ -284,6 +302,19 @@ def inexact_steps_change(old_steps: int, step: int, cfg: RunConfig) -> str | Non
             f"its last step {step} evaluated (a run always evaluates its last step) off the --eval_every "
             f"{cfg.eval_every} cadence, which a {cfg.steps}-step run does not do, so the metrics would differ "
             f"from step {step} on"
+        )
+    return None
+
+
+def changed_since_read(outdir: str, ckpt: Checkpoint) -> str | None:
+    """Why the run must not be cut back to `ckpt` now (under the lock, right before it is): a newer
+    checkpoint or a log that no longer continues from it (another process wrote the run meanwhile)."""
+    newest = list_checkpoints(outdir)
+    problem = check_metrics_log(os.path.join(outdir, "metrics.jsonl"), ckpt.step)
+    if (newest and newest[-1][1] != ckpt.path) or not newest or problem:
+        return (
+            f"argument --resume: {outdir!r} changed since its checkpoint {ckpt.path} was read "
+            f"({problem or 'another checkpoint is now the newest'}); nothing was cut back: run the resume again"
         )
     return None
 

@@ -244,7 +244,7 @@ def record_resume(cfg: RunConfig, ckpt) -> dict:
     """Cut the run files back to the checkpoint's step and write config.json with this resume
     appended to its `resumes` list; returns the fields of the `resume` event (both engines).
     Under the run lock: refuses (RunDirRefused) a run file that became a symlink meanwhile."""
-    err = run_dir_links(cfg.outdir)
+    err = run_dir_links(cfg.outdir) or resume.changed_since_read(cfg.outdir, ckpt)
     if err:
         raise RunDirRefused(err)
     dropped = resume.prepare_outdir_for_resume(cfg.outdir, ckpt.step, cfg.keep_checkpoints)

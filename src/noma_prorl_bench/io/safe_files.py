@@ -6,19 +6,16 @@ this tool write into the link's target, a FIFO or socket at `metrics.jsonl` must
 block forever, and a hard link `run.lock` (one file under two names) must not make it rewrite
 the other name's contents. Every run file is therefore opened by one of these helpers:
 
-- `open_nofollow(path, flags)`: the one place run files are opened: `os.open` with `O_NOFOLLOW
-  | O_NONBLOCK` (a FIFO never blocks), then `fstat`: a symlink is `UnsafePath`, anything but a
-  regular file (FIFO, socket, device, directory) or a file with more than one hard link is
-  `NotRegularFile`; `O_TRUNC` is applied only after that check.
-- `write_bytes(path, data)` / `write_json(path, obj)` / `write_text(path, text)`: atomic
-  replace through a temporary file created exclusively (`O_EXCL | O_NOFOLLOW`, a random name)
-  in the same directory, so neither the temporary nor the target is ever opened through a link
-  (`os.replace` replaces a link itself, never its target; a link at `path` is refused first).
+- `open_nofollow(path, flags, root=)`: the one place run files are opened: `O_NOFOLLOW | O_NONBLOCK`
+  (a FIFO never blocks; below `root` no directory is reached through a link), then `fstat`: a symlink
+  is `UnsafePath`, anything but a regular file with one hard link `NotRegularFile`; `O_TRUNC` after.
+- `read_bytes` / `read_head`: reads through it, bounded by the file's size before any byte is read
+  (`read_limit`: JSON_LIMIT, LOG_LIMIT; `TooLarge`), or the first bytes only (`read_head`).
+- `write_bytes` / `write_json` / `write_text`: atomic replace through a temporary file created
+  exclusively (`O_EXCL | O_NOFOLLOW`, a random name) in the same directory; a link at `path` is refused.
 - `remove_tree(path)`: removes a directory tree, or only the link when `path` is a symlink.
-- `link_error(dirpath, names)`: the refusal message (exit 2) when any of `names` in `dirpath`
-  is a symlink; `kind_error(dirpath)`: when a run file, the lock or a checkpoint file is not a
-  regular file with one link, or a run subdirectory is not a directory. Callers check their run
-  directory with both before reading or writing anything.
+- `link_error` / `kind_error` / `run_dir_links`: the refusal message (exit 2) for a run directory
+  holding a symlink, a special file, a hard link or a file over its bound, found with `lstat` only.
 
 See docs/reliability.md, "Run directories are untrusted input".
 """
@@ -57,6 +54,12 @@ class RunDirRefused(Exception):
     not ours); the message names the flag and the file. Reported as one line, exit 2."""
 
 
+#: the most this tool reads of one run or suite file, checked by `fstat` before any byte is read: a JSON
+#: file (config.json, summary.json, state.json, ...) and a JSONL log (metrics.jsonl, events.jsonl, ...)
+JSON_LIMIT = 64 << 20
+LOG_LIMIT = 1 << 30
+
+
 class UnsafePath(RunDirRefused):
     """A run file (or a directory holding run files) is a symbolic link."""
 
@@ -80,6 +83,18 @@ class NotRegularFile(RunDirRefused):
         else:
             why = f"is {what}, not a regular file; a run directory holds only regular files: remove it"
         super().__init__(f"argument {flag}: {path!r} {why}")
+        self.path = path
+
+
+class TooLarge(RunDirRefused):
+    """A run file larger than this tool reads of it (a sparse or foreign file: a run writes far less)."""
+
+    def __init__(self, path: str, size: int, limit: int, flag: str = "--outdir"):
+        super().__init__(
+            f"argument {flag}: {path!r} is {size:,} bytes, more than the {limit:,} this tool reads of "
+            f"{os.path.basename(path) or 'a run file'} (a run writes far less: a sparse or foreign file): "
+            "remove it or cut it down"
+        )
         self.path = path
 
 
@@ -107,7 +122,8 @@ def link_error(dirpath: str, names: Iterable[str], flag: str = "--outdir") -> Op
 
 def entry_error(path: str, directory: bool = False, flag: str = "--outdir") -> Optional[str]:
     """The refusal message when `path` exists and is a symlink, or (`directory`) not a directory, or
-    not a regular file with one link; None when it is absent or fine (`os.lstat`: nothing is opened)."""
+    not a regular file with one link, or larger than this tool reads of it (`read_limit`); None when it
+    is absent or fine (`os.lstat`: nothing is opened)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -131,7 +147,11 @@ def entry_error(path: str, directory: bool = False, flag: str = "--outdir") -> O
             else None
         )
     what = not_regular(st)
-    return str(NotRegularFile(path, what, flag)) if what else None
+    if what:
+        return str(NotRegularFile(path, what, flag))
+    if not path.endswith(".safetensors") and st.st_size > read_limit(path):  # tensors: read by safetensors
+        return str(TooLarge(path, st.st_size, read_limit(path), flag))
+    return None
 
 
 def kind_error(outdir: str, flag: str = "--outdir") -> Optional[str]:
@@ -161,24 +181,20 @@ def kind_error(outdir: str, flag: str = "--outdir") -> Optional[str]:
     return None
 
 
-def open_nofollow(path: str, flags: int, mode: int = 0o644, links_ok: bool = False) -> int:
+def open_nofollow(path: str, flags: int, mode: int = 0o644, links_ok: bool = False, root: Optional[str] = None) -> int:
     """`os.open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`, then `fstat`: a symlink at `path`
     raises UnsafePath; a FIFO, socket, device or directory, or (unless `links_ok`) a file with more than
-    one hard link raises NotRegularFile, before anything is written or truncated. The returned
-    descriptor blocks again (O_NONBLOCK cleared); O_TRUNC is applied after the check."""
+    one hard link raises NotRegularFile, before anything is written or truncated. With `root` (the run or
+    suite directory `path` lies in), every directory between `root` and the file is opened in turn with
+    O_NOFOLLOW | O_DIRECTORY relative to the one before, so no symlinked subdirectory is followed (also
+    not one swapped in meanwhile). The returned descriptor blocks again (O_NONBLOCK cleared); O_TRUNC is
+    applied after the check."""
+    dfd, name = _parent_fd(path, root)
     try:
-        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
-    except OSError as e:  # ELOOP: a link; ENXIO: a FIFO without reader, a socket
-        try:
-            st = os.lstat(path)
-        except OSError:
-            raise e from None
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafePath(path) from e
-        what = not_regular(st, links_ok)
-        if what:
-            raise NotRegularFile(path, what) from e
-        raise
+        fd = _open_checked(path, name, flags, mode, links_ok, dfd)
+    finally:
+        if dfd is not None:
+            os.close(dfd)
     try:
         what = not_regular(os.fstat(fd), links_ok)
         if what:
@@ -190,6 +206,57 @@ def open_nofollow(path: str, flags: int, mode: int = 0o644, links_ok: bool = Fal
         os.close(fd)
         raise
     return fd
+
+
+def _open_checked(path: str, name: str, flags: int, mode: int, links_ok: bool, dfd: Optional[int]) -> int:
+    """`os.open(name, ..., dir_fd=dfd)` with O_NOFOLLOW | O_NONBLOCK; a failure on a link or special file
+    says what `path` is (UnsafePath, NotRegularFile)."""
+    try:
+        return os.open(
+            name,
+            (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+            mode,
+            dir_fd=dfd,
+        )
+    except OSError as e:  # ELOOP: a link; ENXIO: a FIFO without reader, a socket
+        try:
+            st = os.lstat(name, dir_fd=dfd)
+        except OSError:
+            raise e from None
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePath(path) from e
+        what = not_regular(st, links_ok)
+        if what:
+            raise NotRegularFile(path, what) from e
+        raise
+
+
+def _parent_fd(path: str, root: Optional[str]) -> tuple[Optional[int], str]:
+    """(a descriptor on `path`'s directory reached from `root` without following a link, the file's
+    name), or (None, path) without `root`. UnsafePath names the first symlinked directory on the way,
+    ValueError a `path` outside `root`."""
+    if root is None:
+        return None, path
+    rel = os.path.relpath(path, root)
+    parts = rel.split(os.sep)
+    if rel.startswith("..") or os.path.isabs(rel) or "" in parts:
+        raise ValueError(f"{path!r} is not inside {root!r}")
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError as e:
+                sub = os.path.join(root, *parts[: i + 1])
+                if is_link(sub):
+                    raise UnsafePath(sub) from e
+                raise
+            os.close(dfd)
+            dfd = nfd
+    except BaseException:
+        os.close(dfd)
+        raise
+    return dfd, parts[-1]
 
 
 def write_bytes(path: str, data: bytes, fsync: bool = False) -> None:
@@ -237,10 +304,35 @@ def append_text(path: str, text: str) -> None:
         f.write(text)
 
 
-def read_bytes(path: str, links_ok: bool = False) -> bytes:
-    """Read a run file, never through a symlink, never from a FIFO, socket or device (`open_nofollow`)."""
-    with os.fdopen(open_nofollow(path, os.O_RDONLY, links_ok=links_ok), "rb") as f:
-        return f.read()
+def read_limit(path: str) -> int:
+    """The most this tool reads of run file `path`: JSON_LIMIT for a JSON file (config.json, summary.json,
+    settings.json, suite.json, state.json) and a checkpoint's COMPLETE marker, LOG_LIMIT for the rest."""
+    base = os.path.basename(path)
+    return JSON_LIMIT if base.endswith(".json") or base == "COMPLETE" else LOG_LIMIT
+
+
+def read_bytes(path: str, links_ok: bool = False, root: Optional[str] = None, limit: Optional[int] = None) -> bytes:
+    """A run file's bytes (`open_nofollow`, below `root`) when its size (`fstat`, before any byte is read)
+    is within `limit` (default `read_limit(path)`): TooLarge otherwise, also should it grow meanwhile."""
+    return _read(path, limit, root, links_ok, whole=True)[0]
+
+
+def read_head(path: str, limit: Optional[int] = None, root: Optional[str] = None, links_ok=False) -> tuple[bytes, int]:
+    """(the first `limit` bytes at most of run file `path`, its size when larger, else 0): a log that may
+    be huge or sparse read in bounded form (samples.jsonl for a report)."""
+    return _read(path, limit, root, links_ok, whole=False)
+
+
+def _read(path: str, limit: Optional[int], root: Optional[str], links_ok: bool, whole: bool) -> tuple[bytes, int]:
+    bound = read_limit(path) if limit is None else limit
+    with os.fdopen(open_nofollow(path, os.O_RDONLY, links_ok=links_ok, root=root), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > bound and whole:
+            raise TooLarge(path, size, bound)
+        data = f.read(bound + 1)
+    if len(data) > bound and whole:
+        raise TooLarge(path, len(data), bound)
+    return (data[:bound], max(size, len(data))) if len(data) > bound or size > bound else (data, 0)
 
 
 def save_figure(fig, path: str, **kw) -> None:
@@ -270,8 +362,7 @@ def remove_tree(path: str) -> None:
         os.remove(path)
 
 
-# names in a run directory that must not be symlinks (also any name starting with one of them,
-# e.g. a leftover `metrics.jsonl.tmp`, and any hidden entry: this tool's temporaries start with ".")
+# names in a run directory that must not be symlinks, nor any name starting with one (`metrics.jsonl.tmp`)
 LINK_CHECKED = RUN_FILES + RUN_DIRS + (LOCK_FILE, "report.md", "report.json", "figures", "settings.json", "suite.json")
 
 

@@ -84,8 +84,49 @@ def decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if "__tuple__" in obj:
         return tuple(decode(v, tensors) for v in obj["__tuple__"])
     if "__nd__" in obj:
-        return np.asarray(obj["__nd__"], dtype=obj["dtype"])
+        return np.asarray(obj["__nd__"], dtype=_plain_dtype(obj.get("dtype")))
     return {k: decode(v, tensors) for k, v in obj.items()}
+
+
+def _plain_dtype(name: Any) -> np.dtype:
+    """The NumPy dtype a saved array names, when it is a plain bool, integer, float or complex type: a
+    structured, subarray or void dtype (`"(100000000000,)f8"`) would make a few bytes of state.json
+    allocate gigabytes before anything is checked."""
+    try:
+        dt = np.dtype(str(name)[:32])
+    except (TypeError, ValueError):
+        dt = np.dtype("V1")
+    if dt.kind not in "biufc" or dt.subdtype is not None or dt.fields or dt.itemsize > 16:
+        raise CheckpointError(f"state.json names the array type {str(name)[:40]!r}, not a plain number type")
+    return dt
+
+
+def check_fit(name: str, part: Any, saved: Any) -> None:
+    """CheckpointError naming the part, the entry and both shapes and dtypes unless every saved tensor of
+    `part` has the shape and dtype of what it overwrites: a module's parameters and buffers, an optimizer's
+    per-parameter state (moments) against its parameters. Checked before the part is loaded, so a
+    checkpoint that does not fit is refused before the run's outputs are cut back."""
+    if isinstance(part, torch.optim.Optimizer) and isinstance(saved, dict):
+        params = [p for g in part.param_groups for p in g["params"]]
+        for idx, entry in (saved.get("state") or {}).items():
+            if not isinstance(idx, int) or not 0 <= idx < len(params) or not isinstance(entry, dict):
+                raise CheckpointError(f"checkpoint's {name!r} has state for parameter {idx!r} of {len(params)}")
+            for key, t in entry.items():
+                if isinstance(t, torch.Tensor) and t.dim() > 0:
+                    _same(f"{name} state {idx}/{key}", t, params[idx])
+    elif isinstance(part, torch.nn.Module) and isinstance(saved, dict):
+        current = part.state_dict()
+        for key, t in saved.items():
+            if isinstance(t, torch.Tensor) and isinstance(current.get(key), torch.Tensor):
+                _same(f"{name} {key}", t, current[key])
+
+
+def _same(what: str, saved: torch.Tensor, current: torch.Tensor) -> None:
+    if saved.shape != current.shape or saved.dtype != current.dtype:
+        raise CheckpointError(
+            f"checkpoint does not fit this run's {what}: saved {tuple(saved.shape)} {saved.dtype}, this run "
+            f"{tuple(current.shape)} {current.dtype}"
+        )
 
 
 # ============================================================================ a state tree of named parts
@@ -130,6 +171,7 @@ def load_state_tree(
             f"checkpoint components {sorted(state['components'])} do not match this run's {sorted(names)}"
         )
     for name in names:  # the owner's load order
+        check_fit(name, components()[name], state["components"][name])
         try:
             components()[name].load_state_dict(state["components"][name])
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:

@@ -11,15 +11,20 @@ from noma_prorl_bench.io.run_procs import LocalExecutor
 from noma_prorl_bench.matrix import PRESETS, RunSpec, expand, preset_arms
 from noma_prorl_bench.suite.scheduling import SRC, local_env
 
+#: the most paired seeds a suite runs (and a committed suite.json or summary.json may claim): each seed is one
+#: run per arm, and more than this is a typo, not a design
+MAX_SEEDS = 1000
 
-def _positive(name: str):
+
+def _positive(name: str, most: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+        if value < 1 or (most is not None and value > most):
+            bound = f"in 1..{most}" if most is not None else ">= 1"
+            raise argparse.ArgumentTypeError(f"{name} must be an integer {bound}, got {text[:40]!r}")
         return value
 
     return parse
@@ -34,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="matrix size (default: quick)")
     ap.add_argument("--outdir", required=True, help="suite directory: one subdirectory per run, report.md")
     ap.add_argument(
-        "--seeds", type=_positive("--seeds"), help="number of paired seeds 0..N-1 for every arm (default: the preset's)"
+        "--seeds",
+        type=_positive("--seeds", MAX_SEEDS),
+        help=f"number of paired seeds 0..N-1 for every arm, at most {MAX_SEEDS} (default: the preset's)",
     )
     ap.add_argument(
         "--steps",

@@ -15,6 +15,7 @@ from noma_prorl_bench.io import safe_files
 from noma_prorl_bench.io.run_procs import LocalExecutor
 from noma_prorl_bench.matrix import PRESETS, RunSpec, expand
 from noma_prorl_bench.suite.command import _run_suite, is_run_name
+from noma_prorl_bench.suite.planning import MAX_SEEDS
 from noma_prorl_bench.suite.scheduling import local_env
 
 #: run flags a suite.json may not set: where a run writes and how it starts are the runner's
@@ -71,35 +72,67 @@ def _read_json_file(path: Path) -> Any:
     return json.loads(safe_files.read_bytes(str(path)))
 
 
+def _read_listed(ap: argparse.ArgumentParser, path: Path, what: str) -> Any:
+    """The JSON in a committed suite's file, read as a run file (no link, FIFO or device; bounded by size);
+    anything else is one line naming the file (exit 2)."""
+    try:
+        return _read_json_file(path)
+    except (OSError, ValueError, RecursionError, safe_files.RunDirRefused) as e:
+        why = " ".join(str(e).removeprefix("argument --outdir: ").split())[:200]
+        ap.error(f"argument DIR: {term_text(str(path), 200)} ({what}) is unreadable: {term_text(why)}")
+
+
+def _listed_specs(ap: argparse.ArgumentParser, path: Path, listed: Any) -> list[RunSpec]:
+    """The run specs a suite.json lists, each entry checked for its shape ({"name": str, "arm": str,
+    "pair": int 0..MAX_SEEDS-1, "flags": [str]}), names unique, at most MAX_SEEDS pairs; one line
+    naming the file and the first bad entry otherwise."""
+    where = term_text(str(path), 200)
+    runs = listed.get("runs") if isinstance(listed, dict) else None
+    if not isinstance(runs, list) or not runs:
+        ap.error(f'argument DIR: {where} does not list its runs (a JSON object whose "runs" is a list)')
+    specs: list[RunSpec] = []
+    for i, r in enumerate(runs):
+        ok = isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("arm"), str)
+        ok = ok and isinstance(r.get("flags"), list) and all(isinstance(f, str) for f in r["flags"])
+        ok = ok and type(r.get("pair")) is int and 0 <= r["pair"] < MAX_SEEDS
+        if not ok:
+            ap.error(
+                f"argument DIR: {where}: runs[{i}] is not a run entry (name and arm strings, pair an integer in "
+                f"0..{MAX_SEEDS - 1}, flags a list of strings): {term_text(json.dumps(r)[:120])}"
+            )
+        specs.append(RunSpec(name=r["name"], flags=list(r["flags"]), arm=r["arm"], pair=r["pair"]))
+    names = [s.name for s in specs]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        ap.error(f"argument DIR: {where} lists run {term_text(twice, 80)!r} more than once")
+    return specs
+
+
 def committed_specs(ap: argparse.ArgumentParser, src: Path, summary: dict) -> tuple[str, list, dict]:
-    """(preset, run specs, provenance) of the committed suite: from suite.json's flags when DIR is
-    a suite directory, else rebuilt from summary.json's provenance (preset, seeds, steps)."""
+    """(preset, run specs, provenance) of the committed suite: from suite.json's flags when DIR holds
+    one (whatever it is: a FIFO or a link there is refused, never taken for "no suite.json"), else
+    rebuilt from summary.json's provenance (preset, seeds, steps)."""
     prov: dict = summary["provenance"] if isinstance(summary.get("provenance"), dict) else {}
-    if (src / "suite.json").is_file():
-        listed = _read_json_file(src / "suite.json")
-        runs = listed.get("runs") if isinstance(listed, dict) else None
-        if not isinstance(runs, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("flags"), list) for r in runs
-        ):
-            ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)} does not list its runs' flags")
-        specs = [
-            RunSpec(name=r["name"], flags=[str(f) for f in r["flags"]], arm=str(r["arm"]), pair=int(r["pair"]))
-            for r in runs
-        ]
+    if os.path.lexists(src / "suite.json"):
+        listed = _read_listed(ap, src / "suite.json", "suite.json")
+        specs = _listed_specs(ap, src / "suite.json", listed)
         for spec in specs:  # suite.json is untrusted input: what it makes this run
             why = foreign_run_error(spec)
             if why:
-                ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)}: {why}")
-        return str(listed.get("preset")), specs, prov
+                ap.error(f"argument DIR: {term_text(str(src / 'suite.json'), 200)}: {term_text(why)}")
+        return term_text(str(listed.get("preset")), 40), specs, prov
     preset = prov.get("preset")
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         ap.error(
             f"argument DIR: {term_text(str(src), 200)} has no suite.json and its summary.json names no known "
             f"preset (got {term_text(str(preset), 40)}; choose from {', '.join(sorted(PRESETS))})"
         )
     seeds, steps = prov.get("seeds"), prov.get("steps")
-    if not (isinstance(seeds, int) and isinstance(steps, int)):
-        ap.error(f"argument DIR: {term_text(str(src), 200)}'s summary.json does not record seeds and steps")
+    if not (type(seeds) is int and type(steps) is int and 1 <= seeds <= MAX_SEEDS and steps >= 1):
+        ap.error(
+            f"argument DIR: {term_text(str(src), 200)}'s summary.json does not record seeds (1..{MAX_SEEDS}) and "
+            f"steps (>= 1): seeds {term_text(str(seeds), 40)}, steps {term_text(str(steps), 40)}"
+        )
     return str(preset), expand(preset, seeds, steps), prov
 
 
@@ -133,12 +166,9 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     ap = replicate_parser()
     args = ap.parse_args(argv)
     src = Path(args.dir)
-    if not (src / "summary.json").is_file():
+    if not os.path.lexists(src / "summary.json"):
         ap.error(f"argument DIR: {term_text(args.dir, 200)} has no summary.json (not a suite's report folder)")
-    try:
-        summary = _read_json_file(src / "summary.json")
-    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
-        ap.error(f"argument DIR: {term_text(args.dir, 200)}/summary.json is unreadable ({str(e)[:100]})")
+    summary = _read_listed(ap, src / "summary.json", "summary.json")
     if not isinstance(summary, dict) or not isinstance(summary.get("comparisons"), list):
         ap.error(f"argument DIR: {term_text(args.dir, 200)}/summary.json lists no comparisons")
     preset, specs, prov = committed_specs(ap, src, summary)

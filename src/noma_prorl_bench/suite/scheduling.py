@@ -22,10 +22,10 @@ def is_complete(run_dir: str, spec: RunSpec) -> bool:
 
 def _steps_done(run_dir: str) -> int:
     """RL steps in the run's metrics.jsonl so far (its lines, less the step-0 row)."""
-    try:
-        with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
+    try:  # read as a run file (no link, FIFO or device: io/safe_files.py), line by line
+        with os.fdopen(safe_files.open_nofollow(os.path.join(run_dir, "metrics.jsonl"), os.O_RDONLY), "rb") as f:
             return sum(1 for line in f if not line.startswith(b'{"step": 0,'))
-    except OSError:
+    except (OSError, safe_files.RunDirRefused):
         return 0
 
 

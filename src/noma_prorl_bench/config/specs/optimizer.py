@@ -11,6 +11,10 @@ from noma_prorl_bench.config.errors import ConfigError
 from noma_prorl_bench.config.specs.base import Spec, copy_of, flag
 from noma_prorl_bench.config.specs.run import RunLevelSpec
 
+#: the largest --lr: far beyond any useful step size (1e-6..1e-2), still one that the tests use to blow the
+#: weights up on purpose (non-finite logits); a larger one only makes Adam's update overflow float32
+LR_MAX = 1e6
+
 
 @dataclass(frozen=True)
 class OptimizerSpec(Spec):
@@ -49,8 +53,8 @@ class OptimizerSpec(Spec):
     def check(self) -> None:
         self.positive("ppo_epochs", "minibatches")
         self.nonneg("micro_batch", "warmup_steps", "weight_decay", "max_grad_norm")
-        if self.lr <= 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if not 0 < self.lr <= LR_MAX:
+            raise ConfigError("lr", f"must be in (0, {LR_MAX:g}], got {self.lr:g}")
         if self.warmup_steps > self.horizon:
             raise ConfigError(
                 "warmup_steps",
