@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     from noma_prorl_bench.models.base import fed_tokens, policy_logprobs
     from noma_prorl_bench.models.hf import load_hf_policy
     from noma_prorl_bench.models.lora import attach_lora
-    from noma_prorl_bench.training.trainer import hold_precision
+    from noma_prorl_bench.training.setup import hold_precision
 
     torch.set_num_threads(1)
     load0 = os.getloadavg()

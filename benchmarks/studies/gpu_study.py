@@ -152,7 +152,7 @@ def reset_plan(a, model_dir: str, task_path: str) -> tuple[list, list[str]]:
         "--reward_tol",
         "0.5",
     ]
-    ap = suite._parser()
+    ap = suite.planning._parser()
     args = ap.parse_args(argv)
     specs = suite.expand(args.preset, args.seeds, args.steps)
     demo = demo_flags()
@@ -669,7 +669,7 @@ def phase_resets(a, budget: Budget, model_dir: str, task_path: str) -> dict:
 
     specs, argv = reset_plan(a, model_dir, task_path)
     outdir = os.path.join(a.state, "resets")
-    ap = suite._parser()
+    ap = suite.planning._parser()
     args = ap.parse_args(argv)
     stop_in = budget.left() - a.stop_margin_s
     settings = {
@@ -700,7 +700,7 @@ def phase_resets(a, budget: Budget, model_dir: str, task_path: str) -> dict:
     try:
         env_pp = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = child_pythonpath()
-        code = suite._run_suite(ap, args, specs, LocalExecutor(a.jobs, suite.local_env()), argv)
+        code = suite.command._run_suite(ap, args, specs, LocalExecutor(a.jobs, suite.local_env()), argv)
     finally:
         stop.set()
         if env_pp is None:
@@ -718,7 +718,7 @@ def resets_result(specs, outdir: str, settings: dict, stopped: bool, code: Optio
             "arm": s.arm,
             "pair": s.pair,
             "complete": suite.is_complete(os.path.join(outdir, s.name), s),
-            "steps_done": suite._steps_done(os.path.join(outdir, s.name)),
+            "steps_done": suite.scheduling._steps_done(os.path.join(outdir, s.name)),
         }
         for s in specs
     }

@@ -1,5 +1,5 @@
 """The suite's matrices: presets, arms, the comparisons the report makes (each in a Holm family)
-and the pairs identical by construction that it verifies instead (used by `suite.py`)."""
+and the pairs identical by construction that it verifies instead (used by `suite/`)."""
 
 from __future__ import annotations
 

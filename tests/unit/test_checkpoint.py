@@ -14,6 +14,7 @@ import torch
 
 from noma_prorl_bench.config import RESUME_SAFE_FIELDS, ConfigError, RunConfig
 from noma_prorl_bench.io import checkpoint as ck
+from noma_prorl_bench.io import state_tree as st
 from noma_prorl_bench.io.resume import resume_config, truncate_jsonl
 from noma_prorl_bench.training import guards
 from noma_prorl_bench.training.optim_state import make_lr_scheduler
@@ -38,8 +39,8 @@ def _same(a, b):
 
 def _roundtrip(obj):
     tensors = {}
-    tree = json.loads(json.dumps(ck.encode(obj, "", tensors, {})))
-    return ck.decode(tree, tensors), tensors
+    tree = json.loads(json.dumps(st.encode(obj, "", tensors, {})))
+    return st.decode(tree, tensors), tensors
 
 
 def test_state_tree_roundtrip_keeps_types_and_values():
@@ -71,7 +72,7 @@ def test_aliased_tensors_are_stored_once():
 
 def test_unsupported_type_is_a_checkpoint_error():
     with pytest.raises(ck.CheckpointError, match="bad"):
-        ck.encode({"bad": object()}, "", {}, {})
+        st.encode({"bad": object()}, "", {}, {})
 
 
 # ------------------------------------------------------------------------ a tiny trainer
@@ -110,10 +111,10 @@ class Tiny:
         return {n: getattr(self, n) for n in ("data_rng", "sample_gen", "extra_gen") if hasattr(self, n)}
 
     def state_dict(self):
-        return ck.state_tree(self.step_idx, self._parts(), self._gens(), {"step_idx": self.step_idx, "info": self.info})
+        return st.state_tree(self.step_idx, self._parts(), self._gens(), {"step_idx": self.step_idx, "info": self.info})
 
     def load_state_dict(self, state):
-        self.info = ck.load_state_tree(state, self._parts, self._gens())["info"]
+        self.info = st.load_state_tree(state, self._parts, self._gens())["info"]
         self.step_idx = int(state["step"])
 
 

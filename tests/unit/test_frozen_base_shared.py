@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from noma_prorl_bench.io.checkpoint import decode, encode
+from noma_prorl_bench.io.state_tree import decode, encode
 from noma_prorl_bench.models.base import frozen_parameters, response_logprobs, same_tensor
 from noma_prorl_bench.models.lora import adapter_parameters, attach_lora
 from noma_prorl_bench.rollout.reference import ReferenceHolder

@@ -24,7 +24,7 @@ from fakeruns import GRID_STEPS as STEPS  # noqa: E402
 from fakeruns import grid_jitter as _jitter  # noqa: E402
 from fakeruns import write_grid as _write_grid  # noqa: E402
 
-from noma_prorl_bench.analysis import gridmap, stats  # noqa: E402
+from noma_prorl_bench.analysis import gridmap, gridmap_read, stats  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +51,7 @@ def _hand_diffs(task: str, beta: str, arm: str, base: str) -> np.ndarray:
 
 
 def test_cells_recomputed_by_hand(grids):
-    maps = gridmap.read_suites([grids["reverse_digits"], grids["sort_digits"]])
+    maps = gridmap_read.read_suites([grids["reverse_digits"], grids["sort_digits"]])
     rev = maps[0]
     assert rev.task == "reverse_digits" and rev.k == K and rev.runs == 48 and rev.listed == 48
     # beta 1, keep vs none on reverse_digits: every seed up by ~0.9 x 0.1 x mean(1 - exp(-t/12))
@@ -78,7 +78,7 @@ def test_cells_recomputed_by_hand(grids):
 
 
 def test_answer_states_what_holds_on_both_tasks(grids):
-    text = gridmap.map_answer(gridmap.read_suites(list(grids.values())))
+    text = gridmap.map_answer(gridmap_read.read_suites(list(grids.values())))
     assert text.startswith("**On both tasks (reverse_digits, sort_digits), reset + keep beats no reset at beta 1**")
     assert "the tasks differ at beta 0.1" in text
     assert "reverse_digits: worse at beta 0.1, better at beta 1" in text
@@ -94,7 +94,7 @@ def test_a_cell_on_fewer_pairs_says_so(grids, tmp_path):
     shutil.rmtree(root / "b1-hard_s5")  # a run not started yet
     for s in SEEDS:  # an arm not started yet: its comparison is not made
         shutil.rmtree(root / f"b0.1-hard_s{s}")
-    m = gridmap.read_suite(root)
+    m = gridmap_read.read_suite(root)
     assert m.cells[("1", "keep")]["n_pairs"] == 7 and m.cells[("1", "keep")]["n_listed"] == 8
     assert m.cells[("1", "hard")]["n_pairs"] == 6  # seed 3 (keep unfinished) and seed 5 (hard absent)
     assert "**7 of 8 pairs**" in gridmap.cell_text(m.cells[("1", "keep")])
@@ -121,7 +121,7 @@ def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
     bad = json.loads((root / "b1-none_s0" / "config.json").read_text())
     bad["machine"] = {"cpu": "Other", "env": ["not", "a", "dict"]}
     (root / "b1-none_s0" / "config.json").write_text(json.dumps(bad))
-    m = gridmap.read_suite(root)
+    m = gridmap_read.read_suite(root)
     assert dict(m.machines)["unreadable machine record"] == 1
     assert m.machines[0][1] == 47 and m.machines[0][0].startswith("Test CPU <i>, 2 cores, x86_64; avx2")
     md = "\n".join(gridmap.map_lines([m]))
@@ -130,17 +130,17 @@ def test_machine_line_from_the_runs_records_and_untrusted_task(grids, tmp_path):
 
 def test_bad_suites_are_one_line_errors(tmp_path, grids):
     with pytest.raises(ValueError, match="no such directory"):
-        gridmap.read_suite(tmp_path / "missing")
+        gridmap_read.read_suite(tmp_path / "missing")
     (tmp_path / "plain").mkdir()
     with pytest.raises(ValueError, match="no suite.json"):
-        gridmap.read_suite(tmp_path / "plain")
+        gridmap_read.read_suite(tmp_path / "plain")
     other = tmp_path / "other"
     other.mkdir()
     (other / "suite.json").write_text(json.dumps({"runs": [{"name": "A1_s0", "arm": "A1", "pair": 0}]}))
     with pytest.raises(ValueError, match="no grid arms"):
-        gridmap.read_suite(other)
+        gridmap_read.read_suite(other)
     with pytest.raises(ValueError, match="one suite per task"):
-        gridmap.read_suites([grids["sort_digits"], grids["sort_digits"]])
+        gridmap_read.read_suites([grids["sort_digits"], grids["sort_digits"]])
 
 
 def test_answer_before_any_keep_run_finished(grids, tmp_path):
@@ -148,7 +148,7 @@ def test_answer_before_any_keep_run_finished(grids, tmp_path):
     shutil.copytree(grids["reverse_digits"], root)
     for run in root.glob("b*-keep_s*"):
         (run / "summary.json").unlink()  # every keep run still going
-    text = gridmap.map_answer([gridmap.read_suite(root)])
+    text = gridmap.map_answer([gridmap_read.read_suite(root)])
     assert text.startswith("On reverse_digits, reset + keep vs no reset is tested at no beta yet.")
     assert "No optimizer treatment was compared with keep on all its pairs yet." in text
 

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from noma_prorl_bench.io.checkpoint import decode, encode
+from noma_prorl_bench.io.state_tree import decode, encode
 from noma_prorl_bench.training import adam_cohorts
 from noma_prorl_bench.training.growth import grow_flat_prefix, realloc_param
 from noma_prorl_bench.training.optim_state import apply_moment_reset, reset_step_count

@@ -28,6 +28,7 @@ from noma_prorl_bench.analysis.commands import plan_main, report_main  # noqa: E
 from noma_prorl_bench.analysis.plot_parts import run_lines  # noqa: E402
 from noma_prorl_bench.analysis.plots import summary_figure  # noqa: E402
 from noma_prorl_bench.analysis.runlog import load_runs  # noqa: E402
+from noma_prorl_bench.suite import command as suite_command  # noqa: E402
 
 pytestmark = pytest.mark.unit
 K = 5
@@ -109,7 +110,7 @@ def test_suite_exit_code_reflects_a_failed_check(tmp_path, monkeypatch):
     out = tmp_path / "suite"
     write_run(out / "A1_s0", seed=0)
     _twin(out / "A1_s0", out / "A0_s0", perturb_step=3)
-    monkeypatch.setattr(suite_mod, "run_all", lambda *a, **kw: [])
+    monkeypatch.setattr(suite_command, "run_all", lambda *a, **kw: [])
     argv = ["--preset", "smoke", "--arms", "A0,A1", "--outdir", str(out), "--quiet"]
     assert suite_mod.main(argv) == 1
     assert "**identical: NO**" in (out / "report.md").read_text()

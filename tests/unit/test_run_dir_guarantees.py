@@ -22,6 +22,7 @@ from noma_prorl_bench.analysis.commands import plot_main, report_main  # noqa: E
 from noma_prorl_bench.config import RunConfig  # noqa: E402
 from noma_prorl_bench.io import checkpoint as ck  # noqa: E402
 from noma_prorl_bench.io import resume, run_dir, safe_files  # noqa: E402
+from noma_prorl_bench.io import state_tree as st  # noqa: E402
 from noma_prorl_bench.io.lock import lock_error, run_lock  # noqa: E402
 from noma_prorl_bench.io.metrics import CsvSink, JsonlSink  # noqa: E402
 
@@ -179,7 +180,7 @@ class _Tiny:
         self.step_idx = 2
 
     def state_dict(self):
-        return ck.state_tree(self.step_idx, {"policy": self.policy}, {}, {})
+        return st.state_tree(self.step_idx, {"policy": self.policy}, {}, {})
 
 
 def test_checkpoint_records_sha256_and_refuses_flipped_bytes(tmp_path):

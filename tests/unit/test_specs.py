@@ -190,7 +190,7 @@ ENTRIES = {
     "__init__.py",
     "run.py",
     "cli.py",
-    "suite.py",
+    "suite/planning.py",
     "engines/local.py",
     "io/run_dir.py",
     "io/resume.py",

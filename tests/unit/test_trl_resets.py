@@ -21,7 +21,8 @@ import torch
 from noma_prorl_bench.config import RunConfig
 from noma_prorl_bench.config.presets import PRESETS, RESET_FIELDS
 from noma_prorl_bench.config.specs import ResetSpec
-from noma_prorl_bench.integrations.trl import REF_FILE, STATE_FILE, ResetConfig, ResetGRPOTrainer, _torch_optimizer
+from noma_prorl_bench.integrations.trl import REF_FILE, STATE_FILE, ResetConfig, ResetGRPOTrainer
+from noma_prorl_bench.integrations.trl_parts import torch_optimizer
 from noma_prorl_bench.training.optim_state import apply_reset_semantics, state_census, verify_reset
 from noma_prorl_bench.training.resets import Decision
 
@@ -223,7 +224,7 @@ def test_read_back_check_refuses_state_it_cannot_reach():
 def test_plugin_transforms_equal_the_harness_on_a_trl_optimizer(model_dir, tmp_path, optim):
     tr = trainer(model_dir, tmp_path, ResetConfig(), optim=optim, max_steps=2)
     tr.train()
-    opt = _torch_optimizer(tr.optimizer)
+    opt = torch_optimizer(tr.optimizer)
     modes = [
         dict(opt_reset="keep", reset_opt_step=1),
         dict(opt_reset="soft", soft_factor=0.3),
@@ -311,7 +312,7 @@ def test_peft_reference_adapter_is_frozen_and_polyak_mixes_its_factors(model_dir
     assert ref_names and not any(named[n].requires_grad for n in ref_names)
     assert all(torch.equal(named[n], named[n.replace(".ref.", ".default.")]) for n in ref_names)
     tr.train()
-    opt = _torch_optimizer(tr.optimizer)
+    opt = torch_optimizer(tr.optimizer)
     in_opt = {id(p) for g in opt.param_groups for p in g["params"]}
     assert not any(id(named[n]) in in_opt for n in ref_names)
     old = {n: named[n].detach().clone() for n in ref_names}
@@ -341,15 +342,15 @@ class Recording(ResetGRPOTrainer):
     """Records the reference checksum at each generation and at each loss computation."""
 
     def _generate_and_score_completions(self, *a, **k):
-        from noma_prorl_bench.integrations.trl import _checksum
+        from noma_prorl_bench.integrations.trl_parts import reference_checksum
 
-        self.trace.append(("gen", self._step, _checksum(self._ref_tensors())))
+        self.trace.append(("gen", self._step, reference_checksum(self._ref_tensors())))
         return super()._generate_and_score_completions(*a, **k)
 
     def _compute_loss(self, model, inputs):
-        from noma_prorl_bench.integrations.trl import _checksum
+        from noma_prorl_bench.integrations.trl_parts import reference_checksum
 
-        self.trace.append(("loss", self._step, _checksum(self._ref_tensors())))
+        self.trace.append(("loss", self._step, reference_checksum(self._ref_tensors())))
         return super()._compute_loss(model, inputs)
 
 
@@ -532,7 +533,7 @@ def test_read_back_check_catches_a_silent_no_op_inside_trl(model_dir, tmp_path, 
         tr._apply(Decision(step=2, reason="periodic"), 2)
     monkeypatch.setattr(plug, "apply_reset_semantics", real)
     empty = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-    monkeypatch.setattr(plug, "_torch_optimizer", lambda opt: empty)  # a wrapper whose state is elsewhere
+    monkeypatch.setattr(plug, "torch_optimizer", lambda opt: empty)  # a wrapper whose state is elsewhere
     ref = {k: v.clone() for k, v in tr.ref_model.state_dict().items()}
     with pytest.raises(RuntimeError, match="walked 0 parameters and 0 state entries"):
         tr._apply(Decision(step=2, reason="periodic"), 2)

@@ -1,4 +1,4 @@
-"""The regime map (atlas): a suite whose arms are named `b{beta}-{treatment}` (suite.py's
+"""The regime map (atlas): a suite whose arms are named `b{beta}-{treatment}` (matrix.py's
 `atlas` and `quick` presets) is read as a beta x reference-treatment grid. For each beta the
 `none` arm never resets the reference; every other treatment resets it periodically and differs
 in what Adam does there (keep, hard, soft, asym, step).
@@ -8,7 +8,7 @@ in what Adam does there (keep, hard, soft, asym, step).
     lines = atlas_section(arms, rows, k, figures_dir, rel)   # markdown + two figures
 
 A cell shows one comparison, the question the suite tests for it: `keep` vs that beta's `none`
-arm, every other treatment vs `keep` (suite.py ATLAS_COMPARISONS). Its colour and number are that
+arm, every other treatment vs `keep` (matrix.py ATLAS_COMPARISONS). Its colour and number are that
 comparison's mean paired effect on the score (95% interval: `stats.paired_interval`), its mark is
 that comparison's verdict, so colour, number and verdict always agree.
 The clamp figure shows, per beta, the weighted KL term (beta x `loss/kl`)

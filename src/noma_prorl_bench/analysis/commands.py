@@ -218,7 +218,8 @@ def map_main(argv: Sequence[str] | None = None) -> int:
     for d in map(Path, args.dirs):
         if not d.is_dir():
             parser.error(f"argument DIR: {term_text(str(d), 200)}: no such directory")
-    from noma_prorl_bench.analysis.gridmap import read_suites, write_map  # noqa: PLC0415 (after parsing)
+    from noma_prorl_bench.analysis.gridmap import write_map  # noqa: PLC0415 (after parsing)
+    from noma_prorl_bench.analysis.gridmap_read import read_suites  # noqa: PLC0415
     from noma_prorl_bench.io.safe_files import RunDirRefused  # noqa: PLC0415
 
     try:

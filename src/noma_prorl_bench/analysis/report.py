@@ -39,6 +39,7 @@ from noma_prorl_bench.analysis.findings import (
     threshold_origin,
     threshold_source,
 )
+from noma_prorl_bench.analysis.plateau import plateau_lines
 from noma_prorl_bench.analysis.plots import check_outputs, save_summary
 from noma_prorl_bench.analysis.runlog import (
     NOT_CONFIG,
@@ -248,6 +249,7 @@ def write_report(
     lines += [""] + check_lines(check_rows)
     lines += atlas_section(arms, rows, k, Path(figures_dir), rel)
     lines += comparison_lines(rows, "" if interleaved else TIMING_NOTE)
+    lines += plateau_lines(arms, rows)
     lines += gain_lines(gains) + arm_lines(arms, k)
     lines += [f"![Training summary]({rel(figures[0])})", ""]
     lines += (

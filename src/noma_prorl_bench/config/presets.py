@@ -152,7 +152,9 @@ RUN_PRESETS: dict[str, dict[str, object]] = {
 RUN_PRESET_SOURCES: dict[str, str] = {
     "smollm2_demo": "This project's real-model demo (docs/real_model.md): LoRA rank 8 on the attention "
     "projections, base frozen; sized for ~30 min on 2 CPU cores. Needs prorl-bench get-model "
-    "smollm2-135m-instruct first",
+    "smollm2-135m-instruct first. Not the fast path, so that docs/real_model/demo.json reproduces bit for "
+    "bit: add --dtype auto --sample_draw inverse_cdf --shared_prompt for the faster step (bf16 where the CPU "
+    "has bf16 units; the same learning: docs/real_model/bf16_fast; speed per CPU type: docs/performance.md)",
 }
 
 

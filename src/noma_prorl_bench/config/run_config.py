@@ -111,6 +111,7 @@ class RunConfig(FlatConfig):
     beta: float = 0.05
     target_kl: float = 0.0
     kl_horizon: int = 10000
+    grad_parts_every: int = 0
 
     # CriticSpec (config/specs/critic.py)
     gamma: float = 1.0

@@ -38,7 +38,6 @@ project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's v
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import json
 import os
@@ -57,6 +56,15 @@ except ImportError as e:  # pragma: no cover - the extra is absent
     raise ImportError(f"noma_prorl_bench.integrations.trl needs the trl extra: pip install -e .[trl] ({e})") from e
 
 from noma_prorl_bench.config.specs import ResetSpec
+from noma_prorl_bench.integrations.trl_parts import (
+    add_ref_adapter,
+    log_reset,
+    reference_checksum,
+    refusal,
+    torch_optimizer,
+    unique_targets,
+    update_reference,
+)
 from noma_prorl_bench.models.base import frozen_parameters
 from noma_prorl_bench.training.optim_state import (
     apply_reset_semantics,
@@ -70,74 +78,12 @@ from noma_prorl_bench.training.resets import BestTracker, Decision, trigger_from
 STATE_FILE = "reset_state.json"
 REF_FILE = "reset_ref.safetensors"
 BEST_FILE = "reset_best.safetensors"
-SUPPORTED_OPTIM = ("adamw_torch", "adamw_torch_fused")  # torch Adam/AdamW: t kept per parameter
-SUPPORTED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
 
 
 #: The reset switches under the CLI's names, defaults, choices and checks: the harness's own
 #: `ResetSpec` (config/specs/resets.py), not a copy of it. A bad value raises ConfigError (a
 #: ValueError) naming the field; `ResetConfig.from_preset(name, **overrides)` as `--preset`.
 ResetConfig = ResetSpec
-
-
-def _refusal(args: Any, cfg: ResetConfig, optimizers: Any, eval_dataset: Any) -> str | None:
-    """Why this setup cannot be treated exactly (one line), or None."""
-    if not args.beta:
-        return "beta=0.0: TRL builds no reference model, so there is nothing to reset; set GRPOConfig(beta=...) > 0"
-    if args.sync_ref_model:
-        return (
-            "sync_ref_model=True: TRL's SyncRefModelCallback would reset the reference too; use "
-            "ResetConfig.from_preset('trl_sync') instead"
-        )
-    if args.fp16:
-        return "fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
-    if args.deepspeed or args.fsdp:
-        return "DeepSpeed/FSDP: sharded or offloaded optimizer state is not supported (untested)"
-    if getattr(args, "use_liger_kernel", False) or getattr(args, "use_liger_loss", False):
-        return "use_liger_kernel: Liger's fused loss path is not supported"
-    opt = optimizers[0] if optimizers else None
-    if opt is not None:
-        if type(opt) not in SUPPORTED_OPTIMIZERS or any("step" in g for g in opt.param_groups):
-            return (
-                f"optimizer {type(opt).__name__}: only torch.optim.Adam/AdamW (per-parameter step) are treated exactly"
-            )
-    else:
-        name = getattr(args.optim, "value", args.optim)
-        if name not in SUPPORTED_OPTIM:
-            return f"optim={name!r}: allowed {', '.join(SUPPORTED_OPTIM)} (8-bit, fused-group-step, Adafactor: refused)"
-    if cfg.needs_eval:
-        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
-        if strategy == "no" or eval_dataset is None:
-            return "reset_on_stall / reset_to='best' read eval_reward: pass an eval_dataset and eval_strategy='steps'"
-    return None
-
-
-def _torch_optimizer(opt: Any) -> torch.optim.Optimizer:
-    """The torch optimizer under accelerate's AcceleratedOptimizer (or `opt` itself)."""
-    while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
-        opt = opt.optimizer
-    return opt
-
-
-def _checksum(tensors: dict[str, torch.Tensor]) -> str:
-    """sha256 over names, dtypes, shapes and bytes, in name order: the reference's identity."""
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def _unique(pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Drop entries whose destination is a tensor already listed (tied weights): mixed once."""
-    seen, out = set(), []
-    for name, dst, src in pairs:
-        key = (dst.untyped_storage().data_ptr(), dst.storage_offset(), tuple(dst.shape))
-        if key not in seen:
-            seen.add(key)
-            out.append((name, dst, src))
-    return out
 
 
 class _ResetCallback(TrainerCallback):
@@ -165,7 +111,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         targs = bound.get("args")
         if targs is None:
             raise ValueError("ResetGRPOTrainer needs args=GRPOConfig(...) with beta > 0")
-        why = _refusal(targs, cfg, bound.get("optimizers"), bound.get("eval_dataset"))
+        why = refusal(targs, cfg, bound.get("optimizers"), bound.get("eval_dataset"))
         if why is not None:
             raise ValueError(f"ResetGRPOTrainer: {why}")
         super().__init__(*args, **kwargs)
@@ -177,7 +123,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         policy = self.accelerator.unwrap_model(self.model)
         self._peft = self.ref_model is None
         if self._peft:
-            self._add_ref_adapter(policy)
+            add_ref_adapter(policy)
         self._best = BestTracker(frozen=frozen_parameters(policy))
         self._pending: Decision | None = None
         self._merged = 0  # decisions that fired while one was already pending
@@ -192,24 +138,6 @@ class ResetGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------ reference
 
-    def _add_ref_adapter(self, policy: Any) -> None:
-        """A frozen "ref" adapter equal to "default" (TRL's reference whenever one exists)."""
-        if "ref" not in policy.peft_config:
-            # the new adapter's random init is overwritten below; keep the global RNG where TRL left it
-            with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
-                policy.add_adapter("ref", policy.peft_config["default"])
-            policy.set_adapter("default")
-            named = dict(policy.named_parameters())
-            with torch.no_grad():
-                for name, p in named.items():
-                    if ".ref." in name:
-                        p.copy_(named[name.replace(".ref.", ".default.")])
-        for name, p in policy.named_parameters():
-            if ".ref." in name:
-                p.requires_grad_(False)
-        if not any(".ref." in n for n, _ in policy.named_parameters()):
-            raise ValueError("ResetGRPOTrainer: the PEFT model has no 'ref' adapter parameters to reset")
-
     def _ref_tensors(self) -> dict[str, torch.Tensor]:
         """The reference's tensors by name: the full reference model's state, or the "ref" adapter."""
         if not self._peft:
@@ -223,30 +151,11 @@ class ResetGRPOTrainer(GRPOTrainer):
         ref = self._ref_tensors()
         if self._peft:
             named = dict(policy.named_parameters())
-            return _unique([(n, t, named[n.replace(".ref.", ".default.")]) for n, t in ref.items()])
+            return unique_targets([(n, t, named[n.replace(".ref.", ".default.")]) for n, t in ref.items()])
         src = policy.state_dict()
         if set(src) != set(ref):
             raise KeyError(f"policy and reference state differ: {sorted(set(src) ^ set(ref))[:3]}")
-        return _unique([(n, t, src[n]) for n, t in ref.items()])
-
-    @torch.no_grad()
-    def _update_reference(self) -> dict[str, Any]:
-        """Hard copy or Polyak mix of the policy into the reference, in place."""
-        cfg, n = self.reset_config, 0
-        for _, dst, src in self._ref_pairs():
-            src = src.to(dst.device)
-            if cfg.ref_update == "polyak" and dst.is_floating_point():
-                dst.mul_(1.0 - cfg.ref_mix_alpha).add_(src.to(dst.dtype), alpha=cfg.ref_mix_alpha)
-            else:
-                dst.copy_(src)
-            n += 1
-        alpha = cfg.ref_mix_alpha if cfg.ref_update == "polyak" else None
-        return {
-            "ref_update": cfg.ref_update,
-            "ref_mix_alpha": alpha,
-            "ref_tensors": n,
-            "ref_kind": "peft_ref_adapter" if self._peft else "full_model",
-        }
+        return unique_targets([(n, t, src[n]) for n, t in ref.items()])
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
         """TRL's log-prob pass; reference passes are counted (sequences, seconds)."""
@@ -347,7 +256,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         """One reset after optimizer step `step`: target -> reference -> optimizer side, checked."""
         cfg, t0 = self.reset_config, time.perf_counter()
         seqs0 = self._ref_count["reset"][0]
-        optimizer = _torch_optimizer(self.optimizer)
+        optimizer = torch_optimizer(self.optimizer)
         scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)
         policy = self.accelerator.unwrap_model(self.model)
         before = state_census(optimizer)
@@ -357,7 +266,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         if cfg.reset_to == "best":
             restored = self._best.restore(policy) if self._best.params is not None else None
             target.update(restored_step=restored, best_val=self._best.best)
-        ref_rec = self._update_reference()
+        ref_rec = update_reference(self._ref_pairs(), cfg, self._peft)
         rec = apply_reset_semantics(
             optimizer,
             scheduler,
@@ -395,20 +304,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         }
         self._merged = 0
         self.reset_events.append(event)
-        m = self._metrics["train"]
-        m["reset/step"] = [float(step)]
-        for key in (
-            "kl_before",
-            "kl_after",
-            "m_norm_before",
-            "m_norm_after",
-            "v_norm_before",
-            "v_norm_after",
-            "ref_forward_seqs",
-            "seconds",
-        ):
-            if event[key] is not None:
-                m[f"reset/{key}"].append(float(event[key]))
+        log_reset(self._metrics["train"], event)
         return event
 
     # ------------------------------------------------------------ checkpoints
@@ -425,8 +321,8 @@ class ResetGRPOTrainer(GRPOTrainer):
             "global_step": self.state.global_step,
             # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
             "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
-            "optimizer_step": optimizer_step_count(_torch_optimizer(self.optimizer)),
-            "ref_sha256": _checksum(self._ref_tensors()),
+            "optimizer_step": optimizer_step_count(torch_optimizer(self.optimizer)),
+            "ref_sha256": reference_checksum(self._ref_tensors()),
         }
 
     def _save_checkpoint(self, model, trial):
@@ -463,9 +359,9 @@ class ResetGRPOTrainer(GRPOTrainer):
         with torch.no_grad():
             for name, t in ref.items():
                 t.copy_(saved[name].to(t.device))
-        if _checksum(self._ref_tensors()) != state["ref_sha256"]:
+        if reference_checksum(self._ref_tensors()) != state["ref_sha256"]:
             raise ValueError(f"ResetGRPOTrainer: the reference loaded from {checkpoint} fails its checksum")
-        step = optimizer_step_count(_torch_optimizer(self.optimizer))
+        step = optimizer_step_count(torch_optimizer(self.optimizer))
         if step != state["optimizer_step"]:
             raise ValueError(f"ResetGRPOTrainer: optimizer step {step} after loading, {state['optimizer_step']} saved")
         self._trigger.load_state_dict(state["trigger"])

@@ -48,7 +48,7 @@ RUN_FILES = (
 )
 RUN_DIRS = ("plots", "checkpoints", "tb", "wandb")
 LOCK_FILE = "run.lock"
-#: files and directories of a report or a suite (analysis/report.py, suite.py), also checked in a run directory
+#: files and directories of a report or a suite (analysis/report.py, suite/), also checked in a run directory
 REPORT_FILES, REPORT_DIRS = ("report.md", "report.json", "settings.json", "suite.json"), ("figures",)
 
 

@@ -26,6 +26,7 @@ from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch
 from noma_prorl_bench.training import guards, micro
 from noma_prorl_bench.training.critic import Critic
+from noma_prorl_bench.training.grad_parts import GradParts
 from noma_prorl_bench.training.optim_state import OptimSide, run_scheduler
 
 
@@ -67,6 +68,7 @@ class Learner:
         )
         self.optim = OptimSide(optimizer, run_scheduler(optimizer, optim), kl_ctrl)  # shared with the managers
         self.updates_applied = 0  # optimizer steps taken (a run with none ends non-zero)
+        self.grad_parts: Optional[GradParts] = None  # set for the measured minibatch (--grad_parts_every)
 
     @property
     def beta(self) -> float:
@@ -102,16 +104,24 @@ class Learner:
         anchors = torch.zeros_like(batch.logp_old)  # the anchor the loss saw, [N, T]
         self.policy.train()
         inp, out_once = self.update_inputs(batch)
-        for epoch in range(self.opt_spec.ppo_epochs):
-            for j in torch.randperm(M, generator=self.order_gen).tolist():
+        E, every = self.opt_spec.ppo_epochs, self.spec.grad_parts_every
+        parts = None
+        for epoch in range(E):
+            order = torch.randperm(M, generator=self.order_gen).tolist()
+            for i, j in enumerate(order):
+                if every > 0 and step % every == 0 and epoch == E - 1 and i == len(order) - 1:
+                    self.grad_parts = parts = GradParts(self.policy.parameters())  # the last minibatch
                 mb = self.minibatch_step(
                     batch, slices[j], inp, reference, step, anchors=anchors if epoch == 0 else None
                 )
                 for k, v in mb.items():
                     sums[k] = sums.get(k, 0.0) + v
                 n_pass += 1
+                self.grad_parts = None
         out = {k: v / n_pass for k, v in sums.items()}
         out.update(out_once)
+        if parts is not None:
+            out.update(parts.metrics())
         if reference.enabled:  # the blog's k2 of pi_ref vs pi_old
             k2 = kl_lib.kl_terms(batch.logp_old, anchors, clamp=kl_lib.REF_OVER_OLD_CLAMP)["k2"]
             out["kl/ref_over_old_k2"] = float(loss_lib.masked_mean_or_zero(k2, batch.mask))
@@ -243,6 +253,11 @@ class Learner:
             **critic,
         )
         loss = micro.aggregate_in(tok, inp.mask[ctx], sl, ctx, self.objective.agg, self.T_max)
+        if self.grad_parts is not None:  # --grad_parts_every: each part's own backward, graph kept
+            for name, part in (("pg", pg), ("kl", self.beta * kl_tok)):
+                self.grad_parts.add(
+                    name, micro.aggregate_in(part, inp.mask[ctx], sl, ctx, self.objective.agg, self.T_max)
+                )
         loss = guards.inject_nan(loss, step)  # test hook, see guards.py
         loss.backward()
         return micro.Part(

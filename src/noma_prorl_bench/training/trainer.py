@@ -11,36 +11,27 @@ with --adv gae `count/critic_fwd` is 1 + E*M*(micro-batches per minibatch).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
 from noma_prorl_bench.algorithms.kl_term import KLTerm
 from noma_prorl_bench.config import RunConfig
-from noma_prorl_bench.config.specs import ModelSpec, RunSpecs, WarmStartSpec
-from noma_prorl_bench.io import checkpoint
+from noma_prorl_bench.config.specs import RunSpecs
+from noma_prorl_bench.io import state_tree
 from noma_prorl_bench.io.metrics import Counters, NullSink, StageTimer, StepSignals, peak_rss_mb
-from noma_prorl_bench.models.base import policy_device
-from noma_prorl_bench.models.build import build_policy
-from noma_prorl_bench.models.precision import (
-    cast_norm_outputs_once,
-    float32_teacher_attention,
-    hold_frozen_in_bf16,
-    params_by_dtype,
-)
-from noma_prorl_bench.rollout.collector import BatchSource, Collector
+from noma_prorl_bench.rollout.collector import BatchSource
 from noma_prorl_bench.rollout.pass_at_k import sampled_pass_at_k
-from noma_prorl_bench.rollout.reference import make_reference
 from noma_prorl_bench.rollout.reference_source import ReferenceSource
 from noma_prorl_bench.rollout.sampling import RolloutBatch, evaluate
-from noma_prorl_bench.tasks import is_user_task, make_task, part_metrics
-from noma_prorl_bench.tasks.custom import check_vocabulary
+from noma_prorl_bench.tasks import part_metrics
+from noma_prorl_bench.training import setup
 from noma_prorl_bench.training.critic import Critic
-from noma_prorl_bench.training.growth_loop import GrowthManager, attach_adapters
+from noma_prorl_bench.training.growth_loop import GrowthManager
 from noma_prorl_bench.training.learner import Learner
-from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager, monitor_prompts
-from noma_prorl_bench.training.result import eval_bar, per_prompt
-from noma_prorl_bench.training.warmstart import supervised_warm_start
+from noma_prorl_bench.training.reset_loop import EvalMonitors, ResetManager
+from noma_prorl_bench.training.result import per_prompt
 
 COUNTER_KEYS = (
     "policy_fwd_rollout",
@@ -52,62 +43,34 @@ COUNTER_KEYS = (
 )
 
 
-def set_determinism(threads: int, seed: int) -> None:
-    torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-
-
-def warm_start(
-    spec: WarmStartSpec, policy, task, tok, val_set, T_max: int, P, device, event
-) -> tuple[dict, dict, dict]:
-    """The supervised warm start (training/warmstart.py), then a greedy evaluation; its cost
-    is reported separately (the `warmstart` event). Returns the event's values, the per-prompt
-    record of that evaluation (training/result.py) and metrics.jsonl's step-0 row: `reward/val`
-    (= the event's val_reward), the `reward/val_*` parts and `perf/peak_rss_mb`."""
-    t0 = time.perf_counter()
-    n_steps = supervised_warm_start(policy, task, tok, spec, P, device)
-    bar = eval_bar(spec, len(val_set), "evaluating before RL")
-    val, texts, _ = evaluate(policy, task, tok, val_set, T_max, P, bar=bar)
-    info = {"steps": n_steps, "seconds": time.perf_counter() - t0, "val_reward": val}
-    event("warmstart", "supervised warm start", **info)
-    row = {
-        "step": 0,
-        "reward/val": val,
-        **part_metrics(task, texts, [e.answer for e in val_set], "reward/val_"),
-        "perf/peak_rss_mb": peak_rss_mb(),
-    }
-    return info, per_prompt(task, val_set, texts), row
-
-
-def hold_precision(spec: ModelSpec, policy, event) -> dict:
-    """The `precision` event: the dtype used (--dtype auto resolved) and why; under bf16_mixed an
-    HF policy's frozen Linear weights are stored in bf16 from here on and its teacher-forced
-    attention computes in float32 (models/precision.py), before the reference copy and the
-    optimizer are made."""
-    hf = getattr(policy, "frozen_bf16", False)
-    n = hold_frozen_in_bf16(policy) if hf else 0
-    fast: dict = {}  # the bf16 fast path's parts (models/precision.py), recorded where they apply
-    if hf and getattr(policy, "compute_dtype", None) == torch.bfloat16:
-        fast = {
-            "float32_teacher_attention": float32_teacher_attention(policy),
-            "norms_cast_once": cast_norm_outputs_once(policy),
-        }
-    dtype, why = getattr(policy, "dtype_choice", (spec.dtype, f"--dtype {spec.dtype}"))
-    info = {
-        "requested": spec.dtype,
-        "dtype": dtype,
-        "frozen_bf16_tensors": n,
-        **fast,
-        "params_by_dtype": params_by_dtype(policy),
-    }
-    event("precision", why, **info)
-    return {**info, "reason": why}
-
-
 class Trainer:
     """Owns the stages of one run (collector, reference, learner, managers), its RNG streams
     and step counter; `train_step()` runs them in order. Built by `from_config`, the one reader of
     the `RunConfig`: each stage gets its own spec (config/specs.py)."""
+
+    # Wired by the constructor; built by `setup.start` (training/setup.py), in this order.
+    task: Any
+    T_max: int
+    P: int | None  # None: longest prompt of each batch (text tasks)
+    policy: Any
+    tok: Any
+    device: torch.device
+    data_rng: np.random.Generator
+    sample_gen: torch.Generator
+    order_gen: torch.Generator
+    val_set: list
+    warmstart_info: dict
+    val_before: dict
+    initial_metrics: dict  # metrics.jsonl's step-0 row
+    precision_info: dict
+    collector: BatchSource
+    kl: KLTerm
+    ref: ReferenceSource
+    critic: Critic | None
+    learner: Learner
+    resets: ResetManager
+    monitors: EvalMonitors
+    growth: GrowthManager
 
     @classmethod
     def from_config(
@@ -121,19 +84,14 @@ class Trainer:
         collector: BatchSource | None = None,
         reference: ReferenceSource | None = None,
     ) -> Trainer:
-        """The Trainer of `cfg` (its specs: `RunSpecs.from_config`). `collector`, `reference` and the
-        `counters` they count in replace the local ones (the Ray learner: batches and logp_ref
-        arrive from elsewhere); `cfg` itself is kept only as the run's record (checkpoints)."""
-        return cls(
-            RunSpecs.from_config(cfg),
-            cfg,
-            metrics_sink,
-            events_sink,
-            samples_sink,
-            counters=counters,
-            collector=collector,
-            reference=reference,
-        )
+        """The Trainer of `cfg` (its specs: `RunSpecs.from_config`), wired, then set up by
+        `setup.start`: seeds, task and policy, warm start and the evaluation before RL (metrics
+        row 0), adapters, precision, stages. `collector`, `reference` and the `counters` they
+        count in replace the local ones (the Ray learner: batches and logp_ref arrive from
+        elsewhere); `cfg` itself is kept only as the run's record (checkpoints)."""
+        trainer = cls(RunSpecs.from_config(cfg), cfg, metrics_sink, events_sink, samples_sink, counters=counters)
+        setup.start(trainer, collector, reference)
+        return trainer
 
     def __init__(
         self,
@@ -144,121 +102,16 @@ class Trainer:
         samples_sink=None,
         *,
         counters: Counters | None = None,
-        collector: BatchSource | None = None,
-        reference: ReferenceSource | None = None,
     ):
+        """Wires the run's specs, sinks, counters, timer and step counter; does no work."""
         self.specs, self.cfg = specs, cfg  # cfg: written with each checkpoint, read by no stage
         self.metrics_sink = metrics_sink or NullSink()
         self.events_sink = events_sink or NullSink()
         self.samples_sink = samples_sink or NullSink()
-        set_determinism(specs.threads, specs.seed)
-        # ------------------------------------------------------------ task, model, RNG streams
-        ts, ms = specs.task, specs.model
-        self.task = make_task(ts.task, n_val=ts.n_val, cfg=ts)
-        self.T_max = ts.max_new_tokens or self.task.max_new_tokens
-        self.P = getattr(self.task, "prompt_len", None)  # None: longest prompt of each batch (text tasks)
-        L_max = self.P + max(self.T_max, self.task.max_new_tokens) if self.P else None  # rollout and warm start
-        every = getattr(self.task, "all_examples", None)  # jsonl:PATH: its longest prompt (<bos> ... <sep>)
-        if L_max is None and every is not None:
-            L_max = max(512, 2 + max(len(e.prompt) for e in every()) + max(self.T_max, self.task.max_new_tokens))
-        self.policy, self.tok = build_policy(ms, max_len=L_max)
-        if is_user_task(ts.task):
-            check_vocabulary(self.task, self.tok, ms)  # char models spell only their vocabulary
-        self.device = policy_device(self.policy)  # --device (auto resolved)
-        self.data_rng = np.random.default_rng([specs.seed, 1])
-        # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU
-        # stream; CUDA runs get a CUDA generator with the same seed (a different stream).
-        self.sample_gen = torch.Generator(device=self.device).manual_seed(specs.seed * 1000 + 2)
-        self.order_gen = torch.Generator().manual_seed(specs.seed * 1000 + 4)
-        self.val_set = self.task.validation_set()
         self.counters = counters if counters is not None else Counters(COUNTER_KEYS)
         self.timer = StageTimer()
         self.step_idx = 0
         self.val_after: dict | None = None  # per-prompt record of the last step's evaluation
-        self.warmstart_info, self.val_before, self.initial_metrics = warm_start(
-            specs.warm_start,
-            self.policy,
-            self.task,
-            self.tok,
-            self.val_set,
-            self.T_max,
-            self.P,
-            self.device,
-            self.event,
-        )
-        self.metrics_sink.write(self.initial_metrics)  # step 0: the curve starts before RL
-        attach_adapters(specs.growth, self.policy, self.write_event)  # --enable_growth: LoRA, base frozen
-        self.precision_info = hold_precision(ms, self.policy, self.event)  # --dtype used and why; bf16 frozen base
-        # ------------------------------------------------------------ the stages
-        self.collector: BatchSource = (
-            collector
-            if collector is not None
-            else Collector.from_spec(
-                specs.rollout,
-                self.task,
-                self.tok,
-                self.policy,
-                self.T_max,
-                self.P,
-                self.data_rng,
-                self.sample_gen,
-                self.counters,
-            )
-        )
-        self.kl = KLTerm.from_spec(specs.objective.kl)  # the KL choice: estimator, placement, needs (kl_term.py)
-        rs = specs.reference
-        self.ref: ReferenceSource = (
-            reference
-            if reference is not None
-            else make_reference(
-                self.policy,
-                rs.mode,
-                rs.shape.temperature,
-                rs.rows,
-                self.T_max,
-                keep_logits=self.kl.needs_ref_logits,
-                chunk=rs.logprob_chunk,
-            )
-        )
-        # --adv gae: the value model, copied from the policy as it is now (after warm start, adapters)
-        self.critic = Critic(specs.critic, self.policy) if specs.critic.enabled else None
-        self.learner = Learner(
-            specs.objective,
-            specs.optimizer,
-            self.policy,
-            self.kl,
-            self.T_max,
-            self.counters,
-            self.timer,
-            self.order_gen,
-            self.event,
-            critic=self.critic,
-        )  # optimizer, scheduler, adaptive KL
-        # ------------------------------------------------------------ resets, drift monitors, growth
-        # Each manager gets its spec and the narrow state it acts on, never the Trainer.
-        optim = self.learner.optim
-        self.resets = ResetManager(
-            specs.resets, self.policy, self.ref, optim, self.write_event, critic=self.critic
-        )  # triggers, best checkpoint, recovery, the critic's --critic_reset
-        self.monitors = EvalMonitors(
-            specs.evaluation,
-            self.policy,
-            self.counters,
-            self.write_event,  # kl/to_init
-            monitor_prompts(self.val_set, self.tok, self.P),
-            self.T_max,
-            self.tok,
-        )
-        self.growth = GrowthManager(
-            specs.growth,
-            specs.optimizer,
-            self.policy,
-            self.ref,
-            optim,
-            self.write_event,
-            resets=self.resets,
-            snapshot_holders=(self.resets, self.monitors),
-        )
 
     # The optimizer side lives in `learner.optim` (shared with the managers: growth may replace
     # the optimizer and scheduler); these names read and write it.
@@ -336,7 +189,7 @@ class Trainer:
             "updates_applied": self.learner.updates_applied,
             **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None},
         }
-        return checkpoint.state_tree(self.step_idx, self._components(), self._generators(), scalars)
+        return state_tree.state_tree(self.step_idx, self._components(), self._generators(), scalars)
 
     #: what the run has recorded about itself (warm start, precision, per-prompt evaluations before
     #: and after RL): saved with the checkpoint so a resumed run reports them
@@ -346,7 +199,7 @@ class Trainer:
         """Overwrite this freshly built Trainer with a saved state (RNG states included); the LR
         schedule's horizon follows this run's --steps. Mismatches raise checkpoint.CheckpointError."""
         horizons = [getattr(f, "total_steps", None) for f in getattr(self.scheduler, "lr_lambdas", [])]
-        scalars = checkpoint.load_state_tree(state, self._components, self._generators())
+        scalars = state_tree.load_state_tree(state, self._components, self._generators())
         for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):  # growth may have replaced it
             if total is not None:
                 f.total_steps = total

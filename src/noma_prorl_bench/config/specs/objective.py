@@ -113,6 +113,8 @@ class ObjectiveSpec(Spec):
     """Adaptive KL controller target (Ziegler et al. 2019); 0 keeps beta fixed."""
     kl_horizon: int = flag(10000, section="KL and reference")
     """Adaptive KL controller horizon, in samples: after each step beta *= 1 + clip(kl/target - 1, -0.2, 0.2) * N / horizon with N = batch_size*group_size sequences (Ziegler et al. 2019; TRL, OpenRLHF). Must exceed 0.2*N so beta stays positive."""
+    grad_parts_every: int = flag(0, section="KL and reference")
+    """Every K steps (0: never), on the update's last minibatch: the gradient norms of the policy-gradient part and of the beta * KL part of the loss and their cosine (metrics grad/pg_norm, grad/kl_norm, grad/kl_over_pg, grad/cos_pg_kl; docs/metrics.md), each from its own backward pass over the same graph, so the update's bits are unchanged; costs two backward passes of one minibatch per K steps."""
     shape: ShapeSpec = sub(ShapeSpec)
     logprob_chunk: int = copy_of(ModelSpec, "logprob_chunk")
     kl: KLSpec = sub(KLSpec)
@@ -159,7 +161,7 @@ class ObjectiveSpec(Spec):
 
     def check(self) -> None:
         self.positive("kl_horizon")
-        self.nonneg("beta", "target_kl", "tis_cap", "dual_clip_c")
+        self.nonneg("beta", "target_kl", "tis_cap", "dual_clip_c", "grad_parts_every")
         if self.clip_eps != -1.0 and not 0.0 < self.clip_eps < 1.0:
             raise ConfigError("clip_eps", f"must be -1 (the loss's default) or in (0, 1), got {self.clip_eps}")
         for n in ("eps_low", "eps_high"):

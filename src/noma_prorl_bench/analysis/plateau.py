@@ -1,0 +1,133 @@
+"""Plateau statistics: does a run's greedy score still climb over its last third, and where is its
+policy's KL to the initial policy there?
+
+For one run: the least-squares slope (per 100 RL steps) of the greedy validation score
+`reward/val` and of `kl/to_init` over the evaluations in the last third of the run (steps >= 2/3 of
+its last step), and their means there. For two arms paired by seed (a reset arm against the no-reset
+arm of the same beta): the per-seed difference of the score slopes, its mean with a 95% paired
+interval and the sign-flip p. The report's sentence calls the no-reset arm's tail a plateau only when
+its score slope's 95% interval over seeds holds 0, the KL "pinned" only when its slope is under
+KL_PINNED of its level per 100 steps, and says the reset arm climbs faster only when the paired
+difference is positive at sign-flip p < 0.05.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from noma_prorl_bench.analysis.runlog import Run
+from noma_prorl_bench.analysis.stats import paired_interval, sign_flip_p, t_ci
+
+PER = 100.0  # slopes are per 100 RL steps
+KL_PINNED = 0.1  # |KL slope| per 100 steps below this fraction of the KL's level: "pinned"
+
+
+def tail_slope(steps: np.ndarray, values: np.ndarray, frac: float = 1 / 3) -> tuple[float, float, int]:
+    """(slope per 100 steps, mean, points) of `values` over steps >= (1 - frac) * the last step;
+    NaN slope with fewer than 3 points."""
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    if steps.size == 0:
+        return math.nan, math.nan, 0
+    tail = steps >= (1 - frac) * steps.max() * (1 - 1e-12)  # 2/3 of 300 is step 200, not above it
+    x, y = steps[tail], values[tail]
+    if x.size < 3 or np.ptp(x) == 0:
+        return math.nan, float(y.mean()) if y.size else math.nan, int(x.size)
+    slope = float(np.polyfit(x, y, 1)[0]) * PER
+    return slope, float(y.mean()), int(x.size)
+
+
+def run_plateau(run: Run) -> dict[str, float]:
+    """The run's tail statistics: score_slope, score_tail, kl_slope, kl_tail, points."""
+    s_slope, s_mean, n = tail_slope(*run.series("reward/val"))
+    k_slope, k_mean, _ = tail_slope(*run.series("kl/to_init"))
+    return {"score_slope": s_slope, "score_tail": s_mean, "kl_slope": k_slope, "kl_tail": k_mean, "points": n}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:+.3f}"
+
+
+def arm_plateau(stats: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Seed means of one arm's tail statistics, with a 95% t interval of the score slope."""
+    sl = [s["score_slope"] for s in stats if math.isfinite(s["score_slope"])]
+    lo, hi = t_ci(sl) if len(sl) >= 2 else (math.nan, math.nan)
+    mean = {k: float(np.nanmean([s[k] for s in stats])) if stats else math.nan for k in ("kl_slope", "kl_tail")}
+    return {"score_slope": float(np.mean(sl)) if sl else math.nan, "lo": lo, "hi": hi, "n": len(sl), **mean}
+
+
+def flat(arm: dict[str, float]) -> bool:
+    """The score slope's 95% interval holds 0: no detectable climb (or fall) over the last third."""
+    return math.isfinite(arm["lo"]) and arm["lo"] <= 0 <= arm["hi"]
+
+
+def kl_still(arm: dict[str, float]) -> bool:
+    """kl/to_init moves by less than KL_PINNED of its level per 100 steps over the last third."""
+    return math.isfinite(arm["kl_slope"]) and abs(arm["kl_slope"]) < KL_PINNED * max(abs(arm["kl_tail"]), 1e-12)
+
+
+def tail_words(arm: dict[str, float], name: str) -> str:
+    """What the arm's tail does, in words."""
+    if not math.isfinite(arm["lo"]):
+        return f"{name} has too few seeds to tell"
+    if not flat(arm):
+        return f"{name} still {'climbs' if arm['lo'] > 0 else 'falls'}"
+    pin = (
+        "with the KL to the initial policy pinned"
+        if kl_still(arm)
+        else "while its KL to the initial policy still moves"
+    )
+    return f"{name} shows no detectable climb (a plateau) {pin}"
+
+
+def plateau_sentence(
+    none: dict[int, dict[str, float]], reset: dict[int, dict[str, float]], none_name: str, reset_name: str
+) -> tuple[str, dict]:
+    """One sentence on the no-reset arm's tail against the reset arm's (per-seed stats keyed by seed)
+    and the numbers behind it."""
+    a, b = arm_plateau(list(none.values())), arm_plateau(list(reset.values()))
+    seeds = sorted(set(none) & set(reset))
+    d = [reset[s]["score_slope"] - none[s]["score_slope"] for s in seeds]
+    d = [x for x in d if math.isfinite(x)]
+    p = sign_flip_p(d) if d else math.nan
+    dlo, dhi = paired_interval(d) if len(d) >= 2 else (math.nan, math.nan)
+    res = {"none": a, "reset": b, "diff": float(np.mean(d)) if d else math.nan, "lo": dlo, "hi": dhi, "p": p}
+    res["n_pairs"] = len(d)
+    goes_on = bool(d) and float(np.mean(d)) > 0 and p < 0.05
+    head = tail_words(a, none_name)
+    tail = f"{reset_name} climbs detectably faster" if goes_on else f"{reset_name} does not climb detectably faster"
+    text = (
+        f"Over the last third of the run, {head} (greedy score {_fmt(a['score_slope'])} per 100 steps "
+        f"[{_fmt(a['lo'])}, {_fmt(a['hi'])}], kl/to_init {a['kl_tail']:.3f} moving {_fmt(a['kl_slope'])}), and "
+        f"{tail} (score {_fmt(b['score_slope'])} per 100 steps; the difference {_fmt(res['diff'])} "
+        f"[{_fmt(dlo)}, {_fmt(dhi)}], sign-flip p {p:.3f}, {len(d)} pairs)."
+    )
+    return text, res
+
+
+def plateau_lines(arms: dict[str, dict], rows: Sequence[dict]) -> list[str]:
+    """The report's section: one sentence per comparison whose two arms log `reward/val` and
+    `kl/to_init` (the arm against its baseline, paired by seed)."""
+    lines: list[str] = []
+    for row in rows:
+        a, b = arms.get(row.get("baseline", "")), arms.get(row.get("arm", ""))
+        if not a or not b or not all(r.has("reward/val") and r.has("kl/to_init") for r in [*a.values(), *b.values()]):
+            continue
+        stats = [{s: run_plateau(r) for s, r in arm.items()} for arm in (a, b)]
+        text, _ = plateau_sentence(stats[0], stats[1], row["baseline"], row["arm"])
+        lines.append(f"- {row['name']}: {text}")
+    if not lines:
+        return []
+    head = [
+        "## The last third of each run",
+        "",
+        "Slopes of the greedy score and of `kl/to_init` over the evaluations in the last third of each run "
+        "(per 100 steps, least squares), means over seeds with 95% t intervals; the paired difference of the "
+        "score slopes with a sign-flip p (src/noma_prorl_bench/analysis/plateau.py).",
+        "",
+    ]
+    return head + lines + [""]
