@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install the project with everything it needs, CPU-only.
-# Usage: bash scripts/setup.sh        (idempotent; re-running only checks the installs, ~20 s)
+# Usage: bash scripts/setup.sh        (idempotent; re-running only checks the installs, ~15 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,7 +11,7 @@ progress() { { grep -E --line-buffered '^(Collecting|Installing collected|Succes
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check --progress-bar off)
 
 say "installing into .venv: CPU torch, numpy, matplotlib, ray, transformers/trl/peft, tensorboard, pytest"
-say "a new .venv takes about 5-12 min (2 GB unpacked; 11.8 min measured on a busy 2-core VM); an existing one ~40 s"
+say "a new .venv takes ~1.5 min on 2 idle cores with pip's cache warm (2 GB unpacked; minutes more to download, or on busy cores); an existing one ~15 s"
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), lint (ruff), type-check (mypy) and run the whole test suite (all tiers).
+# Set up (scripts/setup.sh), lint (ruff), type-check (mypy) and run the test suite: the unit, smoke,
+# slow and ray tiers, less the `study` tests (benchmarks/studies scripts run end to end, minutes each).
 # ruff (lint and format) and mypy settings are in pyproject.toml (mypy checks every package).
-# Usage: bash scripts/test.sh [extra pytest args]
+# Usage: bash scripts/test.sh [extra pytest args]    (a -m among them replaces the default -m 'not study';
+#   bash scripts/test.sh -m study runs only the study tests)
 #   PRORL_TEST_SKIP_SETUP=1 bash scripts/test.sh ...   skip setup, ruff and mypy (pytest only)
 # One Ctrl-C (SIGINT) or a SIGTERM to this script stops everything it started: pytest gets the SIGINT
 # (its "KeyboardInterrupt" summary; the file PRORL_TEST_STOP_FILE, created first, tells tests/conftest.py
@@ -61,6 +63,8 @@ if [ -z "${PRORL_TEST_SKIP_SETUP:-}" ]; then
   run .venv/bin/mypy
 fi
 status=0
-run .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+select=(-m "not study")
+for a in "$@"; do [[ "$a" == -m || "$a" == -m* ]] && select=(); done
+run .venv/bin/python -m pytest -q -p no:cacheprovider "${select[@]}" "$@" || status=$?
 kill -KILL $(tagged) 2>/dev/null || true      # nothing a test started outlives the suite
 exit "$status"

@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -71,6 +70,7 @@ from carry import (  # noqa: E402
     restore,
     result,
     save,
+    study_clock,
     table,
     tiny_model,
 )
@@ -696,14 +696,13 @@ def phase_resets(a, budget: Budget, model_dir: str, task_path: str) -> dict:
         f"SIGTERM to the suite in {stop_in:.0f} s unless it finishes first",
         flush=True,
     )
-    timer = threading.Timer(stop_in, lambda: os.kill(os.getpid(), signal.SIGTERM))
-    timer.start()
+    stop = budget.watch(a.stop_margin_s, lambda: os.kill(os.getpid(), signal.SIGTERM))
     try:
         env_pp = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = child_pythonpath()
         code = suite.command._run_suite(ap, args, specs, LocalExecutor(a.jobs, suite.local_env()), argv)
     finally:
-        timer.cancel()
+        stop.set()
         if env_pp is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -740,7 +739,7 @@ def resets_result(specs, outdir: str, settings: dict, stopped: bool, code: Optio
 def device_main(a, argv: list[str]) -> int:
     import torch
 
-    budget = Budget(a.budget_s, a.reserve_s)
+    budget = Budget(a.budget_s, a.reserve_s, study_clock())
     print(budget.line(), flush=True)
     if a.device == "cuda" and not torch.cuda.is_available():
         print(

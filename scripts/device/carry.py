@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -60,6 +61,41 @@ class Budget:
             f"budget: {self.limit_s:.0f} s for this command, {self.reserve_s:.0f} s kept to save results; "
             f"{self.elapsed():.0f} s spent, {max(self.left(), 0):.0f} s left for work"
         )
+
+    def watch(self, margin_s: float, action: Callable[[], object], poll_s: float = 0.2) -> threading.Event:
+        """Call `action` once, from a daemon thread, when `left()` falls to `margin_s` (read from the
+        budget's own clock every `poll_s`); setting the returned event cancels it."""
+        cancel = threading.Event()
+
+        def run() -> None:
+            while not cancel.wait(poll_s):
+                if self.left() <= margin_s:
+                    action()
+                    return
+
+        threading.Thread(target=run, daemon=True, name="budget-watch").start()
+        return cancel
+
+
+CLOCK_FILE_ENV = "GPU_STUDY_CLOCK_FILE"
+
+
+def study_clock() -> Callable[[], float]:
+    """The budget's clock: time.monotonic, or, where $GPU_STUDY_CLOCK_FILE names a file, the number of
+    seconds written in it (0 while it is missing or half-written), so that a test decides when the
+    budget runs out instead of the machine's speed."""
+    path = os.environ.get(CLOCK_FILE_ENV)
+    if not path:
+        return time.monotonic
+
+    def read() -> float:
+        try:
+            with open(path) as f:
+                return float(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
+    return read
 
 
 # ============================================================================ carried parts

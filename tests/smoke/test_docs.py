@@ -123,7 +123,7 @@ def test_readme_results_are_made_from_the_committed_result_files():
     said = f"{lift['mean_lift']:+.3f} [{lift['ci95'][0]:+.3f}, {lift['ci95'][1]:+.3f}]"
     assert said in more
     # the demo command's comment (inside a code block, so checked rather than generated)
-    demo_line = next(line for line in readme.splitlines() if line.startswith("# 3. The real-model demo:"))
+    demo_line = next(line for line in readme.splitlines() if line.startswith("# The real-model demo:"))
     assert said in demo_line and f"({lift['n_seeds']} seeds, all up)" in demo_line
     assert lift["seeds_up"] == lift["n_seeds"]
 

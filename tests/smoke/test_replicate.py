@@ -53,6 +53,15 @@ def test_replicate_reproduces_a_suite_on_its_own_machine(tmp_path, capsys):
     runs = sorted(p.name for p in one.iterdir() if (p / "config.json").is_file())
     assert runs == ["AA-1_s1", "AA-2_s1001"] and all((src / name / "config.json").is_file() for name in runs)
 
+    # --runs: compare runs trained before, train nothing, write beside them (never inside DIR)
+    before = sorted(p.name for p in src.iterdir())
+    assert replicate_main([str(folder), "--runs", str(src), "--quiet"]) == 0
+    assert json.loads((src / "replication.json").read_text())["replicated"] == 1
+    assert sorted(p.name for p in src.iterdir()) == sorted(before + ["replication.json", "replication.md"])
+    with pytest.raises(SystemExit) as e:  # a run missing there: refused, nothing trained
+        replicate_main([str(folder), "--runs", str(one), "--quiet"])
+    assert e.value.code == 2 and not (one / "AA-1_s0").exists()
+
 
 @pytest.mark.parametrize(
     "argv, flag",

@@ -44,6 +44,43 @@ def test_budget_leaves_the_reserve_and_refuses_work_that_would_end_past_it():
         carry.Budget(10, 10)
 
 
+def test_budget_watch_acts_once_when_its_clock_reaches_the_margin_and_not_after_cancel():
+    import threading
+
+    clock, fired = Clock(), threading.Event()
+    b = carry.Budget(100, 10, clock)
+    calls = []
+    stop = b.watch(30, lambda: (calls.append(clock.t), fired.set()), poll_s=0.01)
+    assert not fired.wait(0.1) and calls == []  # 90 s left: not yet
+    clock.t += 60  # 30 s left: the margin
+    assert fired.wait(5) and calls == [1060.0]
+    clock.t += 10
+    assert not stop.wait(0.1) and calls == [1060.0]  # once only
+    stop.set()
+    b2, late = carry.Budget(100, 10, clock), []
+    cancel = b2.watch(30, lambda: late.append(1), poll_s=0.01)
+    cancel.set()
+    clock.t += 100
+    threading.Event().wait(0.1)
+    assert late == []
+
+
+def test_study_clock_reads_the_file_the_environment_names(tmp_path, monkeypatch):
+    monkeypatch.delenv(carry.CLOCK_FILE_ENV, raising=False)
+    assert carry.study_clock() is carry.time.monotonic
+    f = tmp_path / "clock"
+    monkeypatch.setenv(carry.CLOCK_FILE_ENV, str(f))
+    clock = carry.study_clock()
+    assert clock() == 0.0  # missing
+    f.write_text("12.5\n")
+    assert clock() == 12.5
+    f.write_text("")  # half-written
+    assert clock() == 0.0
+    b = carry.Budget(70, 5, clock)
+    f.write_text("1000")
+    assert b.elapsed() == 1000 and not b.allows(0)
+
+
 def _trl_args(tmp_path, **over):
     a = argparse.Namespace(
         tiny=True,

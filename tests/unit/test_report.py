@@ -311,3 +311,31 @@ def test_report_main_cli(suite, tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         report_main([str(tmp_path / "empty")])
     assert err.value.code == 2 and "not a run directory" in capsys.readouterr().err
+
+
+def test_arms_with_one_reference_compute_get_no_flat_ref_cost_figure_and_whole_labels(tmp_path):
+    """All arms A1 cached (a reset preset): no ref_cost.png and a line saying why; the sample table's
+    configuration labels are whole (their beta is at the end); the threshold says where it comes from."""
+    arms = [(s, dict(opt_reset=o, beta=b), q) for s, o, b, q in (("k", "keep", 0.05, 1.0), ("h", "hard", 1.0, 0.9))]
+    dirs = write_suite(tmp_path / "runs", seeds=SEEDS, suite=arms)
+    out = rp.write_report(dirs, tmp_path / "rep" / "report.md", tmp_path / "rep" / "figures", {"score_evals": 5})
+    md = out.read_text()
+    assert not (tmp_path / "rep" / "figures" / "ref_cost.png").exists() and "![Reference cost]" not in md
+    assert "No reference-cost figure: every arm gets its reference log-probs the same way (A1 cached)." in md
+    assert (tmp_path / "rep" / "figures" / "summary.png").is_file()
+    samples = md.split("## Sample rollouts")[1].split("## Settings")[0]
+    labels = {ln.split(" | ")[0].lstrip("| ") for ln in samples.splitlines() if ln.startswith("| A")}
+    assert labels and all("…" not in lab and "beta=" in lab for lab in labels), labels
+    label, best = fd.best_final(group_runs(load_runs(dirs)), "val")
+    assert f"reaches {round(0.8 * best, 4):.3f} (0.8 x {best:.3f}, the best configuration's mean final value: " in md
+    assert label in md.split("Steps to threshold:")[1].split("\n")[0]
+    # arms that differ in it (the module's suite: A0, A1, A2, B) keep the figure: the default
+
+
+def test_whole_words_never_cuts_a_word():
+    from noma_prorl_bench.analysis.tables import whole_words
+
+    label = "A1 cached, opt=hard, reset every 50, beta=0.05"
+    assert whole_words(label, 80) == label
+    assert whole_words(label, 40) == "A1 cached, opt=hard, reset every 50…"
+    assert whole_words("x" * 50, 10) == "x" * 9 + "…"

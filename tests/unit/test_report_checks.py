@@ -215,10 +215,11 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     assert next(c for c in summary["comparisons"] if c["name"] == "hard vs A1")["mde80"] is None
     # the first paragraph: what was found and how sure; no timing rows and it says why
     opening, first = md.split("\n\n")[1:3]
+    # every question asked is named, not only those that reached a verdict
     assert opening.startswith(
-        "**Answer.** No question reached a verdict: 3 of 3 questions found no detectable "
-        "difference (effects below mde80 "
-    ) and opening.endswith(" reward not ruled out).")
+        "**Answer.** No question reached a verdict: 3 of 3 questions found no detectable difference ("
+    ) and opening.endswith(" reward are not ruled out.")
+    assert all(q in opening for q in ("hard vs A1", "soft vs A1", "B vs A1")), opening
     assert first.startswith("**What it found.** 3 questions in 2 Holm families")
     assert "0 reached a verdict" in first and "with 80% power they could have detected" in first
     assert "2 of them could detect no effect at all" in first
@@ -321,3 +322,25 @@ def test_plan_on_a_synthetic_pilot(atlas, capsys):
     with pytest.raises(SystemExit) as err:
         plan_main([str(root), "--power", "1.5"])
     assert err.value.code == 2 and "--power: must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_the_answer_names_every_question_asked_the_nulls_too():
+    from noma_prorl_bench.analysis.conclusion import answer
+
+    def row(beta, name, verdict, diff, mde):
+        fam = f"beta {beta}"
+        return dict(arm="x", family=fam, name=f"{fam}: {name}", metric="score", verdict=verdict, diff=diff,
+                    ci95=[diff - 0.01, diff + 0.01], mde80=mde)  # fmt: skip
+
+    rows = [
+        row(0.05, "reset-keep vs no reset", "worse", -0.017, 0.02),
+        row(1, "reset-keep vs no reset", "better", 0.024, 0.02),
+        row(0.05, "reset-hard vs reset-keep", "no detectable difference", 0.01, 0.017),
+        row(1, "reset-hard vs reset-keep", "no detectable difference", 0.0, 0.025),
+    ]
+    text = answer(rows)
+    assert "reset-keep vs no reset: worse at beta 0.05 (-0.017 [-0.027, -0.007]), better at beta 1" in text
+    assert (
+        "2 of 4 questions found no detectable difference (reset-hard vs reset-keep at beta 0.05 and at beta 1)" in text
+    )
+    assert text.endswith("effects below mde80 0.017-0.025 reward are not ruled out.")

@@ -307,12 +307,12 @@ def test_report_refuses_a_linked_figure_before_writing_anything(tmp_path, one_ru
     victim.write_text("keep\n")
     out = tmp_path / "rep"
     (out / "figures").mkdir(parents=True)
-    os.symlink(victim, out / "figures" / "ref_cost.png")
+    os.symlink(victim, out / "figures" / "summary.png")  # (one run: no ref_cost.png is made)
     with pytest.raises(SystemExit) as e:
         report_main([str(one_run), "--out", str(out / "report.md")])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "ref_cost.png" in err and "symbolic link" in err
-    assert sorted(p.name for p in out.rglob("*")) == ["figures", "ref_cost.png"] and victim.read_text() == "keep\n"
+    assert e.value.code == 2 and "summary.png" in err and "symbolic link" in err
+    assert sorted(p.name for p in out.rglob("*")) == ["figures", "summary.png"] and victim.read_text() == "keep\n"
 
 
 def test_report_refuses_a_linked_report_before_any_figure(tmp_path, one_run, capsys):

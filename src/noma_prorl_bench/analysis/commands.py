@@ -61,11 +61,11 @@ def plot_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int
     except INPUT_ERRORS as err:
         parser.error(f"argument --runs: {_short(err)}")
     try:
-        summary, ref_cost = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
+        written = save_summary(runs, args.out, dpi=args.dpi, by_config=args.by_config)
     except (OSError, RunDirRefused) as err:
         why = _short(err).removeprefix("argument --outdir: ").removeprefix("argument --out: ")
         parser.error(f"argument --out: cannot write {args.out!r}: {why}")
-    print(f"wrote {summary}\nwrote {ref_cost}", file=sys.stdout)
+    print("\n".join(f"wrote {p}" for p in written), file=sys.stdout)
     return 0
 
 

@@ -134,38 +134,52 @@ def _effect(row: dict) -> str:
     return f"{row['diff'] * scale:+.{dec}f}{ci}"
 
 
+def _where(r: dict) -> tuple[str, str]:
+    """(question, ' at FAMILY' or '') of a comparison row: the family is named where the row's name
+    starts with it (a beta)."""
+    fam, name = str(r["family"]), str(r["name"])
+    label = name[len(fam) + 2 :] if name.startswith(fam + ": ") else name
+    where = f" at {fam}" if name.startswith(fam + ": ") else ""
+    return label + (f" ({_WHAT[r['metric']]})" if r["metric"] != "score" else ""), where
+
+
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and" + items[-1] if len(items) > 1 else items[-1]
+
+
 def answer(rows: list[dict], evidence: bool = True) -> str:
     """The report's opening, one or two sentences a reader can quote: each question that reached
-    a verdict, with where (its family, when the family is a beta) and its effect [95% CI]; then how
-    many found no detectable difference and the smallest effects they could have detected."""
+    a verdict, with where (its family, when the family is a beta) and its effect [95% CI]; then each
+    question that found no detectable difference, by name, and the smallest effects they could
+    have detected."""
     questions = [r for r in rows if not _is_aa(r)]
     if not questions:
         return ""
     found: dict[str, dict[str, list[str]]] = {}
+    null_at: dict[str, list[str]] = {}
     for r in questions:
+        what, where = _where(r)
         if r["verdict"] == "no detectable difference":
+            null_at.setdefault(what, []).append(where)
             continue
-        fam, name = str(r["family"]), str(r["name"])
-        label = name[len(fam) + 2 :] if name.startswith(fam + ": ") else name
-        where = f" at {fam}" if name.startswith(fam + ": ") else ""
-        what = label + (f" ({_WHAT[r['metric']]})" if r["metric"] != "score" else "")
         found.setdefault(what, {}).setdefault(r["verdict"], []).append(f"{where} ({_effect(r)})")
-    parts = []
-    for what, by_verdict in found.items():
-        said = [
-            verdict + (",".join(places[:-1]) + " and" if len(places) > 1 else "") + places[-1]
-            for verdict, places in by_verdict.items()
-        ]
-        parts.append(md_text(what, 80) + ": " + ", ".join(said))
+    parts = [
+        md_text(what, 80) + ": " + ", ".join(verdict + _and(places) for verdict, places in by_verdict.items())
+        for what, by_verdict in found.items()
+    ]
     nulls = [r for r in questions if r["verdict"] == "no detectable difference"]
     mdes = [
         r["mde80"] * METRICS[r["metric"]][3]
         for r in nulls
         if r["metric"] == "score" and math.isfinite(r.get("mde80", math.nan))
     ]
+    named = "; ".join(md_text(what, 80) + (_and(places) if any(places) else "") for what, places in null_at.items())
     rest = f"{len(nulls)} of {len(questions)} questions found no detectable difference" + (
-        f" (effects below mde80 {min(mdes):.3f}{f'-{max(mdes):.3f}' if max(mdes) > min(mdes) else ''} "
-        "reward not ruled out)"
+        f" ({named})" if named else ""
+    )
+    rest += (
+        f"; effects below mde80 {min(mdes):.3f}{f'-{max(mdes):.3f}' if max(mdes) > min(mdes) else ''} "
+        "reward are not ruled out"
         if mdes
         else ""
     )

@@ -78,18 +78,38 @@ def threshold_source(runs: Sequence[Run]) -> str:
     return "val" if runs and all(r.has("reward/val") for r in runs) else "train"
 
 
-def default_threshold(groups: dict[str, list[Run]], source: str, window: int = 10) -> float:
-    """0.8 x the best configuration's mean (over seeds) last value of the threshold curve
-    (final val reward, or final trailing-mean train reward); NaN if none is positive."""
+def best_final(groups: dict[str, list[Run]], source: str, window: int = 10) -> tuple[str | None, float]:
+    """(label, value) of the configuration with the highest mean (over seeds) last value of the
+    threshold curve (final val reward, or final trailing-mean train reward); (None, NaN) if none."""
 
     def final(run: Run) -> float:
         values = threshold_curve(run, source, window)[1]
         return float(values[-1]) if values.size else math.nan
 
-    finals = [Stat.of([final(r) for r in rs]).mean for rs in groups.values()]
-    finals = [f for f in finals if math.isfinite(f)]
-    best = max(finals, default=math.nan)
+    finals = {label: Stat.of([final(r) for r in rs]).mean for label, rs in groups.items()}
+    finals = {label: f for label, f in finals.items() if math.isfinite(f)}
+    if not finals:
+        return None, math.nan
+    label = max(finals, key=lambda k: finals[k])
+    return label, finals[label]
+
+
+def default_threshold(groups: dict[str, list[Run]], source: str, window: int = 10) -> float:
+    """0.8 x the best configuration's mean (over seeds) last value of the threshold curve
+    (`best_final`); NaN if none is positive."""
+    best = best_final(groups, source, window)[1]
     return round(0.8 * best, 4) if math.isfinite(best) and best > 0 else math.nan
+
+
+def threshold_origin(groups: dict[str, list[Run]], source: str, window: int, settings: dict) -> tuple[str, str]:
+    """Where the steps-to-threshold threshold comes from: (how, the configuration it was taken from,
+    or ''); ('', '') when there is none."""
+    if "reward_threshold" in settings:
+        return "the report's reward_threshold setting", ""
+    label, best = best_final(groups, source, window)
+    if label is None or not best > 0:
+        return "", ""
+    return f"0.8 x {best:.3f}, the best configuration's mean final value: ", label
 
 
 def result_matrix(

@@ -284,19 +284,22 @@ def save_summary(
     by_config: bool = False,
     throughput: bool = True,
     twins: dict[str, str] | None = None,
-) -> tuple[Path, Path]:
-    """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and `ref_cost_figure`
-    to `ref_cost.png` beside it; both paths are checked (`check_outputs`) before either is
-    written."""
+    ref_cost: bool = True,
+) -> list[Path]:
+    """Write `summary_figure` (with `throughput` and `twins`) to `out_png` and, with `ref_cost`,
+    `ref_cost_figure` to `ref_cost.png` beside it; every path is checked (`check_outputs`) before
+    any is written. The paths written, the summary first."""
     from noma_prorl_bench.io.safe_files import makedirs, save_figure  # noqa: PLC0415
 
     out = Path(out_png)
     ref_png = out.parent / "ref_cost.png"
-    check_outputs([out, ref_png])
+    paths = [out, ref_png] if ref_cost else [out]
+    check_outputs(paths)
     makedirs(str(out.parent))
     save_figure(summary_figure(runs, by_config, throughput, twins), str(out), dpi=dpi, bbox_inches="tight")
-    save_figure(ref_cost_figure(runs, by_config), str(ref_png), dpi=dpi, bbox_inches="tight")  # never via a link
-    return out, ref_png
+    if ref_cost:
+        save_figure(ref_cost_figure(runs, by_config), str(ref_png), dpi=dpi, bbox_inches="tight")  # never via a link
+    return paths
 
 
 def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
@@ -305,7 +308,7 @@ def run_plots(run_dir: str | Path, dpi: int = 100) -> list[Path]:
     plots = run.path / "plots"
     diag = plots / "diagnostics.png"
     check_outputs([plots / "summary.png", plots / "ref_cost.png", diag], "--outdir")
-    written = list(save_summary([run], plots / "summary.png", dpi=dpi))
+    written = save_summary([run], plots / "summary.png", dpi=dpi)
     from noma_prorl_bench.io.safe_files import save_figure  # noqa: PLC0415
 
     save_figure(diagnostics_figure(run), str(diag), dpi=dpi)

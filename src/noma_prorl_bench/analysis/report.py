@@ -36,6 +36,7 @@ from noma_prorl_bench.analysis.findings import (
     default_threshold,
     headline,
     result_matrix,
+    threshold_origin,
     threshold_source,
 )
 from noma_prorl_bench.analysis.plateau import plateau_lines
@@ -58,7 +59,7 @@ from noma_prorl_bench.analysis.sections import (
     per_seed_lines,
     provenance_lines,
 )
-from noma_prorl_bench.analysis.tables import markdown_table
+from noma_prorl_bench.analysis.tables import markdown_table, whole_words
 from noma_prorl_bench.analysis.untrusted import md_code, md_text, visible
 from noma_prorl_bench.io import safe_files
 
@@ -101,7 +102,7 @@ def sample_rows(groups: dict[str, list[Run]], per_end: int | None = None) -> lis
             for s in [s for s in run.samples if s.get("step") == step][:per_end]:
                 rows.append(
                     [
-                        _cell(label, 40),
+                        _cell(whole_words(label, 80), 80),
                         step,
                         _cell(s.get("prompt", "")),
                         _cell(s.get("response", "")),
@@ -206,22 +207,31 @@ def write_report(
     source = threshold_source(runs)
     threshold = float(settings.get("reward_threshold", default_threshold(groups, source, window)))
     matrix = result_matrix(groups, threshold=threshold, source=source, window=window, k=spike)
-    detail = (matrix, threshold, source, window, spike)
+    detail = (matrix, threshold, source, window, spike, threshold_origin(groups, source, window, settings))
     figs, grid = Path(figures_dir), parse_arms(arms)
     check_outputs([out, out.parent / "summary.json", out.with_suffix(".json")])  # all before writing any
+    # the reference-cost figure only where the arms differ in how they get the reference log-probs
+    ref_kinds = sorted({base_label(r.config) for r in runs})
+    with_ref = len(ref_kinds) > 1
     check_outputs(
-        [figs / "summary.png", figs / "ref_cost.png", *(figure_paths(grid, figs) if grid else [])], "--figures"
+        [
+            figs / "summary.png",
+            *([figs / "ref_cost.png"] if with_ref else []),
+            *(figure_paths(grid, figs) if grid else []),
+        ],
+        "--figures",
     )
     safe_files.makedirs(str(out.parent))
     twins = {c["arm"]: c["baseline"] for c in check_rows if c["identical"]}
     in_arms = [r for members in arms.values() for r in members.values()]
     ordered = in_arms + [r for r in runs if all(r is not x for x in in_arms)]  # matrix order
-    summary_png, ref_png = save_summary(
+    figures = save_summary(
         ordered,
         Path(figures_dir) / "summary.png",
         by_config=any(len(rs) > 1 for rs in groups.values()),
         throughput=interleaved,
         twins=twins,
+        ref_cost=with_ref,
     )
     rel = lambda p: Path(os.path.relpath(p, out.parent)).as_posix()  # noqa: E731
     n_pairs = min((r["n_pairs"] for r in rows), default=0)
@@ -241,7 +251,12 @@ def write_report(
     lines += comparison_lines(rows, "" if interleaved else TIMING_NOTE)
     lines += plateau_lines(arms, rows)
     lines += gain_lines(gains) + arm_lines(arms, k)
-    lines += [f"![Training summary]({rel(summary_png)})", "", f"![Reference cost]({rel(ref_png)})", ""]
+    lines += [f"![Training summary]({rel(figures[0])})", ""]
+    lines += (
+        [f"![Reference cost]({rel(figures[1])})", ""]
+        if with_ref
+        else [f"No reference-cost figure: every arm gets its reference log-probs the same way ({ref_kinds[0]}).", ""]
+    )
     lines += cost_lines(cost, interleaved) if any(base_label(r.config).startswith("A0") for r in runs) else []
     lines += _appendix(runs, groups, arms, settings, k, rel, detail)
     safe_files.write_text(str(out), "\n".join(lines))  # never through a symlink

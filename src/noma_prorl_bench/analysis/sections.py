@@ -348,7 +348,7 @@ def per_seed_lines(arms: dict[str, dict[Any, Run]], k: int) -> list[str]:
 
 
 def details_lines(
-    groups: dict[str, list[Run]], matrix: dict, threshold: float, source: str, window: int, spike: int
+    groups: dict[str, list[Run]], matrix: dict, threshold: float, source: str, window: int, spike: int, origin=("", "")
 ) -> list[str]:
     what = (
         "validation reward (`reward/val`)"
@@ -357,6 +357,7 @@ def details_lines(
     )
     reach = (
         f"first step where the {what} reaches {threshold:.3f}"
+        + (f" ({origin[0]}{md_text(origin[1], 80)})" if origin[0] else "")
         if math.isfinite(threshold)
         else "not computed (no positive reward to set a threshold)"
     )

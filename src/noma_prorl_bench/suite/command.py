@@ -65,6 +65,14 @@ def _run_suite(
         + (f"; ERROR: identical-by-construction check(s) failed: {bad_checks}" if bad_checks else ""),
         file=sys.stderr,
     )
+    committed = os.path.join("docs", f"suite_{args.preset}")
+    if dirs and not (failures or unfinished) and os.path.isfile(os.path.join(committed, "summary.json")):
+        if getattr(args, "command_name", "") != "prorl-bench replicate":
+            print(
+                f"suite: compare with the committed answer, no retraining: "
+                f"prorl-bench replicate {committed} --runs {args.outdir}",
+                file=sys.stderr,
+            )
     stop.restore()
     if stop.signum is not None:
         print(

@@ -62,7 +62,17 @@ def replicate_parser() -> argparse.ArgumentParser:
         "--arms",
         help="comma-separated arms to re-run (default: all of DIR's); comparisons of arms not re-run are left out",
     )
-    ap.add_argument("--outdir", help="where the new runs and replication.md go (default: DIR-replicate)")
+    ap.add_argument(
+        "--runs",
+        metavar="RUNS",
+        help="compare only: a suite of DIR's runs already trained here (e.g. runs/suite_quick) against DIR; "
+        "nothing is trained, and a missing or unfinished run is refused; replication.md goes into RUNS",
+    )
+    ap.add_argument(
+        "--outdir",
+        help="where the new runs and replication.md go (default: runs/NAME-replicate, NAME being DIR's folder name; "
+        "never inside DIR)",
+    )
     ap.add_argument("--jobs", type=int, help="parallel runs (default: the number of cores)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
@@ -161,8 +171,6 @@ def _chosen_specs(ap: argparse.ArgumentParser, args: argparse.Namespace, specs: 
 
 def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     """`prorl-bench replicate` (analysis/replicate.py): re-run a committed suite here, compare the verdicts."""
-    from noma_prorl_bench.analysis.replicate import _table, compare_summaries, write_replication  # noqa: PLC0415
-
     ap = replicate_parser()
     args = ap.parse_args(argv)
     src = Path(args.dir)
@@ -175,9 +183,13 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     specs = _chosen_specs(ap, args, specs)
     if args.jobs is not None and args.jobs < 1:
         ap.error(f"argument --jobs: must be >= 1, got {args.jobs}")
-    outdir = args.outdir or str(src).rstrip("/\\") + "-replicate"
-    if os.path.abspath(outdir) == os.path.abspath(src):
-        ap.error("argument --outdir: must differ from DIR (the committed runs stay as they are)")
+    outdir = args.outdir or args.runs or os.path.join("runs", os.path.basename(os.path.abspath(src)) + "-replicate")
+    if _inside(outdir, src):
+        flag = "--outdir" if args.outdir or not args.runs else "--runs"
+        ap.error(f"argument {flag}: must not be DIR or inside it (the committed runs stay as they are)")
+    argv_used = list(argv if argv is not None else sys.argv[1:])
+    if args.runs is not None:
+        return _compare_only(ap, args.runs, specs, summary, src, outdir, argv_used)
     ns = argparse.Namespace(
         outdir=outdir,
         quiet=args.quiet,
@@ -189,7 +201,6 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
         command_name="prorl-bench replicate",
     )
     executor = LocalExecutor(args.jobs or os.cpu_count() or 1, local_env())
-    argv_used = list(argv if argv is not None else sys.argv[1:])
     try:
         code = _run_suite(ap, ns, specs, executor, argv_used)
     finally:
@@ -198,11 +209,45 @@ def replicate_main(argv: Optional[Sequence[str]] = None) -> int:
     if not new_path.is_file():
         print("replicate: no new report (no run finished); nothing compared", file=sys.stderr)
         return code or 1
-    new = _read_json_file(new_path)
+    _compare(summary, _read_json_file(new_path), src, outdir, argv_used)
+    return code
+
+
+def _inside(path: str, folder: Path) -> bool:
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
+
+
+def _compare(summary: dict, new: dict, src: Path, outdir: str, argv_used: list[str]) -> None:
+    """Write replication.md and .json into `outdir` and print the table and the count."""
+    from noma_prorl_bench.analysis.replicate import _table, compare_summaries, write_replication  # noqa: PLC0415
+
     rows = compare_summaries(summary, new)
     write_replication(Path(outdir), rows, summary, new, str(src), argv_used)
     for line in _table(rows, term=True):
         print(line)
     n_same = sum(r["replicates"] for r in rows)
     print(f"replicate: {n_same} of {len(rows)} verdicts replicated; {Path(outdir) / 'replication.md'}", file=sys.stderr)
-    return code
+
+
+def _compare_only(ap, runs: str, specs: list[RunSpec], summary: dict, src: Path, outdir: str, argv_used) -> int:
+    """--runs: DIR's verdicts against those of the suite in `runs`, trained before; trains nothing.
+    Exit 2 when a chosen run is missing or unfinished there or the suite's report is missing."""
+    from noma_prorl_bench.suite.scheduling import is_complete  # noqa: PLC0415
+
+    missing = [s.name for s in specs if not is_complete(os.path.join(runs, s.name), s)]
+    if missing:
+        ap.error(
+            f"argument --runs: {term_text(runs, 200)} lacks {len(missing)} of DIR's {len(specs)} runs finished "
+            f"(first: {term_text(missing[0], 80)}); finish them with the suite command that made them "
+            "(it continues where it stopped), or drop --runs to train them here"
+        )
+    new_path = Path(runs) / "summary.json"
+    if not new_path.is_file():
+        ap.error(f"argument --runs: {term_text(runs, 200)} has no summary.json: run `prorl-bench report` on it first")
+    try:
+        new = _read_json_file(new_path)
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as e:
+        ap.error(f"argument --runs: {term_text(runs, 200)}/summary.json is unreadable ({str(e)[:100]})")
+    _compare(summary, new, src, outdir, argv_used)
+    return 0
