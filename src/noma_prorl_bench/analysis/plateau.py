@@ -95,7 +95,8 @@ def plateau_sentence(
     d = [x for x in d if math.isfinite(x)]
     p = sign_flip_p(d) if d else math.nan
     dlo, dhi = paired_interval(d) if len(d) >= 2 else (math.nan, math.nan)
-    res = {"none": a, "reset": b, "diff": float(np.mean(d)) if d else math.nan, "lo": dlo, "hi": dhi, "p": p}
+    diff = float(np.mean(d)) if d else math.nan
+    res: dict = {"none": a, "reset": b, "diff": diff, "lo": dlo, "hi": dhi, "p": p}
     res["n_pairs"] = len(d)
     goes_on = bool(d) and float(np.mean(d)) > 0 and p < 0.05
     head = tail_words(a, none_name)
@@ -103,7 +104,7 @@ def plateau_sentence(
     text = (
         f"Over the last third of the run, {head} (greedy score {_fmt(a['score_slope'])} per 100 steps "
         f"[{_fmt(a['lo'])}, {_fmt(a['hi'])}], kl/to_init {a['kl_tail']:.3f} moving {_fmt(a['kl_slope'])}), and "
-        f"{tail} (score {_fmt(b['score_slope'])} per 100 steps; the difference {_fmt(float(np.mean(d)) if d else math.nan)} "
+        f"{tail} (score {_fmt(b['score_slope'])} per 100 steps; the difference {_fmt(diff)} "
         f"[{_fmt(dlo)}, {_fmt(dhi)}], sign-flip p {p:.3f}, {len(d)} pairs)."
     )
     return text, res

@@ -7,31 +7,17 @@ project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's v
 - `ResetConfig`: the CLI's reset switches under the CLI's names (config/presets.RESET_FIELDS) and the
   presets by name (`ResetConfig.from_preset("prorl_v2", reset_every=64)`). Steps are TRL's optimizer
   steps (`state.global_step`); "step-only" is opt_reset="keep" with reset_opt_step=1.
-- When: `training.resets.ResetTrigger` fed after every optimizer step with TRL's per-step `kl` (token
-  mean of k3) and, on evaluation steps, `eval_reward` (stall trigger; `BestTracker` for reset_to="best").
-  A decided reset is applied at the first optimizer-step end after which TRL generates a new batch
-  (`_step % (steps_per_generation * num_iterations) == 0`): no buffered reference log-probs of the old
-  reference are used after it; the event records both steps.
-- What: the target (current policy, the best one restored bit for bit, or under reset_to="elastic" the
-  policy's EMA, `training.elastic.ElasticReset`, updated every optimizer step, whose reset leaves the
-  reference alone), the reference (hard copy or Polyak `ref <- a pi + (1 - a) ref`, through
-  `models.averaging.mix_states_`; with PEFT on the "ref" adapter's LoRA factors, NOT the mix of B A),
-  then the optimizer side (`optim_state.apply_reset_semantics` on the torch optimizer under
-  accelerate's wrapper and TRL's LR scheduler, read back by `optim_state.verify_reset`). GRPO's beta
-  is a constant in TRL, so reset_kl_coef has nothing to restart (recorded as such).
-- ref_update="ema": no resets; ref <- tau ref + (1 - tau) pi after every ref_ema_every-th optimizer
-  step (at the next generation boundary, as a reset), logged as `ref/ema_updates`.
-- Reference: TRL's full-model `ref_model`, or with PEFT a "ref" adapter copied from "default".
-- Logs (TRL's logger): `reset/count`, `ref/forward_seqs`, `ref/forward_s` every step; on reset steps
-  `reset/step`, `reset/kl_before`, `reset/kl_after` (k3 of the last micro-batch against the old and
-  new reference), `reset/m_norm_*`, `reset/v_norm_*`, the reset's seconds and reference forwards.
-  `trainer.reset_events` holds one JSON record per reset.
-- Checkpoints: `reset_state.json`, the reference (`reset_ref.safetensors`), `reset_best.safetensors`
-  (reset_to="best"), `reset_elastic.safetensors` (reset_to="elastic") in TRL's checkpoint folder; on
-  resume the reference's checksum, the optimizer's step and the ResetConfig are checked.
-- Refused at construction, one line: optimizers other than torch Adam/AdamW, fp16 (a grad scaler),
-  DeepSpeed/FSDP, TRL's own sync_ref_model, beta=0, Liger's loss, and triggers that need an
-  evaluation the arguments do not schedule.
+- When: `training.resets.ResetTrigger`, fed TRL's per-step `kl` (k3) and `eval_reward`; a decided reset
+  is applied at the first optimizer-step end after which TRL generates a new batch, so no buffered
+  reference log-probs of the old reference are used after it (the event records both steps).
+- What: the target (current, best, or Elastic Reset's EMA: `training.elastic`), the reference (hard,
+  Polyak or the moving EMA reference, through `models.averaging.mix_states_`; with PEFT the "ref"
+  adapter's LoRA factors), then the optimizer side (`optim_state.apply_reset_semantics` under
+  accelerate's wrapper and TRL's scheduler, read back by `optim_state.verify_reset`); docs/trl.md.
+- Logs (`reset/*`, `ref/*` in TRL's logger; `trainer.reset_events`) and the checkpoint files
+  (STATE_FILE, REF_FILE, BEST_FILE, trl_parts.ELASTIC_FILE; checked on resume): docs/trl.md.
+- Refused at construction, one line: non-Adam optimizers, fp16, DeepSpeed/FSDP, sync_ref_model,
+  beta=0, Liger's loss, triggers needing an evaluation the arguments do not schedule.
 """
 
 from __future__ import annotations
