@@ -14,8 +14,7 @@ project's CLI do (docs/resets.md, docs/presets.md); docs/trl.md has the user's v
   Polyak or the moving EMA reference, through `models.averaging.mix_states_`; with PEFT the "ref"
   adapter's LoRA factors), then the optimizer side (`optim_state.apply_reset_semantics` under
   accelerate's wrapper and TRL's scheduler, read back by `optim_state.verify_reset`); docs/trl.md.
-- Logs (`reset/*`, `ref/*` in TRL's logger; `trainer.reset_events`) and the checkpoint files
-  (STATE_FILE, REF_FILE, BEST_FILE, trl_parts.ELASTIC_FILE; checked on resume): docs/trl.md.
+- Logs (`reset/*`, `ref/*`, `trainer.reset_events`) and checkpoint files (checked on resume): docs/trl.md.
 - Refused at construction, one line: non-Adam optimizers, fp16, DeepSpeed/FSDP, sync_ref_model,
   beta=0, Liger's loss, triggers needing an evaluation the arguments do not schedule.
 """
