@@ -55,18 +55,13 @@ def resolve_config(argv: Optional[list[str]], prog: str):
         raise  # unreachable
 
 
-def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_bench.run") -> int:
-    cfg, ckpt = resolve_config(argv, prog)  # parse first: --help and flag errors never import torch
-    from noma_prorl_bench.engines.local import build_trainer, run
-    from noma_prorl_bench.io.checkpoint import CheckpointError
-    from noma_prorl_bench.io.lock import RunLocked, lock_error
+def _run_dir_error(cfg: RunConfig, ckpt) -> Optional[str]:
+    """The run directory's checks (lock, links, ownership, the checkpoint's digests; its log and identity were
+    checked by resolve_config), before anything is built: the task, the model, the memory estimate."""
+    from noma_prorl_bench.io.lock import lock_error
     from noma_prorl_bench.io.run_dir import check_inputs, check_outdir, run_dir_links
-    from noma_prorl_bench.io.safe_files import RunDirRefused
-    from noma_prorl_bench.training.guards import NonFiniteError, SetupStopped
 
-    # the run directory's checks (lock, links, ownership, the checkpoint's digests; its log and identity were
-    # checked by resolve_config) come before anything is built: the task, the model, the memory estimate
-    err = (
+    return (
         lock_error(cfg.outdir)
         or (run_dir_links(cfg.outdir) if ckpt else check_outdir(cfg))
         or (
@@ -76,6 +71,17 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
         )
         or check_inputs(cfg)
     )
+
+
+def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_bench.run") -> int:
+    cfg, ckpt = resolve_config(argv, prog)  # parse first: --help and flag errors never import torch
+    from noma_prorl_bench.engines.local import build_trainer, run
+    from noma_prorl_bench.io.checkpoint import CheckpointError
+    from noma_prorl_bench.io.lock import RunLocked
+    from noma_prorl_bench.io.safe_files import RunDirRefused
+    from noma_prorl_bench.training.guards import NonFiniteError, SetupStopped
+
+    err = _run_dir_error(cfg, ckpt)
     if err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
