@@ -39,13 +39,14 @@ def eval_piece(model: str, n_val: int, batch: int) -> dict:
     """Load the policy and task as the Trainer does, then one greedy pass, `batch` prompts per call."""
     import torch
 
+    from noma_prorl_bench.config.specs import RunSpecs
     from noma_prorl_bench.models.build import build_policy
     from noma_prorl_bench.rollout.sampling import evaluate
     from noma_prorl_bench.tasks import make_task
 
     torch.set_num_threads(1)
     cfg = _cfg(model, n_val)
-    task = make_task(cfg.task, n_val=n_val, cfg=cfg)
+    task = make_task(cfg.task, n_val=n_val, spec=RunSpecs.from_config(cfg).task)
     policy, tok = build_policy(cfg)
     val_set = task.validation_set()
     out = {"piece": f"eval, batch {batch}", "after_setup_mb": rss_mb()}

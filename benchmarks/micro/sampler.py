@@ -79,13 +79,14 @@ def prompts_for(tok, B: int, G: int, which: str = "keyword_inclusion") -> torch.
     template, as the demo's does; needs reasoning-gym)."""
     import numpy as np
 
+    from noma_prorl_bench.config.specs import RunSpecs
     from noma_prorl_bench.tasks import make_task
 
     if which == "demo":
         from noma_prorl_bench.config import make_config
 
         cfg = make_config({"preset": "smollm2_demo", "outdir": "/dev/null"})
-        task = make_task(cfg.task, n_val=8, cfg=cfg)
+        task = make_task(cfg.task, n_val=8, spec=RunSpecs.from_config(cfg).task)
     else:
         task = make_task("keyword_inclusion", n_val=8)
     ex = task.sample(np.random.default_rng([0, 1]), B)

@@ -43,10 +43,11 @@ def real_config(a, **over):
 
 def bench_task(a):
     """The task both sides train on: keyword_inclusion (tiny models) or the demo's rg task (--real)."""
+    from noma_prorl_bench.config.specs import RunSpecs
     from noma_prorl_bench.tasks import make_task
 
     if a.real:
-        return make_task(REAL_TASK, n_val=8, cfg=real_config(a))
+        return make_task(REAL_TASK, n_val=8, spec=RunSpecs.from_config(real_config(a)).task)
     return make_task("keyword_inclusion", n_val=8)
 
 

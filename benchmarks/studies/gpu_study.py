@@ -554,6 +554,7 @@ def worker_trl(w) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from noma_prorl_bench.config import make_config
+    from noma_prorl_bench.config.specs import RunSpecs
     from noma_prorl_bench.tasks import make_task
 
     if w.device == "cpu":
@@ -568,7 +569,7 @@ def worker_trl(w) -> None:
             "n_val": 8,
         }
     )
-    task = make_task(cfg.task, n_val=8, cfg=cfg)
+    task = make_task(cfg.task, n_val=8, spec=RunSpecs.from_config(cfg).task)
     rng = np.random.default_rng([w.seed, 1])
     examples = [e for _ in range(w.steps) for e in task.sample(rng, w.B)]
     ds = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})

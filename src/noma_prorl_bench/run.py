@@ -71,8 +71,8 @@ def main(argv: Optional[list[str]] = None, prog: str = "python -m noma_prorl_ben
             release_held(cfg.outdir)
 
 
+# long: one flat list of the run's exit paths (each exception -> its one line and exit code)
 def _main(cfg: RunConfig, ckpt, prog: str) -> int:
-    # over 60 lines: one flat list of the run's exit paths (each exception -> its one line and exit code)
     from noma_prorl_bench.engines.local import build_trainer, run
     from noma_prorl_bench.io.checkpoint import CheckpointError
     from noma_prorl_bench.io.lock import RunLocked, lock_error

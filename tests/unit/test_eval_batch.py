@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from noma_prorl_bench.config import make_config
+from noma_prorl_bench.config.specs import RunSpecs
 from noma_prorl_bench.models.build import build_policy
 from noma_prorl_bench.rollout.sampling import evaluate
 from noma_prorl_bench.tasks import make_task
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 def _one_vs_batched(cfg, n_val: int, batches=(1, 3, 7)):
     torch.manual_seed(0)
-    task = make_task(cfg.task, n_val=n_val, cfg=cfg)
+    task = make_task(cfg.task, n_val=n_val, spec=RunSpecs.from_config(cfg).task)
     P = getattr(task, "prompt_len", None)
     policy, tok = build_policy(cfg, max_len=P + task.max_new_tokens if P else None)
     val_set = task.validation_set()
@@ -46,7 +47,7 @@ def test_hf_batched_equals_one_call(tmp_path):
         }
     )
     texts = _one_vs_batched(cfg, 20)
-    task = make_task(cfg.task, n_val=20, cfg=cfg)
+    task = make_task(cfg.task, n_val=20, spec=RunSpecs.from_config(cfg).task)
     lengths = {len(e.prompt) for e in task.validation_set()}
     assert len(lengths) > 1  # prompts of different lengths: left padding varies
     assert len(set(texts)) > 1  # the random model does not say one thing to all
@@ -61,7 +62,7 @@ def test_toy_batched_equals_one_call(model):
 def test_chunked_encoding_then_batches():
     """`chunk` (prompts encoded together) smaller than `batch`: each call gets at most one chunk."""
     cfg = make_config({"outdir": "-", "model": "gru", "task": "reverse_digits", "n_val": 10, "quiet": True})
-    task = make_task(cfg.task, n_val=10, cfg=cfg)
+    task = make_task(cfg.task, n_val=10, spec=RunSpecs.from_config(cfg).task)
     policy, tok = build_policy(cfg)
     val_set = task.validation_set()
     a = evaluate(policy, task, tok, val_set, task.max_new_tokens, task.prompt_len, chunk=4, batch=32)

@@ -118,7 +118,7 @@ def _fitted(explicit):
 
     cfg = make_config(explicit)
     if "n_val" not in explicit:
-        cfg.n_val = jsonl_n_val(cfg, cfg.n_val)
+        cfg.n_val = jsonl_n_val(RunSpecs.from_config(cfg).task, cfg.n_val)
     return cfg
 
 
@@ -137,17 +137,25 @@ def test_the_run_entry_fits_n_val_and_says_so(tmp_path, capsys):
 )
 def test_fitted_n_val_is_a_fifth_of_the_distinct_prompts(tmp_path, n, cap, want):
     path = _write(tmp_path / "t.jsonl", _qa(n) + _qa(n))  # each prompt twice
-    assert jsonl.fitted_n_val(make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 1}), cap) == want
+    assert (
+        jsonl.fitted_n_val(
+            RunSpecs.from_config(make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 1})).task, cap
+        )
+        == want
+    )
 
 
 def test_n_val_is_fitted_only_when_not_given(tmp_path):
     path = _write(tmp_path / "t.jsonl", _qa(12))
     cfg = _fitted({"outdir": "o", "task": f"jsonl:{path}"})
-    assert cfg.n_val == 2 and len(make_task(cfg.task, n_val=cfg.n_val, cfg=cfg).validation_set()) == 2
+    assert (
+        cfg.n_val == 2
+        and len(make_task(cfg.task, n_val=cfg.n_val, spec=RunSpecs.from_config(cfg).task).validation_set()) == 2
+    )
     assert _fitted({"outdir": "o", "task": f"jsonl:{path}", "n_val": 5}).n_val == 5
     given = _fitted({"outdir": "o", "task": f"jsonl:{path}", "n_val": 12})
     with pytest.raises(ConfigError, match=r"argument --n_val: 12 leaves no training prompt: the file has 12 "):
-        make_task(given.task, n_val=given.n_val, cfg=given)
+        make_task(given.task, n_val=given.n_val, spec=RunSpecs.from_config(given).task)
     one = _write(tmp_path / "one.jsonl", [{"prompt": "q", "answer": "a"}] * 3)
     with pytest.raises(ConfigError, match=r"argument --task: the task file has 1 distinct prompt: it needs at least 2"):
         _fitted({"outdir": "o", "task": f"jsonl:{one}"})
@@ -162,7 +170,9 @@ def test_the_memory_estimate_is_sized_by_the_longest_prompt(tmp_path):
         long_line = {"prompt": "1" * prompt_len, "answer": "2"}
         path = _write(tmp_path / f"p{prompt_len}.jsonl", [*_qa(2000), long_line])
         cfg = make_config({"outdir": "o", "task": f"jsonl:{path}", "n_val": 4, "max_prompt_chars": 10**6})
-        assert long_line["prompt"] not in {e.prompt for e in make_task(cfg.task, 4, cfg).validation_set()}
+        assert long_line["prompt"] not in {
+            e.prompt for e in make_task(cfg.task, 4, RunSpecs.from_config(cfg).task).validation_set()
+        }
         return cfg
 
     sizes = {}

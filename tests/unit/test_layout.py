@@ -4,7 +4,7 @@ The import graph is read from the source with `ast` (every import statement, at 
 inside a function): an edge A -> B for each module B of the package that A imports. The tests
 fail on any cycle, on any library module importing an entry point (`run`, `cli`), on an arrow
 that runs up the layer order of docs/ARCHITECTURE.md, and on more than 8 modules in the package
-root; files over 400 lines and functions over 60 are printed as a report (split by concept, not size).
+root. The size limits (files, functions) are test_layout_sizes.py's.
 """
 
 from __future__ import annotations
@@ -148,27 +148,6 @@ def test_arrows_follow_the_layer_order():
 def test_package_root_holds_at_most_8_modules():
     root = sorted(p.name for p in SRC.glob("*.py"))
     assert len(root) <= 8, root
-
-
-def test_report_long_files_and_functions(capsys):
-    """Files over 400 lines and functions over 60, printed (`pytest -s`): a prompt to split by
-    concept, not a gate."""
-    long_files, long_funcs = [], []
-    for p in SRC.rglob("*.py"):
-        text = p.read_text()
-        if text.count("\n") > 400:
-            long_files.append(f"{p.relative_to(SRC)}: {text.count(chr(10))}")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > 60:
-                    long_funcs.append(f"{p.relative_to(SRC)}:{node.name}: {n}")
-    with capsys.disabled():
-        print(
-            f"\nlayout report: {len(long_files)} files over 400 lines {long_files}, "
-            f"{len(long_funcs)} functions over 60 lines {long_funcs}"
-        )
-    assert len(list(SRC.rglob("*.py"))) > 40  # the whole package was read
 
 
 def _fresh_python(code: str) -> str:

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("reasoning_gym", reason="needs the real extra: pip install 'reasoning-gym==0.1.25'")
 
 from noma_prorl_bench.config import ConfigError, make_config  # noqa: E402
+from noma_prorl_bench.config.specs import RunSpecs  # noqa: E402
 from noma_prorl_bench.tasks import make_task, part_metrics  # noqa: E402
 from noma_prorl_bench.tasks.reasoning_gym import (  # noqa: E402
     INSTRUCTION,
@@ -111,7 +112,7 @@ def test_make_task_passes_task_kwargs_through_config():
             "format_reward": 0.2,
         }
     )
-    t = make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
+    t = make_task(cfg.task, n_val=cfg.n_val, spec=RunSpecs.from_config(cfg).task)
     assert t.task_kwargs == KW and t.format_weight == 0.2 and len(t.validation_set()) == 20
     meta = json.loads(t.validation_set()[0].answer)["metadata"]
     assert meta["num_terms"] == 2  # difficulty reached the generator

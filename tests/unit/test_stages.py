@@ -106,7 +106,8 @@ def test_no_module_replaces_or_subclasses_trainer_methods():
     assert bad == []
 
 
-def test_checkpoint_module_has_no_reflection():
-    tree = ast.parse((SRC / "io" / "checkpoint.py").read_text())
+@pytest.mark.parametrize("name", ["checkpoint.py", "state_tree.py"])
+def test_checkpoint_modules_have_no_reflection(name):
+    tree = ast.parse((SRC / "io" / name).read_text())
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not calls & {"vars", "setattr", "getattr", "hasattr"}, calls & {"vars", "setattr", "getattr", "hasattr"}

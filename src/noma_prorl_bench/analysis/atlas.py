@@ -112,6 +112,20 @@ def figure_paths(grid: dict[str, dict[str, str]], figures_dir: Path) -> list[Pat
     ]
 
 
+def _cell_text(c: dict) -> str:
+    """A map table cell: effect [95% CI], verdict mark, the comparison tested (and mde80 when n.d.)."""
+    lo, hi = c["ci95"]
+    mark = MARKS.get(c["verdict"], "not tested")
+    mde = (
+        ""
+        if c["verdict"] != "no detectable difference"
+        else ", mde80 ∞"
+        if c["mde80"] == np.inf
+        else f", mde80 {_fmt(c['mde80'], sign=False)}"
+    )
+    return f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})"
+
+
 def atlas_section(
     arms: dict[str, dict[Any, Run]], rows: list[dict], k: int, figures_dir: Path, rel: Callable[[Path], str]
 ) -> list[str]:
@@ -126,19 +140,7 @@ def atlas_section(
         line = [f"beta {beta}"]
         for t in cols:
             c = cells.get((beta, t))
-            if c is None:
-                line.append("—")
-                continue
-            lo, hi = c["ci95"]
-            mark = MARKS.get(c["verdict"], "not tested")
-            mde = (
-                ""
-                if c["verdict"] != "no detectable difference"
-                else ", mde80 ∞"
-                if c["mde80"] == np.inf
-                else f", mde80 {_fmt(c['mde80'], sign=False)}"
-            )
-            line.append(f"{_fmt(c['diff'])} [{_fmt(lo)}, {_fmt(hi)}] {mark} ({c['tested']}{mde})")
+            line.append("—" if c is None else _cell_text(c))
         body.append(line)
     heat, clamp, *per_png = figure_paths(grid, figures_dir)
     pngs = dict(zip(grid, per_png))
@@ -191,8 +193,6 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
     X vs keep): colour = its mean paired score effect (diverging, 0 white), text = that effect,
     its 95% CI and its verdict; a solid frame marks `better`, a dashed frame `worse` (so the
     verdict reads without colour)."""
-    from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib loads only for a figure)
-
     betas = list(grid)
     cols = [t for t in dict.fromkeys(t for ts in grid.values() for t in ts) if t != "none"]
     data = np.full((len(betas), len(cols)), np.nan)
@@ -208,39 +208,7 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
     for (beta, t), c in cells.items():
         if t not in cols:
             continue
-        i, j = betas.index(beta), cols.index(t)
-        lo, hi = c["ci95"]
-        mark = {"better": "better", "worse": "worse"}.get(c["verdict"], "n.d.")
-        if c["verdict"] is None:
-            mark = "not tested"
-        mde = ""
-        if mark == "n.d.":
-            mde = (
-                "\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}" if np.isfinite(c["mde80"]) else ""
-            )
-        dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
-        ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
-        ax.text(
-            j,
-            i,
-            f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="white" if dark else "black",
-        )
-        if c["verdict"] in ("better", "worse"):
-            ax.add_patch(
-                Rectangle(
-                    (j - 0.46, i - 0.44),
-                    0.92,
-                    0.88,
-                    fill=False,
-                    linewidth=2.2,
-                    edgecolor="black",
-                    linestyle="-" if c["verdict"] == "better" else "--",
-                )
-            )
+        _draw_cell(ax, betas.index(beta), cols.index(t), c, lim)
     for i, j in zip(*np.nonzero(~np.isfinite(data))):
         ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="gray")
     fig.colorbar(im, ax=ax, label="score effect of the cell's comparison")
@@ -252,6 +220,42 @@ def heatmap_figure(grid: dict[str, dict[str, str]], cells: dict) -> Figure:
     )
     fig.tight_layout()
     return fig
+
+
+def _draw_cell(ax, i: int, j: int, c: dict, lim: float) -> None:
+    """One heatmap cell's text (effect, CI, verdict, mde80 when n.d.) and its verdict frame."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib loads only for a figure)
+
+    lo, hi = c["ci95"]
+    mark = {"better": "better", "worse": "worse"}.get(c["verdict"], "n.d.")
+    if c["verdict"] is None:
+        mark = "not tested"
+    mde = ""
+    if mark == "n.d.":
+        mde = "\nmde80 ∞" if c["mde80"] == np.inf else f"\nmde80 {c['mde80']:.3f}" if np.isfinite(c["mde80"]) else ""
+    dark = np.isfinite(c["diff"]) and abs(c["diff"]) > 0.6 * lim
+    ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no CI (< 2 pairs)"
+    ax.text(
+        j,
+        i,
+        f"{c['diff']:+.3f}\n{ci}\n{mark} ({c['tested']}){mde}",
+        ha="center",
+        va="center",
+        fontsize=8,
+        color="white" if dark else "black",
+    )
+    if c["verdict"] in ("better", "worse"):
+        ax.add_patch(
+            Rectangle(
+                (j - 0.46, i - 0.44),
+                0.92,
+                0.88,
+                fill=False,
+                linewidth=2.2,
+                edgecolor="black",
+                linestyle="-" if c["verdict"] == "better" else "--",
+            )
+        )
 
 
 def clamp_figure(arms: dict, grid: dict[str, dict[str, str]]) -> Figure:

@@ -170,6 +170,7 @@ TIMING_NOTE = (
 )
 
 
+# long: the report's steps in reading order (numbers, outputs checked, figures, markdown, JSON) share its locals
 def write_report(
     run_dirs: Sequence[str | Path],
     out_md: str | Path,

@@ -162,7 +162,7 @@ class Generator(_RefSide):
         start = self.rec.now()
         policy = payload["module"]
         data_rng, sample_gen = rng_streams(payload, self.index, specs.seed)
-        task = make_task(specs.task.task, n_val=specs.task.n_val, cfg=specs.task)
+        task = make_task(specs.task.task, n_val=specs.task.n_val, spec=specs.task)
         self.core = rollout_collector(
             specs.rollout, task, payload["tok"], policy, payload["T_max"], payload["P"], data_rng, sample_gen
         )

@@ -155,7 +155,7 @@ def prompt_response_tokens(sp: RunSpecs) -> tuple[int, int]:
 
         from noma_prorl_bench.tasks import make_task  # noqa: PLC0415
 
-        task = make_task(sp.task.task, n_val=min(sp.task.n_val, 64), cfg=sp.task)
+        task = make_task(sp.task.task, n_val=min(sp.task.n_val, 64), spec=sp.task)
         T = max(sp.task.max_new_tokens or task.max_new_tokens, 1)
         every = getattr(task, "all_examples", None)
         ex = every() if every else task.validation_set()[:64] + task.sample(np.random.default_rng(0), 64)

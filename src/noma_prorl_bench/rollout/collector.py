@@ -168,26 +168,7 @@ def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> 
     chosen = picks[:B] + fill[:n_fill]  # B (round, group)
     P = max(b.prompt_len for b in rounds)
     T = max(b.T for b in rounds)
-    parts = []
-    for r, g in chosen:
-        b = rounds[r]
-        rows = list(range(g * G, (g + 1) * G))  # G row indices
-        p_pad, t_pad = P - b.prompt_len, T - b.T
-        tok = b.tokens[rows]  # [G, L_r]
-        tok = torch.cat([tok.new_full((G, p_pad), pad_id), tok, tok.new_full((G, t_pad), pad_id)], 1)  # [G, P+T]
-        zeros = b.mask.new_zeros(G, t_pad)
-        parts.append(
-            (
-                tok,
-                torch.cat([b.mask[rows], zeros], 1),
-                torch.cat([b.logp_old[rows], zeros], 1),
-                b.rewards[rows],
-                b.truncated[rows],
-                [b.prompts[i] for i in rows],
-                [b.answers[i] for i in rows],
-                [b.responses[i] for i in rows],
-            )
-        )
+    parts = [_padded_group(rounds[r], g, G, P, T, pad_id) for r, g in chosen]
     cols = list(zip(*parts))
     batch = RolloutBatch(
         tokens=torch.cat(cols[0]),
@@ -209,3 +190,23 @@ def assemble_groups(rounds: list[RolloutBatch], B: int, G: int, pad_id: int) -> 
         "dapo/reward_mean_sampled": float(torch.cat([b.rewards for b in rounds]).mean()),
     }
     return batch, metrics
+
+
+def _padded_group(b: RolloutBatch, g: int, G: int, P: int, T: int, pad_id: int) -> tuple:
+    """Group g of round b as (tokens [G, P+T], mask, logp_old, rewards, truncated, prompts, answers,
+    responses): prompts left-padded to P, responses right-padded to T with PAD (mask 0, logp_old 0)."""
+    rows = list(range(g * G, (g + 1) * G))  # G row indices
+    p_pad, t_pad = P - b.prompt_len, T - b.T
+    tok = b.tokens[rows]  # [G, L_r]
+    tok = torch.cat([tok.new_full((G, p_pad), pad_id), tok, tok.new_full((G, t_pad), pad_id)], 1)  # [G, P+T]
+    zeros = b.mask.new_zeros(G, t_pad)
+    return (
+        tok,
+        torch.cat([b.mask[rows], zeros], 1),
+        torch.cat([b.logp_old[rows], zeros], 1),
+        b.rewards[rows],
+        b.truncated[rows],
+        [b.prompts[i] for i in rows],
+        [b.answers[i] for i in rows],
+        [b.responses[i] for i in rows],
+    )

@@ -220,6 +220,7 @@ def _buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device, f
     return torch.full(shape, fill, dtype=dtype, device=device)
 
 
+# long: the hot sampling loop in one piece: prefill, per-token draw and EOS bookkeeping share its buffers
 def _sample(
     policy,
     prompts,

@@ -146,12 +146,14 @@ def _check_task(ap: argparse.ArgumentParser, specs: list[RunSpec]) -> None:
     task lowers every run's --n_val to what the file allows (tasks/jsonl.fitted_n_val, the preset's
     value at most), as a run given no --n_val does, and says so."""
     from noma_prorl_bench.config import ConfigError, build_parser, make_config
+    from noma_prorl_bench.config.specs import RunSpecs
     from noma_prorl_bench.tasks import jsonl_n_val, make_task
 
     try:
         cfg = make_config(vars(build_parser().parse_args(["--outdir", "-", *specs[0].flags])))
+        task_spec = RunSpecs.from_config(cfg).task
         if cfg.task.startswith("jsonl:"):
-            most = jsonl_n_val(cfg, sys.maxsize)  # a fifth of the distinct prompts, >= 1
+            most = jsonl_n_val(task_spec, sys.maxsize)  # a fifth of the distinct prompts, >= 1
             for spec in specs:
                 spec.flags = [
                     str(min(int(f), most)) if prev == "--n_val" else f for prev, f in zip(["", *spec.flags], spec.flags)
@@ -163,6 +165,6 @@ def _check_task(ap: argparse.ArgumentParser, specs: list[RunSpec]) -> None:
                     file=sys.stderr,
                 )
                 cfg.n_val = most
-        make_task(cfg.task, n_val=cfg.n_val, cfg=cfg)
+        make_task(cfg.task, n_val=cfg.n_val, spec=task_spec)
     except ConfigError as e:
         ap.error(str(e))

@@ -96,9 +96,9 @@ def check_protocol(task, spec: str) -> None:
         raise ConfigError("task", f"{spec}: validation_set() is empty")
 
 
-def check_vocabulary(task, tok, cfg, n_train: int = 256) -> None:
+def check_vocabulary(task, tok, model: str, n_train: int = 256) -> None:
     """For char-vocabulary models: every character of the validation set and of ``n_train``
-    training examples (every line of a JSONL task) must be in the vocabulary."""
+    training examples (every line of a JSONL task) must be in the vocabulary of --model `model`."""
     stoi = getattr(tok, "stoi", None)
     if stoi is None:  # an HF tokenizer spells any text
         return
@@ -111,7 +111,7 @@ def check_vocabulary(task, tok, cfg, n_train: int = 256) -> None:
         raise ConfigError(
             "task",
             f"{task.name} uses characters outside the character vocabulary of --model "
-            f"{cfg.model} ({''.join(bad)!r}); that vocabulary is lowercase letters, digits and "
+            f"{model} ({''.join(bad)!r}); that vocabulary is lowercase letters, digits and "
             f"{''.join(c for c in tok.itos[4:] if not c.isalnum())!r}. Use --model hf:PATH "
             "(any text) or map your text into it",
         )

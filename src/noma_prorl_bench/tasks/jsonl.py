@@ -48,7 +48,7 @@ import numpy as np
 
 from noma_prorl_bench.config.errors import ConfigError
 from noma_prorl_bench.config.fields import field_default
-from noma_prorl_bench.config.specs.task import JSONL_LIMITS
+from noma_prorl_bench.config.specs.task import JSONL_LIMITS, TaskSpec
 from noma_prorl_bench.tasks.base import Example
 
 REWARDS = ("exact", "numeric", "regex")
@@ -212,16 +212,19 @@ def read_lines(path: str, prompt_field: str, answer_field: str, **limits: int) -
     return out
 
 
-def limits_of(cfg) -> dict[str, int]:
-    """The LIMITS flags' values in `cfg` (a RunConfig, or anything with some of them)."""
-    return {k: getattr(cfg, k) for k in LIMITS if hasattr(cfg, k)}
+def limits_of(spec: TaskSpec) -> dict[str, int]:
+    """The LIMITS flags' values in the task spec."""
+    return {k: getattr(spec, k) for k in LIMITS}
 
 
-def fitted_n_val(cfg, cap: int) -> int:
+def fitted_n_val(spec: TaskSpec, cap: int) -> int:
     """--n_val for a jsonl:PATH task given without one: a fifth of the file's distinct prompts, at
     most `cap` (the default 256 or a preset's value), at least 1 and leaving one training prompt."""
     n = len(
-        {e.prompt for e in read_lines(cfg.task[len("jsonl:") :], cfg.prompt_field, cfg.answer_field, **limits_of(cfg))}
+        {
+            e.prompt
+            for e in read_lines(spec.task[len("jsonl:") :], spec.prompt_field, spec.answer_field, **limits_of(spec))
+        }
     )
     _need_two(n)
     return max(1, min(cap, n // 5, n - 1))

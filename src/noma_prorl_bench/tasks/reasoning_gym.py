@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from noma_prorl_bench.config.choices import EXTRACTIONS
+from noma_prorl_bench.config.specs.task import TaskSpec
 from noma_prorl_bench.tasks.base import Example
 
 VAL_SEED = 20_251_123
@@ -197,9 +198,10 @@ class ReasoningGymTask:
         return parts["correct"] + self.format_weight * parts["format"]
 
 
-def make_rg_task(name: str, n_val: int, cfg=None) -> ReasoningGymTask:
-    """``rg:NAME`` plus the options of ``cfg`` (task_kwargs JSON, answer_extraction, format_reward)."""
-    kwargs_json = getattr(cfg, "task_kwargs", "") or "{}"
+def make_rg_task(name: str, n_val: int, spec: Optional[TaskSpec] = None) -> ReasoningGymTask:
+    """``rg:NAME`` plus the task spec's options (task_kwargs JSON, answer_extraction, format_reward;
+    no spec: their defaults)."""
+    kwargs_json = (spec.task_kwargs if spec is not None else "") or "{}"
     try:
         kwargs = json.loads(kwargs_json)
     except ValueError as e:
@@ -210,6 +212,6 @@ def make_rg_task(name: str, n_val: int, cfg=None) -> ReasoningGymTask:
         name[3:],
         n_val=n_val,
         task_kwargs=kwargs,
-        extraction=getattr(cfg, "answer_extraction", "lenient"),
-        format_weight=getattr(cfg, "format_reward", 0.0),
+        extraction=spec.answer_extraction if spec is not None else "lenient",
+        format_weight=spec.format_reward if spec is not None else 0.0,
     )

@@ -113,7 +113,7 @@ def task_and_policy(tr) -> None:
     """The task, its lengths (T_max, P), the policy and tokenizer, the device and the RNG streams."""
     specs = tr.specs
     ts, ms = specs.task, specs.model
-    tr.task = make_task(ts.task, n_val=ts.n_val, cfg=ts)
+    tr.task = make_task(ts.task, n_val=ts.n_val, spec=ts)
     tr.T_max = ts.max_new_tokens or tr.task.max_new_tokens
     tr.P = getattr(tr.task, "prompt_len", None)  # None: longest prompt of each batch (text tasks)
     L_max = tr.P + max(tr.T_max, tr.task.max_new_tokens) if tr.P else None  # rollout and warm start
@@ -122,7 +122,7 @@ def task_and_policy(tr) -> None:
         L_max = max(512, 2 + max(len(e.prompt) for e in every()) + max(tr.T_max, tr.task.max_new_tokens))
     tr.policy, tr.tok = build_policy(ms, max_len=L_max)
     if is_user_task(ts.task):
-        check_vocabulary(tr.task, tr.tok, ms)  # char models spell only their vocabulary
+        check_vocabulary(tr.task, tr.tok, ms.model)  # char models spell only their vocabulary
     tr.device = policy_device(tr.policy)  # --device (auto resolved)
     tr.data_rng = np.random.default_rng([specs.seed, 1])
     # torch.multinomial needs its generator on the policy's device: CPU runs keep the CPU

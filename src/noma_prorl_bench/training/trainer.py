@@ -48,7 +48,8 @@ class Trainer:
     and step counter; `train_step()` runs them in order. Built by `from_config`, the one reader of
     the `RunConfig`: each stage gets its own spec (config/specs.py)."""
 
-    # Wired by the constructor; built by `setup.start` (training/setup.py), in this order.
+    # The run's parts, built by `setup.start` (training/setup.py) in this order after the constructor wired
+    # the specs, sinks, counters and step counter.
     task: Any
     T_max: int
     P: int | None  # None: longest prompt of each batch (text tasks)
