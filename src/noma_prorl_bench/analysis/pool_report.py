@@ -189,7 +189,7 @@ def _mde(row: dict) -> str:
     return "∞" if v is None and row.get("sd_within") is not None else f"{v:.3f}" if v is not None else "—"
 
 
-def answer(data: dict) -> str:
+def pooled_answer(data: dict) -> str:
     """The opening sentence: each question's pooled verdict, effect [CI], Holm p in the study's family."""
     parts = []
     for r in data["questions"]:
@@ -288,7 +288,7 @@ def _secondary_lines(data: dict) -> list[str]:
 def pool_lines(data: dict, command: str = "") -> list[str]:
     """pooled.md: the answer, the machines, the pooled table, each machine's own answers, the
     suite's per-beta families as the secondary view, and what the numbers are."""
-    lines = ["# Pooled over machines", "", answer(data), ""]
+    lines = ["# Pooled over machines", "", pooled_answer(data), ""]
     if command:
         lines += [f"Made with {md_code(command, 600)}.", ""]
     for part in (_sets_lines, _pooled_lines, _machine_lines, _secondary_lines):

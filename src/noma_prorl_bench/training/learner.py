@@ -209,6 +209,7 @@ class Learner:
         out.update(critic_metrics)
         return out
 
+    # long: one micro-batch's forward, reference anchor, loss, measured parts and backward, in order
     def _micro_backward(
         self,
         batch: RolloutBatch,
