@@ -21,6 +21,7 @@ from typing import Optional
 from noma_prorl_bench.config import ConfigError, RunConfig, build_parser, make_config
 from noma_prorl_bench.config.files import with_config_file, with_origin
 from noma_prorl_bench.config.shell import command
+from noma_prorl_bench.config.specs import RunSpecs
 
 #: key -> the --config file that set it, for this process's run (an error about that value names the file)
 CONFIG_ORIGINS: dict[str, str] = {}
@@ -48,7 +49,7 @@ def resolve_config(argv: Optional[list[str]], prog: str):
         if cfg.task.startswith("jsonl:") and "n_val" not in explicit:  # what the file allows (tasks/jsonl.py)
             from noma_prorl_bench.tasks import jsonl_n_val  # noqa: PLC0415  (imports torch)
 
-            cfg.n_val = jsonl_n_val(cfg, cfg.n_val)
+            cfg.n_val = jsonl_n_val(RunSpecs.from_config(cfg).task, cfg.n_val)
             print(
                 f"{prog}: --n_val {cfg.n_val}: not given, so {cfg.task}'s split holds out a fifth of its distinct "
                 f"prompts, at most 256 or the preset's n_val (config.json records it; pass --n_val to choose)",
