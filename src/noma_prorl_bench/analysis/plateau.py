@@ -20,6 +20,7 @@ import numpy as np
 
 from noma_prorl_bench.analysis.runlog import Run
 from noma_prorl_bench.analysis.stats import paired_interval, sign_flip_p, t_ci
+from noma_prorl_bench.analysis.untrusted import md_text
 
 PER = 100.0  # slopes are per 100 RL steps
 KL_PINNED = 0.1  # |KL slope| per 100 steps below this fraction of the KL's level: "pinned"
@@ -119,8 +120,8 @@ def plateau_lines(arms: dict[str, dict], rows: Sequence[dict]) -> list[str]:
         if not a or not b or not all(r.has("reward/val") and r.has("kl/to_init") for r in [*a.values(), *b.values()]):
             continue
         stats = [{s: run_plateau(r) for s, r in arm.items()} for arm in (a, b)]
-        text, _ = plateau_sentence(stats[0], stats[1], row["baseline"], row["arm"])
-        lines.append(f"- {row['name']}: {text}")
+        text, _ = plateau_sentence(stats[0], stats[1], md_text(row["baseline"], 120), md_text(row["arm"], 120))
+        lines.append(f"- {md_text(row['name'], 160)}: {text}")  # names from the directory: untrusted text
     if not lines:
         return []
     head = [
