@@ -74,7 +74,7 @@ class RayEngine(Deadlines):
         self.sync_version = self.sync_struct = 0
         self.last_val = None
         self.warmstart: dict = {}
-        self.t_first = self.t_last = None
+        self.t_first = self.t_last = 0.0  # perf_counter() when the steps start
         self.bar = None
         self.setup_error: Optional[EngineError] = None  # a failure in start() (launch.py)
         self.stops = None  # stops.StopSignals of run_engine, checked per wait slice

@@ -160,7 +160,7 @@ class ResetGRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
         t0 = time.perf_counter()
         out = super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
-        if self._ref_bucket == "train" and not self.model.training:
+        if self._ref_bucket == "train" and not getattr(self.model, "training", False):
             return out  # TRL's evaluation: not a training step's reference forward
         count = self._ref_count[self._ref_bucket]
         count[0] += int(input_ids.shape[0])
@@ -169,7 +169,7 @@ class ResetGRPOTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch):
         inputs = super()._prepare_inputs(generation_batch)
-        if self.model.training:
+        if getattr(self.model, "training", False):
             self._last_inputs = inputs
         return inputs
 

@@ -124,7 +124,7 @@ def prefix_layer_class():
     float rounding), and the mask sizes follow. The count is a host int: no synchronisation."""
     if not _PREFIX_LAYER:
 
-        class PrefixStaticLayer(cast_layer_class()):
+        class PrefixStaticLayer(cast_layer_class()):  # type: ignore[misc]  # transformers' class, found at run time
             written = 0
 
             def update(self, key_states, value_states, *args, **kwargs):
