@@ -93,6 +93,15 @@ def response_logits(model: nn.Module, tokens: torch.Tensor, P: int) -> torch.Ten
     return logits[:, P - 1 : -1].float()  # [N, T, V]: position P-1+t predicts token P+t
 
 
+def distinct_prompts(tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """--shared_prompt's grouping: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's
+    index into them [N]), or None when P < 2 or every row's prompt is its own."""
+    if P < 2:
+        return None
+    uniq, inverse = torch.unique(tokens[:, : P - 1], dim=0, return_inverse=True)  # [U, P-1], [N]
+    return None if uniq.shape[0] == tokens.shape[0] else (uniq, inverse)
+
+
 def fed_tokens(model: Any, tokens: torch.Tensor, P: int) -> int:
     """Token positions a teacher-forced pass of `model` over tokens[N, L] (prompt length P) runs
     through the model, for the exact counters: N x L, or with --shared_prompt (models/hf.py)

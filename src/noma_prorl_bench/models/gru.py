@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from noma_prorl_bench.models.base import distinct_prompts
+
 
 class GRUPolicy(nn.Module):
     """tokens[N, L] -> logits[N, L, V]."""
@@ -46,12 +48,8 @@ class GRUPolicy(nn.Module):
         return h[:, -keep_last:] if keep_last > 0 else h
 
     def prompt_groups(self, tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """--shared_prompt: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's index
-        into them [N]), or None when the switch is off, P < 2 or every row's prompt is its own."""
-        if not self.shared_prompt or P < 2:
-            return None
-        uniq, inverse = torch.unique(tokens[:, : P - 1], dim=0, return_inverse=True)  # [U, P-1], [N]
-        return None if uniq.shape[0] == tokens.shape[0] else (uniq, inverse)
+        """--shared_prompt: `base.distinct_prompts` of the rows, or None when the switch is off."""
+        return distinct_prompts(tokens, P) if self.shared_prompt else None
 
     def prefill(self, tokens: torch.Tensor):
         out, state = self.gru(self.embed(tokens))  # out [N, P, H], state [layers, N, H]

@@ -42,7 +42,7 @@ from typing import Any, cast
 import torch
 import torch.nn as nn
 
-from noma_prorl_bench.models.base import autocast
+from noma_prorl_bench.models.base import autocast, distinct_prompts
 from noma_prorl_bench.models.hf_cache import StaticHFState, decode_static, prefill_static, repeat_static
 from noma_prorl_bench.models.hf_tokenizer import HFTokenizerAdapter
 from noma_prorl_bench.models.precision import TEACHER_ATTENTION, register_teacher_attention
@@ -133,12 +133,8 @@ class HFPolicy(nn.Module):
         }
 
     def prompt_groups(self, tokens: torch.Tensor, P: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """--shared_prompt: (the distinct prompt prefixes tokens[:, :P-1] [U, P-1], each row's index
-        into them [N]), or None when the switch is off, P < 2 or every row's prompt is its own."""
-        if not self.shared_prompt or P < 2:
-            return None
-        uniq, inverse = torch.unique(tokens[:, : P - 1], dim=0, return_inverse=True)  # [U, P-1], [N]
-        return None if uniq.shape[0] == tokens.shape[0] else (uniq, inverse)
+        """--shared_prompt: `base.distinct_prompts` of the rows, or None when the switch is off."""
+        return distinct_prompts(tokens, P) if self.shared_prompt else None
 
     def _shared_prompt_cache(self, tokens: torch.Tensor, P: int, keep_last: int) -> tuple[Any, int] | None:
         """--shared_prompt: rows that share a prompt (a group's G samples) share its encoding.
