@@ -440,9 +440,12 @@ def machines_section() -> str:
     """Which machine types the results were made and replicated on, from the committed replication.json files."""
     out = [
         "**Machines:** runs are bit-deterministic on one machine only; per-seed numbers differ across CPU types. The "
-        'committed suites below predate machine records (provenance "2 cores, x86_64, ... vm"; the quick suite '
-        "was made on an AVX2-only AMD EPYC guest). `prorl-bench replicate DIR` re-runs a committed suite here "
-        "and says which verdicts replicate."
+        'atlas and the suites made with it predate machine records (provenance "2 cores, x86_64, ... vm"): an '
+        "AVX2-only AMD EPYC made them, for its six quick-preset arms re-run there at 8c2e742 came out bit-identical "
+        "(every arm's mean final and warm-start validation reward, seeds 0-9); docs/suite_quick is now that "
+        "machine's 20-seed run (seeds 0-7 are the earlier 8-seed suite's runs, unchanged). "
+        "`prorl-bench replicate DIR` re-runs a committed suite here and says which verdicts replicate; the "
+        "quick suite's replications below were compared with its 8-seed version."
     ]
     for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*", "replication_*", "replication.json"))):
         rel = os.path.relpath(path, ROOT)

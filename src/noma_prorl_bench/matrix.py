@@ -69,9 +69,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         ],
     ),
     # the headline question on a loose and a clamping beta (QUICK_ARMS: a subset of the atlas, the same
-    # runs): 8 paired seeds x 6 arms x 300 steps
+    # runs): 20 paired seeds x 6 arms x 300 steps; 20 pairs give 90% power at 0.05/4 for the pooled
+    # effects of docs/suite_quick/pooled.md (13-14 pairs needed)
     "quick": dict(
-        seeds=8,
+        seeds=20,
         steps=300,
         reset_every=50,
         evidence=True,

@@ -185,8 +185,12 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
                 if any(r["new"].get("family_size") != r["committed"].get("family_size") for r in rows)
                 else []
             ),
-            f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
-            + (" (the committed report predates machine records)" if diffs == ["unrecorded"] else "")
+            (
+                "Machines: the committed runs carry no machine record (they predate machine records), so the files "
+                "cannot say whether the two machines differ; compare the committed suite's documentation"
+                if diffs == ["unrecorded"]
+                else f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
+            )
             + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
             f"new runs trained at {md_text(str(_trained_at(p_new)), 240)}.",
             "",

@@ -1,6 +1,6 @@
 """`prorl-bench suite`: run an ablation matrix in parallel and write report.md (the main job).
 
-    prorl-bench suite --preset quick --outdir runs/suite_quick     # ~10 min on 2 idle cores: the headline
+    prorl-bench suite --preset quick --outdir runs/suite_quick     # ~30 min on 2 idle cores: the headline
     prorl-bench suite --preset smoke --outdir /tmp/suite           # ~1 min: the pipeline (tests)
     prorl-bench suite --preset atlas --outdir runs/atlas           # the regime map (240 runs, ~1 h)
     prorl-bench suite --preset grid --task sort_digits --outdir runs/grid_sort   # one task's beta grid (300 runs)
