@@ -339,3 +339,31 @@ def test_whole_words_never_cuts_a_word():
     assert whole_words(label, 80) == label
     assert whole_words(label, 40) == "A1 cached, opt=hard, reset every 50…"
     assert whole_words("x" * 50, 10) == "x" * 9 + "…"
+
+
+def test_margin_by_hand_fragile_and_robust_verdicts():
+    # six equal differences: p = 2/64 < 0.05, better; one flipped: |sum| >= 4 in 14 of 64 sign
+    # patterns (k = 0, 1, 5, 6 negative), p 0.219: the verdict changes with one seed -> fragile
+    six = [dict(name="q", family="f", metric="score", verdict="better")]
+    cmp.add_margins(six, [np.full(6, 0.03)])
+    assert six[0]["margin"] == 1 and six[0]["margin_exact"] and six[0]["fragile"]
+    # ten equal -0.03: one flipped leaves 22/1024 = 0.021 (k = 0, 1, 9, 10) and one removed 2/512,
+    # both still worse; two flipped: 112/1024 = 0.109 -> no verdict: margin 2, not fragile
+    ten = [dict(name="q", family="f", metric="score", verdict="worse")]
+    cmp.add_margins(ten, [np.full(10, -0.03)])
+    assert ten[0]["margin"] == 2 and ten[0]["margin_exact"] and not ten[0]["fragile"]
+    # a family of two: with one of a's differences flipped, a's p (0.021) is the family's largest and
+    # Holm's last step compares it with 0.05 unmultiplied (b: 2 x 2/1024): still worse; two flipped
+    # (0.109) is not: margin 2 for each
+    two = [dict(name=n, family="f", metric="score", verdict="worse") for n in ("a", "b")]
+    cmp.add_margins(two, [np.full(10, -0.03), np.full(10, -0.03)])
+    assert [r["margin"] for r in two] == [2, 2]
+    timing = [dict(name="t", family="cost", metric="s_step", verdict="better")]
+    cmp.add_margins(timing, [np.full(10, -0.03)])
+    assert "margin" not in timing[0]  # timing rows have none
+
+
+def test_three_pairs_cannot_change_a_null_into_a_verdict(groups):
+    arms = {label: {json.dumps(r.seed): r for r in rs} for label, rs in groups.items()}
+    (row,) = cmp.compare(arms, [["hard vs A1", GROUP["hard"], GROUP["A1"]]], KS)
+    assert row["margin"] is None and not row["fragile"]  # the smallest p at n = 3 is 0.25

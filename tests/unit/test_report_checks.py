@@ -211,7 +211,9 @@ def test_report_rows_schema_notes_and_provenance(five, tmp_path):
     # every pair of hard vs A1 differs by the same amount: its CI is a point that excludes 0,
     # but 6 pairs cannot reach p < 0.05/2 -> the row says which is which, and its mde80 is inf
     hard = next(ln for ln in md.splitlines() if ln.startswith("| hard vs A1 |"))
-    assert "no detectable difference; *CI excludes 0 (uncorrected)*" in hard and hard.endswith("| ∞ |")
+    assert "no detectable difference; *CI excludes 0 (uncorrected)*" in hard and hard.endswith(
+        "| ∞ | none |"
+    )  # 6 pairs of one sign: no flip can lower p below 2/64
     assert next(c for c in summary["comparisons"] if c["name"] == "hard vs A1")["mde80"] is None
     # the first paragraph: what was found and how sure; no timing rows and it says why
     opening, first = md.split("\n\n")[1:3]

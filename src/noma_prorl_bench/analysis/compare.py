@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noma_prorl_bench.analysis import stats
+from noma_prorl_bench.analysis import pooled, stats
 from noma_prorl_bench.analysis.runlog import Run, config_key, group_runs
 
 DEFAULT_K = 10
@@ -208,6 +208,7 @@ def compare(
     nums = {a: {p: run_numbers(r, k) for p, r in rs.items()} for a, rs in arms.items()}
     families, skip = families or {}, _pair_set(checks)
     rows: list[dict[str, Any]] = []
+    diffs: list[np.ndarray] = []  # each row's paired differences, for its margin
     for name, x, y in comparisons:
         if x not in arms or y not in arms:
             continue
@@ -221,6 +222,7 @@ def compare(
             if not ok.any():
                 continue  # metric not logged by these runs
             d = xs[ok] - ys[ok]
+            diffs.append(d)
             lo, hi = stats.paired_interval(d, resolution=resolution(metric))
             rows.append(
                 dict(
@@ -248,7 +250,21 @@ def compare(
             row["mde80"] = stats.mde80(row["sd"], row["n_pairs"], max(m, 1))
             lo, hi = row["ci95"]
             row["ci_excludes_0"] = bool(lo > 0 or hi < 0)
+    add_margins(rows, diffs)
     return rows
+
+
+def add_margins(rows: list[dict[str, Any]], diffs: list[np.ndarray]) -> None:
+    """Each score row's `margin`: the fewest of its paired differences whose sign flip or removal
+    changes its verdict, the rest of its Holm family as it is (`pooled.margin` on one machine;
+    `margin_exact` False when only the greedy search found it, None when nothing changes it), and
+    `fragile` when that is 1: one seed decides the verdict."""
+    for fam in dict.fromkeys(r["family"] for r in rows if r["metric"] == "score"):
+        idx = [i for i, r in enumerate(rows) if r["family"] == fam and r["metric"] == "score"]
+        tabs = [diffs[i].reshape(-1, 1) for i in idx]
+        for j, i in enumerate(idx):
+            k, exact = pooled.margin(tabs, j) if diffs[i].size else (None, True)
+            rows[i].update(margin=k, margin_exact=exact, fragile=k == 1)
 
 
 def identity_check(arms: dict[str, dict[Any, Run]], name: str, x: str, y: str) -> dict[str, Any]:
@@ -334,3 +350,13 @@ def _criterion(share: str, speed: str) -> str:
     if share == "not held" or speed == "worse":
         return "not held"
     return "held" if share == "held" and speed == "better" else "undecided"
+
+
+def margin_text(r: dict) -> str:
+    """'2', '4 (greedy bound)', '1 **fragile**', 'none' (nothing flips it) or '—' (a timing row)."""
+    if "margin" not in r:
+        return "—"
+    k = r["margin"]
+    if k is None:
+        return "none"
+    return f"{k}" + (" (greedy bound)" if not r.get("margin_exact", True) else "") + (" **fragile**" if k == 1 else "")

@@ -35,7 +35,8 @@ def _fmt_diff(row: dict) -> str:
     _, unit, _, scale, dec = METRICS[row["metric"]]
     lo, hi = (v * scale for v in row["ci95"])
     ci = f"95% CI {lo:+.{dec}f} to {hi:+.{dec}f}" if math.isfinite(lo) and math.isfinite(hi) else "no CI with < 2 pairs"
-    return f"{row['diff'] * scale:+.{dec}f} {unit} ({ci}, n = {row['n_pairs']}, p_holm = {row['p_holm']:.3f})"
+    fragile = "; **fragile**: one seed's flip changes the verdict" if row.get("fragile") else ""
+    return f"{row['diff'] * scale:+.{dec}f} {unit} ({ci}, n = {row['n_pairs']}, p_holm = {row['p_holm']:.3f}{fragile})"
 
 
 def _short_diff(row: dict) -> str:

@@ -137,6 +137,16 @@ def _trained_at(prov: dict) -> Any:
     return prov.get("commit")
 
 
+def _machines_line(diffs: list[str]) -> str:
+    """How the two machines differ, or that the committed runs do not say."""
+    if diffs == ["unrecorded"]:
+        return (
+            "Machines: the committed runs carry no machine record (they predate machine records), so the files "
+            "cannot say whether the two machines differ; compare the committed suite's documentation"
+        )
+    return f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
+
+
 def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: str, argv: list[str]) -> None:
     """replication.json (the rows, both machines) and replication.md (answer first, then the table)."""
     from noma_prorl_bench.analysis.report import portable  # noqa: PLC0415
@@ -185,13 +195,7 @@ def write_replication(out: Path, rows: list[dict], old: dict, new: dict, src: st
                 if any(r["new"].get("family_size") != r["committed"].get("family_size") for r in rows)
                 else []
             ),
-            (
-                "Machines: the committed runs carry no machine record (they predate machine records), so the files "
-                "cannot say whether the two machines differ; compare the committed suite's documentation"
-                if diffs == ["unrecorded"]
-                else f"Machines differ in: {', '.join(diffs) if diffs else 'nothing that selects kernels'}"
-            )
-            + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
+            _machines_line(diffs) + f". Commits: committed {md_text(str(p_old.get('commit')), 80)}, "
             f"new runs trained at {md_text(str(_trained_at(p_new)), 240)}.",
             "",
         ]

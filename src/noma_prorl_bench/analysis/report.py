@@ -312,7 +312,7 @@ def _appendix(runs, groups, arms, settings, k, rel, detail) -> list[str]:
 
 
 #: keys of a summary.json comparison (the contract every suite's summary.json follows)
-SUMMARY_KEYS = ("name", "family", "beta", "metric", "n_pairs", "diff", "ci95", "p", "p_holm", "verdict", "mde80")
+SUMMARY_KEYS = tuple("name family beta metric n_pairs diff ci95 p p_holm verdict mde80 margin fragile".split())
 PROVENANCE_KEYS = (
     "commit",
     "run_commits",
@@ -338,7 +338,7 @@ def _write_numbers(out: Path, rows, check_rows, gains, arms, cost, matrix, setti
     summary = {
         "comparisons": [
             {
-                **{key: r[key] for key in SUMMARY_KEYS},
+                **{key: r.get(key) for key in SUMMARY_KEYS},
                 "unit": cmp.METRICS[r["metric"]][1],
                 "arm": r["arm"],
                 "baseline": r["baseline"],

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from noma_prorl_bench.analysis.compare import METRICS, run_numbers
+from noma_prorl_bench.analysis.compare import METRICS, margin_text, run_numbers
 from noma_prorl_bench.analysis.findings import Stat
 from noma_prorl_bench.analysis.runlog import Run, kl_loss_key, reduce_key
 from noma_prorl_bench.analysis.tables import markdown_table
@@ -50,22 +50,21 @@ def provenance_lines(settings: dict, n_runs: int, n_arms: int, k: int, evidence:
         "",
         f"    {settings.get('command', '(command not recorded)')}",
         "",
-        f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} "
-        "evaluations. Every comparison is paired by seed: the effect is the mean of the "
-        "per-seed differences (arm − baseline) with its 95% interval (the Student t interval, "
-        "widened to the bootstrap-t interval on a side where the differences' skew pulls "
-        "further; coverage simulated in docs/statistics.md), a two-sided sign-flip "
-        "permutation p-value, Holm-corrected within the comparison's **family** (the "
-        "questions one reader asks together; timing rows are a family of their own), and a "
-        "verdict at family-wise 5%: `better`, `worse` or `no detectable difference` (for "
-        "times, lower is better). **mde80** is the smallest effect the row could detect "
-        "with 80% power, an estimate: the effect at which the sign-flip test reaches p < "
-        "0.05/m (Holm's first step, m questions in the family) in 80% of simulated studies "
-        "of n normal differences with the observed sd(d); ∞ when "
-        "the sign-flip test cannot reach 0.05/m with n pairs (2/2ⁿ ≥ 0.05/m). The CI is the "
-        "row's own, before the family correction: a row marked *CI excludes 0 "
-        "(uncorrected)* has an interval without 0 but did not survive Holm; a verdict marked *CI "
-        "includes 0* passed the test while its interval, widened on a skewed side, reaches 0.",
+        f"A run's **score** is its mean validation reward (`reward/val`) over its last K = {k} evaluations. Every "
+        "comparison is paired by seed: the effect is the mean of the per-seed differences (arm − baseline) with "
+        "its 95% interval (the Student t interval, widened to the bootstrap-t interval on a side where the "
+        "differences' skew pulls further; coverage simulated in docs/statistics.md), a two-sided sign-flip "
+        "permutation p-value, Holm-corrected within the comparison's **family** (the questions one reader asks "
+        "together; timing rows are a family of their own), and a verdict at family-wise 5%: `better`, `worse` or "
+        "`no detectable difference` (for times, lower is better). **mde80** is the smallest effect the row could "
+        "detect with 80% power, an estimate: the effect at which the sign-flip test reaches p < 0.05/m (Holm's "
+        "first step, m questions in the family) in 80% of simulated studies of n normal differences with the "
+        "observed sd(d); ∞ when the sign-flip test cannot reach 0.05/m with n pairs (2/2ⁿ ≥ 0.05/m). The CI is "
+        "the row's own, before the family correction: a row marked *CI excludes 0 (uncorrected)* has an interval "
+        "without 0 but did not survive Holm; a verdict marked *CI includes 0* passed the test while its interval,"
+        " widened on a skewed side, reaches 0. **margin** is the fewest paired differences whose sign flip or "
+        "removal would change the verdict, the rest of its family as it is; a verdict with margin 1 is "
+        "**fragile**: one seed decides it.",
         "",
     ]
     return lines
@@ -109,10 +108,10 @@ def comparison_lines(rows: list[dict], timing_note: str = "") -> list[str]:
                 METRICS[r["metric"]][1],
                 r["n_pairs"],
                 _diff_ci(r),
-                _f(r["p"], 3),
-                _f(r["p_holm"], 3),
+                f"{_f(r['p'], 3)}, {_f(r['p_holm'], 3)}",
                 verdict_text(r),
                 _mde(r),
+                margin_text(r),
             ]
             for r in members
         ]
@@ -122,10 +121,10 @@ def comparison_lines(rows: list[dict], timing_note: str = "") -> list[str]:
                 "metric",
                 "pairs",
                 "mean diff [95% CI]",
-                "p",
-                "p (Holm)",
+                "p, p (Holm)",
                 "verdict",
                 "mde80",
+                "margin",
             ],
             body,
         ) + [""]
