@@ -57,11 +57,11 @@ def _t_interval(xs: list[float], lo: float, hi: float) -> tuple[float, float]:
     n = len(xs)
     if n < 2:
         return lo, hi
-    from scipy import stats as sps  # noqa: PLC0415  (scipy loads only for a non-0/1 reward)
+    from scipy import special  # noqa: PLC0415  (loads only for a non-0/1 reward; scipy.stats' t.ppf is stdtrit)
 
     mean = sum(xs) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    half = float(special.stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
     return max(lo, mean - half), min(hi, mean + half)
 
 
