@@ -89,7 +89,7 @@ def run_local(cfg) -> tuple[list[dict], float, float]:
 
     os.makedirs(cfg.outdir, exist_ok=True)
     sink = JsonlSink(os.path.join(cfg.outdir, "metrics.jsonl"), "w")
-    trainer = Trainer.from_config(cfg, sink)
+    trainer = Trainer.from_config(cfg, sink).start()
     c0, t0 = time.process_time(), time.perf_counter()
     recs = [trainer.train_step() for _ in range(cfg.steps)]
     train_s, cpu = time.perf_counter() - t0, time.process_time() - c0
