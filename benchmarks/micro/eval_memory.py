@@ -64,7 +64,7 @@ def monitor_piece(model: str, chunked: bool) -> dict:
     torch.set_num_threads(1)
     if not chunked:
         monitors.MONITOR_CHUNK_ELEMENTS = 2**62
-    t = Trainer.from_config(_cfg(model, 64))  # loads the model and evaluates 64 prompts before RL
+    t = Trainer.from_config(_cfg(model, 64)).start()  # loads the model and evaluates 64 prompts before RL
     out = {"piece": f"monitor {'chunked' if chunked else 'unchunked'}", "after_setup_mb": rss_mb()}
     t.monitors.before_step(1)
     t.monitors.drift.measure(t.policy)

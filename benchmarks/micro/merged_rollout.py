@@ -86,7 +86,7 @@ def main(argv=None) -> int:
             "dtype": a.dtype,
         }
     )
-    trainer = Trainer.from_config(cfg, events_sink=MemorySink())
+    trainer = Trainer.from_config(cfg, events_sink=MemorySink()).start()
     for _ in range(a.train_steps):  # adapters away from B = 0
         trainer.train_step()
     policy, tok = trainer.policy, trainer.tok

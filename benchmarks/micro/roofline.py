@@ -202,7 +202,7 @@ def train_step_flops(model_dir: str, a, params: int, ceil: dict) -> dict:
                 "threads": a.threads,
             }
         )
-        tr = Trainer.from_config(cfg)
+        tr = Trainer.from_config(cfg).start()
         seen, spent = [], []
         orig = tr.learner.minibatch_step
 

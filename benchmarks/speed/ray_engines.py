@@ -37,6 +37,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from noma_prorl_bench.analysis.tables import markdown_table  # noqa: E402
 from noma_prorl_bench.config import make_config  # noqa: E402
 from noma_prorl_bench.engines.local import run  # noqa: E402
 
@@ -89,7 +90,7 @@ def run_local(cfg) -> tuple[list[dict], float, float]:
 
     os.makedirs(cfg.outdir, exist_ok=True)
     sink = JsonlSink(os.path.join(cfg.outdir, "metrics.jsonl"), "w")
-    trainer = Trainer.from_config(cfg, sink)
+    trainer = Trainer.from_config(cfg, sink).start()
     c0, t0 = time.process_time(), time.perf_counter()
     recs = [trainer.train_step() for _ in range(cfg.steps)]
     train_s, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -139,18 +140,23 @@ def median_row(rows: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = (
-        "| run | samples/s | train s | setup s | cpu-s | cpu-s/1k | gen s/step | train s/step | "
-        "sync s/step | staleness |"
-    )
-    lines = [head, "|" + "---|" * 10]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['samples_per_s']:.0f} | {r['train_s']:.2f} | {r['setup_s']:.1f} | "
-            f"{r['cpu_s']:.1f} | {r['cpu_s_per_1k']:.2f} | {r['t_gen'] * 1e3:.1f} ms | "
-            f"{r['t_train'] * 1e3:.1f} ms | {r['t_sync'] * 1e3:.2f} ms | {r['staleness']} |"
-        )
-    return "\n".join(lines)
+    header = "run,samples/s,train s,setup s,cpu-s,cpu-s/1k,gen s/step,train s/step,sync s/step,staleness".split(",")
+    cells = [
+        [
+            r["name"],
+            f"{r['samples_per_s']:.0f}",
+            f"{r['train_s']:.2f}",
+            f"{r['setup_s']:.1f}",
+            f"{r['cpu_s']:.1f}",
+            f"{r['cpu_s_per_1k']:.2f}",
+            f"{r['t_gen'] * 1e3:.1f} ms",
+            f"{r['t_train'] * 1e3:.1f} ms",
+            f"{r['t_sync'] * 1e3:.2f} ms",
+            r["staleness"],
+        ]
+        for r in rows
+    ]
+    return "\n".join(markdown_table(header, cells))
 
 
 def speedups(rows: dict) -> str:

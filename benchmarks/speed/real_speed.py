@@ -74,7 +74,7 @@ def worker(args) -> None:
         }
     )
     events = MemorySink()
-    trainer = Trainer.from_config(cfg, events_sink=events)
+    trainer = Trainer.from_config(cfg, events_sink=events).start()
     # each step's batch shape (prompt length P, padded response length, distinct prompts U): with
     # --shared_prompt the token counters no longer determine P and the length (linearity.py)
     shapes: list[dict] = []

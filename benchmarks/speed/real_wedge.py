@@ -79,7 +79,7 @@ def settings(args) -> dict:
 def run_once(overrides: dict, args) -> tuple[list[dict], list[dict]]:
     cfg = make_config({**settings(args), **overrides})
     events = MemorySink()
-    trainer = Trainer.from_config(cfg, events_sink=events)
+    trainer = Trainer.from_config(cfg, events_sink=events).start()
     return [trainer.train_step() for _ in range(args.steps)], events.records
 
 

@@ -51,7 +51,7 @@ def run_once(overrides: dict, args) -> list[dict]:
             **overrides,
         }
     )
-    trainer = Trainer.from_config(cfg)
+    trainer = Trainer.from_config(cfg).start()
     return [trainer.train_step() for _ in range(args.steps)][3:]
 
 

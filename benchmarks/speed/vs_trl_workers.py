@@ -148,7 +148,7 @@ def worker_ours(a) -> None:
             )
         )
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-        trainer = Trainer.from_config(cfg, *sinks)
+        trainer = Trainer.from_config(cfg, *sinks).start()
         gen_s.clear(), gen_tok.clear()  # drop the monitors' set-up rollout
         ends, cpu, lens = [time.perf_counter()], [time.process_time()], []
         for _ in range(a.steps):

@@ -528,7 +528,7 @@ def worker_ours(w) -> None:
             }
         )
         sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-        trainer = Trainer.from_config(cfg, *sinks)
+        trainer = Trainer.from_config(cfg, *sinks).start()
         gen_tok.clear()
         if w.device == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -286,7 +286,7 @@ def step_sizes(args, seed: int = 0, window: int = 20) -> None:
     for mode in ("preserve", "reset"):
         ns = vars(build_parser().parse_args(command(args, mode, seed)[3:]))
         cfg = make_config({**ns, "outdir": "/dev/null"})
-        tr = Trainer.from_config(cfg)
+        tr = Trainer.from_config(cfg).start()
         unit = cfg.ppo_epochs * cfg.minibatches * cfg.lr  # optimizer steps per RL step x lr
         deltas = []  # per RL step: (|dA| [r, in], |dB| [out, r])
         for _ in range(cfg.steps):

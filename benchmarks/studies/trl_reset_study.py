@@ -102,7 +102,7 @@ def harness(a, model_dir: str, tmp: str) -> dict:
     )
     os.makedirs(tmp, exist_ok=True)
     sinks = [JsonlSink(os.path.join(tmp, f)) for f in ("metrics.jsonl", "events.jsonl", "samples.jsonl")]
-    trainer = Trainer.from_config(cfg, *sinks)
+    trainer = Trainer.from_config(cfg, *sinks).start()
     kl = [float(trainer.train_step()["kl/k3"]) for _ in range(a.steps)]
     for s in sinks:
         s.close()

@@ -37,8 +37,8 @@ def test_inductor_compiled_decode_equals_eager_compiles_once_and_matches_the_lea
         "n_val": 8,
         "quiet": True,
     }
-    off = Trainer.from_config(make_config(cfg))
-    on = Trainer.from_config(make_config({**cfg, "compile_decode": "default"}))
+    off = Trainer.from_config(make_config(cfg)).start()
+    on = Trainer.from_config(make_config({**cfg, "compile_decode": "default"})).start()
     counters.clear()
     for _ in range(2):  # a rollout and the next
         a, b = off.collector.collect()[0], on.collector.collect()[0]

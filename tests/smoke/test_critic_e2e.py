@@ -102,18 +102,20 @@ def test_interrupted_gae_run_resumes_to_identical_metrics(tmp_path, fast_flags, 
 
 
 def test_critic_reset_switch():
-    t = Trainer.from_config(make_config({**TINY, "reset_every": 1, "critic_reset": "reinit"}))
+    t = Trainer.from_config(make_config({**TINY, "reset_every": 1, "critic_reset": "reinit"})).start()
     t.train_step()  # reset after step 1: the critic back to the policy, head zero, Adam cleared
     c = t.critic
     assert c is not None and not any(c.optimizer.state.values())
     assert float(c.model.head.weight.detach().abs().sum()) == 0.0
     for (n, p), (_, q) in zip(t.policy.state_dict().items(), c.model.trunk.state_dict().items()):
         assert torch.equal(p, q), n
-    t2 = Trainer.from_config(make_config({**TINY, "reset_every": 1, "critic_reset": "follow", "opt_reset": "hard"}))
+    t2 = Trainer.from_config(
+        make_config({**TINY, "reset_every": 1, "critic_reset": "follow", "opt_reset": "hard"})
+    ).start()
     t2.train_step()
     assert t2.critic is not None and not any(t2.critic.optimizer.state.values())  # hard: cleared
     assert float(t2.critic.model.head.weight.abs().sum()) > 0  # weights kept
-    t3 = Trainer.from_config(make_config({**TINY, "reset_every": 1}))  # keep
+    t3 = Trainer.from_config(make_config({**TINY, "reset_every": 1})).start()  # keep
     t3.train_step()
     assert t3.critic is not None and all(t3.critic.optimizer.state.values())
 
@@ -124,7 +126,9 @@ def test_critic_lr_follows_the_policy_schedule_and_restarts_with_it():
     --critic_reset follow (or reinit) restarts both warmups; keep leaves the critic's schedule running."""
     base = {**TINY, "lr": 1e-3, "critic_lr": 5e-4, "lr_schedule": "cosine", "warmup_steps": 3, "steps": 8}
     for mode in ("follow", "reinit", "keep"):
-        t = Trainer.from_config(make_config({**base, "reset_every": 3, "reset_lr_schedule": 1, "critic_reset": mode}))
+        t = Trainer.from_config(
+            make_config({**base, "reset_every": 3, "reset_lr_schedule": 1, "critic_reset": mode})
+        ).start()
         c = t.critic
         assert c is not None and c.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4 / 3)  # warmup step 1
         lrs = []
@@ -140,7 +144,7 @@ def test_critic_lr_follows_the_policy_schedule_and_restarts_with_it():
 
 
 def test_critic_is_a_separate_model_and_learns_on_the_toy_policy():
-    t = Trainer.from_config(make_config(TINY))
+    t = Trainer.from_config(make_config(TINY)).start()
     c = t.critic
     assert c is not None
     policy_ids = {id(p) for p in t.policy.parameters()}
@@ -178,7 +182,7 @@ HF = {
 def test_gae_on_a_tiny_hf_model(tiny_llama, lora):
     lora_flags = {"enable_growth": 1, "grow_on": "stall", "adapter_targets": "q_proj,v_proj", "initial_rank": 2}
     extra = {**lora_flags, "max_rank": 2} if lora else {}  # fixed-rank LoRA, as the smollm2_demo preset
-    t = Trainer.from_config(make_config({**HF, "model": f"hf:{tiny_llama}", **extra}))
+    t = Trainer.from_config(make_config({**HF, "model": f"hf:{tiny_llama}", **extra})).start()
     c = t.critic
     assert c is not None
     with torch.no_grad():

@@ -84,7 +84,7 @@ def test_no_stale_state_during_a_real_run(tmp_path):
         "rank_step": 4,
         "growth_migration": "preserve",
     }
-    tr = Trainer.from_config(make_config(values))
+    tr = Trainer.from_config(make_config(values)).start()
     steps_seen = []
     for _ in range(7):
         tr.train_step()

@@ -40,7 +40,7 @@ def _trainer(tmp_path, **overrides):
         **overrides,
     }
     events = MemorySink()
-    return Trainer.from_config(make_config(values), events_sink=events), events
+    return Trainer.from_config(make_config(values), events_sink=events).start(), events
 
 
 def _same_params(a: dict, b: dict) -> bool:

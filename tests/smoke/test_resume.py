@@ -223,7 +223,7 @@ def test_injected_nan_skips_the_update_and_leaves_parameters_untouched(tmp_path,
     )
     sink = MemorySink()
     events = sink.records
-    tr = trainer_mod.Trainer.from_config(cfg, events_sink=sink)
+    tr = trainer_mod.Trainer.from_config(cfg, events_sink=sink).start()
     tr.train_step()
     params = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     opt = {i: {k: v.clone() for k, v in s.items()} for i, s in tr.optimizer.state_dict()["state"].items()}

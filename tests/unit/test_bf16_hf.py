@@ -77,7 +77,7 @@ def _trainer(model_dir, events=None, **over):
         def close(self):
             pass
 
-    return Trainer.from_config(_cfg(model_dir, **over), events_sink=Sink())
+    return Trainer.from_config(_cfg(model_dir, **over), events_sink=Sink()).start()
 
 
 def _lora_init_nonzero(tr):

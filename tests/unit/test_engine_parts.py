@@ -61,7 +61,7 @@ def test_weight_pack_refuses_a_different_structure():
 # ---------------------------------------------------------------- the generator samples what the trainer would
 def test_rollout_core_with_handed_over_streams_draws_the_trainers_batch():
     cfg = make_config({"outdir": "/tmp/unused", "batch_size": 4, "group_size": 4, "warmstart_steps": 2, "n_val": 16})
-    tr = Trainer.from_config(cfg)
+    tr = Trainer.from_config(cfg).start()
     payload = {"data_rng_state": tr.data_rng.bit_generator.state, "sample_gen_state": tr.sample_gen.get_state()}
     data_rng, sample_gen = actors.rng_streams(payload, 0, cfg.seed)
     policy = copy.deepcopy(tr.policy)
@@ -169,7 +169,7 @@ def test_async_checkpoint_extra_round_trips_a_batch_in_flight_and_sampling_strea
     `extra` (tensors under extra/...): read() gives back an equal RolloutBatch (dtypes too), and
     set_rng puts a generator back where rng_state was taken, so it draws the same next batch."""
     cfg = make_config({"outdir": "/tmp/unused", "batch_size": 2, "group_size": 3, "warmstart_steps": 1, "n_val": 4})
-    tr = Trainer.from_config(cfg)
+    tr = Trainer.from_config(cfg).start()
     streams = actors.rng_streams({}, 1, cfg.seed)  # generator 1's own streams
     gen = actors.Generator.__new__(actors.Generator)
     gen.cpu, gen.rec = actors.CpuClock(), SpanRecorder("generator/1", 0.0)

@@ -34,7 +34,7 @@ TINY = {
 
 
 def _trainer(**overrides) -> Trainer:
-    return Trainer.from_config(make_config({**TINY, "enable_growth": 1, "grow_every": 2, **overrides}))
+    return Trainer.from_config(make_config({**TINY, "enable_growth": 1, "grow_every": 2, **overrides})).start()
 
 
 def _logits(model, tokens):
@@ -236,7 +236,7 @@ def test_state_dict_round_trip_grows_a_fresh_trainer():
 
 
 def test_disabled_is_a_no_op():
-    tr = Trainer.from_config(make_config({**TINY}))
+    tr = Trainer.from_config(make_config({**TINY})).start()
     assert isinstance(tr.growth, GrowthManager) and not tr.growth.enabled and tr.growth.rank == 0
     assert "adapter/rank" not in tr.train_step()
     assert not any(n.endswith("lora_A") for n, _ in tr.policy.named_parameters())

@@ -99,7 +99,7 @@ def test_trainer_counters_exact_and_reference_close(tmp_path):
     }
     out = {}
     for shared in (False, True):
-        tr = Trainer.from_config(make_config({**base, "shared_prompt": shared}))
+        tr = Trainer.from_config(make_config({**base, "shared_prompt": shared})).start()
         assert tr.policy.shared_prompt is shared and tr.ref.model.shared_prompt is shared
         seen = []
         collect = tr.collector.collect

@@ -204,5 +204,5 @@ def test_the_transformer_holds_the_files_longest_prompt(tmp_path):
                 "group_size": 2,
             }
         )
-        rows[name] = Trainer.from_config(cfg).policy.max_len
+        rows[name] = Trainer.from_config(cfg).start().policy.max_len
     assert rows == {"long": 2 + 600 + 3, "short": 512}  # <bos> prompt <sep>, answer "11" + end

@@ -130,7 +130,7 @@ def _tis_inputs(tr, batch, chunk):
 
 
 def test_tis_recompute_chunked_equals_unchunked_and_no_full_logits():
-    tr = Trainer.from_config(make_config({**TINY, "logprob_chunk": CHUNK}))
+    tr = Trainer.from_config(make_config({**TINY, "logprob_chunk": CHUNK})).start()
     batch = tr.collector.collect()[0]
     full, rows_full = _tis_inputs(tr, batch, 0)
     ch, rows_ch = _tis_inputs(tr, batch, CHUNK)
@@ -148,7 +148,7 @@ def test_a_whole_train_step_never_materialises_more_than_chunk_rows_of_logits(re
     CHUNK rows; without the flag the same step returns whole-batch logits."""
     for chunk in (CHUNK, 0):
         with HeadRows(V) as rec:
-            tr = Trainer.from_config(make_config({**TINY, "ref_compute": ref_compute, "logprob_chunk": chunk}))
+            tr = Trainer.from_config(make_config({**TINY, "ref_compute": ref_compute, "logprob_chunk": chunk})).start()
             m = tr.train_step()
             # kl/to_init, kl/to_prev are exact full-vocabulary KLs (two policies' [N, T, V] logits on
             # the fixed monitor batch): not chunked (docs/performance.md), left out here
@@ -171,7 +171,7 @@ def test_hf_trainer_tis_and_reference_chunked_equal_unchunked(tmp_path):
         "max_new_tokens": 6,
         "logprob_chunk": CHUNK,
     }
-    tr = Trainer.from_config(make_config(cfg))
+    tr = Trainer.from_config(make_config(cfg)).start()
     batch = tr.collector.collect()[0]
     vocab = tr.policy.vocab_size
     out = {}

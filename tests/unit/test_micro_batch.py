@@ -34,7 +34,7 @@ def _update(trainer=False, **over):
     """One Trainer, one rollout, one minibatch step over all N=12 rows -> (grads, metrics).
     Fixed random advantages (not the rewards, which may all be 0 this early), so the gradient is
     never trivially zero; pi_ref is perturbed so the KL term has a gradient too."""
-    tr = Trainer.from_config(make_config({**TINY, **over}))
+    tr = Trainer.from_config(make_config({**TINY, **over})).start()
     batch = tr.collector.collect()[0]
     with torch.no_grad():
         for p in tr.ref.model.parameters():

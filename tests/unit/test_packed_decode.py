@@ -59,7 +59,7 @@ def _trainer(model_dir, **over):
         def close(self):
             pass
 
-    tr = Trainer.from_config(make_config({**base, **over}), events_sink=Sink())
+    tr = Trainer.from_config(make_config({**base, **over}), events_sink=Sink()).start()
     with torch.no_grad():  # B = 0 at init would make the adapters (and their merged weights) a no-op
         for n, p in tr.policy.named_parameters():
             if n.endswith("lora_B"):

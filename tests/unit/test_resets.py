@@ -246,7 +246,7 @@ def test_step_signals_read_a_real_steps_metrics():
 
     for est, key in (("simple", "kl/k1"), ("k3", "kl/k3"), ("full", "kl/full")):
         cfg = dict(outdir="/tmp/unused", batch_size=2, group_size=2, warmstart_steps=1, n_val=4, hidden=16)
-        tr = Trainer.from_config(make_config({**cfg, "eval_every": 1, "quiet": True, "kl_estimator": est}))
+        tr = Trainer.from_config(make_config({**cfg, "eval_every": 1, "quiet": True, "kl_estimator": est})).start()
         m = tr.train_step()
         sig = StepSignals.of(m, tr.kl.metric_key)
         assert tr.kl.metric_key == key

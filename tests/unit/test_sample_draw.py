@@ -139,9 +139,9 @@ TINY = {"outdir": "/tmp/unused", "batch_size": 4, "group_size": 4, "warmstart_st
 
 def test_the_flag_reaches_the_collector_and_pass_at_k():
     cfg = make_config({**TINY, "sample_draw": "inverse_cdf", "eval_samples": 2})
-    t = Trainer.from_config(cfg)
+    t = Trainer.from_config(cfg).start()
     assert t.collector.sample_draw == "inverse_cdf" and t.specs.evaluation.sample_draw == "inverse_cdf"
-    assert Trainer.from_config(make_config(TINY)).collector.sample_draw == "exponential"
+    assert Trainer.from_config(make_config(TINY)).start().collector.sample_draw == "exponential"
 
 
 @pytest.mark.smoke

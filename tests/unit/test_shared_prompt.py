@@ -168,7 +168,7 @@ def test_trainer_shared_prompt_reaches_learner_and_reference(tmp_path):
     try:
         for shared in (False, True):
             calls.clear()
-            tr = Trainer.from_config(make_config({**base, "shared_prompt": shared}))
+            tr = Trainer.from_config(make_config({**base, "shared_prompt": shared})).start()
             assert tr.policy.shared_prompt is shared
             batch = tr.collector.collect()[0]
             tr.ref.prepare(batch.tokens, batch.prompt_len)

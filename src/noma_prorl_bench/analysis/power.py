@@ -90,10 +90,9 @@ def pairs_needed(
     or for a zero effect, NaN for an unusable sd. The search starts at the t formula's n
     (`stats.mde80_t`, cheap) and walks from there with the simulated `mde`."""
     effect = abs(effect)
-    if not (math.isfinite(sd) and math.isfinite(effect)):
-        return math.nan
-    if effect == 0:
-        return math.inf
+    settled = stats.settled_without_search(sd, effect)
+    if settled is not None:
+        return settled
     n = 2
     while n <= max_n and not stats.mde80_t(sd, n, m, alpha, power) <= effect:
         n += 1

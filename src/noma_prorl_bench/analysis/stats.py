@@ -345,6 +345,14 @@ def mde80(sd: float, n: int, m: int = 1, alpha: float = ALPHA, power: float = 0.
     return float(_mde_factor(int(n), alpha / m, power) * sd)
 
 
+def settled_without_search(sd: float, effect: float) -> float | None:
+    """The answer of a search for the pairs needed that needs no search: NaN when sd or the
+    effect is not finite, inf for a zero effect (no number of pairs detects it); None otherwise."""
+    if not (math.isfinite(sd) and math.isfinite(effect)):
+        return math.nan
+    return math.inf if effect == 0 else None
+
+
 def seeds_needed(
     sd: float, effect: float, m: int = 1, alpha: float = ALPHA, power: float = 0.8, max_n: int = 10_000
 ) -> float:
@@ -355,10 +363,9 @@ def seeds_needed(
     formula's answer (`mde80_t`, cheap) and walks from there with `mde80` (simulated), which
     differs from it by a few percent, so a few pairs at most."""
     effect = abs(effect)
-    if not (math.isfinite(sd) and math.isfinite(effect)):
-        return math.nan
-    if effect == 0:
-        return math.inf
+    settled = settled_without_search(sd, effect)
+    if settled is not None:
+        return settled
     floor = 2
     while floor <= max_n and 2.0 ** (1 - floor) >= alpha / m:  # the permutation test's floor
         floor += 1

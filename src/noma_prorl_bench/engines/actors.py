@@ -254,8 +254,9 @@ class ReferenceScorer(_RefSide):
 
     def __init__(self, cfg, t0: float):
         self.cpu = CpuClock()
-        self.spec = RunSpecs.from_config(cfg).reference
-        torch.set_num_threads(cfg.threads)
+        specs = RunSpecs.from_config(cfg)
+        self.spec = specs.reference
+        torch.set_num_threads(specs.threads)
         self.rec = SpanRecorder("reference", t0)
 
     def start(self, payload: dict) -> dict:

@@ -168,7 +168,7 @@ class RayEngine(Deadlines):
         self.ref_place = place = cfg.ref_placement if cfg.variant == "A" else "learner"  # B: nothing to place
         self.place(1 + n_generators + (place == "own_actor"), pack=self.name == "ray_colocated")
         fault = os.environ.get(FAULT_ENV) or None
-        self.learner = self.spawn(Learner, "learner", cfg, self.t0, place != "learner")
+        self.learner = self.spawn(Learner, "learner", cfg, self.t0, place != "learner", self.ckpt is not None)
         restored = (
             None
             if self.ckpt is None

@@ -32,7 +32,9 @@ from noma_prorl_bench.training.trainer import COUNTER_KEYS, Trainer
 class Learner:
     """Owns the trainable policy, the optimizer and (with --ref_placement learner) pi_ref."""
 
-    def __init__(self, cfg, t0: float, ref_remote: bool):
+    def __init__(self, cfg, t0: float, ref_remote: bool, resume: bool = False):
+        """`resume`: the driver resumes a checkpoint (`restore` follows), so the warm start and
+        the evaluation before RL are skipped."""
         self.cpu = CpuClock()
         self.rec = SpanRecorder("learner", t0)
         start = self.rec.now()
@@ -46,9 +48,7 @@ class Learner:
             self.events,
             self.samples,
             counters=counters,
-            collector=self.handed,
-            reference=cast(Optional[ReferenceSource], remote),
-        )
+        ).start(self.handed, cast(Optional[ReferenceSource], remote), warm_start=not resume)
         if remote is not None:
             remote.bind(self.trainer.policy)
         self.version = 0

@@ -23,10 +23,12 @@ from noma_prorl_bench.training.result import before_after
 
 
 def build_trainer(cfg: RunConfig, ckpt=None):
-    """(trainer, buffers): the Trainer is built before anything is written, its set-up records
-    (the memory estimate, warm start, adapters, monitors) held in memory; on resume it then takes
-    the checkpoint's state (and its buffered records, already in events.jsonl, are dropped). A stop
-    signal meanwhile raises guards.SetupStopped (run.main: exit 128 + signal number)."""
+    """(trainer, buffers): the Trainer is wired, then set up before anything is written, its
+    set-up records (the memory estimate, warm start, adapters, monitors) held in memory. A new run
+    takes the warm start and the evaluation before RL (metrics.jsonl's step-0 row) as explicit
+    steps; a resumed run skips them and takes the checkpoint's state (its buffered records, already
+    in events.jsonl, are dropped). A stop signal meanwhile raises guards.SetupStopped (run.main:
+    exit 128 + signal number)."""
     from noma_prorl_bench.io.memory import estimate_event
     from noma_prorl_bench.training.trainer import Trainer
 
@@ -34,7 +36,8 @@ def build_trainer(cfg: RunConfig, ckpt=None):
     buffers = [MemorySink(), MemorySink(), MemorySink()]
     buffers[1].write(estimate_event(RunSpecs.from_config(cfg)))  # the memory_estimate record, first
     with stop_during_setup():  # a stop signal here: SetupStopped, nothing written
-        trainer = Trainer.from_config(cfg, *buffers)
+        trainer = Trainer.from_config(cfg, *buffers)  # wired: no work yet
+        trainer.start(warm_start=ckpt is None)  # set-up steps; the warm start for a new run only
         if ckpt is not None:
             trainer.load_state_dict(ckpt.state)  # checkpoint.CheckpointError if it does not fit
             from noma_prorl_bench.io.resume import require_verified  # noqa: PLC0415

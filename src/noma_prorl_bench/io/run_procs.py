@@ -145,20 +145,14 @@ def report_end(name: str, proc, outdir: str, stop: SuiteSignals, failures: list)
         )
 
 
-class SuiteSignals:
-    """Context manager for the suite process: SIGINT / SIGTERM set `.signum` (first one) and
-    are forwarded to the registered child processes (every one of them, each time).
-
-    `exit_code` is 128 + the first signal's number (130 SIGINT, 143 SIGTERM), as for a run.
-    Handlers are installed only from the main thread."""
+class CaughtSignal:
+    """What a stop-signal context records: the first of SIGNALS it caught (`signum`, None before
+    one), its name and the exit code, 128 + its number, the shell's convention (130 SIGINT, 143
+    SIGTERM, 129 SIGHUP, 138 SIGUSR1). The suite (`SuiteSignals`) and a run (training/guards.py's
+    `GracefulStop`) share it."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # HUP: the terminal closed
-
-    def __init__(self):
-        self.signum: Optional[int] = None
-        self.count = 0
-        self.children: dict = {}  # name -> Popen
-        self._old: dict = {}
+    signum: Optional[int] = None
 
     @property
     def name(self) -> str:
@@ -167,6 +161,20 @@ class SuiteSignals:
     @property
     def exit_code(self) -> int:
         return 128 + int(self.signum or 0)
+
+
+class SuiteSignals(CaughtSignal):
+    """Context manager for the suite process: SIGINT / SIGTERM set `.signum` (first one) and
+    are forwarded to the registered child processes (every one of them, each time).
+
+    `exit_code` is 128 + the first signal's number (130 SIGINT, 143 SIGTERM), as for a run.
+    Handlers are installed only from the main thread."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self.count = 0
+        self.children: dict = {}  # name -> Popen
+        self._old: dict = {}
 
     def forward(self, signum: int) -> int:
         """Send `signum` to every child still running; returns how many got it."""

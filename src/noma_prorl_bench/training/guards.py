@@ -40,6 +40,7 @@ from typing import Callable, Optional
 
 import torch
 
+from noma_prorl_bench.io.run_procs import CaughtSignal
 from noma_prorl_bench.rollout.nonfinite import NonFiniteError, NonFiniteLogits  # noqa: F401  (re-exported)
 
 INJECT_NAN_ENV = "NOMA_PRORL_INJECT_NAN_STEP"
@@ -159,28 +160,18 @@ def stop_during_setup():
             signal.signal(s, h)
 
 
-class GracefulStop:
-    """Context manager: SIGINT/SIGTERM/SIGHUP/SIGUSR1 request a stop after the current step (`.signum`).
+class GracefulStop(CaughtSignal):
+    """Context manager: SIGINT/SIGTERM/SIGHUP/SIGUSR1 request a stop after the current step (`.signum`;
+    its `name` and `exit_code`: io/run_procs.CaughtSignal).
 
     Handlers are only installed from the main thread (elsewhere signals stay as they were).
     """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)  # HUP: a closed terminal
 
     def __init__(self, quiet: bool = False):
         self.signum: Optional[int] = None
         self.quiet = quiet
         self._old: dict = {}
         self._in_step = False
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum else ""
-
-    @property
-    def exit_code(self) -> int:
-        """128 + signal number, the shell's convention (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 138 SIGUSR1)."""
-        return 128 + int(self.signum or 0)
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:

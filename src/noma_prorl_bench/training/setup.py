@@ -1,11 +1,12 @@
-"""A run's set-up, step by step: the work `Trainer.from_config` does after wiring the Trainer.
+"""A run's set-up, step by step: the work the Trainer's constructor leaves to its caller.
 
-`start(trainer)` runs, in this order (each step reads what the one before it built):
-seeds -> task, policy and RNG streams -> the supervised warm start and the evaluation before RL
-(the `warmstart` event and metrics.jsonl's step-0 row) -> LoRA adapters (--enable_growth) ->
-precision (the `precision` event) -> the stages built on the warm-started policy (collector,
-reference, critic, learner) -> the managers (resets, drift monitors, growth). Each stage gets its
-own spec (config/specs/) and the narrow state it acts on; the Trainer's constructor only wires.
+`Trainer.start` runs these steps in this order (each reads what the one before it built):
+`prepare` (seeds -> task, policy and RNG streams) -> `warm_start_step` (the supervised warm start
+and the evaluation before RL: the `warmstart` event and metrics.jsonl's step-0 row; a new run
+only: a resumed run's are in its files and its checkpoint) -> `build_stages` (LoRA adapters
+(--enable_growth) -> precision (the `precision` event) -> the stages built on the warm-started
+policy (collector, reference, critic, learner) -> the managers (resets, drift monitors, growth)).
+Each stage gets its own spec (config/specs/) and the narrow state it acts on.
 """
 
 from __future__ import annotations
@@ -92,19 +93,27 @@ def hold_precision(spec: ModelSpec, policy, event) -> dict:
     return {**info, "reason": why}
 
 
-def start(tr, collector: BatchSource | None = None, reference: ReferenceSource | None = None) -> None:
-    """Set up the wired Trainer `tr` for its first step (the steps in this module's docstring).
-    `collector` and `reference` replace the local ones (the Ray learner: batches and logp_ref
-    arrive from elsewhere)."""
-    specs = tr.specs
-    set_determinism(specs.threads, specs.seed)
+def prepare(tr) -> None:
+    """The first set-up step: seeds, then the task, policy, tokenizer, device and RNG streams."""
+    set_determinism(tr.specs.threads, tr.specs.seed)
     task_and_policy(tr)
+
+
+def warm_start_step(tr) -> None:
+    """The supervised warm start and the evaluation before RL (`warm_start`): the `warmstart`
+    event, then metrics.jsonl's step-0 row (the curve starts before RL)."""
     tr.warmstart_info, tr.val_before, tr.initial_metrics = warm_start(
-        specs.warm_start, tr.policy, tr.task, tr.tok, tr.val_set, tr.T_max, tr.P, tr.device, tr.event
+        tr.specs.warm_start, tr.policy, tr.task, tr.tok, tr.val_set, tr.T_max, tr.P, tr.device, tr.event
     )
-    tr.metrics_sink.write(tr.initial_metrics)  # step 0: the curve starts before RL
-    attach_adapters(specs.growth, tr.policy, tr.write_event)  # --enable_growth: LoRA, base frozen
-    tr.precision_info = hold_precision(specs.model, tr.policy, tr.event)  # --dtype used and why; bf16 frozen base
+    tr.metrics_sink.write(tr.initial_metrics)
+
+
+def build_stages(tr, collector: BatchSource | None = None, reference: ReferenceSource | None = None) -> None:
+    """The last set-up step, on the policy as the warm start left it: adapters, precision, the
+    stages and the managers. `collector` and `reference` replace the local ones (the Ray learner:
+    batches and logp_ref arrive from elsewhere)."""
+    attach_adapters(tr.specs.growth, tr.policy, tr.write_event)  # --enable_growth: LoRA, base frozen
+    tr.precision_info = hold_precision(tr.specs.model, tr.policy, tr.event)  # --dtype used and why; bf16 frozen base
     stages(tr, collector, reference)
     managers(tr)
 

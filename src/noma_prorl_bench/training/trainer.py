@@ -48,8 +48,8 @@ class Trainer:
     and step counter; `train_step()` runs them in order. Built by `from_config`, the one reader of
     the `RunConfig`: each stage gets its own spec (config/specs.py)."""
 
-    # The run's parts, built by `setup.start` (training/setup.py) in this order after the constructor wired
-    # the specs, sinks, counters and step counter.
+    # The run's parts, built by `start` (the steps of training/setup.py) in this order after the
+    # constructor wired the specs, sinks, counters and step counter.
     task: Any
     T_max: int
     P: int | None  # None: longest prompt of each batch (text tasks)
@@ -82,17 +82,30 @@ class Trainer:
         samples_sink=None,
         *,
         counters: Counters | None = None,
+    ) -> Trainer:
+        """The Trainer of `cfg` (its specs: `RunSpecs.from_config`), wired and not yet set up:
+        `start` does the work. The `counters` replace the local ones (the Ray learner counts in
+        its collector's); `cfg` itself is kept only as the run's record (checkpoints)."""
+        return cls(RunSpecs.from_config(cfg), cfg, metrics_sink, events_sink, samples_sink, counters=counters)
+
+    def start(
+        self,
         collector: BatchSource | None = None,
         reference: ReferenceSource | None = None,
+        *,
+        warm_start: bool = True,
     ) -> Trainer:
-        """The Trainer of `cfg` (its specs: `RunSpecs.from_config`), wired, then set up by
-        `setup.start`: seeds, task and policy, warm start and the evaluation before RL (metrics
-        row 0), adapters, precision, stages. `collector`, `reference` and the `counters` they
-        count in replace the local ones (the Ray learner: batches and logp_ref arrive from
-        elsewhere); `cfg` itself is kept only as the run's record (checkpoints)."""
-        trainer = cls(RunSpecs.from_config(cfg), cfg, metrics_sink, events_sink, samples_sink, counters=counters)
-        setup.start(trainer, collector, reference)
-        return trainer
+        """Set up the wired Trainer for its first step, as explicit steps (training/setup.py):
+        `prepare` (seeds, task, policy, RNG streams); with `warm_start` (a new run) the supervised
+        warm start and the evaluation before RL (the `warmstart` event, metrics.jsonl's step-0 row),
+        which a resumed run skips (its checkpoint holds their results, its files their records);
+        then `build_stages` (adapters, precision, stages, managers). `collector` and `reference` replace
+        the local ones (the Ray learner: batches and logp_ref arrive from elsewhere). Returns self."""
+        setup.prepare(self)
+        if warm_start:
+            setup.warm_start_step(self)
+        setup.build_stages(self, collector, reference)
+        return self
 
     def __init__(
         self,
@@ -113,6 +126,7 @@ class Trainer:
         self.timer = StageTimer()
         self.step_idx = 0
         self.val_after: dict | None = None  # per-prompt record of the last step's evaluation
+        self.initial_metrics: dict = {}  # metrics.jsonl's step-0 row, once the warm start has run
 
     # The optimizer side lives in `learner.optim` (shared with the managers: growth may replace
     # the optimizer and scheduler); these names read and write it.
@@ -205,7 +219,7 @@ class Trainer:
             if total is not None:
                 f.total_steps = total
         for k in self.RECORDS:
-            setattr(self, k, scalars.get(k, getattr(self, k)))
+            setattr(self, k, scalars.get(k, getattr(self, k, None)))  # a resume skipped the warm start
         self.learner.updates_applied = int(scalars.get("updates_applied", 0))
         self.step_idx = int(state["step"])
 
