@@ -204,7 +204,7 @@ class Trainer:
             "updates_applied": self.learner.updates_applied,
             **{k: getattr(self, k) for k in self.RECORDS if getattr(self, k) is not None},
         }
-        return state_tree.state_tree(self.step_idx, self._components(), self._generators(), scalars)
+        return state_tree.state_tree(self.step_idx, self._components(), self._generators, scalars)
 
     #: what the run has recorded about itself (warm start, precision, per-prompt evaluations before
     #: and after RL): saved with the checkpoint so a resumed run reports them
@@ -214,7 +214,7 @@ class Trainer:
         """Overwrite this freshly built Trainer with a saved state (RNG states included); the LR
         schedule's horizon follows this run's --steps. Mismatches raise checkpoint.CheckpointError."""
         horizons = [getattr(f, "total_steps", None) for f in getattr(self.scheduler, "lr_lambdas", [])]
-        scalars = state_tree.load_state_tree(state, self._components, self._generators())
+        scalars = state_tree.load_state_tree(state, self._components, self._generators)
         for f, total in zip(getattr(self.scheduler, "lr_lambdas", []), horizons):  # growth may have replaced it
             if total is not None:
                 f.total_steps = total
@@ -237,8 +237,10 @@ class Trainer:
         }
         return {k: v for k, v in parts.items() if v is not None and hasattr(v, "state_dict")}
 
-    def _generators(self) -> dict:
-        return {"data_rng": self.data_rng, "sample_gen": self.sample_gen, "order_gen": self.order_gen}
+    #: the seeded generators a checkpoint restores
+    _generators = property(
+        lambda self: {"data_rng": self.data_rng, "sample_gen": self.sample_gen, "order_gen": self.order_gen}
+    )
 
     # ================================================================ evaluation and stats
     def is_eval_step(self) -> bool:
