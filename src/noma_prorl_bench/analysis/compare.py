@@ -20,9 +20,10 @@ Families and checks (suite.json "families", "checks"): each comparison's score r
 within its Holm family (default "outcome"); step-time and per-token rows form the family "cost"
 and are made only for runs interleaved in time (`timing=True`; the `cost` and `critic`
 presets), because arms run at different times see different machine loads, and only when the
-comparison's first arm costs differently by design (variant A0, A2 or B; a critic, --adv gae). Pairs identical by construction (A0 or A2
-vs A1, naive vs reset growth) are checks, not questions: `identity_check` compares their
-non-timing metrics step by step, and their score rows are not tested.
+comparison's first arm costs differently by design (variant A0, A2 or B; a critic, --adv gae).
+Pairs identical by construction (A0 or A2 vs A1, naive vs reset growth) are checks, not
+questions: `identity_check` compares their non-timing metrics step by step, and their score rows
+are not tested.
 """
 
 from __future__ import annotations
