@@ -127,6 +127,7 @@ def test_the_section_opens_with_the_sentence_only_for_reset_against_no_reset():
     rows = [
         {"name": "keep vs none", "arm": "keep", "baseline": "none"},
         {"name": "hard vs keep", "arm": "hard", "baseline": "keep"},  # a reset baseline: no part of the sentence
+        {"name": "hard vs keep", "arm": "hard", "baseline": "keep", "metric": "s_step"},  # a timing row: no 2nd line
     ]
     lines = plateau_lines(arms, rows)
     one = [x for x in lines if x.startswith("**In one sentence.**")]

@@ -55,11 +55,16 @@ def _fmt(x: float) -> str:
     return f"{x:+.3f}"
 
 
+def _nanmean(xs: Sequence[float]) -> float:
+    ok = [x for x in xs if math.isfinite(x)]
+    return float(np.mean(ok)) if ok else math.nan
+
+
 def arm_plateau(stats: Sequence[dict[str, float]]) -> dict[str, float]:
     """Seed means of one arm's tail statistics, with a 95% t interval of the score slope."""
     sl = [s["score_slope"] for s in stats if math.isfinite(s["score_slope"])]
     lo, hi = t_ci(sl) if len(sl) >= 2 else (math.nan, math.nan)
-    mean = {k: float(np.nanmean([s[k] for s in stats])) if stats else math.nan for k in ("kl_slope", "kl_tail")}
+    mean = {k: _nanmean([s[k] for s in stats]) for k in ("kl_slope", "kl_tail")}
     return {"score_slope": float(np.mean(sl)) if sl else math.nan, "lo": lo, "hi": hi, "n": len(sl), **mean}
 
 
@@ -168,7 +173,11 @@ def plateau_lines(arms: dict[str, dict], rows: Sequence[dict]) -> list[str]:
     `kl/to_init` (the arm against its baseline, paired by seed)."""
     lines: list[str] = []
     cases: list[tuple[str, dict]] = []  # the no-reset arm as baseline, a reset arm against it
+    seen = set()
     for row in rows:
+        if (row.get("arm"), row.get("baseline")) in seen:
+            continue  # one sentence per comparison, not one per metric (score, timing rows)
+        seen.add((row.get("arm"), row.get("baseline")))
         a, b = arms.get(row.get("baseline", "")), arms.get(row.get("arm", ""))
         if not a or not b or not all(r.has("reward/val") and r.has("kl/to_init") for r in [*a.values(), *b.values()]):
             continue

@@ -15,7 +15,8 @@
 Matrices: ARMS (variants A0 / A1 / A2 / B, A1 with beta = 0, A1 on seeds + 1000 as the A/A
 control, reset semantics keep / hard / soft / asym at a fixed cadence; `full`, `smoke`);
 ATLAS_ARMS (beta x reference treatment; `atlas`, and its headline subset `quick`); GROWTH_ARMS
-(`growth`); COST_ARMS (`cost`); CRITIC_ARMS (`critic`: --adv grpo vs gae, interleaved, with timing rows). Every arm runs the same seeds (a paired design); `--seeds N` /
+(`growth`); COST_ARMS (`cost`); CRITIC_ARMS (`critic`: --adv grpo vs gae, interleaved, with timing
+rows). Every arm runs the same seeds (a paired design); `--seeds N` /
 `--steps S` override the preset (the reset cadence scales with S), `--arms` picks a subset. The
 report compares arms pairwise by seed (COMPARISONS, ATLAS_COMPARISONS, each in a Holm family:
 FAMILIES) and verifies the pairs identical by construction (CHECKS) step by step instead of testing
