@@ -155,6 +155,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # in one family need 2/2^n < 0.05/10 (n >= 9) and ~20 pairs for 90% power at the quick suite's
     # effects (docs/suite_quick/pooled.md: 13-14 pairs at 0.05/4)
     "anchors": dict(seeds=20, steps=300, reset_every=50, evidence=True, k=10, arms="anchors", base=_MAP_BASE),
+    # PPO with a critic (--adv gae) against GRPO at equal samples (CRITIC_ARMS): the same steps, B x G,
+    # epochs and minibatches, the regime of benchmarks/studies/critic_study.py; interleaved (run it with
+    # --jobs 1), so the report's timing rows give the critic's CPU cost as a second axis
+    "critic": dict(
+        seeds=10,
+        steps=150,
+        reset_every=50,
+        evidence=True,
+        k=5,
+        arms="critic",
+        interleaved=True,
+        base=["--task", "reverse_digits", "--model", "gru", "--beta", "0.05", "--eval_every", "10"],
+    ),
 }
 #: seed offset of the second A/A arm: its seed s + AA_OFFSET is paired with the first arm's s
 AA_OFFSET = 1000
@@ -212,6 +225,8 @@ ANCHOR_TREATMENTS = {
 ANCHOR_ARMS = {
     f"anchor-b{b}-{t}": [*_A1, "--beta", b, *flags] for b in ANCHOR_BETAS for t, flags in ANCHOR_TREATMENTS.items()
 }
+#: the critic arms: GRPO's group baseline or a critic with GAE, nothing else differs
+CRITIC_ARMS = {"critic-grpo": [*_A1, "--adv", "grpo"], "critic-gae": [*_A1, "--adv", "gae"]}
 QUICK_ARMS = {a: ATLAS_ARMS[a] for a in ("b0.05-none", "b0.05-keep", "b0.05-hard", "b1-none", "b1-keep", "b1-hard")}
 COST_ARMS = {a: ARMS[a] for a in ("A0", "A1", "A2", "B")}
 #: growth on the transformer policy with LoRA adapters on every attention and MLP projection (the
@@ -281,12 +296,13 @@ ANCHOR_COMPARISONS = [
         *[(f"anchors: beta {b}: {a} vs reset", f"anchor-b{b}-{a}", f"anchor-b{b}-reset") for a in ("ema", "elastic")],
     ]
 ]
+CRITIC_COMPARISONS = [("critic: gae vs grpo", "critic-gae", "critic-grpo")]
 #: comparison name -> Holm family. A family is the set of questions one reader asks together: the
 #: suite's outcome questions form one family; the atlas has one family per beta (a user trains at
 #: one beta and asks "should I reset, and what should Adam do?" there)
 FAMILIES = {
     **{c[0]: "outcome" for c in COMPARISONS + REAL_RESET_COMPARISONS},
-    **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS + ANCHOR_COMPARISONS},
+    **{c[0]: c[0].split(":")[0] for c in ATLAS_COMPARISONS + ANCHOR_COMPARISONS + CRITIC_COMPARISONS},
 }
 #: pairs identical by construction (same rewards per step, not a question): the report verifies that
 #: their non-timing metrics agree step by step instead of testing them. A0 and A2 compute the same
@@ -333,6 +349,7 @@ def preset_arms(preset: str) -> dict[str, list[str]]:
         "growth": GROWTH_ARMS,
         "real_resets": REAL_RESET_ARMS,
         "anchors": ANCHOR_ARMS,
+        "critic": CRITIC_ARMS,
     }
     if PRESETS[preset].get("arms") in named:
         return dict(named[PRESETS[preset]["arms"]])
@@ -363,8 +380,8 @@ def expand(
 
 
 def comparisons_for(arms: list[str]) -> list[tuple[str, str, str]]:
-    """The COMPARISONS (ATLAS_, REAL_RESET_, ANCHOR_COMPARISONS) whose two arms are both in `arms`."""
-    every = COMPARISONS + ATLAS_COMPARISONS + REAL_RESET_COMPARISONS + ANCHOR_COMPARISONS
+    """The COMPARISONS (ATLAS_, REAL_RESET_, ANCHOR_, CRITIC_COMPARISONS) whose two arms are both in `arms`."""
+    every = COMPARISONS + ATLAS_COMPARISONS + REAL_RESET_COMPARISONS + ANCHOR_COMPARISONS + CRITIC_COMPARISONS
     return [c for c in every if c[1] in arms and c[2] in arms]
 
 

@@ -188,3 +188,31 @@ def _estimate_args(flags):
     sp = RunSpecs.from_config(make_config({"outdir": "x", **flags}))
     P, T = prompt_response_tokens(sp)
     return sp, model_shape(sp, P + T), P, T
+
+
+def test_mc_returns_are_discounted_rewards_to_go_without_values():
+    r = torch.tensor([[0.0, 0.0, 1.0], [2.0, 0.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # row 1's last reward is under the mask
+    assert C.mc_returns(r, mask, 0.5).tolist() == [[0.25, 0.5, 1.0], [2.0, 0.0, 0.0]]
+
+
+def test_group_loo_mean_averages_the_other_samples():
+    assert C.group_loo_mean(torch.tensor([1.0, 2.0, 6.0, 0.0, 4.0, 8.0]), 3).tolist() == [4.0, 3.5, 1.5, 6.0, 4.0, 2.0]
+    assert C.group_loo_mean(torch.tensor([1.0, 2.0]), 1) is None
+
+
+def test_ev_against_mc_returns_hand_worked():
+    # gamma 0.5, lambda 0.95: the GAE returns bootstrap on V, the MC returns do not.
+    # r_tok: row 0 [0, 0, 1], row 1 [0, 0] (reward 0 on its 2nd and last token)
+    # G = [0.25, 0.5, 1 | 0, 0]; V = [0.25, 0.5, 0.5 | 0, 0.5]; G - V = [0, 0, 0.5 | 0, -0.5]
+    # Var(G) = 0.7 / 4 = 0.175, Var(G - V) = 0.5 / 4 = 0.125 -> ev_mc = 1 - 0.125 / 0.175 = 2/7
+    # group baseline: row 0's mate has total return 0, row 1's 0.25 -> b = [0, 0, 0 | 0.25, 0.25]
+    # G - b = [0.25, 0.5, 1 | -0.25, -0.25], Var = 1.125 / 4 = 0.28125 -> 1 - 0.28125 / 0.175 = -17/28
+    obj = _objective(whiten_adv=0, gamma=0.5, lam=0.95)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    values = torch.tensor([[0.25, 0.5, 0.5], [0.0, 0.5, 7.0]])
+    _, ret, m, _ = obj.gae_advantages(torch.tensor([1.0, 0.0]), mask, values, beta=0.0)
+    assert m["critic/ev_mc"] == pytest.approx(2 / 7, abs=1e-12)
+    assert m["critic/ev_mc_group_mean"] == pytest.approx(-17 / 28, abs=1e-12)
+    assert m["critic/explained_var"] == pytest.approx(C.explained_variance(values, ret, mask))
+    assert m["critic/explained_var"] != pytest.approx(m["critic/ev_mc"])  # the bootstrapped target differs

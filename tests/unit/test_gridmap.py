@@ -160,3 +160,50 @@ def test_a_verdict_whose_interval_reaches_zero_says_so():
     assert gridmap.cell_text(cell) == "+0.037 [-0.004, +0.060] better (p_holm 0.012; CI includes 0, 10 pairs)"
     cell.update(ci95=[0.004, 0.060])
     assert "CI includes 0" not in gridmap.cell_text(cell)
+
+
+def _cell(beta, t, diff, p, n=10):
+    base = "none" if t == "keep" else "keep"
+    tested = math.isfinite(p)
+    verdict = "no detectable difference" if tested else None  # the per-beta families' verdicts: not these tests'
+    cell = dict(beta=beta, treatment=t, baseline=base, diff=diff, p=p, verdict=verdict, n_pairs=n, n_listed=n)
+    return cell | dict(ci95=[diff - 0.01, diff + 0.01], p_holm=p, mde80=0.01, comparison="", family="")
+
+
+def test_wider_holm_families_per_task_and_over_the_whole_map_by_hand():
+    # task a: p = 0.002, 0.02, 0.5 -> Holm over its 3: 0.006, 0.04, 0.5 -> two survive
+    # task b: p = 0.01, 0.3 -> 0.02, 0.3 -> one survives
+    # whole map, m = 5: sorted 0.002, 0.01, 0.02, 0.3, 0.5 -> 0.010, 0.040, 0.060, 0.6, 0.6 -> two survive
+    a = gridmap_read.SuiteMap("ga", "a", 5)
+    a.cells = {("1", "keep"): _cell("1", "keep", 0.1, 0.002), ("1", "soft"): _cell("1", "soft", -0.05, 0.02)}
+    a.cells[("2", "keep")] = _cell("2", "keep", 0.01, 0.5)
+    b = gridmap_read.SuiteMap("gb", "b", 5)
+    b.cells = {("1", "keep"): _cell("1", "keep", 0.2, 0.01), ("1", "hard"): _cell("1", "hard", 0.0, 0.3)}
+    b.cells[("2", "keep")] = _cell("2", "keep", math.nan, math.nan)  # not tested: in no family
+    fams = gridmap.wide_holm([a, b])
+    assert {k: v["m"] for k, v in fams.items()} == {"task a": 3, "task b": 2, "whole map": 5}
+    got = {
+        k: [(c["task"], c["beta"], c["treatment"], c["verdict"], round(c["p_holm"], 6)) for c in v["survivors"]]
+        for k, v in fams.items()
+    }
+    assert got == {
+        "task a": [("a", "1", "keep", "better", 0.006), ("a", "1", "soft", "worse", 0.04)],
+        "task b": [("b", "1", "keep", "better", 0.02)],
+        "whole map": [("a", "1", "keep", "better", 0.01), ("b", "1", "keep", "better", 0.04)],
+    }
+    md = "\n".join(gridmap.wide_holm_lines([a, b]))
+    assert "- a, one family of 3 questions: 2 survive: a beta 1 keep vs none better (+0.100, p 0.0020" in md
+    assert "- the whole map, one family of 5 questions: 2 survive:" in md
+    assert "## Holm families" in "\n".join(gridmap.map_lines([a, b]))
+
+
+def test_a_family_too_large_for_its_pairs_says_so():
+    # 10 pairs: the smallest sign-flip p is 2/1024; 26 questions x 2/1024 = 0.0508 >= 0.05
+    m = gridmap_read.SuiteMap("g", "t", 5)
+    m.cells = {(str(i), "keep"): _cell(str(i), "keep", 0.1, 2 / 1024) for i in range(26)}
+    fam = gridmap.wide_holm([m])["task t"]
+    assert fam["m"] == 26 and fam["survivors"] == []
+    md = "\n".join(gridmap.wide_holm_lines([m]))
+    assert "none survives (with 10 pairs the smallest sign-flip p is 2/2^10 = 0.0020, and 26 x 0.0020 >= 0.05" in md
+    m.cells.pop(("0", "keep"))  # 25 x 2/1024 = 0.0488: every one survives
+    assert len(gridmap.wide_holm([m])["task t"]["survivors"]) == 25

@@ -12,6 +12,9 @@ tokens (EOS included); every output is 0 where mask == 0, and values there never
                  Advantage Estimation", arXiv 1506.02438, eq. 16). gamma = lambda = 1 gives
                  A_t = sum_{s>=t} r_s - V_t (returns-to-go minus values); lambda = 0 gives the
                  one-step TD residual A_t = delta_t.
+  mc_returns     G_t = sum_{s>=t} gamma^(s-t) r_s: the realised discounted return to the end of
+                 the sequence, no bootstrap (GAE with lambda = 1 and V = 0); the honest target
+                 the critic's explained variance is also measured against (critic/ev_mc)
   whiten         (x - masked mean) / (masked unbiased std + eps) over every response token of the
                  batch (TRL's masked_whiten with shift_mean)
   value_loss     0.5 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2) per token, the
@@ -77,6 +80,22 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
         adv[:, t] = next_a
         next_v = v[:, t]
     return adv, (adv + v) * m
+
+
+def mc_returns(rewards: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """Per-token rewards r[N, T] -> the Monte Carlo returns G[N, T], G_t = sum_{s>=t} gamma^(s-t) r_s
+    over the row's response tokens (no value enters), 0 where mask == 0."""
+    adv, _ = gae(rewards, torch.zeros_like(rewards, dtype=torch.float32), mask, gamma, 1.0)
+    return adv
+
+
+def group_loo_mean(x: Tensor, group_size: int) -> Tensor | None:
+    """x[N] (rows grouped by prompt, G = group_size consecutive rows) -> the mean of each row's
+    G - 1 group mates [N] (leave-one-out); None when G < 2 (no other sample to average)."""
+    if group_size < 2:
+        return None
+    g = x.double().view(-1, group_size)
+    return ((g.sum(dim=1, keepdim=True) - g) / (group_size - 1)).view(-1)
 
 
 def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from noma_prorl_bench.algorithms import critic as critic_lib
@@ -82,6 +83,20 @@ def loss_mask(mask: Tensor, truncated: Tensor, overlong: str) -> tuple[Tensor, M
         m["dapo/filtered_rows"] = float(truncated.sum())
         return out, m
     return mask, {}
+
+
+def _mc_explained_variance(r_tok: Tensor, values: Tensor, mask: Tensor, gamma: float, group_size: int) -> Metrics:
+    """The critic's explained variance against the Monte Carlo returns (no bootstrap, so no value
+    of the critic's in its own target), and that of the group baseline: each row's group mates'
+    mean total return (their MC return at the first response token), a constant per row."""
+    with torch.no_grad():
+        mc = critic_lib.mc_returns(r_tok, mask, gamma)  # [N, T]
+        out = {"critic/ev_mc": critic_lib.explained_variance(values, mc, mask)}
+        loo = critic_lib.group_loo_mean(mc[:, 0], group_size)  # [N] or None
+        if loo is not None:
+            base = loo[:, None].expand_as(mc)
+            out["critic/ev_mc_group_mean"] = critic_lib.explained_variance(base, mc, mask)
+    return out
 
 
 @dataclass
@@ -175,6 +190,7 @@ class Objective:
                 "critic/explained_var": critic_lib.explained_variance(values, returns, mask),
             }
         )
+        metrics.update(_mc_explained_variance(r_tok, values, mask, c.gamma, self.spec.shape.group_size))
         if c.whiten_adv:
             adv = critic_lib.whiten(adv, mask)
         sel = adv[mask != 0]

@@ -18,10 +18,12 @@ configuration groups of `runlog.group_runs` and pairs are seeds.
 
 Families and checks (suite.json "families", "checks"): each comparison's score row is tested
 within its Holm family (default "outcome"); step-time and per-token rows form the family "cost"
-and are made only for runs interleaved in time (`timing=True`; the `cost` preset), because arms
-run at different times see different machine loads. Pairs identical by construction (A0 or A2
-vs A1, naive vs reset growth) are checks, not questions: `identity_check` compares their
-non-timing metrics step by step, and their score rows are not tested.
+and are made only for runs interleaved in time (`timing=True`; the `cost` and `critic`
+presets), because arms run at different times see different machine loads, and only when the
+comparison's first arm costs differently by design (variant A0, A2 or B; a critic, --adv gae).
+Pairs identical by construction (A0 or A2 vs A1, naive vs reset growth) are checks, not
+questions: `identity_check` compares their non-timing metrics step by step, and their score rows
+are not tested.
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ def compare(
 ) -> list[dict[str, Any]]:
     """One row per (comparison, metric): score for every comparison whose arms are not a check
     pair (`checks`), s/step and s/token too when `timing` (interleaved runs) and the first arm
-    is A0, A2 or B. Holm within each family (`families`: name -> family, default "outcome";
+    is A0, A2 or B or has a critic (--adv gae). Holm within each family (`families`: name -> family, default "outcome";
     timing rows: "cost"); `mde80` with the family's size (module docstring)."""
     nums = {a: {p: run_numbers(r, k) for p, r in rs.items()} for a, rs in arms.items()}
     families, skip = families or {}, _pair_set(checks)
@@ -213,7 +215,8 @@ def compare(
         if x not in arms or y not in arms:
             continue
         pairs = sorted(set(nums[x]) & set(nums[y]), key=str)
-        timed = timing and _variant(next(iter(arms[x].values()))) in TIMED_VARIANTS
+        first = next(iter(arms[x].values()))
+        timed = timing and (_variant(first) in TIMED_VARIANTS or first.config.get("adv") == "gae")
         metrics = ("score",) * (frozenset((x, y)) not in skip) + ("s_step", "s_token") * timed
         for metric in metrics:
             xs = np.array([nums[x][p][metric] for p in pairs])

@@ -11,9 +11,11 @@ on the score with its 95% interval (`stats.paired_interval`), the sign-flip p Ho
 the beta's family of that suite, the verdict, mde80, and the pairs it rests on beside the pairs
 suite.json lists (a suite still running has cells on fewer pairs; they say so). It writes
 OUT/map.md (a plain answer first, then one table per question, each suite's machine from its runs'
-machine records), OUT/map.json (every number) and OUT/map.png (effect against beta, one line per
-task). Everything read from a suite (task names, machine records, arm names) is untrusted text
-(`untrusted`); files are read with `safe_files` (no link followed, never a FIFO or device).
+machine records, then the Holm families: the reports' per task and beta, and wider ones per task
+over every beta x treatment and over the whole map, with what survives them), OUT/map.json
+(every number) and OUT/map.png (effect against beta, one line per task). Everything read from a
+suite (task names, machine records, arm names) is untrusted text (`untrusted`); files are read
+with `safe_files` (no link followed, never a FIFO or device).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from noma_prorl_bench.analysis import stats
 from noma_prorl_bench.analysis.gridmap_read import OTHERS, SuiteMap
 from noma_prorl_bench.analysis.plots import check_outputs
 from noma_prorl_bench.analysis.tables import markdown_table
@@ -52,6 +55,7 @@ def map_data(maps: Sequence[SuiteMap]) -> dict[str, Any]:
         "score": "mean reward/val over a run's last K evaluations (K per suite)",
         "interval": "95% paired interval (stats.paired_interval); p: sign-flip, Holm within the beta's family",
         "answer": map_answer(maps),
+        "wider_families": wide_holm(maps),
         "suites": [
             {
                 "name": m.name,
@@ -184,6 +188,64 @@ def _partial_sentence(maps: Sequence[SuiteMap]) -> str:
     return f" {len(short)} cell{'s' * (len(short) != 1)} rest on fewer pairs than their suite lists (marked)."
 
 
+def wide_holm(maps: Sequence[SuiteMap]) -> dict[str, dict[str, Any]]:
+    """Holm over wider families than the reports' (one per task and beta), from the cells' raw
+    sign-flip p: per task over every tested beta x treatment cell of that task, and over every
+    tested cell of the map. {family: {"m": questions, "min_pairs", "survivors": [cell numbers]}}."""
+    tested = [(m, c) for m in maps for c in m.cells.values() if math.isfinite(c.get("p", math.nan))]
+    families = {f"task {m.task}": [(mm, c) for mm, c in tested if mm is m] for m in maps}
+    if len(maps) > 1:
+        families["whole map"] = tested
+    out = {}
+    for name, members in families.items():
+        adjusted = stats.holm([c["p"] for _, c in members])
+        survivors = [
+            dict(task=m.task, beta=c["beta"], treatment=c["treatment"], baseline=c["baseline"], diff=c["diff"])
+            | dict(p=c["p"], p_holm=a, verdict=stats.verdict(c["diff"], a))
+            for (m, c), a in zip(members, adjusted)
+            if a < stats.ALPHA and stats.verdict(c["diff"], a) != "no detectable difference"
+        ]
+        n = min((c["n_pairs"] for _, c in members), default=0)
+        out[name] = {"m": len(members), "min_pairs": n, "survivors": survivors}
+    return out
+
+
+def wide_holm_lines(maps: Sequence[SuiteMap]) -> list[str]:
+    """map.md's section on the Holm families: the reports' (per task and beta), then wider ones."""
+    lines = [
+        "## Holm families",
+        "",
+        "The tables' verdicts are their suites' reports': one Holm family per task and beta (the questions "
+        "at that beta: keep vs none, each other treatment vs keep). Over wider families, from the same raw "
+        "sign-flip p-values (family-wise 5%; map.json `wider_families`):",
+        "",
+    ]
+    for name, fam in wide_holm(maps).items():
+        said = "; ".join(
+            f"{md_text(c['task'], 60)} beta {c['beta']} {c['treatment']} vs {c['baseline']} {SHORT[c['verdict']]} "
+            f"({_num(c['diff'])}, p {c['p']:.4f}, p_holm {c['p_holm']:.3f})"
+            for c in fam["survivors"]
+        )
+        n, m = fam["min_pairs"], fam["m"]
+        floor = 2.0 / 2**n if 0 < n <= stats.EXACT_MAX_N else 0.0  # the smallest exact sign-flip p
+        why = (
+            f" (with {n} pairs the smallest sign-flip p is 2/2^{n} = {floor:.4f}, and {m} x {floor:.4f} >= 0.05: "
+            "no question of this family can survive; it needs more seeds)"
+            if floor and m * floor >= stats.ALPHA
+            else ""
+        )
+        where = "the whole map" if name == "whole map" else md_text(name[len("task ") :], 60)
+        lines.append(
+            f"- {where}, one family of {m} questions: "
+            + (
+                f"{len(fam['survivors'])} {'survive' if len(fam['survivors']) > 1 else 'survives'}: {said}."
+                if said
+                else f"none survives{why}."
+            )
+        )
+    return lines + [""]
+
+
 # ---------------------------------------------------------------- markdown
 
 
@@ -253,7 +315,8 @@ def map_lines(maps: Sequence[SuiteMap], figure: str = "map.png") -> list[str]:
         if any((b, t) in m.cells for m in maps)
     ]
     lines += markdown_table(["treatment", "beta", *tasks], rows) if rows else ["No optimizer treatment was run."]
-    lines += ["", f"![Effect against beta, one line per task]({figure})", ""]
+    lines += [""] + wide_holm_lines(maps)
+    lines += [f"![Effect against beta, one line per task]({figure})", ""]
     return lines
 
 

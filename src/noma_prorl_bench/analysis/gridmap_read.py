@@ -148,6 +148,7 @@ def _cell(beta: str, t: str, ts: dict[str, str], rows: list[dict], cell: dict | 
         family=row["family"] if row else None,
         diff=cell["diff"],
         ci95=list(cell["ci95"]),
+        p=row["p"] if cell["verdict"] is not None and row else math.nan,  # raw sign-flip p: the wider families
         p_holm=cell["p_holm"],
         verdict=cell["verdict"],
         mde80=cell["mde80"],

@@ -8,7 +8,9 @@ arm of the same beta): the per-seed difference of the score slopes, its mean wit
 interval and the sign-flip p. The report's sentence calls the no-reset arm's tail a plateau only when
 its score slope's 95% interval over seeds holds 0, the KL "pinned" only when its slope is under
 KL_PINNED of its level per 100 steps, and says the reset arm climbs faster only when the paired
-difference is positive at sign-flip p < 0.05.
+difference is positive at sign-flip p < 0.05. The section opens with ONE sentence over the
+comparisons of a reset arm against the no-reset arm (plateau_headline): per comparison "goes on"
+(plateau, KL pinned, the reset arm faster), "no plateau", or "ambiguous", with the numbers.
 """
 
 from __future__ import annotations
@@ -53,11 +55,16 @@ def _fmt(x: float) -> str:
     return f"{x:+.3f}"
 
 
+def _nanmean(xs: Sequence[float]) -> float:
+    ok = [x for x in xs if math.isfinite(x)]
+    return float(np.mean(ok)) if ok else math.nan
+
+
 def arm_plateau(stats: Sequence[dict[str, float]]) -> dict[str, float]:
     """Seed means of one arm's tail statistics, with a 95% t interval of the score slope."""
     sl = [s["score_slope"] for s in stats if math.isfinite(s["score_slope"])]
     lo, hi = t_ci(sl) if len(sl) >= 2 else (math.nan, math.nan)
-    mean = {k: float(np.nanmean([s[k] for s in stats])) if stats else math.nan for k in ("kl_slope", "kl_tail")}
+    mean = {k: _nanmean([s[k] for s in stats]) for k in ("kl_slope", "kl_tail")}
     return {"score_slope": float(np.mean(sl)) if sl else math.nan, "lo": lo, "hi": hi, "n": len(sl), **mean}
 
 
@@ -100,6 +107,7 @@ def plateau_sentence(
     res: dict = {"none": a, "reset": b, "diff": diff, "lo": dlo, "hi": dhi, "p": p}
     res["n_pairs"] = len(d)
     goes_on = bool(d) and float(np.mean(d)) > 0 and p < 0.05
+    res["goes_on"] = goes_on
     head = tail_words(a, none_name)
     tail = f"{reset_name} climbs detectably faster" if goes_on else f"{reset_name} does not climb detectably faster"
     text = (
@@ -111,17 +119,73 @@ def plateau_sentence(
     return text, res
 
 
+def plateau_verdict(res: dict) -> str:
+    """plateau_sentence's numbers -> "goes on" (the no-reset arm plateaus with its KL pinned and the
+    reset arm climbs detectably faster), "no plateau" (the no-reset arm's score slope interval
+    excludes 0) or "ambiguous" (too few seeds; a plateau whose KL still moves; a pinned plateau
+    the reset arm does not detectably outclimb)."""
+    a = res["none"]
+    if not math.isfinite(a["lo"]):
+        return "ambiguous"
+    if not flat(a):
+        return "no plateau"
+    return "goes on" if kl_still(a) and res["goes_on"] else "ambiguous"
+
+
+def _why_ambiguous(res: dict) -> str:
+    a = res["none"]
+    if not math.isfinite(a["lo"]):
+        return "too few seeds"
+    if not kl_still(a):
+        return "a plateau, but its KL still moves"
+    return "a plateau with the KL pinned, but the reset arm is not detectably faster"
+
+
+def plateau_headline(cases: Sequence[tuple[str, dict]]) -> str:
+    """ONE sentence over a task's no-reset-vs-reset comparisons ((label, plateau_sentence's numbers)
+    per comparison): does the no-reset arm plateau with its KL pinned while the reset arm goes on,
+    with the slopes and their intervals."""
+    parts = []
+    for label, res in cases:
+        a, v = res["none"], plateau_verdict(res)
+        score = f"score slope {_fmt(a['score_slope'])} [{_fmt(a['lo'])}, {_fmt(a['hi'])}]"
+        kl = f"kl/to_init {a['kl_tail']:.3f} moving {_fmt(a['kl_slope'])}"
+        gap = f"reset minus no reset {_fmt(res['diff'])} [{_fmt(res['lo'])}, {_fmt(res['hi'])}], p {res['p']:.3f}"
+        if v == "goes on":
+            parts.append(f"{label}: it plateaus ({score}) with the KL pinned ({kl}) and the reset arm goes on ({gap})")
+        elif v == "no plateau":
+            parts.append(f"{label}: it does not plateau ({score})")
+        else:
+            parts.append(f"{label}: ambiguous, {_why_ambiguous(res)} ({score}; {kl}; {gap})")
+    n = sum(plateau_verdict(res) == "goes on" for _, res in cases)
+    return (
+        "Over the last third of the runs (slopes per 100 steps, 95% intervals), the no-reset arm plateaus "
+        f"with its KL pinned while the reset arm goes on in {n} of {len(cases)} comparisons: " + "; ".join(parts) + "."
+    )
+
+
+def _resets(runs: dict) -> list[int]:
+    return [int(r.config.get("reset_every") or 0) for r in runs.values()]
+
+
 def plateau_lines(arms: dict[str, dict], rows: Sequence[dict]) -> list[str]:
     """The report's section: one sentence per comparison whose two arms log `reward/val` and
     `kl/to_init` (the arm against its baseline, paired by seed)."""
     lines: list[str] = []
+    cases: list[tuple[str, dict]] = []  # the no-reset arm as baseline, a reset arm against it
+    seen = set()
     for row in rows:
+        if (row.get("arm"), row.get("baseline")) in seen:
+            continue  # one sentence per comparison, not one per metric (score, timing rows)
+        seen.add((row.get("arm"), row.get("baseline")))
         a, b = arms.get(row.get("baseline", "")), arms.get(row.get("arm", ""))
         if not a or not b or not all(r.has("reward/val") and r.has("kl/to_init") for r in [*a.values(), *b.values()]):
             continue
         stats = [{s: run_plateau(r) for s, r in arm.items()} for arm in (a, b)]
-        text, _ = plateau_sentence(stats[0], stats[1], md_text(row["baseline"], 120), md_text(row["arm"], 120))
+        text, res = plateau_sentence(stats[0], stats[1], md_text(row["baseline"], 120), md_text(row["arm"], 120))
         lines.append(f"- {md_text(row['name'], 160)}: {text}")  # names from the directory: untrusted text
+        if not any(_resets(a)) and all(_resets(b)):
+            cases.append((md_text(row["name"], 160), res))
     if not lines:
         return []
     head = [
@@ -132,4 +196,6 @@ def plateau_lines(arms: dict[str, dict], rows: Sequence[dict]) -> list[str]:
         "score slopes with a sign-flip p (src/noma_prorl_bench/analysis/plateau.py).",
         "",
     ]
+    if cases:
+        head += [f"**In one sentence.** {plateau_headline(cases)}", ""]
     return head + lines + [""]

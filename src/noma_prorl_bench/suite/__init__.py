@@ -7,6 +7,7 @@
     prorl-bench suite --preset full --outdir runs/suite_full       # variants A0/A1/A2/B and resets, 10 seeds
     prorl-bench suite --preset growth --outdir runs/growth         # optimizer state at adapter growth
     prorl-bench suite --preset cost --outdir runs/cost --jobs 1    # step-time cost, arms interleaved
+    prorl-bench suite --preset critic --outdir runs/critic --jobs 1   # GRPO vs a critic (gae), equal samples
     prorl-bench suite --preset aa --outdir /tmp/aa                 # A/A test of the statistics
     prorl-bench suite --preset full --seeds 12 --steps 300 --arms A1,B,A1-beta0 --outdir DIR
     prorl-bench suite --preset quick --executor ray --ray_address HEAD:6379 --outdir /shared/suite
@@ -14,7 +15,8 @@
 Matrices: ARMS (variants A0 / A1 / A2 / B, A1 with beta = 0, A1 on seeds + 1000 as the A/A
 control, reset semantics keep / hard / soft / asym at a fixed cadence; `full`, `smoke`);
 ATLAS_ARMS (beta x reference treatment; `atlas`, and its headline subset `quick`); GROWTH_ARMS
-(`growth`); COST_ARMS (`cost`). Every arm runs the same seeds (a paired design); `--seeds N` /
+(`growth`); COST_ARMS (`cost`); CRITIC_ARMS (`critic`: --adv grpo vs gae, interleaved, with timing
+rows). Every arm runs the same seeds (a paired design); `--seeds N` /
 `--steps S` override the preset (the reset cadence scales with S), `--arms` picks a subset. The
 report compares arms pairwise by seed (COMPARISONS, ATLAS_COMPARISONS, each in a Holm family:
 FAMILIES) and verifies the pairs identical by construction (CHECKS) step by step instead of testing

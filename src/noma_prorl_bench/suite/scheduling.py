@@ -70,6 +70,9 @@ def run_all(
 #: CPU-seconds of one run per RL step where no run of the suite has finished yet: (CPU-seconds, steps) of
 #: a measured run (an atlas run of 300 steps, GRU defaults, one thread, `time`: 23.3 s user, 2-core Xeon VM)
 MEASURED_CPU_S = {"quick": (23.3, 300), "atlas": (23.3, 300), "grid": (23.3, 300)}
+#: critic: the mean of the two arms' CPU-seconds per 150-step run in benchmarks/results/critic_study.txt
+#: (gae 24.8, grpo 15.4; same regime, one thread each, 2-core Xeon with AMX)
+MEASURED_CPU_S["critic"] = (20.1, 150)
 
 
 def _measured_cpu_per_step(specs: list[RunSpec], outdir: str) -> tuple[float, str] | None:
