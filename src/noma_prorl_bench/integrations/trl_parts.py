@@ -219,3 +219,38 @@ def read_reset_state(path: str) -> dict[str, Any]:
         if not isinstance(state[key], kind):
             raise ValueError(f"{where}: key {key!r} is not a JSON {'object' if kind is dict else 'array'}")
     return state
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: str) -> None:
+    """`tensors` (detached CPU copies) into the safetensors file `path`."""
+    save_file({k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()}, path)
+
+
+def agree_on_inputs(accelerator: Any, kl: float | None, val: float | None) -> tuple[float | None, float | None]:
+    """The trigger's inputs (the step's KL, the evaluation's reward) made the same on every process before
+    any decides: the maximum over the processes (a KL spike seen by one resets all), None where none has
+    one. TRL's own `kl` and `eval_reward` are already reduced over the processes; this makes the decision
+    independent of that and of a subclass's own measurement. One process: unchanged."""
+    if accelerator.num_processes <= 1:
+        return kl, val
+    import torch.distributed as dist  # noqa: PLC0415
+
+    x = torch.tensor([float("-inf") if v is None else float(v) for v in (kl, val)], dtype=torch.float64)
+    x = x.to(accelerator.device)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    kl_all, val_all = (None if v == float("-inf") else v for v in x.cpu().tolist())
+    return kl_all, val_all
+
+
+def rank_checksums(accelerator: Any, checksum: str) -> list[str]:
+    """Every process's reference checksum, in rank order; ValueError when they differ (the replicas'
+    references diverged, which no checkpoint could restore)."""
+    if accelerator.num_processes <= 1:
+        return [checksum]
+    from accelerate.utils import gather_object  # noqa: PLC0415
+
+    sums = list(gather_object([checksum]))
+    if len(set(sums)) != 1:
+        bad = [r for r, s in enumerate(sums) if s != sums[0]]
+        raise ValueError(f"ResetGRPOTrainer: the reference differs between processes (ranks {bad} vs rank 0)")
+    return sums
