@@ -13,7 +13,6 @@ optimizer state after each run, and its log history without wall-clock keys.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -29,20 +28,11 @@ def reward(completions, **_):
     return [(sum(map(ord, c)) % 17) / 17 for c in completions]
 
 
-def digest(tensors):
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 def optimizer_digest(opt):
-    from noma_prorl_bench.integrations.trl_parts import torch_optimizer
+    from noma_prorl_bench.integrations.trl_parts import reference_checksum, torch_optimizer
 
     sd = torch_optimizer(opt).state_dict()["state"]
-    return digest({f"{i}/{k}": v for i, st in sd.items() for k, v in st.items() if torch.is_tensor(v)})
+    return reference_checksum({f"{i}/{k}": v for i, st in sd.items() for k, v in st.items() if torch.is_tensor(v)})
 
 
 def make_trainer(model_dir, out, spike_rank):
@@ -81,6 +71,8 @@ def make_trainer(model_dir, out, spike_rank):
 
 
 def summary(tr):
+    from noma_prorl_bench.integrations.trl_parts import reference_checksum as digest
+
     return {
         "events": [{k: v for k, v in e.items() if k != "seconds"} for e in tr.reset_events],
         "ref": digest(tr._ref_tensors()),

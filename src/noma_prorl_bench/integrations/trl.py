@@ -44,6 +44,7 @@ from noma_prorl_bench.integrations.trl_parts import (
     add_ref_adapter,
     agree_on_inputs,
     anchors_after_step,
+    global_k3,
     load_elastic,
     log_reset,
     rank_checksums,
@@ -178,7 +179,7 @@ class ResetGRPOTrainer(GRPOTrainer):
     @torch.no_grad()
     def _kl_to_reference(self, inputs: dict[str, Any] | None) -> float | None:
         """Token mean of k3 = exp(r - p) - (r - p) - 1 (TRL's estimator) between the policy (p) and the
-        reference (r) on a micro-batch; its reference forward goes to the reset's count."""
+        reference (r) on a micro-batch (all processes' pooled); its reference forward goes to the reset's count."""
         if inputs is None:
             return None
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -194,8 +195,7 @@ class ResetGRPOTrainer(GRPOTrainer):
                 ref, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep)
         finally:
             self._ref_bucket = "train"
-        d = ref - logp
-        return float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum().clamp(min=1.0))
+        return global_k3(self.accelerator, ref, logp, mask)
 
     # ------------------------------------------------------------ triggers and the reset
 

@@ -254,3 +254,12 @@ def rank_checksums(accelerator: Any, checksum: str) -> list[str]:
         bad = [r for r, s in enumerate(sums) if s != sums[0]]
         raise ValueError(f"ResetGRPOTrainer: the reference differs between processes (ranks {bad} vs rank 0)")
     return sums
+
+
+def global_k3(accelerator: Any, ref: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """Token mean of k3 = exp(r - p) - (r - p) - 1 over the tokens of `mask` on every process (TRL's
+    pooling of its `kl`: sums and counts reduced, then divided), so each rank logs the same value."""
+    d = ref - logp
+    local = torch.stack([((torch.exp(d) - d - 1) * mask).sum(), mask.sum()])
+    total = accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local
+    return float(total[0] / total[1].clamp(min=1.0))
