@@ -35,7 +35,10 @@ def refusal(args: Any, cfg: ResetSpec, optimizers: Any, eval_dataset: Any) -> st
         return "args: GRPOConfig.fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
     if args.deepspeed or args.fsdp:
         field = "deepspeed" if args.deepspeed else "fsdp"
-        return f"args: GRPOConfig.{field} (DeepSpeed/FSDP): sharded or offloaded optimizer state is not supported"
+        return (
+            f"args: GRPOConfig.{field} (DeepSpeed/FSDP): the reset transforms whole per-parameter Adam state; "
+            "sharded (DTensor) or partitioned/offloaded state is untested, so refused (use DDP: docs/trl.md)"
+        )
     if getattr(args, "use_liger_kernel", False) or getattr(args, "use_liger_loss", False):
         return "args: GRPOConfig.use_liger_kernel / use_liger_loss: Liger's fused loss path is not supported"
     opt = optimizers[0] if optimizers else None
