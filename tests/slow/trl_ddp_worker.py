@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-TIME_KEYS = ("step_time", "ref/forward_s", "reset/seconds", "train_runtime", "train_loss")
+TIME_KEYS: tuple[str, ...] = ("step_time", "ref/forward_s", "reset/seconds", "train_runtime", "train_loss")
 TIME_KEYS += ("train_samples_per_second", "train_steps_per_second")
 
 
