@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 try:
     from transformers import TrainerCallback
@@ -42,13 +42,17 @@ except ImportError as e:  # pragma: no cover - the extra is absent
 from noma_prorl_bench.config.specs import ResetSpec
 from noma_prorl_bench.integrations.trl_parts import (
     add_ref_adapter,
+    agree_on_inputs,
     anchors_after_step,
+    global_k3,
     load_elastic,
     log_reset,
+    rank_checksums,
     read_reset_state,
     reference_checksum,
     refusal,
     save_elastic,
+    save_tensors,
     torch_optimizer,
     unique_targets,
     update_reference,
@@ -117,11 +121,10 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._elastic = ElasticReset(policy, cfg.elastic_decay) if cfg.elastic else None  # reset_to="elastic"
         self._ema_updates, self._ema_due = 0, False  # ref_update="ema": updates made, one due
         self._pending: Decision | None = None
-        self._merged = 0  # decisions that fired while one was already pending
+        self._merged, self._n_resets = 0, 0  # decisions that fired while one was pending; resets applied
         self._pending_kl: float | None = None
         self._pending_step: int | None = None  # an optimizer step whose trigger check waits for its evaluation
         self.reset_events: list[dict[str, Any]] = []
-        self._n_resets = 0
         self._last_inputs: dict[str, Any] | None = None
         self._ref_bucket = "train"
         self._ref_count = {"train": [0, 0.0], "reset": [0, 0.0]}  # [sequences, seconds]
@@ -176,7 +179,7 @@ class ResetGRPOTrainer(GRPOTrainer):
     @torch.no_grad()
     def _kl_to_reference(self, inputs: dict[str, Any] | None) -> float | None:
         """Token mean of k3 = exp(r - p) - (r - p) - 1 (TRL's estimator) between the policy (p) and the
-        reference (r) on a micro-batch; its reference forward goes to the reset's count."""
+        reference (r) on a micro-batch (all processes' pooled); its reference forward goes to the reset's count."""
         if inputs is None:
             return None
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
@@ -192,8 +195,7 @@ class ResetGRPOTrainer(GRPOTrainer):
                 ref, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep)
         finally:
             self._ref_bucket = "train"
-        d = ref - logp
-        return float(((torch.exp(d) - d - 1) * mask).sum() / mask.sum().clamp(min=1.0))
+        return global_k3(self.accelerator, ref, logp, mask)
 
     # ------------------------------------------------------------ triggers and the reset
 
@@ -234,7 +236,7 @@ class ResetGRPOTrainer(GRPOTrainer):
         self._decide(step, self._pending_kl, val)
 
     def _decide(self, step: int, kl: float | None, val: float | None) -> None:
-        decision = self._trigger.check(step, kl, val)
+        decision = self._trigger.check(step, *agree_on_inputs(self.accelerator, kl, val))  # same on every rank
         if decision is not None:
             if self._pending is None:
                 self._pending = decision
@@ -306,7 +308,7 @@ class ResetGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------ checkpoints
 
-    def _reset_state(self) -> dict[str, Any]:
+    def _reset_state(self, ranks: list[str]) -> dict[str, Any]:
         return {
             "config": self.reset_config.to_dict(),
             "trigger": self._trigger.state_dict(),
@@ -319,26 +321,24 @@ class ResetGRPOTrainer(GRPOTrainer):
             # this plug-in's metrics not yet logged (a reset after an evaluation logs with the next step)
             "unlogged": {k: list(v) for k, v in self._metrics["train"].items() if k.startswith(("reset/", "ref/"))},
             "optimizer_step": optimizer_step_count(torch_optimizer(self.optimizer)),
-            "ref_sha256": reference_checksum(self._ref_tensors()),
+            "ref_sha256": ranks[0],
+            "ref_sha256_ranks": ranks,  # each process's reference when saved (all equal)
             "ema": [self._ema_updates, self._ema_due],
         }
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        ranks = rank_checksums(self.accelerator, reference_checksum(self._ref_tensors()))  # every rank's, equal
         if not self.args.should_save:
             return
         out = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        ref = {k: v.detach().cpu().clone().contiguous() for k, v in self._ref_tensors().items()}
-        save_file(ref, os.path.join(out, REF_FILE))
+        save_tensors(self._ref_tensors(), os.path.join(out, REF_FILE))
         if self._best.params is not None:
-            save_file(
-                {k: v.detach().cpu().clone().contiguous() for k, v in self._best.params.items()},
-                os.path.join(out, BEST_FILE),
-            )
+            save_tensors(self._best.params, os.path.join(out, BEST_FILE))
         if self._elastic is not None:
             save_elastic(self._elastic, out)
         with open(os.path.join(out, STATE_FILE), "w") as f:
-            json.dump(self._reset_state(), f, indent=1)
+            json.dump(self._reset_state(ranks), f, indent=1)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

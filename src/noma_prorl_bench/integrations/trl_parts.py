@@ -35,7 +35,10 @@ def refusal(args: Any, cfg: ResetSpec, optimizers: Any, eval_dataset: Any) -> st
         return "args: GRPOConfig.fp16=True: a grad scaler would undo a fresh optimizer state; use bf16 or fp32"
     if args.deepspeed or args.fsdp:
         field = "deepspeed" if args.deepspeed else "fsdp"
-        return f"args: GRPOConfig.{field} (DeepSpeed/FSDP): sharded or offloaded optimizer state is not supported"
+        return (
+            f"args: GRPOConfig.{field} (DeepSpeed/FSDP): the reset transforms whole per-parameter Adam state; "
+            "sharded (DTensor) or partitioned/offloaded state is untested, so refused (use DDP: docs/trl.md)"
+        )
     if getattr(args, "use_liger_kernel", False) or getattr(args, "use_liger_loss", False):
         return "args: GRPOConfig.use_liger_kernel / use_liger_loss: Liger's fused loss path is not supported"
     opt = optimizers[0] if optimizers else None
@@ -219,3 +222,47 @@ def read_reset_state(path: str) -> dict[str, Any]:
         if not isinstance(state[key], kind):
             raise ValueError(f"{where}: key {key!r} is not a JSON {'object' if kind is dict else 'array'}")
     return state
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: str) -> None:
+    """`tensors` (detached CPU copies) into the safetensors file `path`."""
+    save_file({k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()}, path)
+
+
+def agree_on_inputs(accelerator: Any, kl: float | None, val: float | None) -> tuple[float | None, float | None]:
+    """The trigger's inputs (the step's KL, the evaluation's reward) made the same on every process before
+    any decides: the maximum over the processes (a KL spike seen by one resets all), None where none has
+    one. TRL's own `kl` and `eval_reward` are already reduced over the processes; this makes the decision
+    independent of that and of a subclass's own measurement. One process: unchanged."""
+    if accelerator.num_processes <= 1:
+        return kl, val
+    import torch.distributed as dist  # noqa: PLC0415
+
+    x = torch.tensor([float("-inf") if v is None else float(v) for v in (kl, val)], dtype=torch.float64)
+    x = x.to(accelerator.device)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    kl_all, val_all = (None if v == float("-inf") else v for v in x.cpu().tolist())
+    return kl_all, val_all
+
+
+def rank_checksums(accelerator: Any, checksum: str) -> list[str]:
+    """Every process's reference checksum, in rank order; ValueError when they differ (the replicas'
+    references diverged, which no checkpoint could restore)."""
+    if accelerator.num_processes <= 1:
+        return [checksum]
+    from accelerate.utils import gather_object  # noqa: PLC0415
+
+    sums = list(gather_object([checksum]))
+    if len(set(sums)) != 1:
+        bad = [r for r, s in enumerate(sums) if s != sums[0]]
+        raise ValueError(f"ResetGRPOTrainer: the reference differs between processes (ranks {bad} vs rank 0)")
+    return sums
+
+
+def global_k3(accelerator: Any, ref: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """Token mean of k3 = exp(r - p) - (r - p) - 1 over the tokens of `mask` on every process (TRL's
+    pooling of its `kl`: sums and counts reduced, then divided), so each rank logs the same value."""
+    d = ref - logp
+    local = torch.stack([((torch.exp(d) - d - 1) * mask).sum(), mask.sum()])
+    total = accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local
+    return float(total[0] / total[1].clamp(min=1.0))
