@@ -11,13 +11,13 @@ pytestmark = pytest.mark.unit
 
 
 def test_expected_duration_hand_worked_from_the_measured_preset_run(tmp_path):
-    specs = suite.expand("quick")  # 48 runs x 300 steps
+    specs = suite.expand("quick")  # 120 runs x 300 steps
     line = suite.expected_duration(specs, specs, str(tmp_path), jobs=2, cores=2, load=9.0)
-    # 48 x 300 x 23.3 / 300 = 1118.4 CPU-s; each of 2 jobs gets 2 / (9 + 2) of a core:
-    # 1118.4 / (2 x 2/11) = 3075.6 s
-    assert "~51 min (3076 s)" in line and "48 runs, 1118 CPU-s" in line and "0.18 of a core" in line
+    # 120 x 300 x 23.3 / 300 = 2796 CPU-s; each of 2 jobs gets 2 / (9 + 2) of a core:
+    # 2796 / (2 x 2/11) = 7689 s
+    assert "~128 min (7689 s)" in line and "120 runs, 2796 CPU-s" in line and "0.18 of a core" in line
     idle = suite.expected_duration(specs, specs, str(tmp_path), jobs=2, cores=2, load=0.0)
-    assert "(559 s)" in idle  # 1118.4 / 2, a whole core each
+    assert "(1398 s)" in idle  # 2796 / 2, a whole core each
 
 
 def test_expected_duration_prefers_the_suites_own_finished_runs(tmp_path):
