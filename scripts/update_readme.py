@@ -335,7 +335,35 @@ def grid_section() -> str:
     return (
         f"**Across tasks** ([map](docs/grid/map.md): the grid preset, GRU, k3, B 8 x G 8, lr 2e-3, 300 RL steps, "
         f"10 paired seeds per cell, reset every 50, K = "
-        f"{'/'.join(map(str, k))}, one suite per task): {data['answer']} {machines}."
+        f"{'/'.join(map(str, k))}, one suite per task): {data['answer']}{_wider_families(suites)} {machines}."
+    )
+
+
+def _wider_families(suites: list[dict]) -> str:
+    """What survives Holm over each task's every beta x treatment, and over the whole map, from the raw
+    sign-flip p of the committed docs/grid/TASK/summary.json (empty when they are not committed)."""
+    from noma_prorl_bench.analysis import stats  # noqa: PLC0415
+
+    rows = {}
+    for s in suites:
+        path = os.path.join(ROOT, "docs", "grid", s["task"], "summary.json")
+        if not os.path.exists(path):
+            return ""
+        rows[s["task"]] = [c for c in _load(os.path.relpath(path, ROOT))["comparisons"] if c["metric"] == "score"]
+
+    def kept(cs: list[dict], ps: list[float]) -> list[str]:
+        return [c["name"] for c, p in zip(cs, ps) if stats.verdict(c["diff"], p, True) != stats.VERDICTS[2]]
+
+    per_task = [
+        f"{len(kept(cs, stats.holm([c['p'] for c in cs])))} of {len(cs)} on {task}" for task, cs in rows.items()
+    ]
+    every = [c for cs in rows.values() for c in cs]
+    n_all = len(kept(every, stats.holm([c["p"] for c in every])))
+    n = min(c["n_pairs"] for c in every)
+    return (
+        f" Those verdicts are Holm within each task and beta; over one family per task (every beta x treatment) "
+        f"{' and '.join(per_task)} survive, over the whole map ({len(every)}) {n_all} "
+        f"({n} pairs: the smallest sign-flip p, 2/2^{n}, times {len(every)} is {len(every) * 2 / 2**n:.3f})."
     )
 
 
