@@ -346,3 +346,15 @@ def test_the_answer_names_every_question_asked_the_nulls_too():
         "2 of 4 questions found no detectable difference (reset-hard vs reset-keep at beta 0.05 and at beta 1)" in text
     )
     assert text.endswith("effects below mde80 0.017-0.025 reward are not ruled out.")
+
+
+def test_the_answer_places_a_question_at_its_beta_inside_a_wider_family():
+    from noma_prorl_bench.analysis.conclusion import answer
+
+    def row(beta, name, verdict, diff):
+        return dict(arm="x", family="anchors", name=f"anchors: beta {beta}: {name}", metric="score",
+                    verdict=verdict, diff=diff, ci95=[diff - 0.01, diff + 0.01], mde80=0.02)  # fmt: skip
+
+    text = answer([row(0.05, "reset vs fixed", "worse", -0.015), row(1, "reset vs fixed", "better", 0.026)])
+    assert "reset vs fixed: worse at beta 0.05 (-0.015 [-0.025, -0.005]), better at beta 1" in text
+    assert "at anchors" not in text

@@ -8,6 +8,7 @@ from a suite or its settings.json go in through `untrusted.md_text` / `md_code`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 from noma_prorl_bench.analysis.compare import METRICS
@@ -136,11 +137,14 @@ def _effect(row: dict) -> str:
 
 
 def _where(r: dict) -> tuple[str, str]:
-    """(question, ' at FAMILY' or '') of a comparison row: the family is named where the row's name
-    starts with it (a beta)."""
+    """(question, ' at beta B' or '') of a comparison row: the beta its name starts with, after its
+    family's name (an atlas family is a beta; the anchors family holds both betas)."""
     fam, name = str(r["family"]), str(r["name"])
     label = name[len(fam) + 2 :] if name.startswith(fam + ": ") else name
-    where = f" at {fam}" if name.startswith(fam + ": ") else ""
+    where = f" at {fam}" if name.startswith(fam + ": ") and fam.startswith("beta ") else ""
+    beta = re.match(r"(beta [^:]+): (.+)$", label) if not where else None
+    if beta:
+        where, label = f" at {beta.group(1)}", beta.group(2)
     return label + (f" ({_WHAT[r['metric']]})" if r["metric"] != "score" else ""), where
 
 
