@@ -47,6 +47,17 @@ def test_result_files_carry_commit_and_machine_not_in_their_names():
             assert key in ("commit", "machine") and d["recovered"][key].startswith("not recorded by the run"), p.name
 
 
+def test_text_result_files_name_their_commit_and_machine_in_their_first_lines():
+    """The .txt / .log / .md results (tables and logs a script printed) say in their first lines which
+    commit made them and on what machine, or that the machine was not recorded."""
+    files = sorted(p for p in (ROOT / "benchmarks" / "results").glob("*") if p.suffix in (".txt", ".log", ".md"))
+    assert len(files) >= 8
+    for p in files:
+        head = "\n".join(p.read_text().splitlines()[:8])
+        assert re.search(r"\b[0-9a-f]{7,40}\b", head), p.name
+        assert re.search(r"Xeon|EPYC|AMD|Intel|not recorded|machine", head), p.name
+
+
 def test_list_prints_every_entry(capsys):
     assert bench.main(["list"]) == 0
     out = capsys.readouterr().out
