@@ -4,14 +4,18 @@
 # ruff (lint and format) and mypy settings are in pyproject.toml (mypy checks every package).
 # Usage: bash scripts/test.sh [extra pytest args]    (a -m among them replaces the default -m 'not study';
 #   bash scripts/test.sh -m study runs only the study tests)
+# The tests run in one pytest-xdist worker per core, at most 4 (`--dist loadgroup`: the tests that start
+# Ray clusters share one worker, tests/conftest.py); PRORL_TEST_WORKERS=N sets N workers, 0 runs them in
+# this one process, and a -n among the extra args replaces both.
 #   PRORL_TEST_SKIP_SETUP=1 bash scripts/test.sh ...   skip setup, ruff and mypy (pytest only)
 # One Ctrl-C (SIGINT) or a SIGTERM to this script stops everything it started: pytest gets the SIGINT
 # (its "KeyboardInterrupt" summary; the file PRORL_TEST_STOP_FILE, created first, tells tests/conftest.py
 # to report the test being run as interrupted, not failed, even where a command run in-process caught
-# the SIGINT itself), then every process of this command still alive after 5 s gets
-# SIGTERM, after 5 s more SIGKILL. "Of this command" means: started under it, found by the
-# PRORL_TEST_TREE variable in its environment, so runs, suites and Ray workers that tests start in
-# their own sessions (which a terminal's Ctrl-C never reaches) are found too. Exit 130 / 143.
+# the SIGINT itself), then every process of this command still alive after 15 s (pytest's workers
+# report to it first, slower on a loaded machine) gets SIGTERM, after 5 s more SIGKILL. "Of this
+# command" means: started under it, found by the PRORL_TEST_TREE variable in its environment, so
+# runs, suites and Ray workers that tests start in their own sessions (which a terminal's Ctrl-C never
+# reaches) are found too. Exit 130 / 143.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set -m                     # each step in its own process group: a Ctrl-C reaches this script, which relays it
@@ -41,7 +45,7 @@ stop() {      # $1: exit code. SIGINT to the running step's group, then SIGTERM,
   trap '' INT TERM         # a second Ctrl-C does not cut the clean-up short
   : >"$PRORL_TEST_STOP_FILE" 2>/dev/null || true
   [ -n "$step" ] && kill -INT -- "-$step" 2>/dev/null || true
-  settle 50 || { kill -TERM $(tagged) 2>/dev/null || true; settle 50; } \
+  settle 150 || { kill -TERM $(tagged) 2>/dev/null || true; settle 50; } \
     || { kill -KILL $(tagged) 2>/dev/null || true; settle 50; } || true
   echo "scripts/test.sh: stopped (exit $1)" >&2
   exit "$1"
@@ -64,7 +68,13 @@ if [ -z "${PRORL_TEST_SKIP_SETUP:-}" ]; then
 fi
 status=0
 select=(-m "not study")
-for a in "$@"; do [[ "$a" == -m || "$a" == -m* ]] && select=(); done
-run .venv/bin/python -m pytest -q -p no:cacheprovider "${select[@]}" "$@" || status=$?
+workers=${PRORL_TEST_WORKERS:-$(($(nproc) < 4 ? $(nproc) : 4))}
+dist=(-n "$workers" --dist loadgroup)
+[ "$workers" = 0 ] && dist=()
+for a in "$@"; do
+  [[ "$a" == -m || "$a" == -m* ]] && select=()
+  [[ "$a" == -n || "$a" == -n* || "$a" == --numprocesses* ]] && dist=()
+done
+run .venv/bin/python -m pytest -q -p no:cacheprovider "${dist[@]}" "${select[@]}" "$@" || status=$?
 kill -KILL $(tagged) 2>/dev/null || true      # nothing a test started outlives the suite
 exit "$status"

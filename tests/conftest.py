@@ -100,6 +100,19 @@ def pytest_runtest_call(item):
             raise KeyboardInterrupt  # replaces the cut-short outcome
 
 
+#: test files that start Ray clusters: under `pytest -n N --dist loadgroup` (scripts/test.sh) they run
+#: one after another in one worker, which holds the session's cluster (tests/ray/conftest.py), so no two
+#: clusters of 2 CPUs each compete for the cores at once
+RAY_FILES = ("tests/ray/", "tests/slow/test_ray_reaper.py", "tests/slow/test_suite_ray.py")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = os.path.relpath(str(item.path), ROOT).replace(os.sep, "/")
+        if path.startswith(RAY_FILES):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 # Flags that make a run take a second or two: tiny batch, short warm start.
 FAST = [
     "--steps",

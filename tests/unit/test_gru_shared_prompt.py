@@ -51,7 +51,7 @@ def test_same_function_as_the_whole_pass(dtype, tol):
     if dtype == torch.float64:
         for n in g0:
             assert torch.allclose(g0[n], g1[n], rtol=1e-9, atol=1e-12), n
-    assert not torch.equal(lp0, lp1) or dtype == torch.float64  # float32: another summation order
+    # float32 may round differently (another summation order) or not, by CPU type: only the tolerance holds
 
 
 def test_the_counters_count_the_positions_the_gru_ran():
