@@ -351,19 +351,13 @@ def _wider_families(suites: list[dict]) -> str:
             return ""
         rows[s["task"]] = [c for c in _load(os.path.relpath(path, ROOT))["comparisons"] if c["metric"] == "score"]
 
-    def kept(cs: list[dict], ps: list[float]) -> list[str]:
-        return [c["name"] for c, p in zip(cs, ps) if stats.verdict(c["diff"], p, True) != stats.VERDICTS[2]]
-
-    per_task = [
-        f"{len(kept(cs, stats.holm([c['p'] for c in cs])))} of {len(cs)} on {task}" for task, cs in rows.items()
-    ]
-    every = [c for cs in rows.values() for c in cs]
-    n_all = len(kept(every, stats.holm([c["p"] for c in every])))
-    n = min(c["n_pairs"] for c in every)
+    wide = stats.holm_families({**rows, "": [c for cs in rows.values() for c in cs]})
+    per_task = [f"{len(wide[task]['survivors'])} of {wide[task]['m']} on {task}" for task in rows]
+    every, n_all, n = wide[""]["m"], len(wide[""]["survivors"]), wide[""]["min_pairs"]
     return (
         f" Those verdicts are Holm within each task and beta; over one family per task (every beta x treatment) "
-        f"{' and '.join(per_task)} survive, over the whole map ({len(every)}) {n_all} "
-        f"({n} pairs: the smallest sign-flip p, 2/2^{n}, times {len(every)} is {len(every) * 2 / 2**n:.3f})."
+        f"{' and '.join(per_task)} survive, over the whole map ({every}) {n_all} "
+        f"({n} pairs: the smallest sign-flip p, 2/2^{n}, times {every} is {every * 2 / 2**n:.3f})."
     )
 
 

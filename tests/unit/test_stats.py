@@ -239,3 +239,21 @@ def test_paired_interval_float_noise_is_not_spread():
     d2 = [v * 1000 for v in d]
     lo2, hi2 = stats.paired_interval(d2, resolution=1e-9)
     assert lo2 < sum(d2) / len(d2) < hi2 and hi2 - lo2 < 1e-3
+
+
+def test_holm_families_keeps_what_survives_each_family_by_hand():
+    rows = [
+        dict(name="a", p=0.001, diff=0.1, n_pairs=10),
+        dict(name="b", p=0.02, diff=-0.2, n_pairs=12),
+        dict(name="c", p=0.04, diff=0.3, n_pairs=10),
+    ]
+    out = stats.holm_families({"one": rows[:1], "all": rows})
+    assert out["one"]["m"] == 1 and out["one"]["survivors"][0]["p_holm"] == pytest.approx(0.001)
+    # Holm over 3: 3 x 0.001 = 0.003 better; 2 x 0.02 = 0.04 worse; max(0.04, 1 x 0.04) = 0.04 better
+    fam = out["all"]
+    assert fam["m"] == 3 and fam["min_pairs"] == 10
+    assert [(r["name"], r["verdict"]) for r in fam["survivors"]] == [("a", "better"), ("b", "worse"), ("c", "better")]
+    assert [r["p_holm"] for r in fam["survivors"]] == pytest.approx([0.003, 0.04, 0.04])
+    rows[2]["p"] = 0.06  # 0.06 >= 0.05: c drops out, the others stay
+    assert [r["name"] for r in stats.holm_families({"all": rows})["all"]["survivors"]] == ["a", "b"]
+    assert stats.holm_families({"none": []})["none"] == {"m": 0, "min_pairs": 0, "survivors": []}

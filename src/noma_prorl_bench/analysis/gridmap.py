@@ -192,21 +192,14 @@ def wide_holm(maps: Sequence[SuiteMap]) -> dict[str, dict[str, Any]]:
     """Holm over wider families than the reports' (one per task and beta), from the cells' raw
     sign-flip p: per task over every tested beta x treatment cell of that task, and over every
     tested cell of the map. {family: {"m": questions, "min_pairs", "survivors": [cell numbers]}}."""
-    tested = [(m, c) for m in maps for c in m.cells.values() if math.isfinite(c.get("p", math.nan))]
-    families = {f"task {m.task}": [(mm, c) for mm, c in tested if mm is m] for m in maps}
+    keys = ("task", "beta", "treatment", "baseline", "diff", "p", "p_holm", "verdict")
+    tested = [{**c, "task": m.task} for m in maps for c in m.cells.values() if math.isfinite(c.get("p", math.nan))]
+    families = {f"task {m.task}": [c for c in tested if c["task"] == m.task] for m in maps}
     if len(maps) > 1:
         families["whole map"] = tested
-    out = {}
-    for name, members in families.items():
-        adjusted = stats.holm([c["p"] for _, c in members])
-        survivors = [
-            dict(task=m.task, beta=c["beta"], treatment=c["treatment"], baseline=c["baseline"], diff=c["diff"])
-            | dict(p=c["p"], p_holm=a, verdict=stats.verdict(c["diff"], a))
-            for (m, c), a in zip(members, adjusted)
-            if a < stats.ALPHA and stats.verdict(c["diff"], a) != "no detectable difference"
-        ]
-        n = min((c["n_pairs"] for _, c in members), default=0)
-        out[name] = {"m": len(members), "min_pairs": n, "survivors": survivors}
+    out = stats.holm_families(families)
+    for fam in out.values():
+        fam["survivors"] = [{k: c[k] for k in keys} for c in fam["survivors"]]
     return out
 
 
