@@ -1,6 +1,7 @@
 """ResetGRPOTrainer in 2 processes (DDP on CPU, gloo), launched with the command docs/trl.md gives.
 
-tests/slow/trl_ddp_worker.py runs, per rank, 4 optimizer steps where only rank 1 sees a KL spike
+tests/slow/trl_ddp_worker.py runs, per rank (the full model, and a LoRA policy whose reference is the
+plug-in's "ref" adapter), 4 optimizer steps where only rank 1 sees a KL spike
 after step 2, then a run resumed from checkpoint-2 (right after the reset). Checked: both ranks reset
 at step 2 with the same event; every rank's reference, policy and optimizer state agree after the
 reset and at the end; the checkpoint records every rank's reference checksum; the resumed run ends
@@ -33,20 +34,26 @@ def docs_command() -> list[str]:
     return shlex.split(lines[0])
 
 
-def test_two_processes_reset_together_and_resume_exactly(tmp_path):
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "peft"])
+def test_two_processes_reset_together_and_resume_exactly(tmp_path, peft):
     cmd = docs_command()
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     if cmd[0].startswith("PYTHONPATH="):
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, cmd.pop(0).split("=", 1)[1]), ROOT])
     assert cmd[:2] == ["accelerate", "launch"] and cmd[-1] == "runs/trl_ddp", cmd
-    argv = [sys.executable, "-m", "accelerate.commands.launch", *cmd[2:-1], str(tmp_path)]
+    argv = [sys.executable, "-m", "accelerate.commands.launch", *cmd[2:-1], str(tmp_path), *["--peft"] * peft]
     p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:
         for run in ("full", "resumed"):
             assert rank[run]["world_size"] == 2 and rank[run]["distributed_type"] == "DistributedType.MULTI_CPU"
-    events = ranks[0]["full"]["events"]
+    full = ranks[0]["full"]
+    if peft:  # the reference is the "ref" adapter: as many numbers as the trained LoRA weights
+        assert full["ref_numel"] == full["trainable_numel"] > 0
+    else:
+        assert full["ref_numel"] == full["trainable_numel"] > 10_000  # the whole tiny Llama
+    events = full["events"]
     assert [(e["decided_step"], e["step"], e["reason"], e["kl"]) for e in events] == [(2, 2, "kl_spike", 1e3)]
     assert events[0]["m_scaled"] == events[0]["v_scaled"] == events[0]["params_walked"] > 0
     assert events[0]["opt_step_reset"] is True and events[0]["kl_after"] == 0.0

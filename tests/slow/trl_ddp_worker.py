@@ -1,6 +1,9 @@
 """One process of a multi-process ResetGRPOTrainer run (accelerate launch / torch.distributed.run, CPU, gloo).
 
-    accelerate launch --cpu --num_processes 2 tests/slow/trl_ddp_worker.py OUTDIR
+    accelerate launch --cpu --num_processes 2 tests/slow/trl_ddp_worker.py OUTDIR [--peft]
+
+With --peft the policy is a LoRA adapter (r 4 on q_proj, v_proj) and the reference the plug-in's
+`"ref"` adapter on the same frozen base.
 
 Builds a tiny random Llama in OUTDIR/model (rank 0; the others wait), then per rank:
 1. an unbroken run of 4 optimizer steps with a checkpoint after every step, where only rank 1 sees a
@@ -35,7 +38,7 @@ def optimizer_digest(opt):
     return reference_checksum({f"{i}/{k}": v for i, st in sd.items() for k, v in st.items() if torch.is_tensor(v)})
 
 
-def make_trainer(model_dir, out, spike_rank):
+def make_trainer(model_dir, out, spike_rank, peft=False):
     from datasets import Dataset
     from trl import GRPOConfig
 
@@ -67,16 +70,28 @@ def make_trainer(model_dir, out, spike_rank):
     )
     cfg = ResetConfig(reset_kl_above=100.0, reset_kl_min_gap=1, opt_reset="soft", soft_factor=0.5, reset_opt_step=1)
     train = Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"] * 8})
-    return Spiky(model=model_dir, reward_funcs=reward, args=args, train_dataset=train, reset_config=cfg)
+    lora = None
+    if peft:
+        from peft import LoraConfig
+
+        lora = LoraConfig(
+            r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        )
+    return Spiky(
+        model=model_dir, reward_funcs=reward, args=args, train_dataset=train, reset_config=cfg, peft_config=lora
+    )
 
 
 def summary(tr):
     from noma_prorl_bench.integrations.trl_parts import reference_checksum as digest
 
+    policy = tr.accelerator.unwrap_model(tr.model)
     return {
+        "ref_numel": sum(t.numel() for t in tr._ref_tensors().values()),
+        "trainable_numel": sum(p.numel() for p in policy.parameters() if p.requires_grad),
         "events": [{k: v for k, v in e.items() if k != "seconds"} for e in tr.reset_events],
         "ref": digest(tr._ref_tensors()),
-        "policy": digest(tr.accelerator.unwrap_model(tr.model).state_dict()),
+        "policy": digest(policy.state_dict()),
         "optimizer": optimizer_digest(tr.optimizer),
         "logs": [{k: v for k, v in h.items() if k not in TIME_KEYS} for h in tr.state.log_history],
         "world_size": tr.accelerator.num_processes,
@@ -84,7 +99,7 @@ def summary(tr):
     }
 
 
-def main(outdir: str) -> None:
+def main(outdir: str, peft: bool = False) -> None:
     torch.set_num_threads(1)
     from accelerate import PartialState
 
@@ -95,10 +110,10 @@ def main(outdir: str) -> None:
 
         build_tiny_hf_model(model_dir, hidden=32, layers=1, heads=2)
     state.wait_for_everyone()
-    full = make_trainer(model_dir, os.path.join(outdir, "full"), spike_rank=1)
+    full = make_trainer(model_dir, os.path.join(outdir, "full"), spike_rank=1, peft=peft)
     full.train()
     result = {"full": summary(full)}
-    resumed = make_trainer(model_dir, os.path.join(outdir, "resumed"), spike_rank=1)
+    resumed = make_trainer(model_dir, os.path.join(outdir, "resumed"), spike_rank=1, peft=peft)
     resumed.train(resume_from_checkpoint=os.path.join(outdir, "full", "checkpoint-2"))
     result["resumed"] = summary(resumed)
     with open(os.path.join(outdir, f"rank{state.process_index}.json"), "w") as f:
@@ -109,4 +124,4 @@ def main(outdir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], peft="--peft" in sys.argv[2:])
