@@ -342,7 +342,7 @@ def grid_section() -> str:
 def _wider_families(suites: list[dict]) -> str:
     """What survives Holm over each task's every beta x treatment, and over the whole map, from the raw
     sign-flip p of the committed docs/grid/TASK/summary.json (empty when they are not committed)."""
-    from noma_prorl_bench.analysis import stats  # noqa: PLC0415
+    from noma_prorl_bench.analysis import power  # noqa: PLC0415
 
     rows = {}
     for s in suites:
@@ -351,7 +351,7 @@ def _wider_families(suites: list[dict]) -> str:
             return ""
         rows[s["task"]] = [c for c in _load(os.path.relpath(path, ROOT))["comparisons"] if c["metric"] == "score"]
 
-    wide = stats.holm_families({**rows, "": [c for cs in rows.values() for c in cs]})
+    wide = power.holm_families({**rows, "": [c for cs in rows.values() for c in cs]})
     per_task = [f"{len(wide[task]['survivors'])} of {wide[task]['m']} on {task}" for task in rows]
     every, n_all, n = wide[""]["m"], len(wide[""]["survivors"]), wide[""]["min_pairs"]
     return (

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from noma_prorl_bench.analysis import stats
+from noma_prorl_bench.analysis import power, stats
 
 pytestmark = pytest.mark.unit
 
@@ -247,7 +247,7 @@ def test_holm_families_keeps_what_survives_each_family_by_hand():
         dict(name="b", p=0.02, diff=-0.2, n_pairs=12),
         dict(name="c", p=0.04, diff=0.3, n_pairs=10),
     ]
-    out = stats.holm_families({"one": rows[:1], "all": rows})
+    out = power.holm_families({"one": rows[:1], "all": rows})
     assert out["one"]["m"] == 1 and out["one"]["survivors"][0]["p_holm"] == pytest.approx(0.001)
     # Holm over 3: 3 x 0.001 = 0.003 better; 2 x 0.02 = 0.04 worse; max(0.04, 1 x 0.04) = 0.04 better
     fam = out["all"]
@@ -255,5 +255,5 @@ def test_holm_families_keeps_what_survives_each_family_by_hand():
     assert [(r["name"], r["verdict"]) for r in fam["survivors"]] == [("a", "better"), ("b", "worse"), ("c", "better")]
     assert [r["p_holm"] for r in fam["survivors"]] == pytest.approx([0.003, 0.04, 0.04])
     rows[2]["p"] = 0.06  # 0.06 >= 0.05: c drops out, the others stay
-    assert [r["name"] for r in stats.holm_families({"all": rows})["all"]["survivors"]] == ["a", "b"]
-    assert stats.holm_families({"none": []})["none"] == {"m": 0, "min_pairs": 0, "survivors": []}
+    assert [r["name"] for r in power.holm_families({"all": rows})["all"]["survivors"]] == ["a", "b"]
+    assert power.holm_families({"none": []})["none"] == {"m": 0, "min_pairs": 0, "survivors": []}

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from noma_prorl_bench.analysis import stats
+from noma_prorl_bench.analysis import power, stats
 from noma_prorl_bench.analysis.gridmap_read import OTHERS, SuiteMap
 from noma_prorl_bench.analysis.plots import check_outputs
 from noma_prorl_bench.analysis.tables import markdown_table
@@ -197,7 +197,7 @@ def wide_holm(maps: Sequence[SuiteMap]) -> dict[str, dict[str, Any]]:
     families = {f"task {m.task}": [c for c in tested if c["task"] == m.task] for m in maps}
     if len(maps) > 1:
         families["whole map"] = tested
-    out = stats.holm_families(families)
+    out = power.holm_families(families)
     for fam in out.values():
         fam["survivors"] = [{k: c[k] for k in keys} for c in fam["survivors"]]
     return out

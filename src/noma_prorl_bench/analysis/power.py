@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -102,3 +103,19 @@ def pairs_needed(
     while n > 2 and mde(sd, (1,) * (n - 1), m, alpha, power) <= effect:
         n -= 1
     return float(n) if n <= max_n else math.inf
+
+
+def holm_families(families: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Holm within each family of question rows (each with its raw sign-flip `p`, `diff` and `n_pairs`;
+    higher is better): {family: {"m": questions, "min_pairs", "survivors": the rows that keep a verdict,
+    each with its `p_holm` and `verdict` added}}."""
+    out = {}
+    for name, rows in families.items():
+        adjusted = stats.holm([r["p"] for r in rows])
+        survivors = [
+            {**r, "p_holm": a, "verdict": stats.verdict(r["diff"], a)}
+            for r, a in zip(rows, adjusted)
+            if stats.verdict(r["diff"], a) != stats.VERDICTS[2]
+        ]
+        out[name] = {"m": len(rows), "min_pairs": min((r["n_pairs"] for r in rows), default=0), "survivors": survivors}
+    return out

@@ -67,7 +67,7 @@ import functools
 import itertools
 import math
 import warnings
-from typing import Any, Callable, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -238,22 +238,6 @@ def verdict(diff: float, p_holm: float, higher_is_better: bool = True, alpha: fl
     if not (math.isfinite(p_holm) and math.isfinite(diff)) or p_holm >= alpha or diff == 0:
         return VERDICTS[2]
     return VERDICTS[0] if (diff > 0) == higher_is_better else VERDICTS[1]
-
-
-def holm_families(families: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Holm within each family of question rows (each with its raw sign-flip `p`, `diff` and `n_pairs`;
-    higher is better): {family: {"m": questions, "min_pairs", "survivors": the rows that keep a verdict,
-    each with its `p_holm` and `verdict` added}}."""
-    out = {}
-    for name, rows in families.items():
-        adjusted = holm([r["p"] for r in rows])
-        survivors = [
-            {**r, "p_holm": a, "verdict": verdict(r["diff"], a)}
-            for r, a in zip(rows, adjusted)
-            if verdict(r["diff"], a) != VERDICTS[2]
-        ]
-        out[name] = {"m": len(rows), "min_pairs": min((r["n_pairs"] for r in rows), default=0), "survivors": survivors}
-    return out
 
 
 def fieller_ci(num: Values, den: Values, level: float = 0.95) -> tuple[float, float]:
