@@ -12,6 +12,9 @@ Above SIM_MAX_UNITS seeds a one-machine design's mde is the paired t test's (`st
 two agree within 2% there, as docs/statistics.md shows for mde80). An estimate: the observed sd
 stands in for the true one, the shape is normal, and machines are taken as independent given the
 seed (a positive correlation between machines lowers the power of a design with shared seeds).
+
+`holm_families`: what a wider Holm family (a task's every question, a whole map) keeps, the question
+a design's power is chosen for; used by the grid map and the README's cross-task sentence.
 """
 
 from __future__ import annotations
@@ -111,11 +114,10 @@ def holm_families(families: dict[str, list[dict[str, Any]]]) -> dict[str, dict[s
     each with its `p_holm` and `verdict` added}}."""
     out = {}
     for name, rows in families.items():
-        adjusted = stats.holm([r["p"] for r in rows])
-        survivors = [
+        judged = [
             {**r, "p_holm": a, "verdict": stats.verdict(r["diff"], a)}
-            for r, a in zip(rows, adjusted)
-            if stats.verdict(r["diff"], a) != stats.VERDICTS[2]
+            for r, a in zip(rows, stats.holm([r["p"] for r in rows]))
         ]
+        survivors = [r for r in judged if r["verdict"] != stats.VERDICTS[2]]
         out[name] = {"m": len(rows), "min_pairs": min((r["n_pairs"] for r in rows), default=0), "survivors": survivors}
     return out
